@@ -1,0 +1,5 @@
+//! Checkpoints: the image format (writer and reader), capture of a running process by the
+//! agent thread inside it, and the forked image writer.
+#![deny(unsafe_code)]
+
+pub mod agent;

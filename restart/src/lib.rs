@@ -1,0 +1,3 @@
+//! Restart: rebuild a process from an image at its original addresses and hand over to the
+//! agent inside it.
+#![deny(unsafe_code)]
