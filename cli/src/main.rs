@@ -1,7 +1,17 @@
 //! `crum`: run, checkpoint, restart and inspect programs (CUDA or not).
+//!
+//! Each subcommand lives in its own module with an `Args` struct (clap derive) and a
+//! `main(args) -> anyhow::Result<i32>` that returns the process exit code.
 #![deny(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+
+mod checkpoint;
+mod inspect;
+mod proxy;
+mod ps;
+mod restart;
+mod run;
 
 #[derive(Parser)]
 #[command(name = "crum", version, about = "Transparent checkpoint-restart for CUDA applications")]
@@ -14,10 +24,53 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Run a program under crum (CUDA calls go to a proxy; checkpoints possible).
+    Run(run::Args),
+    /// Checkpoint a running program; prints the image directory.
+    Checkpoint(checkpoint::Args),
+    /// Restart a program from an image directory.
+    Restart(restart::Args),
+    /// Describe an image directory.
+    Inspect(inspect::Args),
+    /// List programs running under crum.
+    Ps(ps::Args),
+    /// The device proxy (started by `crum run` / `crum restart`; not for direct use).
+    #[command(hide = true)]
+    Proxy(proxy::Args),
+}
 
-fn main() -> anyhow::Result<()> {
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CRUM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() {
     let cli = Cli::parse();
-    let _ = cli.verbose;
-    match cli.command {}
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Run(a) => run::main(a),
+        Command::Checkpoint(a) => checkpoint::main(a),
+        Command::Restart(a) => restart::main(a),
+        Command::Inspect(a) => inspect::main(a),
+        Command::Ps(a) => ps::main(a),
+        Command::Proxy(a) => proxy::main(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("crum: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
 }

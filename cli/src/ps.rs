@@ -1,0 +1,9 @@
+//! `crum ps` (not built yet: returns an error naming what is missing).
+
+/// Arguments of `crum ps`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn main(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("`crum ps` is not implemented yet")
+}

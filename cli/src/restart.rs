@@ -1,0 +1,9 @@
+//! `crum restart` (not built yet: returns an error naming what is missing).
+
+/// Arguments of `crum restart`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn main(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("`crum restart` is not implemented yet")
+}

@@ -1,0 +1,9 @@
+//! `crum run` (not built yet: returns an error naming what is missing).
+
+/// Arguments of `crum run`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn main(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("`crum run` is not implemented yet")
+}
