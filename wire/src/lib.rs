@@ -1,4 +1,37 @@
 //! The wire protocol between the interposer (in the application) and the proxy (which owns
-//! the device): request/response messages and the shared-memory channel they travel on.
+//! the device): request/response messages ([`msg`]), the shared-memory channel they travel
+//! on ([`channel`]), and CUDA's error codes ([`cuda`]) that both sides speak.
 //! Neither side links the other; both link this crate.
 #![deny(unsafe_code)]
+
+pub mod channel;
+pub mod cuda;
+pub mod msg;
+
+pub use channel::{Channel, ClientLane, Incoming, ServerLane};
+pub use msg::{AllocKind, Body, CopyKind, DeviceProps, FuncInfo, Reply, Request, TexDesc};
+
+/// Environment variable holding the channel memfd number (set by `crum run`).
+pub const ENV_CHANNEL: &str = "CRUM_CHANNEL";
+/// Base of the device virtual-address window, reserved PROT_NONE in both processes.
+pub const DEVICE_VA_BASE: u64 = 0x2000_0000_0000;
+/// Size of the device virtual-address window (address space only; nothing is committed).
+pub const DEVICE_VA_SIZE: u64 = 1 << 40;
+
+/// Channel failures (either side).
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("the device proxy is gone")]
+    ProxyGone,
+    #[error("the channel lane is broken (framing violated)")]
+    Broken,
+    #[error("message too large for the channel")]
+    TooLarge,
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    #[error("channel setup: {0}")]
+    Setup(String),
+}
+
+#[cfg(test)]
+mod tests;

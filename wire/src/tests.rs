@@ -1,0 +1,130 @@
+//! Channel framing tests: messages round-trip through encode/decode and through a real
+//! channel (client and server lanes on one mapping, in two threads).
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use crate::channel::Channel;
+use crate::msg::*;
+
+fn arb_request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        any::<u32>().prop_map(|pid| Request::Hello { pid }),
+        (any::<u64>(), 0u64..1 << 40).prop_map(|(size, a)| Request::Malloc { size: size ^ a, kind: AllocKind::Device }),
+        (any::<u64>(), any::<[u32; 3]>(), any::<[u32; 3]>(), any::<u32>(), any::<u64>(), any::<bool>(), proptest::collection::vec(any::<u8>(), 0..4096))
+            .prop_map(|(func, grid, block, shared, stream, cooperative, params)| Request::Launch { func, grid, block, shared, stream, cooperative, params }),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
+            .prop_map(|(dst, src, len, stream, sync)| Request::Memcpy { dst, src, len, kind: CopyKind::DeviceToHost, stream, sync }),
+        (any::<u64>(), ".{0,200}").prop_map(|(module, name)| Request::GetFunction { module, name }),
+        any::<u64>().prop_map(|stream| Request::StreamSync { stream }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn any_request_roundtrips_through_bincode(req in arb_request()) {
+        let mut buf = vec![0u8; 1 << 16];
+        let n = encode_into(&req, &mut buf).unwrap();
+        let back: Request = decode(&buf[..n]).unwrap();
+        prop_assert_eq!(back, req);
+    }
+
+    #[test]
+    fn truncated_request_is_rejected_not_panicking(req in arb_request(), cut in 0usize..64) {
+        let mut buf = vec![0u8; 1 << 16];
+        let n = encode_into(&req, &mut buf).unwrap();
+        let cut = cut.min(n.saturating_sub(1));
+        prop_assert!(decode::<Request>(&buf[..cut]).is_err());
+    }
+
+    #[test]
+    fn garbage_bytes_never_panic_the_decoder(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = decode::<Request>(&bytes);
+    }
+
+    #[test]
+    fn request_sequences_arrive_in_order_through_the_ring(reqs in proptest::collection::vec(arb_request(), 1..200)) {
+        let ch = Arc::new(Channel::create().unwrap());
+        let mut client = ch.claim_lane().unwrap();
+        let mut server = ch.accept_lanes(std::time::Duration::ZERO).pop().unwrap();
+        let n = reqs.len();
+        let sent = reqs.clone();
+        let t = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            while got.len() < n {
+                let inc = server.recv(&|| true).unwrap();
+                let wants = inc.wants_reply;
+                got.push(inc.request.unwrap());
+                if wants {
+                    server.reply(&Reply::ok(Body::Value(got.len() as u64)));
+                }
+            }
+            got
+        });
+        for (i, r) in sent.iter().enumerate() {
+            if i % 7 == 3 {
+                let rep = client.call(r).unwrap();
+                prop_assert_eq!(rep.body, Body::Value(i as u64 + 1));
+            } else {
+                client.send(r).unwrap();
+            }
+        }
+        let got = t.join().unwrap();
+        prop_assert_eq!(got, reqs);
+        std::mem::forget(client);
+    }
+}
+
+#[test]
+fn ring_wraps_many_times_without_losing_messages() {
+    let ch = Arc::new(Channel::create().unwrap());
+    let mut client = ch.claim_lane().unwrap();
+    let mut server = ch.accept_lanes(std::time::Duration::ZERO).pop().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut sum = 0u64;
+        for _ in 0..5000 {
+            if let Ok(Request::Launch { params, .. }) = server.recv(&|| true).unwrap().request {
+                sum += params.len() as u64;
+            }
+        }
+        sum
+    });
+    let mut expect = 0u64;
+    for i in 0..5000u64 {
+        let params = vec![7u8; (i % 3000) as usize];
+        expect += params.len() as u64;
+        client.send(&Request::Launch { func: i, grid: [1; 3], block: [1; 3], shared: 0, stream: 0, cooperative: false, params }).unwrap();
+    }
+    assert_eq!(t.join().unwrap(), expect);
+    std::mem::forget(client);
+}
+
+#[test]
+fn call_fails_with_proxy_gone_when_proxy_marked_dead() {
+    let ch = Arc::new(Channel::create().unwrap());
+    ch.set_ready(std::process::id());
+    let mut client = ch.claim_lane().unwrap();
+    let ch2 = ch.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        ch2.set_dead();
+    });
+    let r = client.call(&Request::DeviceSync);
+    assert!(matches!(r, Err(crate::ChannelError::ProxyGone)));
+    std::mem::forget(client);
+}
+
+#[test]
+fn released_lane_can_be_claimed_again() {
+    let ch = Arc::new(Channel::create().unwrap());
+    let client = ch.claim_lane().unwrap();
+    let idx = client.index();
+    let mut server = ch.accept_lanes(std::time::Duration::ZERO).pop().unwrap();
+    drop(client);
+    assert!(matches!(server.recv(&|| true).unwrap().request, Ok(Request::Close)));
+    server.release();
+    let again = ch.claim_lane().unwrap();
+    assert_eq!(again.index(), idx);
+    std::mem::forget(again);
+}
