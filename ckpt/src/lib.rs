@@ -3,3 +3,5 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+pub mod control;
+pub mod image;

@@ -1,0 +1,431 @@
+//! The per-process control socket: how `crum checkpoint` and `crum ps` talk to the agent
+//! inside a program running under crum.
+//!
+//! One Unix stream socket per process at `$XDG_RUNTIME_DIR/crum/<pid>.sock` (fallback
+//! `/tmp/crum-<uid>/<pid>.sock`; `CRUM_CONTROL_DIR` overrides both). The directory is
+//! created 0700 and refused if it is not owned by us or is accessible to others; the socket
+//! is 0600; the server checks every peer's uid with `SO_PEERCRED` and refuses other users,
+//! and the client checks the server's the same way.
+//!
+//! Wire format: one JSON object per line in each direction.
+//! Request: `{"op":"checkpoint","dir":"/abs/dir"|null,"exit":false}` or `{"op":"status"}`.
+//! Reply: `{"ok":true,"path":"/abs/image"}`, `{"ok":false,"error":"…"}` or
+//! `{"ok":true,"status":{…}}`.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+
+/// Longest accepted message line.
+const MAX_LINE: u64 = 64 * 1024;
+/// How long the server waits for a connected client's request line.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors of the control socket, client and server side.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("process {pid} is not running")]
+    NoProcess { pid: u32 },
+    #[error("process {pid} belongs to another user")]
+    OtherUser { pid: u32 },
+    #[error("process {pid} is not running under crum (no control socket at {path})")]
+    NotUnderCrum { pid: u32, path: PathBuf },
+    #[error("control directory {path} is not private to this user; refusing to use it")]
+    UnsafeDir { path: PathBuf },
+    #[error("control socket peer has uid {uid}, not ours ({ours})")]
+    Peer { uid: u32, ours: u32 },
+    #[error("malformed control message: {0}")]
+    Protocol(String),
+    #[error("checkpoint of process {pid} failed: {message}")]
+    Failed { pid: u32, message: String },
+    #[error("control socket I/O on {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
+    move |source| ControlError::Io { path: path.to_path_buf(), source }
+}
+
+/// A request received by the agent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request {
+    /// Write an image into `dir` (the agent's configured directory if None; always absolute
+    /// when sent by [`request_checkpoint`]) and, with `exit`, end the program afterwards.
+    Checkpoint { dir: Option<PathBuf>, exit: bool },
+    /// Report the agent's state.
+    Status,
+}
+
+/// What the agent reports to a [`Request::Status`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StatusReply {
+    /// Completed checkpoints so far.
+    pub checkpoints: u64,
+    /// The newest image written, if any.
+    pub last_image: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Reply {
+    ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<StatusReply>,
+}
+
+/// Answers one request; dropping it without replying closes the connection (the client
+/// sees an error).
+#[derive(Debug)]
+pub struct Responder {
+    stream: UnixStream,
+}
+
+impl Responder {
+    /// Replies to a checkpoint request with the image path or an error message.
+    pub fn reply(mut self, result: Result<PathBuf, String>) -> io::Result<()> {
+        let r = match result {
+            Ok(p) => Reply { ok: true, path: Some(p), ..Default::default() },
+            Err(e) => Reply { ok: false, error: Some(e), ..Default::default() },
+        };
+        send_line(&mut self.stream, &r)
+    }
+
+    /// Replies to a status request.
+    pub fn reply_status(mut self, status: StatusReply) -> io::Result<()> {
+        send_line(&mut self.stream, &Reply { ok: true, status: Some(status), ..Default::default() })
+    }
+}
+
+fn send_line<T: serde::Serialize>(s: &mut UnixStream, v: &T) -> io::Result<()> {
+    let mut line = serde_json::to_vec(v).map_err(io::Error::other)?;
+    line.push(b'\n');
+    s.write_all(&line)
+}
+
+fn read_line(s: &UnixStream) -> io::Result<Option<Vec<u8>>> {
+    let mut r = BufReader::new(s.take(MAX_LINE));
+    let mut line = Vec::new();
+    r.read_until(b'\n', &mut line)?;
+    if line.is_empty() {
+        return Ok(None);
+    }
+    if line.last() != Some(&b'\n') {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "message line too long or cut short"));
+    }
+    line.pop();
+    Ok(Some(line))
+}
+
+fn our_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// Whether a peer with `peer` uid may use a socket owned by `ours`: the same user only.
+pub fn peer_allowed(peer: u32, ours: u32) -> bool {
+    peer == ours
+}
+
+/// The uid of the process at the other end of `s` (`SO_PEERCRED`).
+pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+    let cred = getsockopt(s, PeerCredentials).map_err(io::Error::from)?;
+    Ok(cred.uid())
+}
+
+/// The directory holding the control sockets (not created).
+pub fn socket_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CRUM_CONTROL_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("crum");
+    }
+    PathBuf::from(format!("/tmp/crum-{}", our_uid()))
+}
+
+/// The control socket path of `pid` in `dir`.
+pub fn socket_path_in(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{pid}.sock"))
+}
+
+/// Creates `dir` (0700) if needed and checks it is ours and private.
+fn ensure_private_dir(dir: &Path) -> Result<(), ControlError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent() {
+        if !parent.as_os_str().is_empty() && !parent.exists() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_err(dir)(e)),
+    }
+    check_private_dir(dir)
+}
+
+fn check_private_dir(dir: &Path) -> Result<(), ControlError> {
+    // symlink_metadata: a symlink planted in /tmp is refused, not followed.
+    let md = std::fs::symlink_metadata(dir).map_err(io_err(dir))?;
+    if !md.is_dir() || md.uid() != our_uid() || md.mode() & 0o077 != 0 {
+        return Err(ControlError::UnsafeDir { path: dir.to_path_buf() });
+    }
+    Ok(())
+}
+
+/// The agent's end: a listening socket for one process, removed when dropped.
+#[derive(Debug)]
+pub struct ControlServer {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ControlServer {
+    /// Binds the control socket of process `pid` in [`socket_dir`].
+    pub fn bind(pid: u32) -> Result<ControlServer, ControlError> {
+        Self::bind_in(&socket_dir(), pid)
+    }
+
+    /// Binds the control socket of process `pid` in `dir` (created private if missing).
+    pub fn bind_in(dir: &Path, pid: u32) -> Result<ControlServer, ControlError> {
+        ensure_private_dir(dir)?;
+        let path = socket_path_in(dir, pid);
+        if path.exists() {
+            // A live listener for this pid cannot exist (pids are unique while alive), so
+            // this is a stale socket of an earlier process with the same pid — unless it
+            // answers, which would mean someone else bound it: then refuse.
+            if UnixStream::connect(&path).is_ok() {
+                return Err(io_err(&path)(io::Error::from(io::ErrorKind::AddrInUse)));
+            }
+            std::fs::remove_file(&path).map_err(io_err(&path))?;
+        }
+        let listener = UnixListener::bind(&path).map_err(io_err(&path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io_err(&path))?;
+        Ok(ControlServer { listener, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits for the next valid request from our own user. Connections from other users
+    /// are answered with an error and dropped; connections that send nothing (probes by
+    /// `crum ps`) or garbage are dropped; neither is returned.
+    pub fn accept(&self) -> Result<(Request, Responder), ControlError> {
+        loop {
+            let (mut stream, _) = self.listener.accept().map_err(io_err(&self.path))?;
+            let uid = match peer_uid(&stream) {
+                Ok(u) => u,
+                Err(_) => continue,
+            };
+            if !peer_allowed(uid, our_uid()) {
+                let msg = format!("permission denied: uid {uid} may not control this process");
+                let _ = send_line(&mut stream, &Reply { ok: false, error: Some(msg), ..Default::default() });
+                continue;
+            }
+            let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+            let line = match read_line(&stream) {
+                Ok(Some(l)) => l,
+                _ => continue,
+            };
+            match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => {
+                    let _ = stream.set_read_timeout(None);
+                    return Ok((req, Responder { stream }));
+                }
+                Err(e) => {
+                    let msg = format!("malformed request: {e}");
+                    let _ = send_line(&mut stream, &Reply { ok: false, error: Some(msg), ..Default::default() });
+                }
+            }
+        }
+    }
+
+    /// Removes the socket file now (before an `exit` that skips destructors).
+    pub fn remove_socket(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.remove_socket();
+    }
+}
+
+/// Whether `pid` exists, and whether it is ours (by the owner of `/proc/<pid>`).
+fn pid_owner(pid: u32) -> Option<u32> {
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// Connects to `pid`'s control socket in `dir`, with clear errors for the usual cases.
+fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
+    let path = socket_path_in(dir, pid);
+    match pid_owner(pid) {
+        None => {
+            let _ = std::fs::remove_file(&path); // stale socket of a dead process
+            return Err(ControlError::NoProcess { pid });
+        }
+        Some(uid) if uid != our_uid() => return Err(ControlError::OtherUser { pid }),
+        Some(_) => {}
+    }
+    if check_private_dir(dir).is_err() && dir.exists() {
+        return Err(ControlError::UnsafeDir { path: dir.to_path_buf() });
+    }
+    let stream = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {
+            return Err(ControlError::NotUnderCrum { pid, path });
+        }
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    let uid = peer_uid(&stream).map_err(io_err(&path))?;
+    if !peer_allowed(uid, our_uid()) {
+        return Err(ControlError::Peer { uid, ours: our_uid() });
+    }
+    Ok(stream)
+}
+
+fn exchange(dir: &Path, pid: u32, req: &Request) -> Result<Reply, ControlError> {
+    let path = socket_path_in(dir, pid);
+    let mut s = connect(dir, pid)?;
+    send_line(&mut s, req).map_err(io_err(&path))?;
+    let line = read_line(&s).map_err(io_err(&path))?.ok_or_else(|| ControlError::Failed {
+        pid,
+        message: "the agent closed the connection without replying".into(),
+    })?;
+    serde_json::from_slice(&line).map_err(|e| ControlError::Protocol(e.to_string()))
+}
+
+/// Asks process `pid` to checkpoint into `dir` (relative paths are taken from our working
+/// directory), ending it afterwards with `exit`; returns the complete image's path.
+pub fn request_checkpoint(pid: u32, dir: Option<&Path>, exit: bool) -> Result<PathBuf, ControlError> {
+    request_checkpoint_in(&socket_dir(), pid, dir, exit)
+}
+
+/// [`request_checkpoint`] with an explicit socket directory.
+pub fn request_checkpoint_in(
+    sock_dir: &Path,
+    pid: u32,
+    dir: Option<&Path>,
+    exit: bool,
+) -> Result<PathBuf, ControlError> {
+    let dir = match dir {
+        Some(d) if d.is_relative() => {
+            let cwd = std::env::current_dir().map_err(io_err(d))?;
+            Some(cwd.join(d))
+        }
+        d => d.map(Path::to_path_buf),
+    };
+    let reply = exchange(sock_dir, pid, &Request::Checkpoint { dir, exit })?;
+    match reply {
+        Reply { ok: true, path: Some(p), .. } => Ok(p),
+        Reply { ok: false, error, .. } => {
+            Err(ControlError::Failed { pid, message: error.unwrap_or_else(|| "no reason given".into()) })
+        }
+        _ => Err(ControlError::Protocol("checkpoint reply without a path".into())),
+    }
+}
+
+/// Asks process `pid` (in `sock_dir`) for its status.
+pub fn request_status_in(sock_dir: &Path, pid: u32) -> Result<StatusReply, ControlError> {
+    match exchange(sock_dir, pid, &Request::Status)? {
+        Reply { ok: true, status: Some(s), .. } => Ok(s),
+        Reply { ok: false, error, .. } => {
+            Err(ControlError::Failed { pid, message: error.unwrap_or_else(|| "no reason given".into()) })
+        }
+        _ => Err(ControlError::Protocol("status reply without a status".into())),
+    }
+}
+
+/// A program running under crum.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProcInfo {
+    pub pid: u32,
+    /// Its command line, arguments separated by spaces.
+    pub cmdline: String,
+    /// When its control socket was created (about when it started under crum).
+    #[serde(serialize_with = "unix_secs")]
+    pub since: SystemTime,
+}
+
+fn unix_secs<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
+}
+
+/// Programs running under crum for this user, by pid. Sockets of processes that are gone
+/// (or no longer listening) are removed.
+pub fn list() -> Result<Vec<ProcInfo>, ControlError> {
+    list_in(&socket_dir())
+}
+
+/// [`list`] in an explicit socket directory.
+pub fn list_in(dir: &Path) -> Result<Vec<ProcInfo>, ControlError> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(dir)(e)),
+    };
+    check_private_dir(dir)?;
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(io_err(dir))?;
+        let name = ent.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_suffix(".sock")).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = ent.path();
+        let alive = pid_owner(pid).is_some();
+        // A live pid whose socket refuses connections is a reused pid: the socket is stale.
+        if !alive || UnixStream::connect(&path).is_err() {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| {
+                let s: Vec<String> = b
+                    .split(|&c| c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                s.join(" ")
+            })
+            .unwrap_or_default();
+        let since = ent.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+        out.push(ProcInfo { pid, cmdline, since });
+    }
+    out.sort_by_key(|p| p.pid);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_of_another_uid_is_refused() {
+        assert!(peer_allowed(1000, 1000));
+        assert!(!peer_allowed(0, 1000));
+        assert!(!peer_allowed(1001, 1000));
+    }
+
+    #[test]
+    fn request_wire_format_is_tagged_json() {
+        let r = Request::Checkpoint { dir: Some("/x".into()), exit: true };
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(s, r#"{"op":"checkpoint","dir":"/x","exit":true}"#);
+        assert_eq!(serde_json::from_str::<Request>(r#"{"op":"status"}"#).unwrap(), Request::Status);
+    }
+}

@@ -1,0 +1,535 @@
+//! The image reader. An image is untrusted input: every size is capped, every offset and
+//! length checked (checked arithmetic), every file's size compared with the inventory, the
+//! inventory, region table and metadata sections checksummed as wholes and memory per chunk.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use zstd::zstd_safe;
+
+use super::format::*;
+use super::{ImageError, SECTION_PAGES, SECTION_REGIONS};
+
+/// The decoded `inventory` file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Inventory {
+    pub major: u16,
+    pub minor: u16,
+    pub producer: String,
+    pub arch: String,
+    pub kernel_release: String,
+    pub page_size: u32,
+    pub created_unix_ms: u64,
+    pub sections: Vec<SectionInfo>,
+}
+
+/// One entry of the inventory's section list.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SectionInfo {
+    pub name: String,
+    /// Restoring needs it: a reader that does not understand it must refuse the image.
+    pub required: bool,
+    /// Protected per chunk (the `pages` file) rather than by `crc32`.
+    pub chunked: bool,
+    /// File name inside the image directory.
+    pub file: String,
+    pub size: u64,
+    pub crc32: u32,
+}
+
+/// One memory chunk as recorded in the region table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChunkInfo {
+    /// Offset of the stored bytes in the `pages` file.
+    pub offset: u64,
+    pub stored_len: u32,
+    /// Bytes of the chunk's non-zero pages (uncompressed).
+    pub packed_len: u32,
+    /// crc32 of the stored bytes.
+    pub crc32: u32,
+    pub encoding: Encoding,
+    /// Bit `i` set: page `i` of the chunk is stored (non-zero); clear: the page is zero.
+    #[serde(skip)]
+    pub bitmap: Vec<u8>,
+}
+
+impl ChunkInfo {
+    fn present(&self, page: usize) -> bool {
+        self.bitmap[page / 8] & (1 << (page % 8)) != 0
+    }
+}
+
+/// One memory region as recorded in the region table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RegionInfo {
+    pub start: u64,
+    pub len: u64,
+    pub file_offset: u64,
+    pub prot: u32,
+    pub flags: u32,
+    /// File path or pseudo name, as bytes (paths need not be UTF-8).
+    #[serde(skip)]
+    pub name: Vec<u8>,
+    /// The contents are stored (else only the description).
+    pub has_data: bool,
+    #[serde(skip)]
+    pub chunks: Vec<ChunkInfo>,
+}
+
+impl RegionInfo {
+    /// The name for display.
+    pub fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+    /// Bytes this region occupies in the `pages` file.
+    pub fn stored_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| u64::from(c.stored_len)).sum()
+    }
+    /// Bytes of its non-zero pages.
+    pub fn nonzero_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| u64::from(c.packed_len)).sum()
+    }
+}
+
+/// An open image.
+pub struct ImageReader {
+    dir: PathBuf,
+    inventory: Inventory,
+    regions: Vec<RegionInfo>,
+    chunk_size: u32,
+    page_size: u32,
+    pages: File,
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+    dctx: zstd_safe::DCtx<'static>,
+}
+
+fn read_capped(path: &Path, file: &str, cap: u64, expected: Option<u64>) -> Result<Vec<u8>, ImageError> {
+    let mut f = File::open(path).map_err(|e| ImageError::io(path, e))?;
+    let len = f.metadata().map_err(|e| ImageError::io(path, e))?.len();
+    if let Some(exp) = expected {
+        if len < exp {
+            return Err(ImageError::Truncated { file: file.to_string(), expected: exp, found: len });
+        }
+        if len > exp {
+            return Err(ImageError::corrupt(file, format!("{len} bytes where the inventory says {exp}")));
+        }
+    }
+    if len > cap {
+        return Err(ImageError::corrupt(file, format!("{len} bytes is more than the limit of {cap}")));
+    }
+    let mut v = Vec::with_capacity(len as usize);
+    f.read_to_end(&mut v).map_err(|e| ImageError::io(path, e))?;
+    if v.len() as u64 != len {
+        return Err(ImageError::Truncated { file: file.to_string(), expected: len, found: v.len() as u64 });
+    }
+    Ok(v)
+}
+
+fn plain_file_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && !name.contains('/')
+}
+
+fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
+    const F: &str = "inventory";
+    if buf.len() < 8 || buf[..8] != INVENTORY_MAGIC {
+        return Err(ImageError::BadMagic { file: F.into() });
+    }
+    let mut c = Cursor::new(buf, F);
+    c.bytes(8)?;
+    let major = c.u16()?;
+    let minor = c.u16()?;
+    if major != FORMAT_MAJOR || minor > FORMAT_MINOR {
+        return Err(ImageError::Version { major, minor, our_major: FORMAT_MAJOR, our_minor: FORMAT_MINOR });
+    }
+    let count = c.u32()? as usize;
+    if count > MAX_SECTIONS {
+        return Err(ImageError::corrupt(F, format!("{count} sections is more than the limit of {MAX_SECTIONS}")));
+    }
+    let expected = INVENTORY_HEADER_LEN + count * SECTION_ENTRY_LEN + 4;
+    if buf.len() < expected {
+        return Err(ImageError::Truncated { file: F.into(), expected: expected as u64, found: buf.len() as u64 });
+    }
+    if buf.len() > expected {
+        return Err(ImageError::corrupt(F, format!("{} bytes after the section list", buf.len() - expected)));
+    }
+    let stored_crc = u32::from_le_bytes(buf[expected - 4..].try_into().expect("4 bytes"));
+    if crc32fast::hash(&buf[..expected - 4]) != stored_crc {
+        return Err(ImageError::Checksum { what: F.into() });
+    }
+    let page_size = c.u32()?;
+    if !page_size.is_power_of_two() || !(MIN_PAGE..=MAX_PAGE).contains(&page_size) {
+        return Err(ImageError::corrupt(F, format!("page size {page_size} is not supported")));
+    }
+    c.u32()?;
+    let created_unix_ms = c.u64()?;
+    let producer = get_str(c.bytes(PRODUCER_LEN)?, F, "producer")?;
+    let arch = get_str(c.bytes(ARCH_LEN)?, F, "architecture")?;
+    let kernel_release = get_str(c.bytes(KERNEL_LEN)?, F, "kernel release")?;
+    if arch != std::env::consts::ARCH {
+        return Err(ImageError::Architecture { image: arch, ours: std::env::consts::ARCH });
+    }
+    let mut sections: Vec<SectionInfo> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let name = get_str(c.bytes(SECTION_NAME_FIELD)?, F, "section name")?;
+        let flags = c.u32()?;
+        let crc32 = c.u32()?;
+        let size = c.u64()?;
+        let file = get_str(c.bytes(SECTION_FILE_FIELD)?, F, "section file")?;
+        if name.is_empty() || !plain_file_name(&file) {
+            return Err(ImageError::corrupt(F, format!("section `{name}` has an invalid file name `{file}`")));
+        }
+        if sections.iter().any(|s| s.name == name || s.file == file) {
+            return Err(ImageError::corrupt(F, format!("section `{name}` or its file appears twice")));
+        }
+        sections.push(SectionInfo {
+            name,
+            required: flags & SECTION_REQUIRED != 0,
+            chunked: flags & SECTION_CHUNKED != 0,
+            file,
+            size,
+            crc32,
+        });
+    }
+    Ok(Inventory { major, minor, producer, arch, kernel_release, page_size, created_unix_ms, sections })
+}
+
+/// Parses the region table and checks each chunk against the `pages` file's size.
+fn parse_regions(buf: &[u8], page_size: u32, pages_len: u64) -> Result<(u32, Vec<RegionInfo>), ImageError> {
+    const F: &str = "regions";
+    if buf.len() < 8 || buf[..8] != REGIONS_MAGIC {
+        return Err(ImageError::BadMagic { file: F.into() });
+    }
+    if buf.len() < REGIONS_HEADER_LEN + REGIONS_TRAILER_LEN {
+        return Err(ImageError::Truncated {
+            file: F.into(),
+            expected: (REGIONS_HEADER_LEN + REGIONS_TRAILER_LEN) as u64,
+            found: buf.len() as u64,
+        });
+    }
+    let body_end = buf.len() - REGIONS_TRAILER_LEN;
+    let mut t = Cursor::new(&buf[body_end..], F);
+    if t.bytes(8)? != REGIONS_END_MAGIC {
+        return Err(ImageError::corrupt(F, "trailer missing (file cut short?)"));
+    }
+    let count = t.u32()?;
+    if count > MAX_REGIONS {
+        return Err(ImageError::corrupt(F, format!("{count} regions is more than the limit of {MAX_REGIONS}")));
+    }
+    let mut c = Cursor::new(&buf[..body_end], F);
+    c.bytes(8)?;
+    let chunk_size = c.u32()?;
+    let ps = c.u32()?;
+    let bm = c.u32()? as usize;
+    c.bytes(REGIONS_HEADER_LEN - 20)?;
+    if !chunk_size.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) {
+        return Err(ImageError::corrupt(F, format!("chunk size {chunk_size} is not supported")));
+    }
+    if ps != page_size || chunk_size < ps || bm != bitmap_bytes(chunk_size, ps) {
+        return Err(ImageError::corrupt(F, "page size or bitmap size disagrees with the inventory"));
+    }
+    let rec_len = chunk_record_len(bm);
+    let max_stored = zstd_safe::compress_bound(chunk_size as usize) as u64;
+    let mut regions = Vec::with_capacity(count as usize);
+    for ri in 0..count as usize {
+        let start = c.u64()?;
+        let len = c.u64()?;
+        let file_offset = c.u64()?;
+        let prot = c.u32()?;
+        let flags = c.u32()?;
+        let name_len = c.u32()? as usize;
+        let dflags = c.u32()?;
+        let nchunks = c.u32()? as u64;
+        c.u32()?;
+        if name_len > MAX_NAME_LEN {
+            return Err(ImageError::corrupt(F, format!("region {ri} has a {name_len}-byte name")));
+        }
+        if start.checked_add(len).is_none() {
+            return Err(ImageError::corrupt(F, format!("region {ri} wraps around the address space")));
+        }
+        let name = c.bytes(name_len)?.to_vec();
+        c.bytes(name_len.next_multiple_of(8) - name_len)?;
+        let has_data = dflags & REGION_HAS_DATA != 0;
+        let want = if has_data { len.div_ceil(u64::from(chunk_size)) } else { 0 };
+        if nchunks != want {
+            return Err(ImageError::corrupt(F, format!("region {ri} has {nchunks} chunks, expected {want}")));
+        }
+        // Each chunk record takes bytes of this file, so this bounds the allocation too.
+        if nchunks.saturating_mul(rec_len as u64) > c.remaining() as u64 {
+            return Err(ImageError::corrupt(F, format!("region {ri}: chunk table runs past the end")));
+        }
+        let mut chunks = Vec::with_capacity(nchunks as usize);
+        for ci in 0..nchunks {
+            let clen = (len - ci * u64::from(chunk_size)).min(u64::from(chunk_size));
+            let npages = clen.div_ceil(u64::from(ps)) as usize;
+            let mut r = Cursor::new(c.bytes(rec_len)?, F);
+            let offset = r.u64()?;
+            let stored_len = r.u32()?;
+            let packed_len = r.u32()?;
+            let crc32 = r.u32()?;
+            let enc = r.u8()?;
+            r.bytes(3)?;
+            let bitmap = r.bytes(bm)?.to_vec();
+            let bad = |d: &str| ImageError::corrupt(F, format!("chunk {ci} of region {ri}: {d}"));
+            let encoding = Encoding::from_u8(enc).ok_or_else(|| bad("unknown encoding"))?;
+            let mut expect_packed = 0u64;
+            for p in 0..bm * 8 {
+                if bitmap[p / 8] & (1 << (p % 8)) != 0 {
+                    if p >= npages {
+                        return Err(bad("bitmap marks pages past the chunk's end"));
+                    }
+                    expect_packed += (clen - p as u64 * u64::from(ps)).min(u64::from(ps));
+                }
+            }
+            if u64::from(packed_len) != expect_packed {
+                return Err(bad("stored page count disagrees with its bitmap"));
+            }
+            match encoding {
+                Encoding::Zero if stored_len != 0 || packed_len != 0 => return Err(bad("zero chunk with data")),
+                Encoding::Raw if stored_len != packed_len || stored_len == 0 => return Err(bad("raw chunk of wrong size")),
+                Encoding::Zstd if stored_len == 0 || u64::from(stored_len) > max_stored || packed_len == 0 => {
+                    return Err(bad("compressed chunk of impossible size"))
+                }
+                _ => {}
+            }
+            if offset.checked_add(u64::from(stored_len)).is_none_or(|e| e > pages_len) {
+                return Err(bad("lies outside the pages file"));
+            }
+            chunks.push(ChunkInfo { offset, stored_len, packed_len, crc32, encoding, bitmap });
+        }
+        regions.push(RegionInfo { start, len, file_offset, prot, flags, name, has_data, chunks });
+    }
+    if c.remaining() != 0 {
+        return Err(ImageError::corrupt(F, format!("{} unexpected bytes before the trailer", c.remaining())));
+    }
+    Ok((chunk_size, regions))
+}
+
+impl ImageReader {
+    /// Opens the image in `dir` for inspection: checks the inventory (magic, version,
+    /// architecture, checksum), the region table and file sizes. Unknown sections are listed,
+    /// not refused (see [`open_for_restore`](Self::open_for_restore)).
+    pub fn open(dir: &Path) -> Result<ImageReader, ImageError> {
+        if !dir.exists() {
+            return Err(ImageError::Missing { path: dir.to_path_buf() });
+        }
+        let inv_path = dir.join("inventory");
+        if !dir.is_dir() || !inv_path.exists() {
+            return Err(ImageError::NotAnImage { path: dir.to_path_buf() });
+        }
+        let inv = read_capped(&inv_path, "inventory", MAX_INVENTORY_BYTES, None)?;
+        let inventory = parse_inventory(&inv)?;
+        let find = |name: &str| {
+            inventory
+                .sections
+                .iter()
+                .find(|s| s.name == name)
+                .cloned()
+                .ok_or_else(|| ImageError::MissingSection { name: name.to_string() })
+        };
+        let regions_sec = find(SECTION_REGIONS)?;
+        let pages_sec = find(SECTION_PAGES)?;
+        let pages_path = dir.join(&pages_sec.file);
+        let pages = File::open(&pages_path).map_err(|e| ImageError::io(&pages_path, e))?;
+        let pages_len = pages.metadata().map_err(|e| ImageError::io(&pages_path, e))?.len();
+        if pages_len < pages_sec.size {
+            return Err(ImageError::Truncated { file: pages_sec.file.clone(), expected: pages_sec.size, found: pages_len });
+        }
+        if pages_len > pages_sec.size {
+            return Err(ImageError::corrupt(&pages_sec.file, "larger than the inventory says"));
+        }
+        let rbuf = read_capped(&dir.join(&regions_sec.file), &regions_sec.file, MAX_REGIONS_FILE, Some(regions_sec.size))?;
+        if crc32fast::hash(&rbuf) != regions_sec.crc32 {
+            return Err(ImageError::Checksum { what: "regions file".into() });
+        }
+        let (chunk_size, regions) = parse_regions(&rbuf, inventory.page_size, pages_len)?;
+        Ok(ImageReader {
+            dir: dir.to_path_buf(),
+            page_size: inventory.page_size,
+            inventory,
+            regions,
+            chunk_size,
+            pages,
+            buf: Vec::new(),
+            scratch: Vec::new(),
+            dctx: zstd_safe::DCtx::create(),
+        })
+    }
+
+    /// Opens the image for restoring: as [`open`](Self::open), and refuses the image if it
+    /// has a required section not named in `understood` (besides `regions` and `pages`).
+    pub fn open_for_restore(dir: &Path, understood: &[&str]) -> Result<ImageReader, ImageError> {
+        let r = Self::open(dir)?;
+        for s in &r.inventory.sections {
+            let known = s.name == SECTION_REGIONS || s.name == SECTION_PAGES || understood.contains(&s.name.as_str());
+            if s.required && !known {
+                return Err(ImageError::UnknownRequiredSection { name: s.name.clone() });
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+    pub fn regions(&self) -> &[RegionInfo] {
+        &self.regions
+    }
+    /// Bytes of memory per chunk in this image.
+    pub fn chunk_size(&self) -> u32 {
+        self.chunk_size
+    }
+
+    /// The contents of metadata section `name` (checksum verified), or None if absent.
+    pub fn section(&self, name: &str) -> Result<Option<Vec<u8>>, ImageError> {
+        let Some(s) = self.inventory.sections.iter().find(|s| s.name == name) else {
+            return Ok(None);
+        };
+        if s.chunked {
+            return Err(ImageError::Corrupt {
+                file: s.file.clone(),
+                detail: format!("section `{name}` is chunked memory, not a metadata blob"),
+            });
+        }
+        let data = read_capped(&self.dir.join(&s.file), &s.file, u64::MAX, Some(s.size))?;
+        if crc32fast::hash(&data) != s.crc32 {
+            return Err(ImageError::Checksum { what: format!("section `{name}`") });
+        }
+        Ok(Some(data))
+    }
+
+    /// Fills `dst` (exactly the region's length) with region `idx`'s contents, zero pages
+    /// included. A region stored without data reads as zeros.
+    pub fn read_region_into(&mut self, idx: usize, dst: &mut [u8]) -> Result<(), ImageError> {
+        self.read_region_impl(idx, dst, false)
+    }
+
+    /// As [`read_region_into`](Self::read_region_into) for a destination already all zero
+    /// (a fresh anonymous mapping): zero pages are not touched, so they cost no memory.
+    pub fn read_region_into_zeroed(&mut self, idx: usize, dst: &mut [u8]) -> Result<(), ImageError> {
+        self.read_region_impl(idx, dst, true)
+    }
+
+    /// Region `idx`'s contents in a new buffer.
+    pub fn read_region(&mut self, idx: usize) -> Result<Vec<u8>, ImageError> {
+        let len = self.region(idx)?.len;
+        let len = usize::try_from(len).map_err(|_| ImageError::DestinationSize { index: idx, len, dst: 0 })?;
+        let mut v = vec![0u8; len];
+        self.read_region_impl(idx, &mut v, true)?;
+        Ok(v)
+    }
+
+    /// Reads and checks every chunk and metadata section (what `crum inspect --verify` does).
+    pub fn verify(&mut self) -> Result<(), ImageError> {
+        let names: Vec<String> =
+            self.inventory.sections.iter().filter(|s| !s.chunked).map(|s| s.name.clone()).collect();
+        for n in names.iter().filter(|n| n.as_str() != SECTION_REGIONS) {
+            self.section(n)?;
+        }
+        let mut chunk = vec![0u8; self.chunk_size as usize];
+        for ri in 0..self.regions.len() {
+            for ci in 0..self.regions[ri].chunks.len() {
+                let clen = self.chunk_len(ri, ci);
+                self.read_chunk(ri, ci, &mut chunk[..clen], false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn region(&self, idx: usize) -> Result<&RegionInfo, ImageError> {
+        self.regions.get(idx).ok_or(ImageError::NoSuchRegion { index: idx, count: self.regions.len() })
+    }
+
+    fn chunk_len(&self, ri: usize, ci: usize) -> usize {
+        let r = &self.regions[ri];
+        let cs = u64::from(self.chunk_size);
+        (r.len - ci as u64 * cs).min(cs) as usize
+    }
+
+    fn read_region_impl(&mut self, idx: usize, dst: &mut [u8], zeroed: bool) -> Result<(), ImageError> {
+        let r = self.region(idx)?;
+        if dst.len() as u64 != r.len {
+            return Err(ImageError::DestinationSize { index: idx, len: r.len, dst: dst.len() });
+        }
+        if !r.has_data {
+            if !zeroed {
+                dst.fill(0);
+            }
+            return Ok(());
+        }
+        let cs = self.chunk_size as usize;
+        for (ci, d) in dst.chunks_mut(cs).enumerate() {
+            self.read_chunk(idx, ci, d, zeroed)?;
+        }
+        Ok(())
+    }
+
+    fn read_chunk(&mut self, ri: usize, ci: usize, dst: &mut [u8], zeroed: bool) -> Result<(), ImageError> {
+        let ps = self.page_size as usize;
+        let region = &self.regions[ri];
+        let c = region.chunks[ci].clone();
+        let addr = region.start + ci as u64 * u64::from(self.chunk_size);
+        let npages = dst.len().div_ceil(ps);
+        let all_present = c.packed_len as usize == dst.len();
+        let checksum = || ImageError::ChunkChecksum { region: ri, chunk: ci, addr };
+        let io = |e| ImageError::io(self.dir.join("pages"), e);
+        match c.encoding {
+            Encoding::Zero => {
+                if !zeroed {
+                    dst.fill(0);
+                }
+                return Ok(());
+            }
+            Encoding::Raw if all_present => {
+                // Straight from the file into place: one copy.
+                self.pages.read_exact_at(dst, c.offset).map_err(io)?;
+                if crc32fast::hash(dst) != c.crc32 {
+                    return Err(checksum());
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        self.buf.resize(c.stored_len as usize, 0);
+        self.pages.read_exact_at(&mut self.buf, c.offset).map_err(io)?;
+        if crc32fast::hash(&self.buf) != c.crc32 {
+            return Err(checksum());
+        }
+        let packed: &[u8] = match c.encoding {
+            Encoding::Zstd => {
+                let out: &mut [u8] = if all_present {
+                    dst
+                } else {
+                    self.scratch.resize(c.packed_len as usize, 0);
+                    &mut self.scratch
+                };
+                let n = self.dctx.decompress(out, &self.buf).map_err(|code| {
+                    ImageError::corrupt("pages", format!("chunk {ci} of region {ri} ({addr:#x}): {}", zstd_safe::get_error_name(code)))
+                })?;
+                if n != c.packed_len as usize {
+                    return Err(ImageError::corrupt("pages", format!("chunk {ci} of region {ri} ({addr:#x}) decompressed to the wrong size")));
+                }
+                if all_present {
+                    return Ok(());
+                }
+                &self.scratch[..n]
+            }
+            _ => &self.buf,
+        };
+        let mut o = 0;
+        for (p, page) in dst.chunks_mut(ps).enumerate().take(npages) {
+            if c.present(p) {
+                page.copy_from_slice(&packed[o..o + page.len()]);
+                o += page.len();
+            } else if !zeroed {
+                page.fill(0);
+            }
+        }
+        Ok(())
+    }
+}

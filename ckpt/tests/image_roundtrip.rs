@@ -1,0 +1,89 @@
+//! Image round trips: what the writer stores, the reader gives back byte for byte.
+
+use crum_ckpt::image::{latest_image, Encoding, ImageReader, ImageWriter, RegionMeta, WriterOptions};
+use proptest::prelude::*;
+
+const PAGE: usize = 4096;
+
+fn opts(chunk: u32) -> WriterOptions {
+    WriterOptions { chunk_size: chunk, ..Default::default() }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), incompressible.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn mixed_region_round_trips_and_skips_zero_pages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut data = vec![0u8; 64 * PAGE + 100];
+    data[5 * PAGE..6 * PAGE].copy_from_slice(&noise(PAGE, 1));
+    data[20 * PAGE..30 * PAGE].fill(0xab);
+    *data.last_mut().unwrap() = 7;
+    let mut w = ImageWriter::prepare(tmp.path(), &opts(64 * 1024)).unwrap();
+    w.add_section("process", true, b"hello").unwrap();
+    let meta = RegionMeta { start: 0x7000_0000, len: data.len() as u64, prot: 3, flags: 9, offset: 0, name: b"[heap]" };
+    w.add_region(&meta, &data).unwrap();
+    w.add_region(&RegionMeta { start: 0x1000, len: 4096, prot: 0, flags: 0, offset: 0, name: b"[vvar]" }, &[]).unwrap();
+    w.commit().unwrap();
+    let path = w.final_path().to_path_buf();
+    drop(w);
+
+    assert_eq!(latest_image(tmp.path()).unwrap(), Some(path.clone()));
+    let mut r = ImageReader::open(&path).unwrap();
+    assert_eq!(r.section("process").unwrap().as_deref(), Some(&b"hello"[..]));
+    assert_eq!(r.section("absent").unwrap(), None);
+    let reg = r.regions()[0].clone();
+    assert_eq!((reg.start, reg.prot, reg.flags, reg.name.as_slice()), (0x7000_0000, 3, 9, &b"[heap]"[..]));
+    // 1 noise page + 10 pages of 0xab + the partial last page: zero pages are not stored.
+    assert_eq!(reg.nonzero_bytes(), (11 * PAGE + 100) as u64);
+    assert!(reg.chunks.iter().any(|c| c.encoding == Encoding::Zero));
+    assert_eq!(r.read_region(0).unwrap(), data);
+    let mut dst = vec![0x55u8; data.len()];
+    r.read_region_into(0, &mut dst).unwrap();
+    assert_eq!(dst, data);
+    assert!(!r.regions()[1].has_data);
+    r.verify().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn random_regions_round_trip(regions in prop::collection::vec(
+        (1usize..40, prop::collection::vec(0u8..4, 1..40), any::<u64>(), 0usize..PAGE), 1..5))
+    {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = ImageWriter::prepare(tmp.path(), &opts(64 * 1024)).unwrap();
+        let mut expect = Vec::new();
+        for (i, (pages, kinds, seed, tail)) in regions.iter().enumerate() {
+            let mut d = Vec::new();
+            for p in 0..*pages {
+                match kinds[p % kinds.len()] {
+                    0 => d.extend(std::iter::repeat_n(0u8, PAGE)),
+                    1 => d.extend(noise(PAGE, seed.wrapping_add(p as u64))),
+                    2 => d.extend((0..PAGE).map(|b| (b / 64) as u8)),
+                    _ => d.extend(std::iter::repeat_n(p as u8, PAGE)),
+                }
+            }
+            d.extend(noise(*tail, *seed));
+            let meta = RegionMeta { start: (i as u64 + 1) << 32, len: d.len() as u64, prot: 1, flags: 0, offset: 0, name: b"r" };
+            w.add_region(&meta, &d).unwrap();
+            expect.push(d);
+        }
+        w.commit().unwrap();
+        let mut r = ImageReader::open(w.final_path()).unwrap();
+        prop_assert_eq!(r.regions().len(), expect.len());
+        for (i, d) in expect.iter().enumerate() {
+            prop_assert_eq!(&r.read_region(i).unwrap(), d);
+        }
+    }
+}
