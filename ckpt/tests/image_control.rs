@@ -1,0 +1,108 @@
+//! The control socket: a request from the client reaches the server and the reply comes
+//! back; permissions and stale sockets are handled.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use crum_ckpt::control::{
+    list_in, peer_uid, request_checkpoint_in, request_status_in, ControlError, ControlServer, Request, StatusReply,
+};
+
+fn private_dir() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    t
+}
+
+#[test]
+fn checkpoint_request_round_trips_and_socket_is_private() {
+    let t = private_dir();
+    let dir = t.path().join("crum");
+    let pid = std::process::id();
+    let server = ControlServer::bind_in(&dir, pid).unwrap();
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(server.path()).unwrap().permissions().mode() & 0o777, 0o600);
+
+    let agent = std::thread::spawn(move || {
+        let (req, resp) = server.accept().unwrap();
+        let Request::Checkpoint { dir, exit } = req else { panic!("expected checkpoint, got {req:?}") };
+        assert!(exit);
+        resp.reply(Ok(dir.unwrap().join("ckpt-x"))).unwrap();
+        let (req, resp) = server.accept().unwrap();
+        assert_eq!(req, Request::Checkpoint { dir: None, exit: false });
+        resp.reply(Err("disk full".into())).unwrap();
+        let (req, resp) = server.accept().unwrap();
+        assert_eq!(req, Request::Status);
+        resp.reply_status(StatusReply { checkpoints: 2, last_image: None }).unwrap();
+        server
+    });
+    // A relative directory is sent absolute (the agent's working directory differs).
+    let path = request_checkpoint_in(&dir, pid, Some(std::path::Path::new("imgs")), true).unwrap();
+    assert_eq!(path, std::env::current_dir().unwrap().join("imgs").join("ckpt-x"));
+    let e = request_checkpoint_in(&dir, pid, None, false).unwrap_err();
+    assert!(matches!(&e, ControlError::Failed { message, .. } if message == "disk full"), "{e}");
+    assert_eq!(request_status_in(&dir, pid).unwrap().checkpoints, 2);
+
+    let listed = list_in(&dir).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].pid, pid);
+    assert!(!listed[0].cmdline.is_empty());
+
+    let server = agent.join().unwrap();
+    let sock: PathBuf = server.path().to_path_buf();
+    drop(server);
+    assert!(!sock.exists(), "socket removed when the server is dropped");
+}
+
+#[test]
+fn peer_credentials_name_our_uid() {
+    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+    assert_eq!(peer_uid(&a).unwrap(), nix::unistd::geteuid().as_raw());
+}
+
+#[test]
+fn pid_without_socket_is_not_under_crum_and_dead_pid_is_not_running() {
+    let t = private_dir();
+    let dir = t.path().join("crum");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let e = request_checkpoint_in(&dir, std::process::id(), None, false).unwrap_err();
+    assert!(matches!(e, ControlError::NotUnderCrum { .. }), "{e}");
+    assert!(e.to_string().contains("not running under crum"));
+    let e = request_checkpoint_in(&dir, 999_999_999, None, false).unwrap_err();
+    assert!(matches!(e, ControlError::NoProcess { .. }), "{e}");
+}
+
+#[test]
+fn pid_of_another_user_is_refused() {
+    // pid 1 belongs to root; skip when the tests themselves run as root.
+    if nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let t = private_dir();
+    let e = request_checkpoint_in(t.path(), 1, None, false).unwrap_err();
+    assert!(matches!(e, ControlError::OtherUser { pid: 1 }), "{e}");
+}
+
+#[test]
+fn stale_socket_of_dead_pid_is_removed_by_list() {
+    let t = private_dir();
+    let dir = t.path().join("crum");
+    {
+        let s = ControlServer::bind_in(&dir, 999_999_998).unwrap();
+        std::mem::forget(s); // the process "died" without cleaning up
+    }
+    assert!(dir.join("999999998.sock").exists());
+    assert!(list_in(&dir).unwrap().is_empty());
+    assert!(!dir.join("999999998.sock").exists());
+}
+
+#[test]
+fn world_accessible_control_directory_is_refused() {
+    let t = private_dir();
+    let dir = t.path().join("crum");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = ControlServer::bind_in(&dir, std::process::id()).unwrap_err();
+    assert!(matches!(e, ControlError::UnsafeDir { .. }), "{e}");
+}
