@@ -24,7 +24,7 @@ mod writer;
 use std::io;
 use std::path::PathBuf;
 
-pub use format::{Encoding, FORMAT_MAJOR, FORMAT_MINOR, MAX_NAME_LEN, MAX_SECTION_NAME_LEN};
+pub use format::{utc_stamp, Encoding, FORMAT_MAJOR, FORMAT_MINOR, MAX_NAME_LEN, MAX_SECTION_NAME_LEN};
 pub use reader::{ChunkInfo, ImageReader, Inventory, RegionInfo, SectionInfo};
 pub use rotate::{clean_leftovers, keep_newest, latest_image, list_images, ImageEntry};
 pub use writer::{ImageWriter, RegionMeta, WriterOptions};
