@@ -25,6 +25,7 @@ errors! {
     ERROR_MISSING_CONFIGURATION = 52, "cudaErrorMissingConfiguration", "__global__ function call is not configured";
     ERROR_INVALID_RESOURCE_HANDLE_LEGACY = 33, "cudaErrorInvalidResourceHandle", "invalid resource handle";
     ERROR_INSUFFICIENT_DRIVER = 35, "cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version";
+    ERROR_INVALID_DEVICE_FUNCTION = 98, "cudaErrorInvalidDeviceFunction", "invalid device function";
     ERROR_NO_DEVICE = 100, "cudaErrorNoDevice", "no CUDA-capable device is detected";
     ERROR_INVALID_DEVICE = 101, "cudaErrorInvalidDevice", "invalid device ordinal";
     ERROR_DEVICE_NOT_LICENSED = 102, "cudaErrorDeviceNotLicensed", "device doesn't have valid Grid license";

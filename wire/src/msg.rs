@@ -43,6 +43,9 @@ pub enum Request {
     MemGetInfo,
     Malloc { size: u64, kind: AllocKind },
     Free { addr: u64 },
+    /// `cudaHostRegister`: the application range is page-locked (async copies read it late).
+    HostRegister { addr: u64, len: u64 },
+    HostUnregister { addr: u64 },
     /// Load a fat binary that the proxy reads from the application at `addr..addr+len`.
     LoadModule { addr: u64, len: u64 },
     UnloadModule { module: u64 },

@@ -1,0 +1,318 @@
+//! The device backend trait, its capability query and the probing factory.
+//!
+//! The server loop validates and decodes requests and calls one [`Backend`]; a backend owns
+//! the device and its object tables. Every method has a default that returns
+//! [`BackendError::Unsupported`], so a backend states what it does rather than silently
+//! succeeding at what it does not. Work that CUDA runs on a stream is *enqueued* by these
+//! methods (they return once the work is ordered); [`Backend::stream_sync`] and friends wait.
+
+use std::sync::Arc;
+
+use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo, TexDesc};
+
+use crate::hostmem::AppMemory;
+
+/// A stream handle as the application sees it (0 = the legacy default stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u64);
+/// An event handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(pub u64);
+/// A loaded module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModuleId(pub u64);
+/// A kernel of a loaded module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FuncId(pub u64);
+
+/// The legacy default stream.
+pub const LEGACY_STREAM: StreamId = StreamId(0);
+
+/// Backend failures; each maps to one `cudaError_t` ([`BackendError::code`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("{op} is not supported by the {backend} backend")]
+    Unsupported { backend: &'static str, op: &'static str },
+    #[error("{}", cuda::description(*.0))]
+    Cuda(u32),
+}
+
+impl BackendError {
+    /// The `cudaError_t` this error is reported as.
+    pub fn code(&self) -> u32 {
+        match self {
+            BackendError::Unsupported { .. } => cuda::ERROR_NOT_SUPPORTED,
+            BackendError::Cuda(c) => *c,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+fn unsupported<T>(backend: &'static str, op: &'static str) -> Result<T> {
+    Err(BackendError::Unsupported { backend, op })
+}
+
+/// What a backend can do (beyond the basics every backend implements).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    pub name: &'static str,
+    /// Kernels can access managed and pinned host memory directly (shared mappings).
+    pub shared_host_mappings: bool,
+    pub cooperative_launch: bool,
+    pub textures: bool,
+    /// Device allocations can be re-created at chosen addresses (restart).
+    pub fixed_addresses: bool,
+}
+
+/// Launch geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared: u32,
+    pub cooperative: bool,
+}
+
+/// One side of a copy.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// An address the backend owns (device, managed or pinned memory) or, failing that, an
+    /// address in the application (moved by cross-memory attach).
+    Addr(u64),
+    /// Bytes already taken from the application (async copies from pageable memory).
+    Staged(Arc<Vec<u8>>),
+}
+
+/// A (possibly 2-D) copy: `height` rows of `width` bytes.
+#[derive(Debug, Clone)]
+pub struct CopyOp {
+    pub dst: u64,
+    pub dpitch: u64,
+    pub src: Endpoint,
+    pub spitch: u64,
+    pub width: u64,
+    pub height: u64,
+}
+
+/// A new allocation; `memfd` is the descriptor (in this process) of the shared mapping behind
+/// managed and pinned memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    pub addr: u64,
+    pub memfd: Option<i32>,
+}
+
+/// A host function the application must run when a stream reaches it; calling it blocks the
+/// stream until the application reports completion.
+pub type HostCall = Box<dyn FnOnce() + Send>;
+
+/// One device behind the proxy.
+pub trait Backend: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn capabilities(&self) -> Capabilities;
+    fn device_props(&self) -> DeviceProps;
+    /// The application whose memory copies read and write (set once, at the first Hello).
+    fn attach_app(&self, app: Arc<AppMemory>);
+
+    fn mem_info(&self) -> Result<(u64, u64)> {
+        unsupported(self.name(), "cudaMemGetInfo")
+    }
+    fn malloc(&self, size: u64, kind: AllocKind) -> Result<Allocation> {
+        let _ = (size, kind);
+        unsupported(self.name(), "cudaMalloc")
+    }
+    fn free(&self, addr: u64) -> Result<()> {
+        let _ = addr;
+        unsupported(self.name(), "cudaFree")
+    }
+    /// Whether `[addr, addr+len)` lies in memory the backend can reach directly (device,
+    /// managed, pinned); None when it is not the backend's at all.
+    fn owns(&self, addr: u64, len: u64) -> Option<AllocKind> {
+        let _ = (addr, len);
+        None
+    }
+    fn host_register(&self, addr: u64, len: u64) -> Result<()> {
+        let _ = (addr, len);
+        unsupported(self.name(), "cudaHostRegister")
+    }
+    fn host_unregister(&self, addr: u64) -> Result<()> {
+        let _ = addr;
+        unsupported(self.name(), "cudaHostUnregister")
+    }
+    /// Whether the application range is registered (page-locked) host memory.
+    fn is_registered(&self, addr: u64, len: u64) -> bool {
+        let _ = (addr, len);
+        false
+    }
+
+    fn load_module(&self, image: &[u8]) -> Result<ModuleId> {
+        let _ = image;
+        unsupported(self.name(), "module load")
+    }
+    fn unload_module(&self, module: ModuleId) -> Result<()> {
+        let _ = module;
+        unsupported(self.name(), "module unload")
+    }
+    fn function(&self, module: ModuleId, name: &str) -> Result<FuncInfo> {
+        let _ = (module, name);
+        unsupported(self.name(), "function lookup")
+    }
+    /// Device address and size of a module-scope variable.
+    fn symbol(&self, module: ModuleId, name: &str) -> Result<(u64, u64)> {
+        let _ = (module, name);
+        unsupported(self.name(), "symbol lookup")
+    }
+    /// Move a module variable into managed memory (`__managed__`).
+    fn managed_var(&self, module: ModuleId, name: &str) -> Result<Allocation> {
+        let _ = (module, name);
+        unsupported(self.name(), "__managed__ variables")
+    }
+    fn func_set_attribute(&self, func: FuncId, attr: u32, value: i32) -> Result<()> {
+        let _ = (func, attr, value);
+        unsupported(self.name(), "cudaFuncSetAttribute")
+    }
+    fn launch(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>) -> Result<()> {
+        let _ = (stream, func, dims, params);
+        unsupported(self.name(), "kernel launch")
+    }
+    fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
+        let _ = (stream, op);
+        unsupported(self.name(), "cudaMemcpy")
+    }
+    fn memset(&self, stream: StreamId, dst: u64, pitch: u64, value: u8, width: u64, height: u64) -> Result<()> {
+        let _ = (stream, dst, pitch, value, width, height);
+        unsupported(self.name(), "cudaMemset")
+    }
+
+    fn stream_create(&self, flags: u32, priority: i32) -> Result<StreamId> {
+        let _ = (flags, priority);
+        unsupported(self.name(), "cudaStreamCreate")
+    }
+    fn stream_destroy(&self, stream: StreamId) -> Result<()> {
+        let _ = stream;
+        unsupported(self.name(), "cudaStreamDestroy")
+    }
+    /// True when all work on the stream has completed.
+    fn stream_query(&self, stream: StreamId) -> Result<bool> {
+        let _ = stream;
+        unsupported(self.name(), "cudaStreamQuery")
+    }
+    fn stream_sync(&self, stream: StreamId) -> Result<()> {
+        let _ = stream;
+        unsupported(self.name(), "cudaStreamSynchronize")
+    }
+    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let _ = (stream, event);
+        unsupported(self.name(), "cudaStreamWaitEvent")
+    }
+    fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
+        let _ = (stream, call);
+        unsupported(self.name(), "cudaLaunchHostFunc")
+    }
+
+    fn event_create(&self, flags: u32) -> Result<EventId> {
+        let _ = flags;
+        unsupported(self.name(), "cudaEventCreate")
+    }
+    fn event_destroy(&self, event: EventId) -> Result<()> {
+        let _ = event;
+        unsupported(self.name(), "cudaEventDestroy")
+    }
+    fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let _ = (event, stream);
+        unsupported(self.name(), "cudaEventRecord")
+    }
+    /// True when the event has completed (or was never recorded).
+    fn event_query(&self, event: EventId) -> Result<bool> {
+        let _ = event;
+        unsupported(self.name(), "cudaEventQuery")
+    }
+    fn event_sync(&self, event: EventId) -> Result<()> {
+        let _ = event;
+        unsupported(self.name(), "cudaEventSynchronize")
+    }
+    fn event_elapsed(&self, start: EventId, end: EventId) -> Result<f32> {
+        let _ = (start, end);
+        unsupported(self.name(), "cudaEventElapsedTime")
+    }
+
+    fn device_sync(&self) -> Result<()> {
+        unsupported(self.name(), "cudaDeviceSynchronize")
+    }
+    fn device_reset(&self) -> Result<()> {
+        unsupported(self.name(), "cudaDeviceReset")
+    }
+    fn texture_create(&self, desc: &TexDesc) -> Result<u64> {
+        let _ = desc;
+        unsupported(self.name(), "texture objects")
+    }
+    fn texture_destroy(&self, tex: u64) -> Result<()> {
+        let _ = tex;
+        unsupported(self.name(), "texture objects")
+    }
+
+    /// The error of earlier asynchronous work not yet reported (reported once), if any.
+    fn take_async_error(&self) -> Option<u32> {
+        None
+    }
+    /// Sticky error: once set, every later call fails with it.
+    fn sticky_error(&self) -> Option<u32> {
+        None
+    }
+    /// Device printf output produced so far (at most `max` bytes; the rest stays queued).
+    fn take_printf(&self, max: usize) -> Vec<u8> {
+        let _ = max;
+        Vec::new()
+    }
+}
+
+/// Which device a proxy should drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// A real GPU when one is usable, else the emulated device.
+    Auto,
+    Emu,
+    Cuda,
+}
+
+/// Why no backend could be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("no usable NVIDIA GPU: {reason}")]
+    NoGpu { reason: String },
+    #[error("the emulated device could not start")]
+    Emu(#[source] std::io::Error),
+}
+
+/// Why the `cuda` backend is not usable on this machine (None = usable).
+pub fn probe_cuda() -> Option<String> {
+    // The cuda backend drives the GPU through the driver library, loaded at run time.
+    let found = ["libcuda.so.1", "libcuda.so"].iter().any(|lib| {
+        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64/stubs"]
+            .iter()
+            .any(|dir| std::path::Path::new(dir).join(lib).exists())
+    });
+    if !found {
+        return Some("the CUDA driver library (libcuda.so.1) is not installed".into());
+    }
+    if !std::path::Path::new("/dev/nvidiactl").exists() {
+        return Some("no NVIDIA device nodes (/dev/nvidiactl)".into());
+    }
+    Some("the cuda backend is not built yet (use --device emu)".into())
+}
+
+/// The probing factory: `Auto` tries the GPU, then falls back to the emulated device.
+pub fn open(choice: DeviceChoice) -> std::result::Result<Arc<dyn Backend>, OpenError> {
+    match choice {
+        DeviceChoice::Emu => Ok(Arc::new(crate::emu::Emu::new().map_err(OpenError::Emu)?)),
+        DeviceChoice::Cuda => Err(OpenError::NoGpu { reason: probe_cuda().unwrap_or_default() }),
+        DeviceChoice::Auto => match probe_cuda() {
+            None => open(DeviceChoice::Cuda),
+            Some(reason) => {
+                tracing::info!(%reason, "using the emulated device");
+                open(DeviceChoice::Emu)
+            }
+        },
+    }
+}

@@ -1,0 +1,547 @@
+//! The emulated device: device memory mapped in the proxy at device addresses
+//! ([`memory`]), streams as ordered worker queues ([`stream`]), and kernels run by the PTX
+//! interpreter of `crum-ptx` ([`kernels`]).
+//!
+//! # Safety
+//! Copies and memsets touch device memory through raw pointers at device addresses. Each is
+//! bounds-checked against a live allocation before the job is queued and again when it runs
+//! (a free is preceded by a device drain, as `cudaFree` is synchronizing). Concurrent access
+//! by kernels on other streams is the application's data race, as on a GPU; the bytes
+//! involved are plain memory with no Rust invariants.
+#![allow(unsafe_code)]
+
+pub mod kernels;
+pub mod memory;
+pub mod stream;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo, TexDesc};
+
+use crate::backend::*;
+use crate::hostmem::AppMemory;
+use memory::Vram;
+use stream::{JobFn, Stream};
+
+/// Memory the emulated device reports (allocations beyond it fail like a full GPU).
+const CAPACITY: u64 = 16 << 30;
+
+/// State shared with stream jobs.
+pub struct Shared {
+    pub vram: Vram,
+    app: OnceLock<Arc<AppMemory>>,
+    async_err: AtomicU32,
+    sticky: AtomicU32,
+    printf: Mutex<Vec<u8>>,
+    pub(crate) kernels: kernels::Kernels,
+}
+
+impl Shared {
+    fn report(&self, code: u32) {
+        if cuda::is_sticky(code) {
+            let _ = self.sticky.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        let _ = self.async_err.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    fn app(&self) -> Result<&Arc<AppMemory>> {
+        self.app.get().ok_or(BackendError::Cuda(cuda::ERROR_INITIALIZATION))
+    }
+
+    #[allow(dead_code)] // called by kernel launches (kernels.rs with the PTX engine)
+    pub(crate) fn append_printf(&self, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.printf.lock().unwrap().extend_from_slice(bytes);
+        }
+    }
+
+    /// Copy rows between device memory and the application. Runs on a stream worker.
+    fn run_copy(&self, op: &CopyOp) -> std::result::Result<(), u32> {
+        let bad = cuda::ERROR_INVALID_VALUE;
+        let dev = |addr: u64, len: u64| self.vram.contains(addr, len).map(|_| addr as *mut u8);
+        for row in 0..op.height {
+            let d = op.dst + row * op.dpitch;
+            let w = op.width as usize;
+            match (&op.src, dev(d, op.width)) {
+                (Endpoint::Staged(data), dst) => {
+                    let off = (row * op.width) as usize;
+                    let src = data.get(off..off + w).ok_or(bad)?;
+                    match dst {
+                        // SAFETY: `dst` is inside a live allocation for `w` bytes (checked).
+                        Some(p) => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, w) },
+                        None => self.app().map_err(|e| e.code())?.write(d, src).map_err(|_| bad)?,
+                    }
+                }
+                (Endpoint::Addr(s0), dst) => {
+                    let s = s0 + row * op.spitch;
+                    match (dev(s, op.width), dst) {
+                        // SAFETY: both ranges are inside live allocations (checked); `copy`
+                        // allows overlap.
+                        (Some(sp), Some(dp)) => unsafe { std::ptr::copy(sp, dp, w) },
+                        (None, Some(dp)) => {
+                            // SAFETY: `dp` is inside a live allocation for `w` bytes.
+                            let buf = unsafe { std::slice::from_raw_parts_mut(dp, w) };
+                            self.app().map_err(|e| e.code())?.read(s, buf).map_err(|_| bad)?;
+                        }
+                        (Some(sp), None) => {
+                            // SAFETY: `sp` is inside a live allocation for `w` bytes.
+                            let buf = unsafe { std::slice::from_raw_parts(sp, w) };
+                            self.app().map_err(|e| e.code())?.write(d, buf).map_err(|_| bad)?;
+                        }
+                        (None, None) => {
+                            let app = self.app().map_err(|e| e.code())?;
+                            let mut tmp = vec![0u8; w];
+                            app.read(s, &mut tmp).map_err(|_| bad)?;
+                            app.write(d, &tmp).map_err(|_| bad)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Event {
+    blocking_sync: bool,
+    timing: bool,
+    rec: Mutex<Option<(Arc<Stream>, u64, Arc<OnceLock<Instant>>)>>,
+}
+
+/// The emulated device.
+pub struct Emu {
+    shared: Arc<Shared>,
+    streams: Mutex<HashMap<u64, Arc<Stream>>>,
+    events: Mutex<HashMap<u64, Arc<Event>>>,
+    textures: Mutex<HashMap<u64, TexDesc>>,
+    next_handle: AtomicU64,
+    props: DeviceProps,
+}
+
+impl Emu {
+    /// The emulated device with its memory window at the agreed device address range.
+    pub fn new() -> std::io::Result<Emu> {
+        Emu::with_window(crum_wire::DEVICE_VA_BASE, crum_wire::DEVICE_VA_SIZE)
+    }
+
+    /// The emulated device with its memory window at `[base, base+size)`.
+    pub fn with_window(base: u64, size: u64) -> std::io::Result<Emu> {
+        let shared = Arc::new(Shared {
+            vram: Vram::new(base, size, CAPACITY.min(size))?,
+            app: OnceLock::new(),
+            async_err: AtomicU32::new(0),
+            sticky: AtomicU32::new(0),
+            printf: Mutex::default(),
+            kernels: kernels::Kernels::new(),
+        });
+        let emu = Emu {
+            shared,
+            streams: Mutex::default(),
+            events: Mutex::default(),
+            textures: Mutex::default(),
+            next_handle: AtomicU64::new(0x100),
+            props: emu_props(),
+        };
+        let legacy = Stream::spawn(0, false, 0, emu.on_error());
+        emu.streams.lock().unwrap().insert(0, legacy);
+        Ok(emu)
+    }
+
+    fn on_error(&self) -> Arc<dyn Fn(u32) + Send + Sync> {
+        let s = Arc::downgrade(&self.shared);
+        Arc::new(move |code| {
+            if let Some(s) = s.upgrade() {
+                s.report(code)
+            }
+        })
+    }
+
+    fn handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn stream(&self, id: StreamId) -> Result<Arc<Stream>> {
+        self.streams.lock().unwrap().get(&id.0).cloned().ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
+    }
+
+    fn event(&self, id: EventId) -> Result<Arc<Event>> {
+        self.events.lock().unwrap().get(&id.0).cloned().ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
+    }
+
+    /// Enqueue on a stream with the implicit dependencies of the legacy default stream:
+    /// legacy work waits for every blocking stream, blocking-stream work waits for legacy work.
+    fn submit(&self, id: StreamId, run: JobFn) -> Result<(Arc<Stream>, u64)> {
+        let streams = self.streams.lock().unwrap();
+        let s = streams.get(&id.0).cloned().ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
+        let mut deps = Vec::new();
+        if id == LEGACY_STREAM {
+            for t in streams.values().filter(|t| t.id != 0 && !t.nonblocking) {
+                deps.push((t.clone(), t.submitted()));
+            }
+        } else if !s.nonblocking {
+            let legacy = &streams[&0];
+            deps.push((legacy.clone(), legacy.submitted()));
+        }
+        drop(streams);
+        let seq = s.submit(deps, run);
+        Ok((s, seq))
+    }
+
+    fn check_device(&self, addr: u64, len: u64) -> Result<()> {
+        if len == 0 || self.shared.vram.contains(addr, len).is_some() {
+            Ok(())
+        } else {
+            Err(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))
+        }
+    }
+
+    fn all_streams(&self) -> Vec<Arc<Stream>> {
+        self.streams.lock().unwrap().values().cloned().collect()
+    }
+}
+
+/// Properties of the emulated device: an sm_80-class part (A100-like limits), so programs
+/// that size their launches from the properties behave as on a real one.
+fn emu_props() -> DeviceProps {
+    DeviceProps {
+        name: "crum emulated device (sm_80)".into(),
+        total_mem: CAPACITY,
+        major: 8,
+        minor: 0,
+        multiprocessors: 108,
+        max_threads_per_block: 1024,
+        max_threads_per_sm: 2048,
+        max_blocks_per_sm: 32,
+        warp_size: 32,
+        regs_per_block: 65536,
+        regs_per_sm: 65536,
+        shared_per_block: 48 << 10,
+        shared_per_block_optin: 163 << 10,
+        shared_per_sm: 164 << 10,
+        const_mem: 64 << 10,
+        clock_khz: 1_410_000,
+        mem_clock_khz: 1_215_000,
+        mem_bus_width: 5120,
+        l2_bytes: 40 << 20,
+        max_grid: [i32::MAX, 65535, 65535],
+        max_block: [1024, 1024, 64],
+        managed: true,
+        concurrent_kernels: true,
+        cooperative_launch: true,
+        pci_bus_id: 0,
+        uuid: *b"crum-emu-device\0",
+    }
+}
+
+impl Backend for Emu {
+    fn name(&self) -> &'static str {
+        "emu"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { name: "emu", shared_host_mappings: true, cooperative_launch: true, textures: true, fixed_addresses: true }
+    }
+
+    fn device_props(&self) -> DeviceProps {
+        self.props.clone()
+    }
+
+    fn attach_app(&self, app: Arc<AppMemory>) {
+        let _ = self.shared.app.set(app);
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64)> {
+        let v = &self.shared.vram;
+        Ok((v.capacity() - v.used(), v.capacity()))
+    }
+
+    fn malloc(&self, size: u64, kind: AllocKind) -> Result<Allocation> {
+        let (addr, memfd) = self.shared.vram.alloc(size, kind).map_err(BackendError::Cuda)?;
+        Ok(Allocation { addr, memfd })
+    }
+
+    fn free(&self, addr: u64) -> Result<()> {
+        // cudaFree synchronizes the device: nothing may still be using the memory.
+        self.device_sync_inner();
+        self.shared.vram.free(addr).map(|_| ()).map_err(BackendError::Cuda)
+    }
+
+    fn owns(&self, addr: u64, len: u64) -> Option<AllocKind> {
+        self.shared.vram.contains(addr, len.max(1)).map(|r| r.kind)
+    }
+
+    fn host_register(&self, addr: u64, len: u64) -> Result<()> {
+        self.shared.vram.register(addr, len).map_err(BackendError::Cuda)
+    }
+
+    fn host_unregister(&self, addr: u64) -> Result<()> {
+        self.shared.vram.unregister(addr).map_err(BackendError::Cuda)
+    }
+
+    fn is_registered(&self, addr: u64, len: u64) -> bool {
+        self.shared.vram.is_registered(addr, len)
+    }
+
+    fn load_module(&self, image: &[u8]) -> Result<ModuleId> {
+        let id = self.handle();
+        self.shared.kernels.load(id, image, &self.shared.vram)?;
+        Ok(ModuleId(id))
+    }
+
+    fn unload_module(&self, module: ModuleId) -> Result<()> {
+        self.device_sync_inner();
+        self.shared.kernels.unload(module.0, &self.shared.vram)
+    }
+
+    fn function(&self, module: ModuleId, name: &str) -> Result<FuncInfo> {
+        self.shared.kernels.function(module.0, name, || self.handle(), &self.props)
+    }
+
+    fn symbol(&self, module: ModuleId, name: &str) -> Result<(u64, u64)> {
+        self.shared.kernels.symbol(module.0, name)
+    }
+
+    fn managed_var(&self, module: ModuleId, name: &str) -> Result<Allocation> {
+        self.shared.kernels.make_managed(module.0, name, &self.shared.vram)
+    }
+
+    fn func_set_attribute(&self, func: FuncId, attr: u32, value: i32) -> Result<()> {
+        self.shared.kernels.set_attribute(func.0, attr, value, &self.props)
+    }
+
+    fn launch(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>) -> Result<()> {
+        let job = self.shared.kernels.prepare(func.0, dims, params, &self.props)?;
+        let shared = self.shared.clone();
+        let textures: Arc<HashMap<u64, TexDesc>> = Arc::new(self.textures.lock().unwrap().clone());
+        self.submit(stream, Box::new(move || kernels::run(&shared, job, &textures)))?;
+        Ok(())
+    }
+
+    fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
+        // Validate what can be validated now: device-window addresses must be allocations.
+        let span = |pitch: u64| pitch.checked_mul(op.height.saturating_sub(1)).and_then(|x| x.checked_add(op.width));
+        let (dspan, sspan) = (span(op.dpitch), span(op.spitch));
+        let (Some(dspan), Some(sspan)) = (dspan, sspan) else {
+            return Err(BackendError::Cuda(cuda::ERROR_INVALID_VALUE));
+        };
+        if op.width == 0 || op.height == 0 {
+            return Ok(());
+        }
+        let in_window = |a: u64| self.shared.vram.in_window(a);
+        if in_window(op.dst) {
+            self.check_device(op.dst, dspan)?;
+        }
+        if let Endpoint::Addr(s) = op.src {
+            if in_window(s) {
+                self.check_device(s, sspan)?;
+            }
+        }
+        let shared = self.shared.clone();
+        self.submit(stream, Box::new(move || shared.run_copy(&op)))?;
+        Ok(())
+    }
+
+    fn memset(&self, stream: StreamId, dst: u64, pitch: u64, value: u8, width: u64, height: u64) -> Result<()> {
+        if width == 0 || height == 0 {
+            return Ok(());
+        }
+        let span = pitch.checked_mul(height - 1).and_then(|x| x.checked_add(width)).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))?;
+        self.check_device(dst, span)?;
+        let shared = self.shared.clone();
+        self.submit(stream, Box::new(move || {
+            shared.vram.contains(dst, span).ok_or(cuda::ERROR_INVALID_VALUE)?;
+            for row in 0..height {
+                // SAFETY: the whole span lies in a live allocation (checked just above).
+                unsafe { std::ptr::write_bytes((dst + row * pitch) as *mut u8, value, width as usize) };
+            }
+            Ok(())
+        }))?;
+        Ok(())
+    }
+
+    fn stream_create(&self, flags: u32, priority: i32) -> Result<StreamId> {
+        let id = self.handle();
+        let s = Stream::spawn(id, flags & 1 != 0, priority, self.on_error());
+        self.streams.lock().unwrap().insert(id, s);
+        Ok(StreamId(id))
+    }
+
+    fn stream_destroy(&self, stream: StreamId) -> Result<()> {
+        if stream == LEGACY_STREAM {
+            return Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE));
+        }
+        let s = self.streams.lock().unwrap().remove(&stream.0).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
+        s.shutdown();
+        Ok(())
+    }
+
+    fn stream_query(&self, stream: StreamId) -> Result<bool> {
+        Ok(self.stream(stream)?.idle())
+    }
+
+    fn stream_sync(&self, stream: StreamId) -> Result<()> {
+        if stream == LEGACY_STREAM {
+            // Work on the legacy stream waits for blocking streams; a no-op job there waits
+            // for everything it must.
+            let (s, seq) = self.submit(stream, Box::new(|| Ok(())))?;
+            s.wait(seq);
+        } else {
+            self.stream(stream)?.drain();
+        }
+        Ok(())
+    }
+
+    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let e = self.event(event)?;
+        let rec = e.rec.lock().unwrap().clone();
+        let s = self.stream(stream)?;
+        if let Some((es, seq, _)) = rec {
+            s.submit(vec![(es, seq)], Box::new(|| Ok(())));
+        }
+        Ok(())
+    }
+
+    fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
+        self.submit(stream, Box::new(move || {
+            call();
+            Ok(())
+        }))?;
+        Ok(())
+    }
+
+    fn event_create(&self, flags: u32) -> Result<EventId> {
+        let id = self.handle();
+        let e = Event { blocking_sync: flags & 1 != 0, timing: flags & 2 == 0, rec: Mutex::new(None) };
+        let _ = e.blocking_sync;
+        self.events.lock().unwrap().insert(id, Arc::new(e));
+        Ok(EventId(id))
+    }
+
+    fn event_destroy(&self, event: EventId) -> Result<()> {
+        self.events.lock().unwrap().remove(&event.0).map(|_| ()).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
+    }
+
+    fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let e = self.event(event)?;
+        let stamp = Arc::new(OnceLock::new());
+        let st = stamp.clone();
+        let (s, seq) = self.submit(stream, Box::new(move || {
+            let _ = st.set(Instant::now());
+            Ok(())
+        }))?;
+        *e.rec.lock().unwrap() = Some((s, seq, stamp));
+        Ok(())
+    }
+
+    fn event_query(&self, event: EventId) -> Result<bool> {
+        let e = self.event(event)?;
+        let rec = e.rec.lock().unwrap().clone();
+        Ok(rec.is_none_or(|(s, seq, _)| s.reached(seq)))
+    }
+
+    fn event_sync(&self, event: EventId) -> Result<()> {
+        let e = self.event(event)?;
+        let rec = e.rec.lock().unwrap().clone();
+        if let Some((s, seq, _)) = rec {
+            s.wait(seq);
+        }
+        Ok(())
+    }
+
+    fn event_elapsed(&self, start: EventId, end: EventId) -> Result<f32> {
+        let (a, b) = (self.event(start)?, self.event(end)?);
+        if !a.timing || !b.timing {
+            return Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE));
+        }
+        let stamp = |e: &Event| -> Result<Instant> {
+            let rec = e.rec.lock().unwrap().clone();
+            let (s, seq, t) = rec.ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
+            if !s.reached(seq) {
+                return Err(BackendError::Cuda(cuda::ERROR_NOT_READY));
+            }
+            t.get().copied().ok_or(BackendError::Cuda(cuda::ERROR_NOT_READY))
+        };
+        let (ta, tb) = (stamp(&a)?, stamp(&b)?);
+        let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
+        Ok(ms as f32)
+    }
+
+    fn device_sync(&self) -> Result<()> {
+        self.device_sync_inner();
+        Ok(())
+    }
+
+    fn device_reset(&self) -> Result<()> {
+        self.device_sync_inner();
+        let ids: Vec<u64> = self.streams.lock().unwrap().keys().copied().filter(|&k| k != 0).collect();
+        for id in ids {
+            let _ = self.stream_destroy(StreamId(id));
+        }
+        self.events.lock().unwrap().clear();
+        self.textures.lock().unwrap().clear();
+        for a in self.shared.vram.all() {
+            if !self.shared.kernels.is_global(a) {
+                let _ = self.shared.vram.free(a);
+            }
+        }
+        self.shared.sticky.store(0, Ordering::SeqCst);
+        self.shared.async_err.store(0, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn texture_create(&self, desc: &TexDesc) -> Result<u64> {
+        let id = self.handle();
+        self.textures.lock().unwrap().insert(id, desc.clone());
+        Ok(id)
+    }
+
+    fn texture_destroy(&self, tex: u64) -> Result<()> {
+        self.textures.lock().unwrap().remove(&tex).map(|_| ()).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))
+    }
+
+    fn take_async_error(&self) -> Option<u32> {
+        let sticky = self.shared.sticky.load(Ordering::SeqCst);
+        let e = self.shared.async_err.swap(0, Ordering::SeqCst);
+        match (sticky, e) {
+            (0, 0) => None,
+            (0, e) => Some(e),
+            (s, _) => Some(s),
+        }
+    }
+
+    fn sticky_error(&self) -> Option<u32> {
+        Some(self.shared.sticky.load(Ordering::SeqCst)).filter(|&c| c != 0)
+    }
+
+    fn take_printf(&self, max: usize) -> Vec<u8> {
+        let mut g = self.shared.printf.lock().unwrap();
+        if g.len() <= max {
+            std::mem::take(&mut *g)
+        } else {
+            let rest = g.split_off(max);
+            std::mem::replace(&mut *g, rest)
+        }
+    }
+}
+
+impl Emu {
+    fn device_sync_inner(&self) {
+        for s in self.all_streams() {
+            s.drain();
+        }
+    }
+}
+
+impl Drop for Emu {
+    fn drop(&mut self) {
+        for s in self.all_streams() {
+            s.shutdown();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,355 @@
+//! The server loop: one thread per claimed lane decodes requests, validates them, calls the
+//! backend and replies. A request is untrusted: every handle is looked up, every size capped,
+//! every application address goes through cross-memory attach (which the kernel validates),
+//! and a malformed message costs the sender an error code, never the proxy.
+//!
+//! Errors of pipelined requests are kept and reported by the next reply (as CUDA reports
+//! asynchronous errors at the next call); synchronizing calls return them as their status.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crum_wire::channel::MAX_REPLY;
+use crum_wire::{cuda, Body, Channel, CopyKind, Reply, Request, ServerLane};
+
+use crate::backend::*;
+use crate::hostmem::AppMemory;
+
+/// Largest fat binary the proxy accepts.
+const MAX_MODULE: u64 = 1 << 30;
+/// Largest async copy from pageable memory staged in the proxy (larger ones run synchronously).
+const MAX_STAGED: u64 = 256 << 20;
+
+struct PendingCall {
+    id: u64,
+    func: u64,
+    data: u64,
+}
+
+#[derive(Default)]
+struct Callbacks {
+    queue: Mutex<VecDeque<PendingCall>>,
+    ready: Condvar,
+    done: Mutex<HashMap<u64, bool>>,
+    finished: Condvar,
+    next: AtomicU64,
+}
+
+/// State shared by all lane threads.
+pub struct Server {
+    channel: Arc<Channel>,
+    backend: Arc<dyn Backend>,
+    app: Mutex<Option<Arc<AppMemory>>>,
+    deferred: AtomicU32,
+    callbacks: Callbacks,
+}
+
+fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
+    r.map_err(|e| {
+        if let BackendError::Unsupported { .. } = e {
+            tracing::warn!("{e}");
+        }
+        e.code()
+    })
+}
+
+impl Server {
+    pub fn new(channel: Arc<Channel>, backend: Arc<dyn Backend>) -> Arc<Server> {
+        Arc::new(Server { channel, backend, app: Mutex::new(None), deferred: AtomicU32::new(0), callbacks: Callbacks::default() })
+    }
+
+    /// Serve until `keep_going` returns false.
+    pub fn run(self: &Arc<Self>, keep_going: &dyn Fn() -> bool) {
+        self.channel.set_ready(std::process::id());
+        while keep_going() {
+            for lane in self.channel.accept_lanes(Duration::from_millis(100)) {
+                let s = self.clone();
+                let name = format!("crum-lane-{}", lane.index());
+                if let Err(e) = std::thread::Builder::new().name(name).spawn(move || s.serve_lane(lane)) {
+                    tracing::error!("cannot start a lane thread: {e}");
+                }
+            }
+        }
+    }
+
+    fn serve_lane(self: Arc<Self>, mut lane: ServerLane) {
+        let alive = || true;
+        loop {
+            let inc = match lane.recv(&alive) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::warn!(lane = lane.index(), "lane closed: {e}");
+                    return;
+                }
+            };
+            let req = match inc.request {
+                Ok(Request::Close) => {
+                    lane.release();
+                    return;
+                }
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!("malformed request: {e}");
+                    if inc.wants_reply {
+                        lane.reply(&Reply::err(cuda::ERROR_INVALID_VALUE));
+                    } else {
+                        self.defer(cuda::ERROR_INVALID_VALUE);
+                    }
+                    continue;
+                }
+            };
+            let syncing = is_syncing(&req);
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req)))
+                .unwrap_or_else(|_| {
+                    tracing::error!("request handler panicked");
+                    Err(cuda::ERROR_UNKNOWN)
+                });
+            if inc.wants_reply {
+                lane.reply(&self.finish(result, syncing));
+            } else if let Err(c) = result {
+                self.defer(c);
+            }
+        }
+    }
+
+    fn defer(&self, c: u32) {
+        let _ = self.deferred.compare_exchange(0, c, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    fn finish(&self, result: std::result::Result<Body, u32>, syncing: bool) -> Reply {
+        let mut r = match result {
+            Ok(body) => Reply::ok(body),
+            Err(c) => Reply::err(c),
+        };
+        let pending = match self.deferred.swap(0, Ordering::SeqCst) {
+            0 => self.backend.take_async_error().unwrap_or(0),
+            c => c,
+        };
+        if let Some(s) = self.backend.sticky_error() {
+            r.status = s;
+        } else if syncing && r.status == 0 {
+            r.status = pending;
+        } else {
+            r.deferred = pending;
+        }
+        if syncing {
+            r.printf = self.backend.take_printf(MAX_REPLY / 2);
+        }
+        r
+    }
+
+    fn app(&self) -> std::result::Result<Arc<AppMemory>, u32> {
+        self.app.lock().unwrap().clone().ok_or(cuda::ERROR_INITIALIZATION)
+    }
+
+    fn host_side_pinned(&self, addr: u64, len: u64) -> bool {
+        self.backend.owns(addr, len).is_some() || self.backend.is_registered(addr, len)
+    }
+
+    fn handle(self: &Arc<Self>, req: Request) -> std::result::Result<Body, u32> {
+        let b = &*self.backend;
+        match req {
+            Request::Hello { pid } => {
+                let mut g = self.app.lock().unwrap();
+                if g.is_none() {
+                    let app = Arc::new(AppMemory::new(pid));
+                    b.attach_app(app.clone());
+                    *g = Some(app);
+                    self.channel.set_app_pid(pid);
+                }
+                Ok(Body::Value(std::process::id() as u64))
+            }
+            Request::Close => Ok(Body::None),
+            Request::DeviceProps => Ok(Body::Props(b.device_props())),
+            Request::MemGetInfo => code(b.mem_info()).map(|(f, t)| Body::Pair(f, t)),
+            Request::Malloc { size, kind } => {
+                if size == 0 {
+                    return Ok(Body::Alloc { addr: 0, memfd: None });
+                }
+                code(b.malloc(size, kind)).map(|a| Body::Alloc { addr: a.addr, memfd: a.memfd })
+            }
+            Request::Free { addr } => code(b.free(addr)).map(|_| Body::None),
+            Request::HostRegister { addr, len } => code(b.host_register(addr, len)).map(|_| Body::None),
+            Request::HostUnregister { addr } => code(b.host_unregister(addr)).map(|_| Body::None),
+            Request::LoadModule { addr, len } => {
+                if len < 16 || len > MAX_MODULE {
+                    return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
+                }
+                let mut image = vec![0u8; len as usize];
+                self.app()?.read(addr, &mut image).map_err(|_| cuda::ERROR_INVALID_KERNEL_IMAGE)?;
+                code(b.load_module(&image)).map(|m| Body::Value(m.0))
+            }
+            Request::UnloadModule { module } => code(b.unload_module(ModuleId(module))).map(|_| Body::None),
+            Request::GetFunction { module, name } => code(b.function(ModuleId(module), &name)).map(Body::Func),
+            Request::GetSymbol { module, name } => code(b.symbol(ModuleId(module), &name)).map(|(a, s)| Body::Pair(a, s)),
+            Request::ManagedVar { module, name } => {
+                code(b.managed_var(ModuleId(module), &name)).map(|a| Body::Alloc { addr: a.addr, memfd: a.memfd })
+            }
+            Request::FuncSetAttribute { func, attr, value } => code(b.func_set_attribute(FuncId(func), attr, value)).map(|_| Body::None),
+            Request::Launch { func, grid, block, shared, stream, cooperative, params } => {
+                let dims = LaunchDims { grid, block, shared, cooperative };
+                code(b.launch(StreamId(stream), FuncId(func), dims, params)).map(|_| Body::None)
+            }
+            Request::Memcpy { dst, src, len, kind, stream, sync } => {
+                self.copy(CopyArgs { dst, dpitch: len, src, spitch: len, width: len, height: 1, kind, stream, sync })
+            }
+            Request::Memcpy2D { dst, dpitch, src, spitch, width, height, kind, stream, sync } => {
+                if dpitch < width || spitch < width {
+                    return Err(cuda::ERROR_INVALID_PITCH_VALUE);
+                }
+                self.copy(CopyArgs { dst, dpitch, src, spitch, width, height, kind, stream, sync })
+            }
+            Request::Memset { dst, value, len, stream, sync } => {
+                code(b.memset(StreamId(stream), dst, len, value, len, 1))?;
+                self.sync_if(sync, stream)
+            }
+            Request::Memset2D { dst, pitch, value, width, height, stream, sync } => {
+                if pitch < width {
+                    return Err(cuda::ERROR_INVALID_PITCH_VALUE);
+                }
+                code(b.memset(StreamId(stream), dst, pitch, value, width, height))?;
+                self.sync_if(sync, stream)
+            }
+            Request::StreamCreate { flags, priority } => code(b.stream_create(flags, priority)).map(|s| Body::Value(s.0)),
+            Request::StreamDestroy { stream } => code(b.stream_destroy(StreamId(stream))).map(|_| Body::None),
+            Request::StreamQuery { stream } => {
+                if code(b.stream_query(StreamId(stream)))? {
+                    Ok(Body::None)
+                } else {
+                    Err(cuda::ERROR_NOT_READY)
+                }
+            }
+            Request::StreamSync { stream } => code(b.stream_sync(StreamId(stream))).map(|_| Body::None),
+            Request::StreamWaitEvent { stream, event } => code(b.stream_wait_event(StreamId(stream), EventId(event))).map(|_| Body::None),
+            Request::EventCreate { flags } => code(b.event_create(flags)).map(|e| Body::Value(e.0)),
+            Request::EventDestroy { event } => code(b.event_destroy(EventId(event))).map(|_| Body::None),
+            Request::EventRecord { event, stream } => code(b.event_record(EventId(event), StreamId(stream))).map(|_| Body::None),
+            Request::EventQuery { event } => {
+                if code(b.event_query(EventId(event)))? {
+                    Ok(Body::None)
+                } else {
+                    Err(cuda::ERROR_NOT_READY)
+                }
+            }
+            Request::EventSync { event } => code(b.event_sync(EventId(event))).map(|_| Body::None),
+            Request::EventElapsed { start, end } => code(b.event_elapsed(EventId(start), EventId(end))).map(Body::Float),
+            Request::HostFunc { stream, func, data } => {
+                let id = self.callbacks.next.fetch_add(1, Ordering::Relaxed) + 1;
+                let me = self.clone();
+                code(b.host_func(StreamId(stream), Box::new(move || me.run_callback(id, func, data)))).map(|_| Body::None)
+            }
+            Request::WaitCallback => {
+                let mut q = self.callbacks.queue.lock().unwrap();
+                loop {
+                    if let Some(c) = q.pop_front() {
+                        return Ok(Body::Callback { id: c.id, func: c.func, data: c.data });
+                    }
+                    q = self.callbacks.ready.wait_timeout(q, Duration::from_millis(200)).unwrap().0;
+                }
+            }
+            Request::CallbackDone { id } => {
+                let mut d = self.callbacks.done.lock().unwrap();
+                match d.get_mut(&id) {
+                    Some(done) => {
+                        *done = true;
+                        self.callbacks.finished.notify_all();
+                        Ok(Body::None)
+                    }
+                    None => Err(cuda::ERROR_INVALID_VALUE),
+                }
+            }
+            Request::DeviceSync => code(b.device_sync()).map(|_| Body::None),
+            Request::DeviceReset => code(b.device_reset()).map(|_| Body::None),
+            Request::TexCreate { desc } => code(b.texture_create(&desc)).map(Body::Value),
+            Request::TexDestroy { tex } => code(b.texture_destroy(tex)).map(|_| Body::None),
+            Request::Flush => Ok(Body::None),
+        }
+    }
+
+    fn sync_if(&self, sync: bool, stream: u64) -> std::result::Result<Body, u32> {
+        if sync {
+            code(self.backend.stream_sync(StreamId(stream)))?;
+        }
+        Ok(Body::None)
+    }
+
+    fn copy(&self, a: CopyArgs) -> std::result::Result<Body, u32> {
+        let b = &*self.backend;
+        if a.width == 0 || a.height == 0 {
+            return Ok(Body::None);
+        }
+        let span = |pitch: u64| pitch.checked_mul(a.height - 1).and_then(|x| x.checked_add(a.width)).ok_or(cuda::ERROR_INVALID_VALUE);
+        let (sspan, dspan) = (span(a.spitch)?, span(a.dpitch)?);
+        let mut sync = a.sync;
+        let mut src = Endpoint::Addr(a.src);
+        if !sync {
+            match a.kind {
+                // From pageable memory: take the bytes now (the app may reuse the buffer as
+                // soon as the call returns), or copy synchronously when too large to stage.
+                CopyKind::HostToDevice if !self.host_side_pinned(a.src, sspan) => {
+                    if sspan > MAX_STAGED {
+                        sync = true;
+                    } else {
+                        let mut buf = vec![0u8; (a.width * a.height) as usize];
+                        let app = self.app()?;
+                        for row in 0..a.height {
+                            let w = a.width as usize;
+                            let off = row as usize * w;
+                            app.read(a.src + row * a.spitch, &mut buf[off..off + w]).map_err(|_| cuda::ERROR_INVALID_VALUE)?;
+                        }
+                        src = Endpoint::Staged(Arc::new(buf));
+                    }
+                }
+                // To pageable memory: CUDA returns only once the copy is done.
+                CopyKind::DeviceToHost if !self.host_side_pinned(a.dst, dspan) => sync = true,
+                _ => {}
+            }
+        }
+        let spitch = if let Endpoint::Staged(_) = src { a.width } else { a.spitch };
+        let op = CopyOp { dst: a.dst, dpitch: a.dpitch, src, spitch, width: a.width, height: a.height };
+        code(b.memcpy(StreamId(a.stream), op))?;
+        self.sync_if(sync, a.stream)
+    }
+
+    fn run_callback(&self, id: u64, func: u64, data: u64) {
+        self.callbacks.done.lock().unwrap().insert(id, false);
+        self.callbacks.queue.lock().unwrap().push_back(PendingCall { id, func, data });
+        self.callbacks.ready.notify_one();
+        let mut d = self.callbacks.done.lock().unwrap();
+        while !d.get(&id).copied().unwrap_or(true) {
+            d = self.callbacks.finished.wait_timeout(d, Duration::from_millis(200)).unwrap().0;
+        }
+        d.remove(&id);
+    }
+}
+
+struct CopyArgs {
+    dst: u64,
+    dpitch: u64,
+    src: u64,
+    spitch: u64,
+    width: u64,
+    height: u64,
+    kind: CopyKind,
+    stream: u64,
+    sync: bool,
+}
+
+/// Calls after which device work is complete (their status carries asynchronous errors and
+/// their reply carries device printf output).
+fn is_syncing(r: &Request) -> bool {
+    match r {
+        Request::DeviceSync | Request::StreamSync { .. } | Request::EventSync { .. } | Request::DeviceReset | Request::Flush | Request::Free { .. } => true,
+        Request::Memcpy { sync, .. } | Request::Memcpy2D { sync, .. } | Request::Memset { sync, .. } | Request::Memset2D { sync, .. } => *sync,
+        _ => false,
+    }
+}
+
+/// Run the proxy on `channel` with `backend` until `keep_going` says stop.
+pub fn serve(channel: Arc<Channel>, backend: Arc<dyn Backend>, keep_going: &dyn Fn() -> bool) -> Result<()> {
+    let server = Server::new(channel, backend);
+    server.run(keep_going);
+    Ok(())
+}
