@@ -1,5 +1,816 @@
-//! The checkpoint agent: a thread inside the application, started by the preloaded library.
+//! The checkpoint agent: a thread inside the application, started by the preloaded library
+//! when the program runs under `crum run` (`CRUM_RUN=1`).
+//!
+//! It takes requests from the control socket ([`crate::control`]), from the `--interval`
+//! timer and from the configured signal (`CRUM_CKPT_SIGNAL`). A checkpoint runs:
+//! `hooks.quiesce` → stop every other thread ([`crate::threads`]) → `hooks.collect` →
+//! capture ([`crate::capture`]) → [`ImageWriter::prepare`] → raw `fork` → the child writes
+//! the image without locks and exits; the parent releases the threads at once
+//! (`hooks.resume`), reaps the child, rotates old images and replies with the path.
+//!
+//! The same code continues in a restored process: the fork point was saved with
+//! [`threads::agent_call_saved`], so after `crum restart` the agent wakes up there, removes
+//! the restorer's leftover mappings, restores the timers, runs `hooks.restore` and releases
+//! the program's threads. A restored process can be checkpointed again.
+//!
+//! # Safety
+//! The forked child uses only the preallocated [`ImageWriter`] and raw system calls; the
+//! context it reads is owned by the agent's stack frame, which stays live until the child
+//! has been reaped. Restart information is written by the restorer into [`RESTART_INFO`]
+//! before any program thread runs.
+#![allow(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::capture::{self, Own};
+use crate::control::{ControlServer, Request, StatusReply};
+use crate::image::{keep_newest, ImageReader, ImageWriter, RegionMeta, WriterOptions};
+use crate::state::{
+    FdKind, FdState, ProcessState, Region, RegionKind, ThreadInfo, PROCESS_STATE_VERSION, REGION_GROWSDOWN,
+    REGION_SHARED_ANON, REGION_SHARED_FILE, SECTION_PROCESS,
+};
+use crate::threads;
+
+/// How the interposer plugs external (device) state into checkpoints.
+#[derive(Clone, Copy)]
+pub struct Hooks {
+    /// Before threads are stopped: hold new CUDA calls at the gate, drain in-flight calls.
+    pub quiesce: fn() -> Result<(), String>,
+    /// After threads are stopped, before fork: extra image sections (name, bytes) e.g. device state.
+    pub collect: fn() -> Result<Vec<(String, Vec<u8>)>, String>,
+    /// In the parent after fork (and after a failed checkpoint): release the gate.
+    pub resume: fn(),
+    /// In a restarted process, before app threads run: rebuild external state from the sections.
+    pub restore: fn(&dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hooks { .. }")
+    }
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Hooks { quiesce: || Ok(()), collect: || Ok(Vec::new()), resume: || {}, restore: |_| Ok(()) }
+    }
+}
+
+static HOOKS: Mutex<Option<Hooks>> = Mutex::new(None);
+static EXCLUDED_FDS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+static STATUS: Mutex<Option<StatusReply>> = Mutex::new(None);
+static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
+/// Duration of the last program-visible pause (threads stopped), in microseconds.
+pub static LAST_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+
+/// Installs the hooks used by every later checkpoint and restart.
+pub fn set_hooks(h: Hooks) {
+    *HOOKS.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+}
+
+fn hooks() -> Hooks {
+    HOOKS.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or_default()
+}
+
+/// Marks `fd` as private to crum (e.g. the proxy channel): it is neither saved nor restored.
+pub fn exclude_fd(fd: i32) {
+    EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+}
+
+/// Written by the restorer before the restored program runs: magic, old pid, image path.
+#[repr(C)]
+pub struct RestartInfo {
+    pub magic: u64,
+    pub old_pid: i64,
+    pub path_len: u64,
+    pub path: [u8; 4096],
+}
+
+/// Value of [`RestartInfo::magic`] once the restorer has filled it.
+pub const RESTART_MAGIC: u64 = 0x4352_554d_5253_5452;
+
+#[no_mangle]
+#[used]
+static mut RESTART_INFO: RestartInfo = RestartInfo { magic: 0, old_pid: 0, path_len: 0, path: [0; 4096] };
+
+/// Agent configuration (from `crum run`'s environment variables).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub dir: PathBuf,
+    pub interval: Option<Duration>,
+    pub keep: usize,
+    pub signal: Option<i32>,
+    /// Write synchronously while the threads are stopped (benchmark baseline).
+    pub sync: bool,
+}
+
+impl Config {
+    /// Reads `CRUM_CKPT_DIR`, `CRUM_CKPT_INTERVAL`, `CRUM_CKPT_KEEP`, `CRUM_CKPT_SIGNAL`,
+    /// `CRUM_CKPT_SYNC` through `get`.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let dir = PathBuf::from(get("CRUM_CKPT_DIR").unwrap_or_else(|| "crum-images".into()));
+        let dir = if dir.is_absolute() {
+            dir
+        } else {
+            std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?.join(dir)
+        };
+        let interval = match get("CRUM_CKPT_INTERVAL") {
+            Some(v) if !v.is_empty() => {
+                let s: f64 = v.parse().map_err(|_| format!("CRUM_CKPT_INTERVAL={v} is not a number of seconds"))?;
+                if !(s > 0.0 && s.is_finite()) {
+                    return Err(format!("CRUM_CKPT_INTERVAL={v} must be positive"));
+                }
+                Some(Duration::from_secs_f64(s))
+            }
+            _ => None,
+        };
+        let keep = match get("CRUM_CKPT_KEEP") {
+            Some(v) if !v.is_empty() => v.parse().map_err(|_| format!("CRUM_CKPT_KEEP={v} is not a count"))?,
+            _ => 0,
+        };
+        let signal = match get("CRUM_CKPT_SIGNAL") {
+            Some(v) if !v.is_empty() => {
+                let s: i32 = v.parse().map_err(|_| format!("CRUM_CKPT_SIGNAL={v} is not a signal number"))?;
+                if !(1..=64).contains(&s) || s == libc::SIGKILL || s == libc::SIGSTOP {
+                    return Err(format!("CRUM_CKPT_SIGNAL={v} cannot be caught"));
+                }
+                Some(s)
+            }
+            _ => None,
+        };
+        let sync = get("CRUM_CKPT_SYNC").is_some_and(|v| v == "1");
+        Ok(Config { dir, interval, keep, signal, sync })
+    }
+}
+
+enum Reply {
+    Done(Result<PathBuf, String>),
+    /// The request was in flight in the process an image was taken of; this is the restored
+    /// process and the requester's connection does not exist here.
+    Restarted,
+}
+
+struct Job {
+    dir: Option<PathBuf>,
+    reply: Option<mpsc::Sender<Reply>>,
+}
 
 /// Starts the agent if this process runs under `crum run` (its environment says so);
 /// otherwise does nothing. Called once from the preloaded library's constructor.
-pub fn start_from_env() {}
+pub fn start_from_env() {
+    if std::env::var("CRUM_RUN").as_deref() != Ok("1") {
+        return;
+    }
+    if let Err(e) = start(Config::from_vars(|k| std::env::var(k).ok())) {
+        // The program runs on without checkpoints; say why once.
+        eprintln!("crum: checkpoints disabled: {e}");
+    }
+}
+
+fn start(cfg: Result<Config, String>) -> Result<(), String> {
+    let cfg = cfg?;
+    threads::probe_libc()?;
+    threads::install_handler()?;
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() } as u32;
+    let server = ControlServer::bind(pid).map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel::<Job>();
+    if let Some(sig) = cfg.signal {
+        install_trigger(sig, tx.clone())?;
+    }
+    let ctl_tx = tx.clone();
+    let exit_path = server.path().to_path_buf();
+    std::thread::Builder::new()
+        .name("crum-control".into())
+        .spawn(move || control_loop(server, ctl_tx))
+        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    let _ = exit_path;
+    std::thread::Builder::new()
+        .name("crum-agent".into())
+        .spawn(move || engine_loop(cfg, rx, tx))
+        .map_err(|e| format!("cannot start the agent thread: {e}"))?;
+    Ok(())
+}
+
+/// Blocks every signal on a crum thread but the stop signal (crum threads are stopped and
+/// restored like the program's).
+fn block_all_signals() {
+    // SAFETY: sigfillset/pthread_sigmask on a live local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::sigdelset(&mut set, threads::stop_signal());
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+static mut TRIGGER_W: i32 = -1;
+
+extern "C" fn on_trigger(_sig: libc::c_int) {
+    let b = [1u8];
+    // SAFETY: write(2) is async-signal-safe; TRIGGER_W is set before the handler is installed.
+    unsafe { libc::write(TRIGGER_W, b.as_ptr() as *const libc::c_void, 1) };
+}
+
+fn install_trigger(sig: i32, tx: mpsc::Sender<Job>) -> Result<(), String> {
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into the live array; the handler is installed after
+    // TRIGGER_W is set, and only reads it.
+    unsafe {
+        if libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err("cannot create the signal pipe".into());
+        }
+        TRIGGER_W = p[1];
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_trigger as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+            return Err(format!("cannot install the checkpoint signal handler for {sig}"));
+        }
+    }
+    let rfd = p[0];
+    std::thread::Builder::new()
+        .name("crum-signal".into())
+        .spawn(move || {
+            block_all_signals();
+            let mut b = [0u8; 64];
+            loop {
+                // SAFETY: read into the live buffer.
+                let n = unsafe { libc::read(rfd, b.as_mut_ptr() as *mut libc::c_void, b.len()) };
+                if n == 0 {
+                    return;
+                }
+                if n < 0 {
+                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                        continue;
+                    }
+                    return;
+                }
+                if tx.send(Job { dir: None, reply: None }).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}
+
+fn control_loop(server: ControlServer, tx: mpsc::Sender<Job>) {
+    block_all_signals();
+    loop {
+        let (req, responder) = match server.accept() {
+            Ok(r) => r,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        match req {
+            Request::Status => {
+                let mut st = STATUS.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+                st.checkpoints = CHECKPOINTS.load(Relaxed);
+                let _ = responder.reply_status(st);
+            }
+            Request::Checkpoint { dir, exit } => {
+                let (rtx, rrx) = mpsc::channel();
+                if tx.send(Job { dir, reply: Some(rtx) }).is_err() {
+                    let _ = responder.reply(Err("the checkpoint agent is not running".into()));
+                    continue;
+                }
+                match rrx.recv() {
+                    Ok(Reply::Done(r)) => {
+                        let ok = r.is_ok();
+                        let _ = responder.reply(r);
+                        if ok && exit {
+                            server.remove_socket();
+                            // SAFETY: ends the process after the requester has its answer.
+                            unsafe { libc::_exit(0) };
+                        }
+                    }
+                    // The connection belongs to the process the image was taken of.
+                    Ok(Reply::Restarted) => std::mem::forget(responder),
+                    Err(_) => {
+                        let _ = responder.reply(Err("the checkpoint agent stopped".into()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn engine_loop(cfg: Config, rx: mpsc::Receiver<Job>, _keepalive: mpsc::Sender<Job>) {
+    block_all_signals();
+    if let Err(e) = threads::probe_libc() {
+        eprintln!("crum: checkpoints disabled: {e}");
+        return;
+    }
+    let mut next = cfg.interval.map(|i| Instant::now() + i);
+    loop {
+        let job = match next {
+            Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
+                Ok(j) => Some(j),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+            None => match rx.recv() {
+                Ok(j) => Some(j),
+                Err(_) => return,
+            },
+        };
+        let (dir, reply) = match job {
+            Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.reply),
+            None => (cfg.dir.clone(), None),
+        };
+        let outcome = checkpoint(&cfg, &dir);
+        if let Some(i) = cfg.interval {
+            next = Some(Instant::now() + i);
+        }
+        let msg = match outcome {
+            Outcome::Written(p) => {
+                CHECKPOINTS.fetch_add(1, Relaxed);
+                *STATUS.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(StatusReply { checkpoints: 0, last_image: Some(p.clone()) });
+                Reply::Done(Ok(p))
+            }
+            Outcome::Failed(e) => {
+                if reply.is_none() {
+                    eprintln!("crum: checkpoint failed: {e}");
+                }
+                Reply::Done(Err(e))
+            }
+            Outcome::Restarted => Reply::Restarted,
+        };
+        if let Some(r) = reply {
+            let _ = r.send(msg);
+        }
+    }
+}
+
+enum Outcome {
+    Written(PathBuf),
+    Failed(String),
+    Restarted,
+}
+
+/// Everything the forked child needs, built before the fork.
+struct ForkCtx {
+    writer: ImageWriter,
+    state_bytes: Vec<u8>,
+    sections: Vec<(String, Vec<u8>)>,
+    regions: Vec<Region>,
+    sync: bool,
+    child: i64,
+    err_r: i32,
+    err_w: i32,
+    maps_buf: Vec<u8>,
+    ranges: Vec<(u64, u64)>,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn checkpoint(cfg: &Config, dir: &Path) -> Outcome {
+    let h = hooks();
+    if let Err(e) = (h.quiesce)() {
+        (h.resume)();
+        return Outcome::Failed(format!("quiesce hook failed: {e}"));
+    }
+    let t0 = Instant::now();
+    if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
+        (h.resume)();
+        return Outcome::Failed(e);
+    }
+    let prepared = prepare(cfg, dir, &h);
+    let mut ctx = match prepared {
+        Ok(c) => c,
+        Err(e) => {
+            threads::release_all();
+            (h.resume)();
+            return Outcome::Failed(e);
+        }
+    };
+    let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
+    if r == 1 {
+        let out = after_restart(&ctx, &h);
+        // The writer's and pipes' fds belong to the process the image was taken of.
+        std::mem::forget(ctx);
+        return out;
+    }
+    threads::release_all();
+    let pause = t0.elapsed();
+    LAST_PAUSE_US.store(pause.as_micros() as u64, Relaxed);
+    (h.resume)();
+    tracing::info!(pause_us = pause.as_micros() as u64, "threads resumed");
+    let result = if ctx.sync {
+        if ctx.child == 0 {
+            Ok(())
+        } else {
+            Err(read_child_error(ctx.err_r, ctx.err_w))
+        }
+    } else if ctx.child < 0 {
+        Err(format!("fork failed: {}", std::io::Error::from_raw_os_error(-ctx.child as i32)))
+    } else {
+        reap(ctx.child as i32, ctx.err_r, ctx.err_w)
+    };
+    let path = ctx.writer.final_path().to_path_buf();
+    drop(ctx);
+    match result {
+        Ok(()) => {
+            if cfg.keep > 0 {
+                if let Err(e) = keep_newest(dir, cfg.keep) {
+                    tracing::warn!("cannot remove old images: {e}");
+                }
+            }
+            Outcome::Written(path)
+        }
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+fn prepare(cfg: &Config, dir: &Path, h: &Hooks) -> Result<Box<ForkCtx>, String> {
+    let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
+    threads::prepare_restart_stacks()?;
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    let mut own = Vec::new();
+    let control_path = crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32);
+    let skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut fds = capture::fds(&skip, Some(&control_path), &mut own);
+    if let Some(&(fd, _)) = own.iter().find(|(_, k)| *k == Own::Listener) {
+        fds.push(FdState { fd, flags: 0, kind: FdKind::ControlListener });
+    }
+    let (start_brk, brk) = capture::brk();
+    let slots = threads::live_slots();
+    let main_slot = slots.iter().find(|s| s.1 == pid).map(|s| s.0).ok_or("the main thread has exited; crum needs it")?;
+    let threads_info =
+        slots.into_iter().map(|(slot, tid, fs_base, is_agent)| ThreadInfo { tid, slot: slot as u32, fs_base, is_agent }).collect();
+    let mut pid_history = PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    pid_history.retain(|&p| p != pid);
+    let mut state = ProcessState {
+        version: PROCESS_STATE_VERSION,
+        pid,
+        pid_history,
+        exe: std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        cmdline: std::fs::read("/proc/self/cmdline")
+            .map(|b| {
+                b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
+            })
+            .unwrap_or_default(),
+        cwd: std::fs::read_link("/proc/self/cwd")
+            .map(|p| p.to_string_lossy().into_owned())
+            .map_err(|e| format!("cannot read the working directory: {e}"))?,
+        regions: Vec::new(),
+        specials: Vec::new(),
+        threads: threads_info,
+        entry: threads::restored_main as *const () as u64,
+        restart_info: std::ptr::addr_of!(RESTART_INFO) as u64,
+        main_slot: main_slot as u32,
+        main_stack: threads::restart_stack_top(main_slot),
+        fds,
+        sigactions: capture::sigactions(),
+        itimers: capture::itimers(),
+        start_brk,
+        brk,
+        rlimits: capture::rlimits(),
+        umask: capture::umask(),
+    };
+    // Read before the writer allocates its buffers, so that they (separate mappings when
+    // large) are not saved. Memory freed between here and the fork (which the allocator
+    // may give back) is handled by the child, which clips every region to its own map.
+    let maps = capture::own_maps()?;
+    let (regions, specials) = capture::classify(&maps, threads::SLOTS[main_slot].rsp.load(Relaxed));
+    state.regions = regions;
+    state.specials = specials;
+    let seq = SEQ.fetch_add(1, Relaxed) + 1;
+    let opts = WriterOptions { pid: pid as u32, seq, max_sections: sections.len() + 4, ..Default::default() };
+    let writer =
+        ImageWriter::prepare(dir, &opts).map_err(|e| format!("cannot prepare the image in {}: {e}", dir.display()))?;
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into the live array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err("cannot create the writer's error pipe".into());
+    }
+    let state_bytes = state.encode();
+    Ok(Box::new(ForkCtx {
+        writer,
+        state_bytes,
+        sections,
+        regions: state.regions,
+        sync: cfg.sync,
+        child: 0,
+        err_r: p[0],
+        err_w: p[1],
+        maps_buf: Vec::with_capacity(MAPS_BUF),
+        ranges: Vec::with_capacity(MAX_RANGES),
+    }))
+}
+
+/// Room for the child's fresh copy of /proc/self/maps and the ranges parsed from it.
+const MAPS_BUF: usize = 8 << 20;
+const MAX_RANGES: usize = 1 << 17;
+
+static PID_HISTORY: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+extern "C" fn fork_and_write(arg: u64) -> u64 {
+    // SAFETY: `arg` is the ForkCtx owned by checkpoint(), live for this call.
+    let ctx = unsafe { &mut *(arg as *mut ForkCtx) };
+    if ctx.sync {
+        ctx.child = child_write(ctx) as i64;
+        return 0;
+    }
+    // SAFETY: raw fork: no atfork handlers; the child only runs child_write and exits.
+    let pid = unsafe { libc::syscall(libc::SYS_fork) };
+    if pid == 0 {
+        let code = child_write(ctx);
+        // SAFETY: leave without running any destructor or atexit handler.
+        unsafe { libc::syscall(libc::SYS_exit_group, code) };
+    }
+    ctx.child = if pid < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(1) as i64) } else { pid };
+    0
+}
+
+fn child_fail(ctx: &ForkCtx, what: &[u8], detail: &[u8]) -> i32 {
+    // SAFETY: raw writes of live slices to the error pipe.
+    unsafe {
+        libc::write(ctx.err_w, what.as_ptr() as *const libc::c_void, what.len());
+        libc::write(ctx.err_w, detail.as_ptr() as *const libc::c_void, detail.len());
+    }
+    1
+}
+
+fn error_detail(e: &crate::image::ImageError) -> &'static str {
+    use crate::image::ImageError as E;
+    match e {
+        E::Write { op, .. } => op,
+        E::Invalid(s) | E::Capacity(s) | E::Compress(s) => s,
+        _ => "image error",
+    }
+}
+
+/// Reads this process's memory map into the preallocated buffers as sorted (start, end)
+/// ranges: raw system calls, no allocation (the capacity was reserved before the fork).
+fn child_read_ranges(ctx: &mut ForkCtx) -> bool {
+    // SAFETY: open/read/close with a NUL-terminated path and the spare capacity of a Vec
+    // that is never reallocated here.
+    unsafe {
+        let fd = libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        ctx.maps_buf.set_len(0);
+        loop {
+            let len = ctx.maps_buf.len();
+            let room = ctx.maps_buf.capacity() - len;
+            if room == 0 {
+                libc::close(fd);
+                return false;
+            }
+            let n = libc::read(fd, ctx.maps_buf.as_mut_ptr().add(len) as *mut libc::c_void, room);
+            if n < 0 {
+                libc::close(fd);
+                return false;
+            }
+            if n == 0 {
+                break;
+            }
+            ctx.maps_buf.set_len(len + n as usize);
+        }
+        libc::close(fd);
+    }
+    ctx.ranges.clear();
+    for line in ctx.maps_buf.split(|&c| c == b'\n') {
+        let Some(dash) = line.iter().position(|&c| c == b'-') else { continue };
+        let Some(sp) = line.iter().position(|&c| c == b' ') else { continue };
+        let (Some(s), Some(e)) = (hex(&line[..dash]), hex(&line[dash + 1..sp])) else { continue };
+        if ctx.ranges.len() == ctx.ranges.capacity() {
+            return false;
+        }
+        ctx.ranges.push((s, e));
+    }
+    true
+}
+
+fn hex(b: &[u8]) -> Option<u64> {
+    let mut v: u64 = 0;
+    if b.is_empty() || b.len() > 16 {
+        return None;
+    }
+    for &c in b {
+        let d = (c as char).to_digit(16)?;
+        v = (v << 4) | d as u64;
+    }
+    Some(v)
+}
+
+/// Writes the image. In the forked child: no allocation, no locks.
+fn child_write(ctx: &mut ForkCtx) -> i32 {
+    if !child_read_ranges(ctx) {
+        return child_fail(ctx, b"reading the memory map", b"");
+    }
+    if let Err(e) = ctx.writer.add_section(SECTION_PROCESS, true, &ctx.state_bytes) {
+        return child_fail(ctx, b"writing the process section: ", error_detail(&e).as_bytes());
+    }
+    for i in 0..ctx.sections.len() {
+        let (name, data) = (&ctx.sections[i].0, &ctx.sections[i].1);
+        if let Err(e) = ctx.writer.add_section(name, false, data) {
+            return child_fail(ctx, b"writing a hook section: ", error_detail(&e).as_bytes());
+        }
+    }
+    let mut k = 0;
+    for i in 0..ctx.regions.len() {
+        let r = &ctx.regions[i];
+        let flags = match r.kind {
+            RegionKind::Private => 0,
+            RegionKind::SharedAnon => REGION_SHARED_ANON,
+            RegionKind::SharedFile { .. } => REGION_SHARED_FILE,
+        } | if r.growsdown { REGION_GROWSDOWN } else { 0 };
+        let offset = if let RegionKind::SharedFile { offset, .. } = r.kind { offset } else { 0 };
+        // Clip to what is mapped now (memory the allocator returned since the map was read
+        // is free memory of the program: nothing to save).
+        while k < ctx.ranges.len() && ctx.ranges[k].1 <= r.start {
+            k += 1;
+        }
+        let mut j = k;
+        while j < ctx.ranges.len() && ctx.ranges[j].0 < r.end {
+            let start = r.start.max(ctx.ranges[j].0);
+            let end = r.end.min(ctx.ranges[j].1);
+            j += 1;
+            if start >= end {
+                continue;
+            }
+            let len = end - start;
+            let meta = RegionMeta { start, len, prot: r.prot, flags, offset: offset + (start - r.start), name: r.name.as_bytes() };
+            let readable = r.prot & libc::PROT_READ as u32 != 0;
+            if r.has_data && !readable && !ctx.sync {
+                // SAFETY: this child's own copy of the region; making it readable changes
+                // nothing in the program.
+                unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, r.prot as i32 | libc::PROT_READ) };
+            }
+            let data: &[u8] = if r.has_data && (readable || !ctx.sync) {
+                // SAFETY: [start, end) is mapped in this address space (just read from its map)
+                // and readable; nothing unmaps it while the writer runs.
+                unsafe { std::slice::from_raw_parts(start as *const u8, len as usize) }
+            } else {
+                &[]
+            };
+            if let Err(e) = ctx.writer.add_region(&meta, data) {
+                return child_fail(ctx, b"writing memory: ", error_detail(&e).as_bytes());
+            }
+        }
+    }
+    if let Err(e) = ctx.writer.commit() {
+        return child_fail(ctx, b"committing the image: ", error_detail(&e).as_bytes());
+    }
+    0
+}
+
+/// Closes the error pipe and returns what the writer wrote into it.
+fn read_child_error(err_r: i32, err_w: i32) -> String {
+    let mut buf = [0u8; 512];
+    // SAFETY: our own pipe fds, each closed once here; read into the live buffer.
+    let n = unsafe {
+        libc::close(err_w);
+        let n = libc::read(err_r, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+        libc::close(err_r);
+        n
+    };
+    let msg = String::from_utf8_lossy(&buf[..n.max(0) as usize]).into_owned();
+    if msg.is_empty() {
+        "the image writer failed".into()
+    } else {
+        format!("image writer failed {msg}")
+    }
+}
+
+fn reap(child: i32, err_r: i32, err_w: i32) -> Result<(), String> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(child, &mut status, libc::__WALL) };
+        if r == child {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(format!("cannot wait for the image writer: {}", std::io::Error::last_os_error()));
+        }
+    }
+    let msg = read_child_error(err_r, err_w);
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        return Ok(());
+    }
+    if libc::WIFSIGNALED(status) {
+        return Err(format!("the image writer was killed by signal {}", libc::WTERMSIG(status)));
+    }
+    Err(msg)
+}
+
+/// The restored process: tidy up after the restorer and let the program go.
+fn after_restart(ctx: &ForkCtx, h: &Hooks) -> Outcome {
+    // The image writer and its fds belong to the old process: never drop them here.
+    // SAFETY: RESTART_INFO was written by the restorer before this thread ran.
+    let info = unsafe { &*std::ptr::addr_of!(RESTART_INFO) };
+    let image = if info.magic == RESTART_MAGIC {
+        let n = (info.path_len as usize).min(info.path.len());
+        Some(PathBuf::from(String::from_utf8_lossy(&info.path[..n]).into_owned()))
+    } else {
+        None
+    };
+    {
+        let mut hist = PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner());
+        hist.push(info.old_pid as i32);
+    }
+    let state = ProcessState::decode(&ctx.state_bytes).ok();
+    if let Some(st) = &state {
+        unmap_leftovers(st);
+        restore_itimers(&st.itimers);
+    }
+    let sections_dir = image.clone();
+    let read = move |name: &str| -> Option<Vec<u8>> {
+        let dir = sections_dir.as_ref()?;
+        ImageReader::open(dir).ok()?.section(name).ok()?
+    };
+    if let Err(e) = (h.restore)(&read) {
+        eprintln!("crum: restart failed: restore hook: {e}");
+        // SAFETY: nothing sensible can run: the program's external state is missing.
+        unsafe { libc::_exit(125) };
+    }
+    threads::release_all();
+    Outcome::Restarted
+}
+
+/// Unmaps what the restorer left behind: every mapping that is not one of the image's.
+fn unmap_leftovers(st: &ProcessState) {
+    let Ok(maps) = capture::own_maps() else { return };
+    for m in &maps {
+        if m.name == "[vsyscall]" || capture::SPECIAL_NAMES.contains(&m.name.as_str()) {
+            continue;
+        }
+        // Parts of [m.start, m.end) not covered by image regions.
+        let mut cur = m.start;
+        for r in st.regions.iter().filter(|r| r.end > m.start && r.start < m.end) {
+            if r.start > cur {
+                // SAFETY: a restorer mapping no program code refers to.
+                unsafe { libc::munmap(cur as *mut libc::c_void, (r.start - cur) as usize) };
+            }
+            cur = cur.max(r.end);
+        }
+        if cur < m.end {
+            // SAFETY: as above.
+            unsafe { libc::munmap(cur as *mut libc::c_void, (m.end - cur) as usize) };
+        }
+    }
+}
+
+fn restore_itimers(t: &[(u64, u64); 3]) {
+    for (i, w) in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF].into_iter().enumerate() {
+        let tv = |us: u64| libc::timeval { tv_sec: (us / 1_000_000) as i64, tv_usec: (us % 1_000_000) as i64 };
+        let v = libc::itimerval { it_interval: tv(t[i].0), it_value: tv(t[i].1) };
+        if t[i].1 != 0 {
+            // SAFETY: setitimer reads the live local.
+            unsafe { libc::setitimer(w, &v, std::ptr::null_mut()) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(kv: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| kv.iter().find(|(a, _)| *a == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn config_reads_all_variables() {
+        let c = Config::from_vars(vars(&[
+            ("CRUM_CKPT_DIR", "/x/imgs"),
+            ("CRUM_CKPT_INTERVAL", "1.5"),
+            ("CRUM_CKPT_KEEP", "3"),
+            ("CRUM_CKPT_SIGNAL", "10"),
+        ]))
+        .unwrap();
+        assert_eq!(c.dir, PathBuf::from("/x/imgs"));
+        assert_eq!(c.interval, Some(Duration::from_millis(1500)));
+        assert_eq!(c.keep, 3);
+        assert_eq!(c.signal, Some(10));
+        assert!(!c.sync);
+    }
+
+    #[test]
+    fn config_defaults_to_relative_dir_and_no_timer() {
+        let c = Config::from_vars(vars(&[])).unwrap();
+        assert!(c.dir.is_absolute() && c.dir.ends_with("crum-images"));
+        assert_eq!(c.interval, None);
+        assert_eq!(c.keep, 0);
+    }
+
+    #[test]
+    fn config_rejects_bad_values() {
+        assert!(Config::from_vars(vars(&[("CRUM_CKPT_INTERVAL", "-1")])).is_err());
+        assert!(Config::from_vars(vars(&[("CRUM_CKPT_SIGNAL", "9")])).is_err());
+        assert!(Config::from_vars(vars(&[("CRUM_CKPT_KEEP", "x")])).is_err());
+    }
+}

@@ -3,5 +3,9 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+pub mod arch;
+pub mod capture;
 pub mod control;
 pub mod image;
+pub mod state;
+pub mod threads;

@@ -2,3 +2,5 @@
 //! the application sees it, forwarded to the proxy; shadow managed pages; and the start of
 //! the checkpoint agent.
 #![deny(unsafe_code)]
+
+mod agent_hook;

@@ -1,3 +1,252 @@
 //! Restart: rebuild a process from an image at its original addresses and hand over to the
 //! agent inside it.
+//!
+//! The restorer is the `crum` binary itself. [`restart`] validates the whole image and the
+//! files it refers to first (a bad image or a changed file is a one-line error and nothing
+//! is started), checks that none of its own mappings collide with the image (else it
+//! re-executes itself: address-space randomisation gives a new layout), maps every region
+//! at its original address and fills it, restores file descriptors, working directory,
+//! limits and signal dispositions, moves `[vvar]`/`[vvar_vclock]`/`[vdso]` to where the
+//! program expects them, and finally switches to the program's main-thread TLS and stack and
+//! calls the agent's restored-side entry (`crum_ckpt::threads::restored_main`), which
+//! re-creates the other threads. This process becomes the program (same pid as the
+//! `crum restart` that was started). The restorer's own mappings are removed later by the
+//! agent in the restored program.
 #![deny(unsafe_code)]
+
+mod layout;
+mod sys;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crum_ckpt::image::{ImageError, ImageReader};
+use crum_ckpt::state::{FdKind, ProcessState, SECTION_PROCESS};
+
+/// Why a restart did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("file {path} (fd {fd}) {problem} since the checkpoint; refusing to restart")]
+    FileChanged { path: String, fd: i32, problem: &'static str },
+    #[error("cannot restore fd {fd}: {what}")]
+    Unsupported { fd: i32, what: String },
+    #[error("{what} failed")]
+    Sys {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no address-space layout without collisions after {tries} tries ({detail})")]
+    Layout { tries: u32, detail: String },
+}
+
+fn sys_err(what: impl Into<String>) -> RestartError {
+    RestartError::Sys { what: what.into(), source: std::io::Error::last_os_error() }
+}
+
+/// Environment variable counting re-executions after layout collisions.
+pub const ATTEMPT_VAR: &str = "CRUM_RESTART_ATTEMPT";
+const MAX_ATTEMPTS: u32 = 8;
+
+/// A validated image, ready to restore.
+pub struct Plan {
+    reader: ImageReader,
+    state: ProcessState,
+    dir: PathBuf,
+}
+
+impl Plan {
+    pub fn state(&self) -> &ProcessState {
+        &self.state
+    }
+}
+
+/// Opens and checks an image and everything a restart of it needs; starts nothing.
+pub fn validate(dir: &Path) -> Result<Plan, RestartError> {
+    let dir = std::fs::canonicalize(dir).map_err(|_| ImageError::Missing { path: dir.to_path_buf() })?;
+    let mut reader = ImageReader::open_for_restore(&dir, &[SECTION_PROCESS])?;
+    let bytes = reader
+        .section(SECTION_PROCESS)?
+        .ok_or_else(|| ImageError::MissingSection { name: SECTION_PROCESS.to_string() })?;
+    let state = ProcessState::decode(&bytes).map_err(RestartError::Invalid)?;
+    check_regions(&reader, &state)?;
+    check_files(&state)?;
+    if !Path::new(&state.cwd).is_dir() {
+        return Err(RestartError::Invalid(format!("working directory {} no longer exists", state.cwd)));
+    }
+    let _ = &mut reader;
+    Ok(Plan { reader, state, dir })
+}
+
+fn check_regions(reader: &ImageReader, st: &ProcessState) -> Result<(), RestartError> {
+    let page = 4096u64;
+    let mut prev_end = 0u64;
+    for r in reader.regions() {
+        if r.start % page != 0 || r.len % page != 0 || r.len == 0 {
+            return Err(RestartError::Invalid(format!("image region {:#x}+{:#x} is not page aligned", r.start, r.len)));
+        }
+        if r.start < prev_end {
+            return Err(RestartError::Invalid(format!("image regions overlap at {:#x}", r.start)));
+        }
+        prev_end = r.start + r.len;
+        if prev_end > 0x7fff_ffff_f000 {
+            return Err(RestartError::Invalid(format!("image region {:#x} is outside user space", r.start)));
+        }
+    }
+    let covered = |a: u64| reader.regions().iter().any(|r| (r.start..r.start + r.len).contains(&a));
+    if !covered(st.entry) || !covered(st.main_stack - 8) || !covered(st.restart_info) {
+        return Err(RestartError::Invalid("image lacks the agent's memory (entry, stack or restart block)".into()));
+    }
+    Ok(())
+}
+
+fn writable(flags: u32) -> bool {
+    flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
+}
+
+fn check_files(st: &ProcessState) -> Result<(), RestartError> {
+    for f in &st.fds {
+        match &f.kind {
+            FdKind::File { path, size, mtime_ns, dev, ino, dir, .. } => {
+                let changed = |problem| RestartError::FileChanged { path: path.clone(), fd: f.fd, problem };
+                let Ok((s, m, d, i)) = crum_ckpt::capture::file_identity(path) else {
+                    return Err(changed("vanished"));
+                };
+                if *dir {
+                    continue;
+                }
+                if (d, i) != (*dev, *ino) {
+                    return Err(changed("was replaced"));
+                }
+                if writable(f.flags) {
+                    // The program may have written more after the checkpoint: that tail is
+                    // cut off at restart (it will be written again). Less is damage.
+                    if s < *size {
+                        return Err(changed("shrank"));
+                    }
+                } else if s != *size || m != *mtime_ns {
+                    return Err(changed("changed"));
+                }
+            }
+            FdKind::CharDev { path } => {
+                if !Path::new(path).exists() {
+                    return Err(RestartError::Unsupported { fd: f.fd, what: format!("device {path} does not exist here") });
+                }
+            }
+            FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Restarts the image in `dir`: on success this process becomes the program and the
+/// function never returns. May re-execute the current executable to get another layout.
+pub fn restart(dir: &Path) -> Result<std::convert::Infallible, RestartError> {
+    let plan = validate(dir)?;
+    let attempt: u32 = std::env::var(ATTEMPT_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    if let Err(detail) = layout::check(&plan) {
+        if attempt + 1 >= MAX_ATTEMPTS {
+            return Err(RestartError::Layout { tries: attempt + 1, detail });
+        }
+        tracing::info!(attempt, %detail, "layout collision; re-executing");
+        return Err(sys::reexec(attempt + 1));
+    }
+    restore(plan, attempt)
+}
+
+fn restore(mut plan: Plan, attempt: u32) -> Result<std::convert::Infallible, RestartError> {
+    match layout::map_regions(&mut plan) {
+        Ok(()) => {}
+        Err(layout::MapError::Collision(detail)) => {
+            if attempt + 1 >= MAX_ATTEMPTS {
+                return Err(RestartError::Layout { tries: attempt + 1, detail });
+            }
+            return Err(sys::reexec(attempt + 1));
+        }
+        Err(layout::MapError::Other(e)) => return Err(e),
+    }
+    let Plan { reader, state, dir } = plan;
+    drop(reader);
+    restore_fds(&state)?;
+    sys::chdir(&state.cwd)?;
+    sys::set_umask(state.umask);
+    sys::set_rlimits(&state.rlimits);
+    sys::set_brk(state.start_brk, state.brk);
+    sys::write_restart_info(state.restart_info, state.pid, &dir);
+    sys::block_signals();
+    sys::unregister_rseq();
+    sys::set_sigactions(&state.sigactions)?;
+    layout::move_specials(&state)?;
+    let fs = state.threads.iter().find(|t| t.slot == state.main_slot).map(|t| t.fs_base).unwrap_or(0);
+    sys::enter(fs, state.main_stack, state.entry, state.main_slot as u64)
+}
+
+/// Re-creates the program's file descriptors (fds 0-2 are the restarting terminal's).
+fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
+    let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
+    fds.sort_by_key(|f| f.fd);
+    let base = fds.last().map_or(3, |f| f.fd + 1).max(3);
+    sys::close_from(3);
+    let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
+    let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
+    for f in &fds {
+        let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
+        let status_flags = (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32) as i32;
+        let tmp = match &f.kind {
+            FdKind::Stdio => continue,
+            FdKind::File { path, pos, size, .. } => {
+                let open_flags = (f.flags as i32) & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC);
+                let fd = sys::open(path, open_flags)?;
+                if writable(f.flags) && crum_ckpt::capture::file_identity(path).map(|i| i.0).unwrap_or(0) > *size {
+                    sys::ftruncate(fd, *size, path)?;
+                }
+                sys::lseek(fd, *pos, path)?;
+                fd
+            }
+            FdKind::CharDev { path } => sys::open(path, (f.flags as i32) & !libc::O_CLOEXEC)?,
+            FdKind::Tty => sys::tty_fd(f.flags as i32)?,
+            FdKind::Pipe { id, read, data } => {
+                let (r, w) = match pipes.get(id) {
+                    Some(&p) => p,
+                    None => {
+                        let p = sys::pipe_high(base)?;
+                        pipes.insert(*id, p);
+                        p
+                    }
+                };
+                if *read && !data.is_empty() {
+                    pending_data.push((*id, data.clone()));
+                }
+                let end = if *read { r } else { w };
+                sys::dup_to(end, f.fd, cloexec)?;
+                sys::set_status_flags(f.fd, status_flags);
+                continue;
+            }
+            FdKind::Dup { of } => {
+                sys::dup_to(*of, f.fd, cloexec)?;
+                continue;
+            }
+            FdKind::ControlListener => sys::control_listener()?,
+            FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
+        };
+        let hi = sys::move_high(tmp, base)?;
+        sys::dup_to(hi, f.fd, cloexec)?;
+        sys::close(hi);
+        sys::set_status_flags(f.fd, status_flags);
+    }
+    for (id, data) in pending_data {
+        if let Some(&(_, w)) = pipes.get(&id) {
+            sys::write_all(w, &data)?;
+        }
+    }
+    for (_, (r, w)) in pipes {
+        sys::close(r);
+        sys::close(w);
+    }
+    Ok(())
+}

@@ -1,0 +1,397 @@
+//! Reading the state of the calling process while its other threads are stopped: memory
+//! map, open files, signal dispositions, timers, limits, working directory.
+//!
+//! # Safety
+//! Only plain system calls into locals (`rt_sigaction`, `getitimer`, `fstat`, `fcntl`,
+//! `getrlimit`, `umask`, `brk(0)`), each documented at its use.
+#![allow(unsafe_code)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::state::{FdKind, FdState, Region, RegionKind, SigAction, Special};
+
+/// Names of the kernel special mappings that must follow the program to the same address.
+pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
+
+/// One line of /proc/<pid>/maps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapsEntry {
+    pub start: u64,
+    pub end: u64,
+    pub prot: u32,
+    pub shared: bool,
+    pub offset: u64,
+    pub inode: u64,
+    pub name: String,
+}
+
+/// Parses /proc/<pid>/maps text.
+pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>, String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.splitn(6, ' ');
+        let (range, perms, off, _dev, ino) = match (it.next(), it.next(), it.next(), it.next(), it.next()) {
+            (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
+            _ => return Err(format!("malformed maps line: {line}")),
+        };
+        let name = it.next().unwrap_or("").trim_start().to_string();
+        let (s, e) = range.split_once('-').ok_or_else(|| format!("malformed maps range: {line}"))?;
+        let p = perms.as_bytes();
+        if p.len() < 4 {
+            return Err(format!("malformed maps permissions: {line}"));
+        }
+        let mut prot = 0;
+        if p[0] == b'r' {
+            prot |= libc::PROT_READ as u32;
+        }
+        if p[1] == b'w' {
+            prot |= libc::PROT_WRITE as u32;
+        }
+        if p[2] == b'x' {
+            prot |= libc::PROT_EXEC as u32;
+        }
+        let hex = |v: &str| u64::from_str_radix(v, 16).map_err(|_| format!("malformed maps number in: {line}"));
+        out.push(MapsEntry {
+            start: hex(s)?,
+            end: hex(e)?,
+            prot,
+            shared: p[3] == b's',
+            offset: hex(off)?,
+            inode: ino.parse().map_err(|_| format!("malformed maps inode in: {line}"))?,
+            name,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads this process's memory map.
+pub fn own_maps() -> Result<Vec<MapsEntry>, String> {
+    let text = std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("cannot read /proc/self/maps: {e}"))?;
+    parse_maps(&text)
+}
+
+/// Splits a memory map into restorable regions and special mappings. The region holding
+/// `main_sp` (or named `[stack]`) is the main stack.
+pub fn classify(maps: &[MapsEntry], main_sp: u64) -> (Vec<Region>, Vec<Special>) {
+    let mut regions = Vec::new();
+    let mut specials = Vec::new();
+    for m in maps {
+        if m.name == "[vsyscall]" {
+            continue;
+        }
+        if SPECIAL_NAMES.contains(&m.name.as_str()) {
+            specials.push(Special { name: m.name.clone(), start: m.start, end: m.end });
+            continue;
+        }
+        let kind = if m.shared {
+            let plain_file = m.name.starts_with('/')
+                && !m.name.ends_with(" (deleted)")
+                && !m.name.starts_with("/memfd:")
+                && !m.name.starts_with("/SYSV")
+                && m.name != "/dev/zero"
+                && m.inode != 0;
+            if plain_file {
+                RegionKind::SharedFile { path: m.name.clone(), offset: m.offset }
+            } else {
+                RegionKind::SharedAnon
+            }
+        } else {
+            RegionKind::Private
+        };
+        let has_data = m.prot != 0 && !matches!(kind, RegionKind::SharedFile { .. });
+        let growsdown = matches!(kind, RegionKind::Private)
+            && (m.name == "[stack]" || (m.name.is_empty() && (m.start..m.end).contains(&main_sp)));
+        regions.push(Region { start: m.start, end: m.end, prot: m.prot, kind, name: m.name.clone(), has_data, growsdown });
+    }
+    (regions, specials)
+}
+
+/// Every signal's disposition (kernel `struct sigaction` layout).
+pub fn sigactions() -> Vec<SigAction> {
+    let mut out = Vec::new();
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        let mut k = [0u64; 4];
+        // SAFETY: rt_sigaction(sig, NULL, &old, 8) writes the kernel struct into `k`
+        // (handler, flags, restorer, mask: 4 × u64 on x86-64).
+        let r = unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, std::ptr::null::<u8>(), k.as_mut_ptr(), 8) };
+        if r == 0 {
+            out.push(SigAction { sig, handler: k[0], flags: k[1], restorer: k[2], mask: k[3] });
+        }
+    }
+    out
+}
+
+/// The three interval timers as (interval µs, value µs).
+pub fn itimers() -> [(u64, u64); 3] {
+    let mut out = [(0, 0); 3];
+    for (i, w) in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF].into_iter().enumerate() {
+        // SAFETY: getitimer writes the live local.
+        let mut v: libc::itimerval = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::getitimer(w, &mut v) } == 0 {
+            let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+            out[i] = (us(v.it_interval), us(v.it_value));
+        }
+    }
+    out
+}
+
+/// Resource limits, indexed by resource number.
+pub fn rlimits() -> Vec<(u64, u64)> {
+    (0..16)
+        .map(|r| {
+            let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: getrlimit writes the live local.
+            unsafe { libc::getrlimit(r as _, &mut l) };
+            (l.rlim_cur, l.rlim_max)
+        })
+        .collect()
+}
+
+/// The file creation mask (read by setting and restoring it; other threads are stopped).
+pub fn umask() -> u32 {
+    // SAFETY: umask cannot fail; the old mask is put back at once.
+    unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m as u32
+    }
+}
+
+/// (start_brk, brk) of the process.
+pub fn brk() -> (u64, u64) {
+    // SAFETY: brk(0) only reports the current break.
+    let cur = unsafe { libc::syscall(libc::SYS_brk, 0) } as u64;
+    let start = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 2..];
+            // Field 47 (start_brk) is the 45th after "pid (comm)".
+            rest.split(' ').nth(44)?.parse().ok()
+        })
+        .unwrap_or(0);
+    (start, cur)
+}
+
+fn fdinfo(fd: i32) -> Option<(u64, u32)> {
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    let mut pos = None;
+    let mut flags = None;
+    for l in text.lines() {
+        if let Some(v) = l.strip_prefix("pos:") {
+            pos = v.trim().parse().ok();
+        } else if let Some(v) = l.strip_prefix("flags:") {
+            flags = u32::from_str_radix(v.trim(), 8).ok();
+        }
+    }
+    Some((pos?, flags?))
+}
+
+/// For a Unix socket bound to `path`: whether it listens; None for any other socket.
+fn is_listener_at(fd: i32, path: &Path) -> Option<bool> {
+    let mut acc: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt/getsockname write into live locals of the sizes given.
+    unsafe {
+        if libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN, &mut acc as *mut _ as *mut libc::c_void, &mut len)
+            != 0
+        {
+            return None;
+        }
+        let mut sa: libc::sockaddr_un = std::mem::zeroed();
+        let mut slen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        if libc::getsockname(fd, &mut sa as *mut _ as *mut libc::sockaddr, &mut slen) != 0
+            || sa.sun_family != libc::AF_UNIX as u16
+        {
+            return None;
+        }
+        let bytes: Vec<u8> = sa.sun_path.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        if bytes != path.as_os_str().as_encoded_bytes() {
+            return None;
+        }
+    }
+    Some(acc != 0)
+}
+
+/// What to do with sockets of the agent's control server (bound at `control_path`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Own {
+    Listener,
+    Connection,
+}
+
+/// Open file descriptors. `skip` are the agent's private fds; sockets bound to
+/// `control_path` are reported through `own` (the listener is re-created under the new pid
+/// at restart, connections are dropped).
+pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>) -> Vec<FdState> {
+    let mut list: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    list.sort_unstable();
+    let mut out: Vec<FdState> = Vec::new();
+    // (fd, pipe inode, is read end) of the pipes seen.
+    let mut pipes: Vec<(i32, u64, bool)> = Vec::new();
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    for fd in list {
+        if skip.contains(&fd) {
+            continue;
+        }
+        let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
+        let link = link.to_string_lossy().into_owned();
+        let Some((pos, flags)) = fdinfo(fd) else { continue };
+        // A dup of an earlier fd (same open file description)?
+        let dup_of = out.iter().find(|e| {
+            // SAFETY: kcmp compares two fds of our own process; no memory is passed.
+            unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, e.fd, fd) == 0 }
+        });
+        if let Some(d) = dup_of {
+            if fd > 2 {
+                out.push(FdState { fd, flags, kind: FdKind::Dup { of: d.fd } });
+                continue;
+            }
+        }
+        // SAFETY: fstat into a live local.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            continue;
+        }
+        let fmt = st.st_mode & libc::S_IFMT;
+        if fmt == libc::S_IFSOCK {
+            if let Some(listening) = control_path.and_then(|cp| is_listener_at(fd, cp)) {
+                own.push((fd, if listening { Own::Listener } else { Own::Connection }));
+                continue;
+            }
+        }
+        if fd <= 2 {
+            out.push(FdState { fd, flags, kind: FdKind::Stdio });
+            continue;
+        }
+        let kind = match fmt {
+            libc::S_IFREG | libc::S_IFDIR => {
+                if link.ends_with(" (deleted)") || !link.starts_with('/') {
+                    FdKind::Unsupported { what: format!("deleted or unnamed file {link}") }
+                } else {
+                    let mtime_ns = st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128;
+                    FdKind::File {
+                        path: link.clone(),
+                        pos,
+                        size: st.st_size as u64,
+                        mtime_ns,
+                        dev: st.st_dev,
+                        ino: st.st_ino,
+                        dir: fmt == libc::S_IFDIR,
+                    }
+                }
+            }
+            libc::S_IFCHR => {
+                if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") || link == "/dev/console" {
+                    FdKind::Tty
+                } else {
+                    FdKind::CharDev { path: link.clone() }
+                }
+            }
+            libc::S_IFIFO if link.starts_with("pipe:[") => {
+                let read = flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32;
+                pipes.push((fd, st.st_ino, read));
+                FdKind::Pipe { id: st.st_ino, read, data: Vec::new() }
+            }
+            libc::S_IFIFO => FdKind::File {
+                path: link.clone(),
+                pos: 0,
+                size: 0,
+                mtime_ns: 0,
+                dev: st.st_dev,
+                ino: st.st_ino,
+                dir: false,
+            },
+            _ => FdKind::Unsupported { what: link.clone() },
+        };
+        out.push(FdState { fd, flags, kind });
+    }
+    // Pipes: both ends must be here; the read end carries the buffered bytes.
+    for e in out.iter_mut() {
+        let FdKind::Pipe { id, read, .. } = e.kind else { continue };
+        let other = pipes.iter().any(|&(f, i, r)| i == id && r != read && f != e.fd);
+        if !other {
+            e.kind = FdKind::Unsupported { what: format!("pipe:[{id}] to another process") };
+        } else if read {
+            let data = drain_pipe(e.fd, &pipes, id);
+            e.kind = FdKind::Pipe { id, read, data };
+        }
+    }
+    out
+}
+
+/// Takes the bytes buffered in a pipe and puts them back at once (the program keeps running
+/// after the checkpoint and must see them). Other threads are stopped meanwhile.
+fn drain_pipe(rfd: i32, pipes: &[(i32, u64, bool)], id: u64) -> Vec<u8> {
+    let Some(&(wfd, _, _)) = pipes.iter().find(|&&(_, i, r)| i == id && !r) else { return Vec::new() };
+    let mut avail: libc::c_int = 0;
+    // SAFETY: FIONREAD writes an int.
+    if unsafe { libc::ioctl(rfd, libc::FIONREAD, &mut avail) } != 0 || avail <= 0 {
+        return Vec::new();
+    }
+    let mut buf = vec![0u8; avail as usize];
+    // SAFETY: F_GETFL/F_SETFL on our own fd; reads into the live buffer.
+    unsafe {
+        let fl = libc::fcntl(rfd, libc::F_GETFL);
+        libc::fcntl(rfd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        let n = libc::read(rfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+        libc::fcntl(rfd, libc::F_SETFL, fl);
+        buf.truncate(n.max(0) as usize);
+        let mut off = 0;
+        while off < buf.len() {
+            let w = libc::write(wfd, buf[off..].as_ptr() as *const libc::c_void, buf.len() - off);
+            if w <= 0 {
+                break;
+            }
+            off += w as usize;
+        }
+    }
+    buf
+}
+
+/// Reads a file's metadata the way [`FdKind::File`] records it: (size, mtime_ns, dev, ino).
+pub fn file_identity(path: &str) -> std::io::Result<(u64, i128, u64, u64)> {
+    let m = std::fs::metadata(path)?;
+    Ok((m.size(), m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128, m.dev(), m.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_maps_reads_fields_and_names_with_spaces() {
+        let text = "55d0c0000000-55d0c0021000 rw-p 00000000 00:00 0                          [heap]\n\
+                    7f0000000000-7f0000001000 r-xs 00001000 fe:01 1234                       /tmp/a file\n";
+        let m = parse_maps(text).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].start, 0x55d0c0000000);
+        assert_eq!(m[0].prot, (libc::PROT_READ | libc::PROT_WRITE) as u32);
+        assert_eq!(m[0].name, "[heap]");
+        assert!(m[1].shared);
+        assert_eq!(m[1].offset, 0x1000);
+        assert_eq!(m[1].name, "/tmp/a file");
+    }
+
+    #[test]
+    fn classify_skips_vsyscall_and_separates_specials() {
+        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap()).unwrap();
+        let (regions, specials) = classify(&maps, 0);
+        assert!(specials.iter().any(|s| s.name == "[vdso]"));
+        assert!(regions.iter().all(|r| r.name != "[vsyscall]" && r.name != "[vdso]"));
+        assert!(regions.iter().any(|r| r.name == "[stack]" && r.has_data));
+    }
+
+    #[test]
+    fn parse_maps_rejects_garbage() {
+        assert!(parse_maps("not a maps line").is_err());
+    }
+}

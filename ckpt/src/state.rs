@@ -1,0 +1,162 @@
+//! The description of a checkpointed process, stored in its image as the `process` section
+//! (bincode) next to the memory regions. Written by the agent, read by the restorer.
+//!
+//! Thread registers are not here: each stopped thread's state is in the program's own memory
+//! (its signal frame and the agent's thread slots), which the image holds byte for byte.
+
+use serde::{Deserialize, Serialize};
+
+/// Name of the image section holding a [`ProcessState`].
+pub const SECTION_PROCESS: &str = "process";
+/// Version of the [`ProcessState`] encoding; a restorer refuses any other.
+pub const PROCESS_STATE_VERSION: u32 = 1;
+
+/// Everything about a process, apart from memory contents, that a restart needs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProcessState {
+    pub version: u32,
+    /// The process id at checkpoint time (the restarted process gets a new one).
+    pub pid: i32,
+    /// Pids this program had before, oldest first (one per earlier restart).
+    pub pid_history: Vec<i32>,
+    pub exe: String,
+    pub cmdline: Vec<String>,
+    pub cwd: String,
+    /// Memory regions in address order, special ones (`[vdso]`, ...) excluded.
+    pub regions: Vec<Region>,
+    /// `[vvar]`, `[vvar_vclock]`, `[vdso]`: where the program expects them.
+    pub specials: Vec<Special>,
+    pub threads: Vec<ThreadInfo>,
+    /// Address of the restored-side entry point in the program (`restored::restored_main`).
+    pub entry: u64,
+    /// Address of the agent's `RESTART_INFO`, which the restorer fills in.
+    pub restart_info: u64,
+    /// Slot index of the main thread (the one whose tid is the pid).
+    pub main_slot: u32,
+    /// Top of the stack the main thread restarts on (reserved by the agent).
+    pub main_stack: u64,
+    pub fds: Vec<FdState>,
+    pub sigactions: Vec<SigAction>,
+    /// ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF as (interval µs, value µs).
+    pub itimers: [(u64, u64); 3],
+    pub start_brk: u64,
+    pub brk: u64,
+    /// Linux `struct rlimit` values (cur, max) for every resource, indexed by resource.
+    pub rlimits: Vec<(u64, u64)>,
+    pub umask: u32,
+}
+
+/// One mapping of the address space.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    /// PROT_* bits.
+    pub prot: u32,
+    pub kind: RegionKind,
+    /// The path or pseudo-name from /proc/self/maps (informational, and for shared files).
+    pub name: String,
+    /// Whether the image holds this region's bytes.
+    pub has_data: bool,
+    /// The main thread's stack: restored as a mapping that grows down on demand.
+    pub growsdown: bool,
+}
+
+/// Region flag bits as stored in the image's region table.
+pub const REGION_SHARED_ANON: u32 = 1;
+pub const REGION_SHARED_FILE: u32 = 2;
+pub const REGION_GROWSDOWN: u32 = 4;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum RegionKind {
+    /// Private memory (anonymous, heap, stack, or a private copy of a file): restored as an
+    /// anonymous mapping filled from the image.
+    Private,
+    /// Shared anonymous memory (or a deleted/memfd shared mapping): restored as a new shared
+    /// anonymous mapping filled from the image (sharing with other processes is not kept).
+    SharedAnon,
+    /// A shared mapping of a regular file: mapped from the file again; bytes live in the file.
+    SharedFile { path: String, offset: u64 },
+}
+
+/// A kernel special mapping the program's C library refers to by address.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Special {
+    pub name: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Informational per-thread data (the resumable state is in program memory).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ThreadInfo {
+    pub tid: i32,
+    pub slot: u32,
+    pub fs_base: u64,
+    pub is_agent: bool,
+}
+
+/// An open file descriptor.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FdState {
+    pub fd: i32,
+    /// open(2) flags as /proc/self/fdinfo reports them (O_CLOEXEC included).
+    pub flags: u32,
+    pub kind: FdKind,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum FdKind {
+    /// stdin/stdout/stderr: taken from the restarting process.
+    Stdio,
+    /// A regular file or directory, reopened by path and checked for changes.
+    File { path: String, pos: u64, size: u64, mtime_ns: i128, dev: u64, ino: u64, dir: bool },
+    /// A character device (reopened by path), e.g. /dev/null.
+    CharDev { path: String },
+    /// A terminal: taken from the restarting terminal.
+    Tty,
+    /// One end of a pipe whose both ends are in the process; `id` pairs the ends; the
+    /// read end carries the bytes that were buffered in the pipe.
+    Pipe { id: u64, read: bool, data: Vec<u8> },
+    /// Another open file of the same open file description (dup'd): restored with dup.
+    Dup { of: i32 },
+    /// The agent's control socket: re-created under the restarted process's pid.
+    ControlListener,
+    /// Something crum cannot restore; the restart fails naming it.
+    Unsupported { what: String },
+}
+
+/// A signal disposition as the kernel's `struct sigaction` (rt_sigaction ABI).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct SigAction {
+    pub sig: i32,
+    pub handler: u64,
+    pub flags: u64,
+    pub restorer: u64,
+    pub mask: u64,
+}
+
+impl ProcessState {
+    /// Encodes for the image.
+    pub fn encode(&self) -> Vec<u8> {
+        bincode::serde::encode_to_vec(self, bincode::config::standard())
+            .expect("encoding plain data into a Vec cannot fail")
+    }
+
+    /// Decodes and checks the version.
+    pub fn decode(bytes: &[u8]) -> Result<ProcessState, String> {
+        let (s, used): (ProcessState, usize) =
+            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+                .map_err(|e| format!("corrupt process section: {e}"))?;
+        if used != bytes.len() {
+            return Err("corrupt process section: trailing bytes".into());
+        }
+        if s.version != PROCESS_STATE_VERSION {
+            return Err(format!(
+                "process section version {} is not supported (this crum reads {})",
+                s.version, PROCESS_STATE_VERSION
+            ));
+        }
+        Ok(s)
+    }
+}

@@ -1,0 +1,521 @@
+//! Stopping every thread of the process at a resumable point, and bringing threads back —
+//! in the same process after a checkpoint, or in a restored one.
+//!
+//! The agent gives each thread a slot, reads what system call it is blocked in
+//! (`/proc/self/task/<tid>/syscall`) and sends it [`stop_signal`]. The thread's handler
+//! records its kernel-side state (TLS base, robust futex list, clear-child-tid address),
+//! repairs an interrupted relative sleep so it resumes instead of returning `EINTR`, saves a
+//! resumable point with [`crum_call_saved`] and waits on a futex. Its registers at the
+//! interruption are in the kernel's signal frame on its own stack; when the handler returns,
+//! `rt_sigreturn` restores them, the signal mask and the alternate stack, and a system call
+//! interrupted with `SA_RESTART` semantics is re-executed.
+//!
+//! In a restored process, [`restored_main`] (entered by the restorer on the main thread's
+//! TLS) re-creates the other threads with raw `clone`, each on its slot's restart stack with
+//! its saved TLS; every thread patches the tid glibc caches in its descriptor, re-registers
+//! its rseq area and robust list, and jumps back to its saved point, where it waits for the
+//! agent to release it — exactly as after an ordinary checkpoint.
+//!
+//! # Safety
+//! The slot table and flags are atomics in static memory; a slot is written by the agent
+//! before the thread is signalled and by the thread inside its handler, never concurrently.
+//! Raw system calls receive pointers to live statics or locals. [`restored_main`] and
+//! [`restored_thread`] run with no C library state of their own: they only use raw
+//! system calls and atomics, on the restart stack the agent reserved for them.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::time::{Duration, Instant};
+
+use crate::arch::{crum_call_saved, crum_clone_thread, crum_resume_at};
+
+/// Most threads a checkpointed process may have.
+pub const MAX_THREADS: usize = 1024;
+/// Bytes of restart stack per thread.
+pub const RESTART_STACK: usize = 64 * 1024;
+
+const FREE: u32 = 0;
+const SIGNALLED: u32 = 1;
+const STOPPED: u32 = 2;
+
+/// Per-thread record, in static memory so that it is part of every image.
+pub struct Slot {
+    pub tid: AtomicI32,
+    state: AtomicU32,
+    stop_gen: AtomicU32,
+    /// Saved stack pointer of the resumable point.
+    pub rsp: AtomicU64,
+    pub fs_base: AtomicU64,
+    robust_head: AtomicU64,
+    robust_len: AtomicU64,
+    ctid: AtomicU64,
+    /// System call the thread was blocked in when signalled (-1: none) and its pc.
+    sys_nr: AtomicI64,
+    sys_pc: AtomicU64,
+    /// Remaining time of an interrupted relative sleep (a `struct timespec`).
+    sleep_buf: [AtomicI64; 2],
+    restart_stack_top: AtomicU64,
+    pub is_agent: AtomicBool,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const SLOT_INIT: Slot = Slot {
+    tid: AtomicI32::new(0),
+    state: AtomicU32::new(FREE),
+    stop_gen: AtomicU32::new(0),
+    rsp: AtomicU64::new(0),
+    fs_base: AtomicU64::new(0),
+    robust_head: AtomicU64::new(0),
+    robust_len: AtomicU64::new(0),
+    ctid: AtomicU64::new(0),
+    sys_nr: AtomicI64::new(-1),
+    sys_pc: AtomicU64::new(0),
+    sleep_buf: [AtomicI64::new(0), AtomicI64::new(0)],
+    restart_stack_top: AtomicU64::new(0),
+    is_agent: AtomicBool::new(false),
+};
+
+pub static SLOTS: [Slot; MAX_THREADS] = [SLOT_INIT; MAX_THREADS];
+/// Number of slots in use by the current checkpoint.
+pub static NSLOTS: AtomicUsize = AtomicUsize::new(0);
+/// Bumped to release stopped threads.
+static RELEASE_GEN: AtomicU32 = AtomicU32::new(0);
+/// Offset of the tid field in glibc's thread descriptor (`struct pthread`), 0 = unknown.
+pub static TID_OFFSET: AtomicUsize = AtomicUsize::new(0);
+static RSEQ_OFFSET: AtomicI64 = AtomicI64::new(0);
+static RSEQ_SIZE: AtomicU32 = AtomicU32::new(0);
+static STOP_SIG: AtomicI32 = AtomicI32::new(0);
+static RESTART_STACKS: AtomicU64 = AtomicU64::new(0);
+static RESTART_STACKS_LEN: AtomicUsize = AtomicUsize::new(0);
+
+const RSEQ_SIG: u32 = 0x5305_3053;
+const ARCH_GET_FS: i32 = 0x1003;
+const PR_GET_TID_ADDRESS: i32 = 40;
+
+/// The real-time signal used to stop threads (SIGRTMAX - 1).
+pub fn stop_signal() -> i32 {
+    let s = STOP_SIG.load(Relaxed);
+    if s != 0 {
+        return s;
+    }
+    let s = libc::SIGRTMAX() - 1;
+    STOP_SIG.store(s, Relaxed);
+    s
+}
+
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+fn futex_wait(word: &AtomicU32, val: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live atomic; the timeout pointer is null or a live local.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, val, tsp, 0, 0);
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a live atomic.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX, 0, 0, 0);
+    }
+}
+
+/// Learns what the restorer-side code needs about the C library: the offset of the tid in
+/// the thread descriptor (by finding this thread's tid in it) and glibc's rseq area. Call
+/// on any thread before the first checkpoint; returns an error if the tid is not found.
+pub fn probe_libc() -> Result<(), String> {
+    let off = find_tid_offset(gettid())?;
+    let prev = TID_OFFSET.swap(off, Relaxed);
+    if prev != 0 && prev != off {
+        return Err(format!("tid offset in the thread descriptor differs between threads ({prev} vs {off})"));
+    }
+    // SAFETY: dlsym with a NUL-terminated name; the results are read only if non-null and
+    // point at glibc's exported `__rseq_offset` (ptrdiff_t) and `__rseq_size` (unsigned int).
+    unsafe {
+        let o = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) as *const isize;
+        let s = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+        if !o.is_null() && !s.is_null() {
+            RSEQ_OFFSET.store(*o as i64, Relaxed);
+            RSEQ_SIZE.store(*s, Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// Offset of `tid` inside the calling thread's `struct pthread`.
+fn find_tid_offset(tid: i32) -> Result<usize, String> {
+    // SAFETY: pthread_self returns the descriptor address; glibc's descriptor is far larger
+    // than the 2 KiB scanned here (it embeds the TCB, lists, and the rseq area past it).
+    let base = unsafe { libc::pthread_self() } as *const i32;
+    for i in 0..512 {
+        // SAFETY: within the descriptor, see above.
+        if unsafe { base.add(i).read_volatile() } == tid {
+            return Ok(i * 4);
+        }
+    }
+    Err("cannot find the thread id in the C library's thread descriptor".into())
+}
+
+/// Installs the stop-signal handler (idempotent).
+pub fn install_handler() -> Result<(), String> {
+    // SAFETY: sigaction with a fully initialised struct; the handler is async-signal-safe
+    // (atomics and raw system calls only).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = stop_handler as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigfillset(&mut sa.sa_mask);
+        if libc::sigaction(stop_signal(), &sa, std::ptr::null_mut()) != 0 {
+            return Err(format!("cannot install the stop signal handler: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+fn find_slot(tid: i32) -> Option<usize> {
+    let n = NSLOTS.load(Acquire);
+    (0..n).find(|&i| SLOTS[i].tid.load(Acquire) == tid)
+}
+
+fn record_kernel_state(slot: &Slot) {
+    let mut fs: u64 = 0;
+    let mut head: u64 = 0;
+    let mut len: u64 = 0;
+    let mut ctid: u64 = 0;
+    // SAFETY: each call writes into the live locals passed.
+    unsafe {
+        libc::syscall(libc::SYS_arch_prctl, ARCH_GET_FS, &mut fs as *mut u64);
+        libc::syscall(libc::SYS_get_robust_list, 0, &mut head as *mut u64, &mut len as *mut u64);
+        if libc::prctl(PR_GET_TID_ADDRESS, &mut ctid as *mut u64) != 0 {
+            ctid = 0;
+        }
+    }
+    if ctid == 0 {
+        let off = TID_OFFSET.load(Relaxed);
+        if off != 0 {
+            ctid = fs + off as u64;
+        }
+    }
+    slot.fs_base.store(fs, Relaxed);
+    slot.robust_head.store(head, Relaxed);
+    slot.robust_len.store(len, Relaxed);
+    slot.ctid.store(ctid, Relaxed);
+}
+
+// ucontext_t general registers (glibc's REG_* indices).
+const REG_R10: usize = 2;
+const REG_RDI: usize = 8;
+const REG_RSI: usize = 9;
+const REG_RDX: usize = 12;
+const REG_RAX: usize = 13;
+const REG_RIP: usize = 16;
+const TIMER_ABSTIME: i64 = 1;
+
+/// A relative `nanosleep`/`clock_nanosleep` interrupted by a handled signal returns
+/// `EINTR` whatever `SA_RESTART` says. Rewrite the frame so the sleep is re-issued for the
+/// remaining time (known when the caller passed `rem`; otherwise the full request) — absolute
+/// sleeps simply restart.
+fn fix_interrupted_sleep(slot: &Slot, uc: *mut libc::ucontext_t) {
+    let nr = slot.sys_nr.load(Relaxed);
+    if nr != libc::SYS_nanosleep && nr != libc::SYS_clock_nanosleep {
+        return;
+    }
+    // SAFETY: `uc` is the kernel's ucontext for this handler invocation, live on our stack.
+    let g = unsafe { &mut (*uc).uc_mcontext.gregs };
+    if g[REG_RIP] as u64 != slot.sys_pc.load(Relaxed) || g[REG_RAX] != -(libc::EINTR as i64) {
+        return;
+    }
+    let (req_reg, rem_reg, absolute) = if nr == libc::SYS_nanosleep {
+        (REG_RDI, REG_RSI, false)
+    } else {
+        (REG_RDX, REG_R10, g[REG_RSI] & TIMER_ABSTIME != 0)
+    };
+    if !absolute {
+        let src = if g[rem_reg] != 0 { g[rem_reg] } else { g[req_reg] } as *const i64;
+        // SAFETY: the program passed these timespec pointers to the kernel, which read (req)
+        // or wrote (rem) them; they are valid user memory of this thread.
+        let (s, ns) = unsafe { (src.read_volatile(), src.add(1).read_volatile()) };
+        slot.sleep_buf[0].store(s, Relaxed);
+        slot.sleep_buf[1].store(ns, Relaxed);
+        g[req_reg] = slot.sleep_buf.as_ptr() as i64;
+    }
+    g[REG_RAX] = nr;
+    g[REG_RIP] -= 2;
+}
+
+extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: __errno_location returns this thread's errno; restored before returning so the
+    // interrupted code never sees our system calls' errors.
+    let errno = unsafe { *libc::__errno_location() };
+    let tid = gettid();
+    if let Some(idx) = find_slot(tid) {
+        let slot = &SLOTS[idx];
+        if slot.state.load(Acquire) == SIGNALLED {
+            record_kernel_state(slot);
+            fix_interrupted_sleep(slot, uc as *mut libc::ucontext_t);
+            // SAFETY: `park` runs on this stack; the saved point stays valid while it waits,
+            // which is when images are taken.
+            unsafe { crum_call_saved(park, idx as u64, slot.rsp.as_ptr()) };
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+extern "C" fn park(idx: u64) -> u64 {
+    let slot = &SLOTS[idx as usize];
+    let gen = RELEASE_GEN.load(Acquire);
+    slot.stop_gen.store(gen, Relaxed);
+    slot.state.store(STOPPED, Release);
+    futex_wake(&slot.state);
+    wait_release(gen);
+    0
+}
+
+fn wait_release(gen: u32) {
+    while RELEASE_GEN.load(Acquire) == gen {
+        futex_wait(&RELEASE_GEN, gen, None);
+    }
+}
+
+fn read_syscall(tid: i32) -> (i64, u64) {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        return (-1, 0);
+    };
+    let f: Vec<&str> = s.split_whitespace().collect();
+    if f.len() < 9 {
+        return (-1, 0);
+    }
+    let nr = f[0].parse::<i64>().unwrap_or(-1);
+    let pc = u64::from_str_radix(f[f.len() - 1].trim_start_matches("0x"), 16).unwrap_or(0);
+    (nr, pc)
+}
+
+fn list_tasks() -> Vec<i32> {
+    let mut v: Vec<i32> = std::fs::read_dir("/proc/self/task")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+fn thread_name(tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// Stops every thread but the caller (the agent). On error all threads stopped so far are
+/// released again. Returns the number of slots used (the caller's slot included).
+pub fn stop_all(timeout: Duration) -> Result<usize, String> {
+    for s in SLOTS.iter() {
+        s.tid.store(0, Relaxed);
+        s.state.store(FREE, Relaxed);
+        s.is_agent.store(false, Relaxed);
+        s.sys_nr.store(-1, Relaxed);
+    }
+    let me = gettid();
+    SLOTS[0].tid.store(me, Relaxed);
+    SLOTS[0].is_agent.store(true, Relaxed);
+    SLOTS[0].state.store(STOPPED, Relaxed);
+    record_kernel_state(&SLOTS[0]);
+    NSLOTS.store(1, Release);
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut new = 0;
+        for tid in list_tasks() {
+            if tid == me || find_slot(tid).is_some() {
+                continue;
+            }
+            let n = NSLOTS.load(Relaxed);
+            if n >= MAX_THREADS {
+                release_all();
+                return Err(format!("more than {MAX_THREADS} threads"));
+            }
+            let slot = &SLOTS[n];
+            let (nr, pc) = read_syscall(tid);
+            slot.sys_nr.store(nr, Relaxed);
+            slot.sys_pc.store(pc, Relaxed);
+            slot.state.store(SIGNALLED, Relaxed);
+            slot.tid.store(tid, Release);
+            NSLOTS.store(n + 1, Release);
+            // SAFETY: tgkill on a thread of our own process.
+            let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, stop_signal()) };
+            if r != 0 {
+                // It exited meanwhile: leave the slot marked so it is skipped.
+                slot.state.store(FREE, Relaxed);
+                slot.tid.store(-1, Release);
+                continue;
+            }
+            new += 1;
+        }
+        // Wait for every signalled thread.
+        let n = NSLOTS.load(Acquire);
+        for i in 1..n {
+            let slot = &SLOTS[i];
+            while slot.state.load(Acquire) == SIGNALLED {
+                let tid = slot.tid.load(Relaxed);
+                if !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
+                    slot.state.store(FREE, Relaxed);
+                    slot.tid.store(-1, Release);
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let name = thread_name(tid);
+                    release_all();
+                    return Err(format!(
+                        "thread {tid} ({name}) did not stop within {timeout:?} (does it block signal {}?)",
+                        stop_signal()
+                    ));
+                }
+                futex_wait(&slot.state, SIGNALLED, Some(Duration::from_millis(10)));
+            }
+        }
+        if new == 0 {
+            break;
+        }
+    }
+    Ok(NSLOTS.load(Acquire))
+}
+
+/// Lets every stopped thread continue.
+pub fn release_all() {
+    RELEASE_GEN.fetch_add(1, Release);
+    futex_wake(&RELEASE_GEN);
+}
+
+/// Slots of live threads in the current checkpoint: (index, tid, fs_base, is_agent).
+pub fn live_slots() -> Vec<(usize, i32, u64, bool)> {
+    let n = NSLOTS.load(Acquire);
+    (0..n)
+        .filter(|&i| SLOTS[i].tid.load(Relaxed) > 0)
+        .map(|i| (i, SLOTS[i].tid.load(Relaxed), SLOTS[i].fs_base.load(Relaxed), SLOTS[i].is_agent.load(Relaxed)))
+        .collect()
+}
+
+/// Reserves a restart stack for every slot in use (kept and reused across checkpoints).
+pub fn prepare_restart_stacks() -> Result<(), String> {
+    let n = NSLOTS.load(Acquire);
+    let need = n * RESTART_STACK;
+    let have = RESTART_STACKS_LEN.load(Relaxed);
+    if have < need {
+        let len = need.next_power_of_two().max(4 * RESTART_STACK);
+        // SAFETY: a fresh anonymous mapping; the old one (if any) is no longer referenced
+        // by any slot once replaced below.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err("cannot reserve restart stacks".into());
+        }
+        let old = RESTART_STACKS.swap(p as u64, Relaxed);
+        if old != 0 {
+            // SAFETY: the previous reservation, unused now.
+            unsafe { libc::munmap(old as *mut libc::c_void, have) };
+        }
+        RESTART_STACKS_LEN.store(len, Relaxed);
+    }
+    let base = RESTART_STACKS.load(Relaxed);
+    for (i, s) in SLOTS.iter().enumerate().take(n) {
+        s.restart_stack_top.store(base + ((i + 1) * RESTART_STACK) as u64 - 64, Relaxed);
+    }
+    Ok(())
+}
+
+/// Saves the agent's own resumable point around `f(arg)`: returns `f`'s result, or 1 when the
+/// process was restored from an image taken while `f` ran.
+pub fn agent_call_saved(f: extern "C" fn(u64) -> u64, arg: u64) -> u64 {
+    // SAFETY: slot 0 is the agent's for the current checkpoint; its point stays valid while
+    // `f` runs (the image is taken inside `f`).
+    unsafe { crum_call_saved(f, arg, SLOTS[0].rsp.as_ptr()) }
+}
+
+/// Stack top for the main thread's restart (the restorer switches to it).
+pub fn restart_stack_top(slot: usize) -> u64 {
+    SLOTS[slot].restart_stack_top.load(Relaxed)
+}
+
+fn raw_fail(msg: &[u8]) -> ! {
+    // SAFETY: write to stderr and exit; no library state involved.
+    unsafe {
+        libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len());
+        libc::syscall(libc::SYS_exit_group, 125);
+    }
+    unreachable!()
+}
+
+/// Kernel-side per-thread state of a restored thread: cached tid, robust list, rseq.
+fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
+    let tid = gettid();
+    slot.tid.store(tid, Relaxed);
+    let fs = slot.fs_base.load(Relaxed);
+    let off = TID_OFFSET.load(Relaxed);
+    // SAFETY: fs + off is this thread's descriptor's tid field (probed at agent start);
+    // the other calls take addresses that were registered for this thread before.
+    unsafe {
+        if off != 0 {
+            ((fs + off as u64) as *mut i32).write_volatile(tid);
+        }
+        if set_ctid {
+            libc::syscall(libc::SYS_set_tid_address, slot.ctid.load(Relaxed));
+        }
+        let head = slot.robust_head.load(Relaxed);
+        if head != 0 {
+            libc::syscall(libc::SYS_set_robust_list, head, slot.robust_len.load(Relaxed));
+        }
+        let size = RSEQ_SIZE.load(Relaxed);
+        if size != 0 {
+            let area = (fs as i64 + RSEQ_OFFSET.load(Relaxed)) as u64;
+            // struct rseq must be registered with at least 32 bytes (the ABI size).
+            libc::syscall(libc::SYS_rseq, area, size.max(32), 0, RSEQ_SIG);
+        }
+    }
+}
+
+/// Entry of a restored process, called by the restorer on the main thread's TLS and restart
+/// stack with the main thread's slot index. Never returns.
+pub extern "C" fn restored_main(main_slot: u64) {
+    let main = main_slot as usize;
+    setup_restored_thread(&SLOTS[main], true);
+    let flags = (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND | libc::CLONE_THREAD
+        | libc::CLONE_SYSVSEM | libc::CLONE_SETTLS | libc::CLONE_PARENT_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;
+    let n = NSLOTS.load(Acquire);
+    let off = TID_OFFSET.load(Relaxed) as u64;
+    for i in 0..n {
+        let s = &SLOTS[i];
+        if i == main || s.tid.load(Relaxed) <= 0 {
+            continue;
+        }
+        let fs = s.fs_base.load(Relaxed);
+        // SAFETY: the new thread gets its own restart stack and its saved TLS; ptid/ctid
+        // are its descriptor's tid field and its saved clear-child-tid address.
+        let r = unsafe {
+            crum_clone_thread(flags, s.restart_stack_top.load(Relaxed), fs + off, s.ctid.load(Relaxed), fs,
+                restored_thread, i as u64)
+        };
+        if r < 0 {
+            raw_fail(b"crum: restart failed: cannot re-create a thread (clone)\n");
+        }
+    }
+    resume_restored(main)
+}
+
+extern "C" fn restored_thread(idx: u64) {
+    setup_restored_thread(&SLOTS[idx as usize], false);
+    resume_restored(idx as usize)
+}
+
+fn resume_restored(idx: usize) -> ! {
+    let s = &SLOTS[idx];
+    if !s.is_agent.load(Relaxed) {
+        wait_release(s.stop_gen.load(Relaxed));
+    }
+    // SAFETY: the slot's point was saved by crum_call_saved in a frame that is live in the
+    // restored memory, on this thread's (restored) TLS.
+    unsafe { crum_resume_at(s.rsp.load(Relaxed), 1) }
+}

@@ -1,0 +1,146 @@
+//! The address space: collision checks against the restorer's own mappings, mapping and
+//! filling the image's regions, and moving the kernel's special mappings.
+//!
+//! # Safety
+//! Regions are mapped with `MAP_FIXED_NOREPLACE`, so nothing of the restorer is ever
+//! replaced; the slices built over them cover exactly the fresh mapping. `mremap` moves the
+//! restorer's own `[vvar]`/`[vdso]` to addresses the checks proved free; the restorer calls
+//! nothing that uses the vDSO afterwards.
+#![allow(unsafe_code)]
+
+use crum_ckpt::capture::{own_maps, MapsEntry, SPECIAL_NAMES};
+use crum_ckpt::state::{ProcessState, REGION_GROWSDOWN, REGION_SHARED_ANON, REGION_SHARED_FILE};
+
+use crate::{sys_err, Plan, RestartError};
+
+/// Room kept free below the restorer's own stack so that it can still grow.
+const STACK_ROOM: u64 = 8 << 20;
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+fn own_specials(maps: &[MapsEntry]) -> Vec<&MapsEntry> {
+    maps.iter().filter(|m| SPECIAL_NAMES.contains(&m.name.as_str())).collect()
+}
+
+/// Checks that the image's regions and special-mapping targets are free in this process.
+/// Err: a description of the first collision (a fresh layout may avoid it).
+pub fn check(plan: &Plan) -> Result<(), String> {
+    let maps = own_maps()?;
+    let st = &plan.state;
+    // Special mappings: the same set with the same sizes (same kernel ABI).
+    let mine = own_specials(&maps);
+    for s in &st.specials {
+        match mine.iter().find(|m| m.name == s.name) {
+            Some(m) if m.end - m.start == s.end - s.start => {}
+            Some(_) => return Err(format!("{} has a different size on this kernel", s.name)),
+            None => return Err(format!("this kernel has no {} mapping", s.name)),
+        }
+    }
+    let mut wanted: Vec<(u64, u64, String)> =
+        plan.reader.regions().iter().map(|r| (r.start, r.start + r.len, r.name_lossy())).collect();
+    wanted.extend(st.specials.iter().map(|s| (s.start, s.end, s.name.clone())));
+    for m in &maps {
+        if m.name == "[vsyscall]" {
+            continue;
+        }
+        let special = SPECIAL_NAMES.contains(&m.name.as_str());
+        let lo = if m.name == "[stack]" { m.start.saturating_sub(STACK_ROOM) } else { m.start };
+        for w in &wanted {
+            if special && st.specials.iter().any(|s| s.name == m.name && s.start == m.start) {
+                continue;
+            }
+            if overlaps((lo, m.end), (w.0, w.1)) {
+                return Err(format!("restorer mapping {:#x}-{:#x} {} overlaps image {:#x}-{:#x} {}", m.start, m.end, m.name, w.0, w.1, w.2));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub enum MapError {
+    Collision(String),
+    Other(RestartError),
+}
+
+/// Maps every region at its address, fills it from the image and sets its protection.
+pub fn map_regions(plan: &mut Plan) -> Result<(), MapError> {
+    let regions = plan.reader.regions().to_vec();
+    for r in &regions {
+        let name = r.name_lossy();
+        let shared_file = r.flags & REGION_SHARED_FILE != 0;
+        let mut flags = libc::MAP_FIXED_NOREPLACE;
+        let mut fd = -1;
+        if shared_file {
+            let c = std::ffi::CString::new(r.name.clone()).map_err(|_| MapError::Other(RestartError::Invalid("bad mapped file name".into())))?;
+            let acc = if r.prot & libc::PROT_WRITE as u32 != 0 { libc::O_RDWR } else { libc::O_RDONLY };
+            // SAFETY: NUL-terminated path.
+            fd = unsafe { libc::open(c.as_ptr(), acc | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err(MapError::Other(sys_err(format!("opening mapped file {name}"))));
+            }
+            flags |= libc::MAP_SHARED;
+        } else if r.flags & REGION_SHARED_ANON != 0 {
+            flags |= libc::MAP_SHARED | libc::MAP_ANONYMOUS;
+        } else {
+            flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            if r.flags & REGION_GROWSDOWN != 0 {
+                flags |= libc::MAP_GROWSDOWN;
+            }
+        }
+        let prot = if shared_file { r.prot as i32 } else { libc::PROT_READ | libc::PROT_WRITE };
+        let off = if shared_file { r.file_offset as i64 } else { 0 };
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+        let p = unsafe { libc::mmap(r.start as *mut libc::c_void, r.len as usize, prot, flags, fd, off) };
+        let err = std::io::Error::last_os_error();
+        if fd >= 0 {
+            // SAFETY: our own fd.
+            unsafe { libc::close(fd) };
+        }
+        if p == libc::MAP_FAILED || p as u64 != r.start {
+            if p != libc::MAP_FAILED {
+                // SAFETY: the kernel placed it elsewhere (old kernel ignoring NOREPLACE).
+                unsafe { libc::munmap(p, r.len as usize) };
+            }
+            if err.raw_os_error() == Some(libc::EEXIST) || p != libc::MAP_FAILED {
+                return Err(MapError::Collision(format!("{:#x}-{:#x} {name} is taken", r.start, r.start + r.len)));
+            }
+            return Err(MapError::Other(RestartError::Sys { what: format!("mapping {:#x}+{:#x} {name}", r.start, r.len), source: err }));
+        }
+    }
+    for (i, r) in regions.iter().enumerate() {
+        if r.has_data && r.flags & REGION_SHARED_FILE == 0 {
+            // SAFETY: the fresh, writable mapping created above covers exactly this range.
+            let dst = unsafe { std::slice::from_raw_parts_mut(r.start as *mut u8, r.len as usize) };
+            plan.reader.read_region_into_zeroed(i, dst).map_err(|e| MapError::Other(e.into()))?;
+        }
+        if r.flags & REGION_SHARED_FILE == 0 {
+            // SAFETY: our mapping; only its protection changes.
+            if unsafe { libc::mprotect(r.start as *mut libc::c_void, r.len as usize, r.prot as i32) } != 0 {
+                return Err(MapError::Other(sys_err(format!("mprotect of {:#x}", r.start))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Moves `[vvar]`, `[vvar_vclock]` and `[vdso]` to the program's addresses.
+pub fn move_specials(st: &ProcessState) -> Result<(), RestartError> {
+    let maps = own_maps().map_err(RestartError::Invalid)?;
+    for s in &st.specials {
+        let Some(m) = maps.iter().find(|m| m.name == s.name) else { continue };
+        if m.start == s.start {
+            continue;
+        }
+        let len = (m.end - m.start) as usize;
+        // SAFETY: moves a special mapping of ours to a range checked to be free.
+        let p = unsafe {
+            libc::mremap(m.start as *mut libc::c_void, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, s.start as *mut libc::c_void)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(sys_err(format!("moving {} to {:#x}", s.name, s.start)));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! Thin wrappers over the system calls the restorer needs, each returning a `RestartError`
+//! naming what failed.
+//!
+//! # Safety
+//! Every call gets NUL-terminated strings, live buffers and fds this process owns. The last
+//! steps ([`unregister_rseq`], [`set_sigactions`], [`enter`]) hand the thread over to the
+//! restored program: signals are blocked first, so no program handler runs on restorer state.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::path::Path;
+
+use crum_ckpt::agent::{RestartInfo, RESTART_MAGIC};
+use crum_ckpt::state::SigAction;
+
+use crate::{sys_err, RestartError};
+
+fn cstr(s: &str) -> Result<CString, RestartError> {
+    CString::new(s).map_err(|_| RestartError::Invalid(format!("path {s:?} contains NUL")))
+}
+
+pub fn open(path: &str, flags: i32) -> Result<i32, RestartError> {
+    let c = cstr(path)?;
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(sys_err(format!("reopening {path}")));
+    }
+    Ok(fd)
+}
+
+pub fn ftruncate(fd: i32, len: u64, path: &str) -> Result<(), RestartError> {
+    // SAFETY: our fd.
+    if unsafe { libc::ftruncate(fd, len as i64) } != 0 {
+        return Err(sys_err(format!("cutting {path} back to its checkpoint size")));
+    }
+    Ok(())
+}
+
+pub fn lseek(fd: i32, pos: u64, path: &str) -> Result<(), RestartError> {
+    // SAFETY: our fd.
+    if unsafe { libc::lseek(fd, pos as i64, libc::SEEK_SET) } < 0 {
+        return Err(sys_err(format!("seeking in {path}")));
+    }
+    Ok(())
+}
+
+/// A terminal fd: the restarting process's stdin if it is a terminal, else /dev/tty.
+pub fn tty_fd(flags: i32) -> Result<i32, RestartError> {
+    // SAFETY: isatty/dup on fd 0.
+    unsafe {
+        if libc::isatty(0) == 1 {
+            let fd = libc::dup(0);
+            if fd >= 0 {
+                return Ok(fd);
+            }
+        }
+    }
+    open("/dev/tty", (flags & libc::O_ACCMODE) | libc::O_NOCTTY)
+}
+
+/// A pipe whose ends are at fds >= base.
+pub fn pipe_high(base: i32) -> Result<(i32, i32), RestartError> {
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into the live array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(sys_err("creating a pipe"));
+    }
+    Ok((move_high(p[0], base)?, move_high(p[1], base)?))
+}
+
+/// Moves `fd` to a number >= base (closing the original).
+pub fn move_high(fd: i32, base: i32) -> Result<i32, RestartError> {
+    // SAFETY: our fd.
+    let hi = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, base) };
+    if hi < 0 {
+        return Err(sys_err("duplicating an fd"));
+    }
+    close(fd);
+    Ok(hi)
+}
+
+pub fn dup_to(from: i32, to: i32, cloexec: bool) -> Result<(), RestartError> {
+    if from == to {
+        return Ok(());
+    }
+    // SAFETY: both fds are ours (to is free or a placeholder of ours).
+    if unsafe { libc::dup3(from, to, if cloexec { libc::O_CLOEXEC } else { 0 }) } < 0 {
+        return Err(sys_err(format!("placing fd {to}")));
+    }
+    Ok(())
+}
+
+pub fn set_status_flags(fd: i32, flags: i32) {
+    // SAFETY: our fd.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags) };
+}
+
+pub fn close(fd: i32) {
+    // SAFETY: our fd, closed once.
+    unsafe { libc::close(fd) };
+}
+
+/// Closes every fd from `first` up (the restorer's own).
+pub fn close_from(first: i32) {
+    // SAFETY: close_range(first, ~0, 0) only closes fds of this process.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0) };
+    if r != 0 {
+        for fd in first..4096 {
+            close(fd);
+        }
+    }
+}
+
+pub fn write_all(fd: i32, mut data: &[u8]) -> Result<(), RestartError> {
+    while !data.is_empty() {
+        // SAFETY: live slice.
+        let n = unsafe { libc::write(fd, data.as_ptr() as *const libc::c_void, data.len()) };
+        if n <= 0 {
+            return Err(sys_err("refilling a pipe"));
+        }
+        data = &data[n as usize..];
+    }
+    Ok(())
+}
+
+/// The agent's control socket under this (the restarted process's) pid.
+pub fn control_listener() -> Result<i32, RestartError> {
+    use std::os::fd::IntoRawFd;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = crum_ckpt::control::socket_dir();
+    let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir);
+    let path = crum_ckpt::control::socket_path_in(&dir, std::process::id());
+    let _ = std::fs::remove_file(&path);
+    let l = std::os::unix::net::UnixListener::bind(&path)
+        .map_err(|e| RestartError::Sys { what: format!("binding the control socket {}", path.display()), source: e })?;
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    Ok(l.into_raw_fd())
+}
+
+pub fn chdir(dir: &str) -> Result<(), RestartError> {
+    std::env::set_current_dir(dir).map_err(|e| RestartError::Sys { what: format!("changing to {dir}"), source: e })
+}
+
+pub fn set_umask(m: u32) {
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(m as libc::mode_t) };
+}
+
+pub fn set_rlimits(l: &[(u64, u64)]) {
+    for (r, &(cur, max)) in l.iter().enumerate() {
+        let v = libc::rlimit { rlim_cur: cur, rlim_max: max };
+        // SAFETY: live struct. Raising a hard limit needs privilege: best effort.
+        unsafe { libc::setrlimit(r as _, &v) };
+    }
+}
+
+/// Points the kernel's heap at the program's (needs CAP_SYS_RESOURCE; without it the heap
+/// stays an ordinary mapping and glibc's malloc grows with mmap instead of brk).
+pub fn set_brk(start: u64, brk: u64) {
+    if start == 0 || brk < start {
+        return;
+    }
+    // SAFETY: prctl(PR_SET_MM, ...) only changes mm bookkeeping; failure is harmless.
+    unsafe {
+        libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_BRK, brk, 0, 0);
+        libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_START_BRK, start, 0, 0);
+        libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_BRK, brk, 0, 0);
+    }
+}
+
+/// Tells the restored agent where it came from.
+pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path) {
+    let bytes = dir.as_os_str().as_encoded_bytes();
+    let n = bytes.len().min(4096);
+    // SAFETY: `addr` is the agent's RESTART_INFO inside a region just restored writable
+    // (checked by validate: it lies in an image region); it is a plain repr(C) struct.
+    unsafe {
+        let info = addr as *mut RestartInfo;
+        (*info).old_pid = old_pid as i64;
+        (*info).path_len = n as u64;
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), std::ptr::addr_of_mut!((*info).path) as *mut u8, n);
+        (*info).magic = RESTART_MAGIC;
+    }
+}
+
+pub fn block_signals() {
+    // SAFETY: live local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Unregisters the restorer's rseq area (the program registers its own; our TLS goes away).
+pub fn unregister_rseq() {
+    // SAFETY: reads glibc's exported rseq description and unregisters this thread's area.
+    unsafe {
+        let o = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) as *const isize;
+        let s = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+        if o.is_null() || s.is_null() || *s == 0 {
+            return;
+        }
+        let mut fs: u64 = 0;
+        libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut fs as *mut u64);
+        let area = (fs as i64 + *o as i64) as u64;
+        libc::syscall(libc::SYS_rseq, area, (*s).max(32), 1 /* RSEQ_FLAG_UNREGISTER */, 0x5305_3053u32);
+    }
+}
+
+pub fn set_sigactions(acts: &[SigAction]) -> Result<(), RestartError> {
+    for a in acts {
+        let k = [a.handler, a.flags, a.restorer, a.mask];
+        // SAFETY: kernel sigaction layout; handlers point into the restored program.
+        let r = unsafe { libc::syscall(libc::SYS_rt_sigaction, a.sig, k.as_ptr(), std::ptr::null_mut::<u8>(), 8) };
+        if r != 0 && a.sig != 32 && a.sig != 33 {
+            return Err(sys_err(format!("restoring the handler of signal {}", a.sig)));
+        }
+    }
+    Ok(())
+}
+
+/// Re-executes this program (same arguments) with the attempt counter set, and with
+/// address-space randomisation on. Returns only on failure.
+pub fn reexec(attempt: u32) -> RestartError {
+    // SAFETY: personality(0xffffffff) reads the persona; clearing ADDR_NO_RANDOMIZE is
+    // what makes a new layout possible.
+    unsafe {
+        let p = libc::personality(0xffff_ffff);
+        if p >= 0 && p & libc::ADDR_NO_RANDOMIZE != 0 {
+            libc::personality((p & !libc::ADDR_NO_RANDOMIZE) as libc::c_ulong);
+        }
+    }
+    let args: Vec<CString> = std::env::args_os().filter_map(|a| CString::new(a.as_encoded_bytes()).ok()).collect();
+    std::env::set_var(crate::ATTEMPT_VAR, attempt.to_string());
+    let exe = c"/proc/self/exe";
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: NUL-terminated argv; environ is the process's (set_var above updated it).
+    unsafe { libc::execv(exe.as_ptr(), argv.as_ptr()) };
+    sys_err("re-executing the restorer")
+}
+
+/// Switches to the program: main-thread TLS, restart stack, restored-side entry. No return.
+pub fn enter(fs: u64, stack: u64, entry: u64, arg: u64) -> ! {
+    // SAFETY: fs/stack/entry come from the validated image and point into regions just
+    // restored; signals are blocked; the restorer's state is never used again.
+    unsafe {
+        let f: extern "C" fn(u64) = std::mem::transmute::<u64, extern "C" fn(u64)>(entry);
+        crum_ckpt::arch::crum_enter(fs, stack & !15, f, arg)
+    }
+}
