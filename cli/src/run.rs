@@ -1,9 +1,267 @@
-//! `crum run` (not built yet: returns an error naming what is missing).
+//! `crum run`: run a program with its CUDA calls going to a device proxy.
+//!
+//! Creates the channel memfd, starts `crum proxy` (own process group, so a terminal's Ctrl-C
+//! reaches only the program), waits until it serves, then runs the program with
+//! `LD_PRELOAD=libcrum.so` and the channel descriptor in `CRUM_CHANNEL`. The program's
+//! stdio, arguments and environment pass through; its exit status is ours, and if a signal
+//! killed it we re-raise the same signal. SIGTERM, SIGHUP, SIGUSR1/2 sent to `crum run` are
+//! forwarded to the program. If the proxy dies first, the channel is marked dead so the
+//! program's CUDA calls fail instead of hanging; when the program ends, the proxy is stopped.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use nix::sys::signal::{self, SigSet, Signal};
+use nix::unistd::Pid;
+
+use crum_wire::Channel;
 
 /// Arguments of `crum run`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Device: a real GPU (`cuda`), the emulated device (`emu`), or `auto` (GPU if usable).
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Checkpoint every DUR (e.g. 90s, 10m, 1h).
+    #[arg(long, value_name = "DUR")]
+    pub interval: Option<String>,
+    /// Directory for checkpoint images.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Keep the newest N images.
+    #[arg(long, value_name = "N")]
+    pub keep: Option<u32>,
+    /// Checkpoint when this signal arrives (e.g. USR1, SIGTERM, 10).
+    #[arg(long, value_name = "SIG")]
+    pub on_signal: Option<String>,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
+}
 
-pub fn main(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("`crum run` is not implemented yet")
+/// Parse a duration: plain seconds, or a number with ms/s/m/h/d.
+pub fn parse_duration(s: &str) -> anyhow::Result<f64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().with_context(|| format!("bad duration `{s}`"))?;
+    let mult = match unit {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => bail!("bad duration unit in `{s}` (use ms, s, m, h or d)"),
+    };
+    let secs = n * mult;
+    if secs <= 0.0 || !secs.is_finite() {
+        bail!("duration must be positive: `{s}`");
+    }
+    Ok(secs)
+}
+
+/// Parse a signal given as a number, `USR1` or `SIGUSR1`.
+pub fn parse_signal(s: &str) -> anyhow::Result<Signal> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Signal::try_from(n).with_context(|| format!("no signal number {n}"));
+    }
+    let name = s.to_ascii_uppercase();
+    let name = if name.starts_with("SIG") { name } else { format!("SIG{name}") };
+    name.parse::<Signal>().with_context(|| format!("unknown signal `{s}`"))
+}
+
+fn find_program(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name));
+    }
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|c| c.is_file()))
+}
+
+/// A binary that carries kernels (`.nv_fatbin`) but does not import the runtime dynamically
+/// was linked with the static CUDA runtime, which cannot be interposed.
+pub fn statically_linked_cudart(path: &Path) -> anyhow::Result<bool> {
+    use object::{Object, ObjectSymbol};
+    let Ok(data) = std::fs::read(path) else { return Ok(false) };
+    let Ok(file) = object::File::parse(&*data) else { return Ok(false) };
+    if file.section_by_name(".nv_fatbin").is_none() {
+        return Ok(false);
+    }
+    let imports_runtime = file.dynamic_symbols().any(|s| s.is_undefined() && s.name().is_ok_and(|n| n == "__cudaRegisterFatBinary"));
+    Ok(!imports_runtime)
+}
+
+/// `libcrum.so` next to the `crum` binary (`target/<profile>/`).
+fn interposer() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the crum binary")?;
+    let dir = exe.parent().context("crum binary has no directory")?;
+    for cand in [dir.join("libcrum.so"), dir.join("../libcrum.so"), dir.join("../lib/crum/libcrum.so")] {
+        if cand.is_file() {
+            return Ok(cand.canonicalize()?);
+        }
+    }
+    bail!("libcrum.so not found next to {} (build it with `cargo build`)", exe.display())
+}
+
+const FORWARDED: [Signal; 4] = [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGUSR2];
+
+pub fn main(args: Args) -> anyhow::Result<i32> {
+    let program = &args.command[0];
+    let device = crate::proxy::device_choice(&args.device)?;
+    if device == crum_proxy::DeviceChoice::Cuda {
+        if let Some(reason) = crum_proxy::backend::probe_cuda() {
+            bail!("--device cuda: no usable GPU: {reason}");
+        }
+    }
+    let interval = args.interval.as_deref().map(parse_duration).transpose()?;
+    let ckpt_signal = args.on_signal.as_deref().map(parse_signal).transpose()?;
+    if let Some(path) = find_program(program) {
+        if statically_linked_cudart(&path)? {
+            bail!(
+                "{} is linked with the static CUDA runtime, which crum cannot intercept.\n\
+                 Rebuild it with the shared runtime: nvcc -cudart shared ... \
+                 (CMake: set CUDA_RUNTIME_LIBRARY Shared)",
+                path.display()
+            );
+        }
+    }
+    let lib = interposer()?;
+
+    let channel = Arc::new(Channel::create().context("creating the channel")?);
+    let fd = channel.raw_fd();
+    let exe = std::env::current_exe().context("locating the crum binary")?;
+
+    // Signals for the program are handled by a thread (sigwait); block them here before any
+    // thread starts. Children get a clean mask (std resets it at spawn).
+    let mut set = SigSet::empty();
+    for s in FORWARDED.iter().chain(&[Signal::SIGINT, Signal::SIGQUIT]) {
+        set.add(*s);
+    }
+    set.thread_block().context("blocking signals")?;
+
+    let mut proxy = Command::new(&exe)
+        .arg("proxy")
+        .arg("--channel-fd")
+        .arg(fd.to_string())
+        .arg("--device")
+        .arg(&args.device)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("starting the device proxy")?;
+    let proxy_pid = proxy.id() as i32;
+    let t0 = std::time::Instant::now();
+    while channel.wait_ready(Duration::from_millis(20)).is_err() {
+        if let Some(st) = proxy.try_wait()? {
+            bail!("the device proxy exited during startup ({st})");
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = proxy.kill();
+            bail!("the device proxy did not start within 60 s");
+        }
+    }
+    let proxy_done = Arc::new(AtomicBool::new(false));
+    {
+        let (ch, done) = (channel.clone(), proxy_done.clone());
+        std::thread::spawn(move || {
+            let st = proxy.wait();
+            done.store(true, Ordering::SeqCst);
+            ch.set_dead();
+            tracing::debug!(?st, "proxy ended");
+        });
+    }
+
+    let mut preload = lib.display().to_string();
+    if let Ok(old) = std::env::var("LD_PRELOAD") {
+        if !old.is_empty() {
+            preload = format!("{preload}:{old}");
+        }
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(&args.command[1..])
+        .env("LD_PRELOAD", preload)
+        .env(crum_wire::ENV_CHANNEL, fd.to_string())
+        .env("CRUM_RUN", "1")
+        .env("CRUM_CKPT_DIR", args.dir.clone().unwrap_or_else(|| PathBuf::from("./crum-images")));
+    if let Some(i) = interval {
+        cmd.env("CRUM_CKPT_INTERVAL", format!("{i}"));
+    }
+    if let Some(k) = args.keep {
+        cmd.env("CRUM_CKPT_KEEP", k.to_string());
+    }
+    if let Some(s) = ckpt_signal {
+        cmd.env("CRUM_CKPT_SIGNAL", (s as i32).to_string());
+    }
+    let mut app = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = signal::kill(Pid::from_raw(proxy_pid), Signal::SIGKILL);
+            eprintln!("crum: {program}: {e}");
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
+        }
+    };
+    let app_pid = Arc::new(AtomicI32::new(app.id() as i32));
+    {
+        let pid = app_pid.clone();
+        std::thread::spawn(move || loop {
+            let Ok(sig) = set.wait() else { continue };
+            // Terminal Ctrl-C/Ctrl-\ already reached the program (same process group).
+            if FORWARDED.contains(&sig) {
+                let _ = signal::kill(Pid::from_raw(pid.load(Ordering::SeqCst)), sig);
+            }
+        });
+    }
+    let status = app.wait().context("waiting for the program")?;
+    if !proxy_done.load(Ordering::SeqCst) {
+        let _ = signal::kill(Pid::from_raw(proxy_pid), Signal::SIGTERM);
+    }
+    if let Some(sig) = status.signal() {
+        // Die the same way the program did.
+        if let Ok(s) = Signal::try_from(sig) {
+            let _ = reraise(s);
+        }
+        return Ok(128 + sig);
+    }
+    Ok(status.code().unwrap_or(1))
+}
+
+fn reraise(s: Signal) -> nix::Result<()> {
+    let mut set = SigSet::empty();
+    set.add(s);
+    // SAFETY: SIG_DFL is always a valid disposition. (nix marks sigaction unsafe only
+    // because of handler functions.)
+    #[allow(unsafe_code)]
+    unsafe {
+        signal::sigaction(s, &signal::SigAction::new(signal::SigHandler::SigDfl, signal::SaFlags::empty(), SigSet::empty()))?;
+    }
+    set.thread_unblock()?;
+    // Core dumps of crum itself are not wanted.
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+    signal::raise(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("10m").unwrap(), 600.0);
+        assert_eq!(parse_duration("90").unwrap(), 90.0);
+        assert_eq!(parse_duration("1.5h").unwrap(), 5400.0);
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("0").is_err());
+    }
+
+    #[test]
+    fn signals_parse_by_name_or_number() {
+        assert_eq!(parse_signal("USR1").unwrap(), Signal::SIGUSR1);
+        assert_eq!(parse_signal("SIGTERM").unwrap(), Signal::SIGTERM);
+        assert_eq!(parse_signal("10").unwrap(), Signal::SIGUSR1);
+        assert!(parse_signal("NOPE").is_err());
+    }
 }

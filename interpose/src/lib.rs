@@ -1,6 +1,19 @@
 //! The preloaded library (`libcrum.so`, SONAME `libcudart.so.13`): the CUDA runtime API as
-//! the application sees it, forwarded to the proxy; shadow managed pages; and the start of
-//! the checkpoint agent.
+//! the application sees it, forwarded to the proxy over the shared-memory channel.
+//!
+//! - [`api`]: the exported entry points (registration, launches, memory, streams, events,
+//!   device management); generated stubs return `cudaErrorNotSupported` for the rest.
+//! - [`client`]: the channel, per-thread lanes, shared mappings, the host-callback thread.
+//! - [`state`]: registered kernels/variables, allocations, per-thread launch configurations.
+//! - [`errors`]: `cudaError_t` handling (last error, sticky errors, the panic guard).
+//! - [`ffi`]: raw argument decoding.
 #![deny(unsafe_code)]
 
+mod abi_gen;
+pub mod api;
+pub mod client;
+pub mod errors;
+pub mod ffi;
+pub mod managed;
+pub mod state;
 mod agent_hook;

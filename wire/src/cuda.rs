@@ -22,6 +22,7 @@ errors! {
     ERROR_INVALID_TEXTURE = 18, "cudaErrorInvalidTexture", "invalid texture reference";
     ERROR_INVALID_CHANNEL_DESCRIPTOR = 20, "cudaErrorInvalidChannelDescriptor", "invalid channel descriptor";
     ERROR_INVALID_MEMCPY_DIRECTION = 21, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy";
+    ERROR_DEVICES_UNAVAILABLE = 46, "cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy or unavailable";
     ERROR_MISSING_CONFIGURATION = 52, "cudaErrorMissingConfiguration", "__global__ function call is not configured";
     ERROR_INVALID_RESOURCE_HANDLE_LEGACY = 33, "cudaErrorInvalidResourceHandle", "invalid resource handle";
     ERROR_INSUFFICIENT_DRIVER = 35, "cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version";
@@ -46,6 +47,7 @@ errors! {
     ERROR_ILLEGAL_ADDRESS = 700, "cudaErrorIllegalAddress", "an illegal memory access was encountered";
     ERROR_LAUNCH_OUT_OF_RESOURCES = 701, "cudaErrorLaunchOutOfResources", "too many resources requested for launch";
     ERROR_LAUNCH_TIMEOUT = 702, "cudaErrorLaunchTimeout", "the launch timed out and was terminated";
+    ERROR_UNSUPPORTED_LIMIT = 215, "cudaErrorUnsupportedLimit", "limit is not supported on this architecture";
     ERROR_PEER_ACCESS_ALREADY_ENABLED = 704, "cudaErrorPeerAccessAlreadyEnabled", "peer access is already enabled";
     ERROR_PEER_ACCESS_NOT_ENABLED = 705, "cudaErrorPeerAccessNotEnabled", "peer access has not been enabled";
     ERROR_SET_ON_ACTIVE_PROCESS = 708, "cudaErrorSetOnActiveProcess", "cannot set while device is active in this process";

@@ -1,0 +1,375 @@
+//! Device management, versions, errors, limits and texture objects. The device is the one the
+//! proxy drives (device 0; properties from the proxy).
+#![allow(unsafe_code, non_upper_case_globals)]
+
+use std::ffi::{c_char, c_void};
+
+use crum_wire::{cuda, Body, Request, TexDesc};
+
+use crate::abi_gen::*;
+use crate::client::call;
+use crate::errors::{self, CudaResult};
+use crate::ffi::*;
+use crate::state::*;
+
+/// The CUDA version this runtime implements (CUDART_VERSION of the 13.x headers).
+pub const RUNTIME_VERSION: i32 = 13050;
+
+fn check_device(dev: i32) -> CudaResult<()> {
+    if dev == 0 {
+        Ok(())
+    } else {
+        Err(cuda::ERROR_INVALID_DEVICE)
+    }
+}
+
+/// `cudaDeviceGetAttribute` for the device in use.
+fn attribute(attr: u32) -> CudaResult<i32> {
+    let p = props()?;
+    let b = |x: bool| x as i32;
+    Ok(match attr {
+        cudaDevAttrMaxThreadsPerBlock => p.max_threads_per_block,
+        cudaDevAttrMaxBlockDimX => p.max_block[0],
+        cudaDevAttrMaxBlockDimY => p.max_block[1],
+        cudaDevAttrMaxBlockDimZ => p.max_block[2],
+        cudaDevAttrMaxGridDimX => p.max_grid[0],
+        cudaDevAttrMaxGridDimY => p.max_grid[1],
+        cudaDevAttrMaxGridDimZ => p.max_grid[2],
+        cudaDevAttrMaxSharedMemoryPerBlock => p.shared_per_block as i32,
+        cudaDevAttrTotalConstantMemory => p.const_mem as i32,
+        cudaDevAttrWarpSize => p.warp_size,
+        cudaDevAttrMaxPitch => i32::MAX,
+        cudaDevAttrMaxRegistersPerBlock => p.regs_per_block,
+        cudaDevAttrClockRate => p.clock_khz,
+        cudaDevAttrTextureAlignment => 512,
+        cudaDevAttrGpuOverlap => 1,
+        cudaDevAttrMultiProcessorCount => p.multiprocessors,
+        cudaDevAttrKernelExecTimeout => 0,
+        cudaDevAttrIntegrated => 0,
+        cudaDevAttrCanMapHostMemory => 1,
+        cudaDevAttrComputeMode => 0,
+        cudaDevAttrConcurrentKernels => b(p.concurrent_kernels),
+        cudaDevAttrEccEnabled => 0,
+        cudaDevAttrPciBusId => p.pci_bus_id,
+        cudaDevAttrPciDeviceId => 0,
+        cudaDevAttrPciDomainId => 0,
+        cudaDevAttrTccDriver => 0,
+        cudaDevAttrMemoryClockRate => p.mem_clock_khz,
+        cudaDevAttrGlobalMemoryBusWidth => p.mem_bus_width,
+        cudaDevAttrL2CacheSize => p.l2_bytes,
+        cudaDevAttrMaxThreadsPerMultiProcessor => p.max_threads_per_sm,
+        cudaDevAttrAsyncEngineCount => 2,
+        cudaDevAttrUnifiedAddressing => 1,
+        cudaDevAttrComputeCapabilityMajor => p.major,
+        cudaDevAttrComputeCapabilityMinor => p.minor,
+        cudaDevAttrStreamPrioritiesSupported => 1,
+        cudaDevAttrGlobalL1CacheSupported => 1,
+        cudaDevAttrLocalL1CacheSupported => 1,
+        cudaDevAttrMaxSharedMemoryPerMultiprocessor => p.shared_per_sm as i32,
+        cudaDevAttrMaxRegistersPerMultiprocessor => p.regs_per_sm,
+        cudaDevAttrManagedMemory => b(p.managed),
+        cudaDevAttrIsMultiGpuBoard => 0,
+        cudaDevAttrHostNativeAtomicSupported => 0,
+        cudaDevAttrPageableMemoryAccess => 0,
+        cudaDevAttrConcurrentManagedAccess => 1,
+        cudaDevAttrComputePreemptionSupported => 1,
+        cudaDevAttrCanUseHostPointerForRegisteredMem => 1,
+        cudaDevAttrCooperativeLaunch => b(p.cooperative_launch),
+        cudaDevAttrMaxSharedMemoryPerBlockOptin => p.shared_per_block_optin as i32,
+        cudaDevAttrDirectManagedMemAccessFromHost => 1,
+        cudaDevAttrMaxBlocksPerMultiprocessor => p.max_blocks_per_sm,
+        cudaDevAttrReservedSharedMemoryPerBlock => 1024,
+        cudaDevAttrHostRegisterSupported => 1,
+        cudaDevAttrMemoryPoolsSupported => 0,
+        cudaDevAttrMaxTexture1DWidth => 131072,
+        cudaDevAttrMaxTexture2DWidth | cudaDevAttrMaxTexture2DHeight => 131072,
+        cudaDevAttrMaxTexture3DWidth | cudaDevAttrMaxTexture3DHeight | cudaDevAttrMaxTexture3DDepth => 16384,
+        cudaDevAttrSingleToDoublePrecisionPerfRatio => 2,
+        _ => return Err(cuda::ERROR_INVALID_VALUE),
+    })
+}
+
+fn fill_props(prop: *mut u8) -> CudaResult<()> {
+    let p = props()?;
+    zero(prop, CUDADEVICEPROP_SIZE)?;
+    let name = p.name.as_bytes();
+    for (i, &c) in name.iter().take(255).enumerate() {
+        set_field(prop, CUDADEVICEPROP_NAME + i, c);
+    }
+    set_field(prop, CUDADEVICEPROP_UUID, p.uuid);
+    set_field(prop, CUDADEVICEPROP_TOTALGLOBALMEM, p.total_mem as usize);
+    set_field(prop, CUDADEVICEPROP_SHAREDMEMPERBLOCK, p.shared_per_block as usize);
+    set_field(prop, CUDADEVICEPROP_REGSPERBLOCK, p.regs_per_block);
+    set_field(prop, CUDADEVICEPROP_WARPSIZE, p.warp_size);
+    set_field(prop, CUDADEVICEPROP_MEMPITCH, i32::MAX as usize);
+    set_field(prop, CUDADEVICEPROP_MAXTHREADSPERBLOCK, p.max_threads_per_block);
+    set_field(prop, CUDADEVICEPROP_MAXTHREADSDIM, p.max_block);
+    set_field(prop, CUDADEVICEPROP_MAXGRIDSIZE, p.max_grid);
+    set_field(prop, CUDADEVICEPROP_TOTALCONSTMEM, p.const_mem as usize);
+    set_field(prop, CUDADEVICEPROP_MAJOR, p.major);
+    set_field(prop, CUDADEVICEPROP_MINOR, p.minor);
+    set_field(prop, CUDADEVICEPROP_TEXTUREALIGNMENT, 512usize);
+    set_field(prop, CUDADEVICEPROP_TEXTUREPITCHALIGNMENT, 32usize);
+    set_field(prop, CUDADEVICEPROP_MULTIPROCESSORCOUNT, p.multiprocessors);
+    set_field(prop, CUDADEVICEPROP_CANMAPHOSTMEMORY, 1i32);
+    set_field(prop, CUDADEVICEPROP_MAXTEXTURE1D, 131072i32);
+    set_field(prop, CUDADEVICEPROP_MAXTEXTURE2D, [131072i32, 65536]);
+    set_field(prop, CUDADEVICEPROP_MAXTEXTURE3D, [16384i32, 16384, 16384]);
+    set_field(prop, CUDADEVICEPROP_CONCURRENTKERNELS, p.concurrent_kernels as i32);
+    set_field(prop, CUDADEVICEPROP_PCIBUSID, p.pci_bus_id);
+    set_field(prop, CUDADEVICEPROP_ASYNCENGINECOUNT, 2i32);
+    set_field(prop, CUDADEVICEPROP_UNIFIEDADDRESSING, 1i32);
+    set_field(prop, CUDADEVICEPROP_MEMORYBUSWIDTH, p.mem_bus_width);
+    set_field(prop, CUDADEVICEPROP_L2CACHESIZE, p.l2_bytes);
+    set_field(prop, CUDADEVICEPROP_MAXTHREADSPERMULTIPROCESSOR, p.max_threads_per_sm);
+    set_field(prop, CUDADEVICEPROP_STREAMPRIORITIESSUPPORTED, 1i32);
+    set_field(prop, CUDADEVICEPROP_GLOBALL1CACHESUPPORTED, 1i32);
+    set_field(prop, CUDADEVICEPROP_LOCALL1CACHESUPPORTED, 1i32);
+    set_field(prop, CUDADEVICEPROP_SHAREDMEMPERMULTIPROCESSOR, p.shared_per_sm as usize);
+    set_field(prop, CUDADEVICEPROP_REGSPERMULTIPROCESSOR, p.regs_per_sm);
+    set_field(prop, CUDADEVICEPROP_MANAGEDMEMORY, p.managed as i32);
+    set_field(prop, CUDADEVICEPROP_CONCURRENTMANAGEDACCESS, 1i32);
+    set_field(prop, CUDADEVICEPROP_COMPUTEPREEMPTIONSUPPORTED, 1i32);
+    set_field(prop, CUDADEVICEPROP_CANUSEHOSTPOINTERFORREGISTEREDMEM, 1i32);
+    set_field(prop, CUDADEVICEPROP_COOPERATIVELAUNCH, p.cooperative_launch as i32);
+    set_field(prop, CUDADEVICEPROP_SHAREDMEMPERBLOCKOPTIN, p.shared_per_block_optin as usize);
+    set_field(prop, CUDADEVICEPROP_DIRECTMANAGEDMEMACCESSFROMHOST, 1i32);
+    set_field(prop, CUDADEVICEPROP_MAXBLOCKSPERMULTIPROCESSOR, p.max_blocks_per_sm);
+    set_field(prop, CUDADEVICEPROP_RESERVEDSHAREDMEMPERBLOCK, 1024usize);
+    set_field(prop, CUDADEVICEPROP_HOSTREGISTERSUPPORTED, 1i32);
+    Ok(())
+}
+
+/// Default limits (`cudaLimit`): stack size, printf FIFO, malloc heap.
+fn default_limit(limit: u32) -> Option<u64> {
+    match limit {
+        cudaLimitStackSize => Some(1024),
+        cudaLimitPrintfFifoSize => Some(1 << 20),
+        cudaLimitMallocHeapSize => Some(8 << 20),
+        cudaLimitDevRuntimeSyncDepth => Some(2),
+        cudaLimitDevRuntimePendingLaunchCount => Some(2048),
+        cudaLimitMaxL2FetchGranularity => Some(64),
+        cudaLimitPersistingL2CacheSize => Some(0),
+        _ => None,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cudaGetErrorString(code: u32) -> *const c_char {
+    static STRINGS: std::sync::OnceLock<std::collections::HashMap<u32, std::ffi::CString>> = std::sync::OnceLock::new();
+    intern(&STRINGS, code, cuda::description)
+}
+
+#[no_mangle]
+pub extern "C" fn cudaGetErrorName(code: u32) -> *const c_char {
+    static NAMES: std::sync::OnceLock<std::collections::HashMap<u32, std::ffi::CString>> = std::sync::OnceLock::new();
+    intern(&NAMES, code, cuda::name)
+}
+
+/// C strings for every known code, built once (the pointers stay valid forever).
+fn intern(
+    cell: &'static std::sync::OnceLock<std::collections::HashMap<u32, std::ffi::CString>>,
+    code: u32,
+    f: fn(u32) -> &'static str,
+) -> *const c_char {
+    let map = cell.get_or_init(|| {
+        (0..1100u32).chain([u32::MAX]).map(|c| (c, std::ffi::CString::new(f(c)).unwrap_or_default())).collect()
+    });
+    map.get(&code).or_else(|| map.get(&u32::MAX)).map_or(std::ptr::null(), |s| s.as_ptr())
+}
+
+#[no_mangle]
+pub extern "C" fn cudaGetLastError() -> u32 {
+    errors::take_last()
+}
+
+#[no_mangle]
+pub extern "C" fn cudaPeekAtLastError() -> u32 {
+    errors::peek_last()
+}
+
+/// `cudaChannelFormatDesc`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelFormatDesc {
+    pub x: i32,
+    pub y: i32,
+    pub z: i32,
+    pub w: i32,
+    pub f: u32,
+}
+
+#[no_mangle]
+pub extern "C" fn cudaCreateChannelDesc(x: i32, y: i32, z: i32, w: i32, f: u32) -> ChannelFormatDesc {
+    ChannelFormatDesc { x, y, z, w, f }
+}
+
+crate::export! {
+    fn cudaGetDeviceCount(count: *mut i32) {
+        crate::client::ensure()?;
+        out(count, 1)
+    }
+    fn cudaGetDevice(dev: *mut i32) {
+        out(dev, 0)
+    }
+    fn cudaSetDevice(dev: i32) {
+        check_device(dev)?;
+        crate::client::ensure()
+    }
+    fn cudaInitDevice(dev: i32, _device_flags: u32, _flags: u32) {
+        check_device(dev)?;
+        crate::client::ensure()
+    }
+    fn cudaChooseDevice(dev: *mut i32, _prop: *const c_void) {
+        out(dev, 0)
+    }
+    fn cudaSetValidDevices(_list: *mut i32, _len: i32) {
+        Ok(())
+    }
+    fn cudaGetDeviceProperties(prop: *mut u8, dev: i32) {
+        check_device(dev)?;
+        fill_props(prop)
+    }
+    fn cudaDeviceGetAttribute(value: *mut i32, attr: u32, dev: i32) {
+        check_device(dev)?;
+        out(value, attribute(attr)?)
+    }
+    fn cudaDeviceGetPCIBusId(buf: *mut c_char, len: i32, dev: i32) {
+        check_device(dev)?;
+        let s = b"0000:00:00.0\0";
+        if buf.is_null() || (len as usize) < s.len() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        for (i, &c) in s.iter().enumerate() {
+            set_field(buf as *mut u8, i, c);
+        }
+        Ok(())
+    }
+    fn cudaDeviceGetByPCIBusId(dev: *mut i32, _bus: *const c_char) {
+        out(dev, 0)
+    }
+    fn cudaDeviceSynchronize() {
+        call(&Request::DeviceSync).map(|_| ())
+    }
+    fn cudaDeviceReset() {
+        call(&Request::DeviceReset)?;
+        errors::clear_sticky();
+        let s = state();
+        let shared: Vec<(u64, u64)> = {
+            let mut g = s.allocs.write().unwrap_or_else(|p| p.into_inner());
+            let v = g.iter().filter(|(_, r)| r.kind == MemKind::Managed || r.kind == MemKind::Pinned).map(|(&a, r)| (a, r.len)).collect();
+            g.retain(|_, r| r.kind == MemKind::Registered);
+            v
+        };
+        for (a, l) in shared {
+            crate::client::unmap_shared(a, l);
+        }
+        s.streams.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        Ok(())
+    }
+    fn cudaThreadSynchronize() {
+        call(&Request::DeviceSync).map(|_| ())
+    }
+    fn cudaDeviceSetLimit(limit: u32, value: usize) {
+        default_limit(limit).ok_or(cuda::ERROR_UNSUPPORTED_LIMIT)?;
+        state().limits.lock().unwrap_or_else(|p| p.into_inner()).insert(limit, value as u64);
+        Ok(())
+    }
+    fn cudaDeviceGetLimit(value: *mut usize, limit: u32) {
+        let d = default_limit(limit).ok_or(cuda::ERROR_UNSUPPORTED_LIMIT)?;
+        let v = state().limits.lock().unwrap_or_else(|p| p.into_inner()).get(&limit).copied().unwrap_or(d);
+        out(value, v as usize)
+    }
+    fn cudaSetDeviceFlags(flags: u32) {
+        *state().device_flags.lock().unwrap_or_else(|p| p.into_inner()) = flags;
+        Ok(())
+    }
+    fn cudaGetDeviceFlags(flags: *mut u32) {
+        // cudaDeviceMapHost is always on with unified addressing.
+        out(flags, *state().device_flags.lock().unwrap_or_else(|p| p.into_inner()) | 0x08)
+    }
+    fn cudaDeviceSetCacheConfig(_config: u32) {
+        Ok(())
+    }
+    fn cudaDeviceGetCacheConfig(config: *mut u32) {
+        out(config, 0)
+    }
+    fn cudaDeviceSetSharedMemConfig(_config: u32) {
+        Ok(())
+    }
+    fn cudaDeviceGetSharedMemConfig(config: *mut u32) {
+        out(config, 1)
+    }
+    fn cudaDeviceCanAccessPeer(can: *mut i32, dev: i32, peer: i32) {
+        check_device(dev)?;
+        check_device(peer).map_err(|_| cuda::ERROR_INVALID_DEVICE)?;
+        out(can, 0)
+    }
+    fn cudaDeviceEnablePeerAccess(_peer: i32, _flags: u32) {
+        Err(cuda::ERROR_INVALID_DEVICE)
+    }
+    fn cudaDeviceDisablePeerAccess(_peer: i32) {
+        Err(cuda::ERROR_PEER_ACCESS_NOT_ENABLED)
+    }
+    fn cudaDriverGetVersion(v: *mut i32) {
+        out(v, RUNTIME_VERSION)
+    }
+    fn cudaRuntimeGetVersion(v: *mut i32) {
+        out(v, RUNTIME_VERSION)
+    }
+    fn cudaProfilerStart() {
+        Ok(())
+    }
+    fn cudaProfilerStop() {
+        Ok(())
+    }
+    fn cudaCreateTextureObject(tex: *mut u64, res: *const u8, tdesc: *const u8, _view: *const c_void) {
+        let desc = texture_desc(res, tdesc)?;
+        let Body::Value(h) = call(&Request::TexCreate { desc })? else { return Err(cuda::ERROR_UNKNOWN) };
+        out(tex, h)
+    }
+    fn cudaDestroyTextureObject(tex: u64) {
+        call(&Request::TexDestroy { tex }).map(|_| ())
+    }
+}
+
+/// `cudaResourceDesc` + `cudaTextureDesc` → the wire description (linear and pitch-2D
+/// resources; arrays are not supported).
+fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
+    let ty: u32 = field(res, CUDARESOURCEDESC_RESTYPE)?;
+    // cudaResourceType: 0 array, 1 mipmapped array, 2 linear, 3 pitch2D.
+    let (base, chan, width, height, pitch) = match ty {
+        2 => {
+            let base: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
+            let chan: [i32; 5] = field(res, CUDARESOURCEDESC_RES_LINEAR_DESC)?;
+            let size: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_SIZEINBYTES)?;
+            let bytes = (chan[..4].iter().map(|&b| b.max(0) as u64).sum::<u64>() / 8).max(1);
+            (base, chan, size / bytes, 1, size)
+        }
+        3 => {
+            let base: u64 = field(res, CUDARESOURCEDESC_RES_PITCH2D_DEVPTR)?;
+            let chan: [i32; 5] = field(res, CUDARESOURCEDESC_RES_PITCH2D_DESC)?;
+            let w: u64 = field(res, CUDARESOURCEDESC_RES_PITCH2D_WIDTH)?;
+            let h: u64 = field(res, CUDARESOURCEDESC_RES_PITCH2D_HEIGHT)?;
+            let p: u64 = field(res, CUDARESOURCEDESC_RES_PITCH2D_PITCHINBYTES)?;
+            (base, chan, w, h, p)
+        }
+        _ => return Err(crate::errors::unsupported("cudaCreateTextureObject (CUDA arrays)")),
+    };
+    if !is_device_visible(base, 1) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    Ok(TexDesc {
+        base,
+        width,
+        height,
+        depth: 1,
+        pitch,
+        bits: [chan[0] as u32, chan[1] as u32, chan[2] as u32, chan[3] as u32],
+        format_kind: chan[4] as u32,
+        address_mode: field(tdesc, CUDATEXTUREDESC_ADDRESSMODE)?,
+        filter_mode: field(tdesc, CUDATEXTUREDESC_FILTERMODE)?,
+        read_mode: field(tdesc, CUDATEXTUREDESC_READMODE)?,
+        normalized: field::<i32>(tdesc, CUDATEXTUREDESC_NORMALIZEDCOORDS)? != 0,
+    })
+}

@@ -1,0 +1,338 @@
+//! Hidden registration entry points (what nvcc's generated host code calls), kernel launches
+//! on both the CUDA 12 (`cudaLaunchKernel`) and CUDA 13 (`__cudaGetKernel` +
+//! `__cudaLaunchKernel`) paths, function attributes and occupancy.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crum_wire::{cuda, Body, Request};
+
+use crate::abi_gen::*;
+use crate::client::{call, map_shared, send};
+use crate::errors::{guard, CudaResult};
+use crate::ffi::*;
+use crate::state::*;
+
+const FATBIN_WRAPPER_MAGIC: u32 = 0x466243B1;
+const FATBIN_MAGIC: u32 = 0xBA55ED50;
+
+/// A registered fat binary, loaded into the proxy on first use (CUDA's lazy loading).
+pub struct LazyModule {
+    addr: u64,
+    len: u64,
+    id: OnceLock<CudaResult<u64>>,
+}
+
+static LAZY: Mutex<Vec<Arc<LazyModule>>> = Mutex::new(Vec::new());
+
+/// The proxy module for registration index `idx`, loading it on first use.
+pub fn load(idx: usize) -> CudaResult<u64> {
+    let m = LAZY.lock().unwrap_or_else(|p| p.into_inner()).get(idx).cloned().ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)?;
+    *m.id.get_or_init(|| {
+        if m.len == 0 {
+            return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
+        }
+        match call(&Request::LoadModule { addr: m.addr, len: m.len })? {
+            Body::Value(id) => Ok(id),
+            _ => Err(cuda::ERROR_UNKNOWN),
+        }
+    })
+}
+
+/// Size of the fat binary the nvcc wrapper points to (0 when it is not one we understand).
+fn fatbin_extent(wrapper: *const u8) -> (u64, u64) {
+    let Ok(magic) = field::<u32>(wrapper, 0) else { return (0, 0) };
+    let Ok(data) = field::<u64>(wrapper, 8) else { return (0, 0) };
+    if magic != FATBIN_WRAPPER_MAGIC || data == 0 {
+        return (0, 0);
+    }
+    let head = data as *const u8;
+    match (field::<u32>(head, 0), field::<u16>(head, 6), field::<u64>(head, 8)) {
+        (Ok(FATBIN_MAGIC), Ok(hsize), Ok(size)) => (data, hsize as u64 + size),
+        _ => (0, 0),
+    }
+}
+
+fn handle_index(handle: *mut *mut c_void) -> CudaResult<usize> {
+    if handle.is_null() {
+        return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
+    }
+    Ok(read(handle as *const usize)?.wrapping_sub(1))
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c_void {
+    let r = std::panic::catch_unwind(|| {
+        let (addr, len) = fatbin_extent(fat_cubin as *const u8);
+        let mut g = LAZY.lock().unwrap_or_else(|p| p.into_inner());
+        g.push(Arc::new(LazyModule { addr, len, id: OnceLock::new() }));
+        let idx = g.len() - 1;
+        // The handle is a heap cell holding index + 1 (never freed: modules live as long as
+        // the program, and the generated code keeps the handle in a static).
+        Box::into_raw(Box::new(idx + 1)) as *mut *mut c_void
+    });
+    r.unwrap_or(std::ptr::null_mut())
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: *mut *mut c_void) {}
+
+#[no_mangle]
+pub extern "C" fn __cudaUnregisterFatBinary(_handle: *mut *mut c_void) {
+    // Runs from atexit: the proxy drops everything when the program ends anyway.
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaRegisterFunction(
+    handle: *mut *mut c_void,
+    host_fun: *const c_char,
+    _device_fun: *mut c_char,
+    device_name: *const c_char,
+    _thread_limit: i32,
+    _tid: *mut c_void,
+    _bid: *mut c_void,
+    _bdim: *mut c_void,
+    _gdim: *mut c_void,
+    _wsize: *mut i32,
+) {
+    let _ = std::panic::catch_unwind(|| {
+        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else { return };
+        let rec = Arc::new(FuncRec { module, name, info: Mutex::new(None) });
+        state().funcs.write().unwrap_or_else(|p| p.into_inner()).insert(host_fun as usize, rec);
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaRegisterVar(
+    handle: *mut *mut c_void,
+    host_var: *mut c_char,
+    _device_address: *mut c_char,
+    device_name: *const c_char,
+    _ext: i32,
+    size: usize,
+    _constant: i32,
+    _global: i32,
+) {
+    let _ = std::panic::catch_unwind(|| {
+        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else { return };
+        let rec = Arc::new(VarRec { module, name, size: size as u64, addr: OnceLock::new() });
+        state().vars.write().unwrap_or_else(|p| p.into_inner()).insert(host_var as usize, rec);
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaRegisterManagedVar(
+    handle: *mut *mut c_void,
+    host_var_ptr: *mut *mut c_void,
+    _device_address: *mut c_char,
+    device_name: *const c_char,
+    _ext: i32,
+    size: usize,
+    _constant: i32,
+    _global: i32,
+) {
+    let _ = std::panic::catch_unwind(|| {
+        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else { return };
+        let rec = Arc::new(VarRec { module, name: name.clone(), size: size as u64, addr: OnceLock::new() });
+        state().vars.write().unwrap_or_else(|p| p.into_inner()).insert(host_var_ptr as usize, rec.clone());
+        // The host code reaches a __managed__ variable through *host_var_ptr: point it at a
+        // managed allocation shared with the proxy, holding the variable's initial value.
+        let r: CudaResult<()> = (|| {
+            let id = load(module)?;
+            let Body::Alloc { addr, memfd: Some(fd) } = call(&Request::ManagedVar { module: id, name })? else {
+                return Err(cuda::ERROR_UNKNOWN);
+            };
+            map_shared(addr, size as u64, fd)?;
+            add_alloc(addr, size as u64, MemKind::Managed, 1);
+            let _ = rec.addr.set(addr);
+            out(host_var_ptr, addr as *mut c_void)
+        })();
+        if let Err(c) = r {
+            tracing::error!(code = c, "cannot set up a __managed__ variable");
+        }
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaRegisterHostVar(_h: *mut *mut c_void, _s: *const c_char, _n: *const c_char, _v: *mut c_void) {
+    crate::errors::unsupported("__cudaRegisterHostVar");
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaRegisterUnifiedTable(_h: *mut *mut c_void, _t: *mut c_void) {
+    crate::errors::unsupported("__cudaRegisterUnifiedTable");
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaInitModule(_handle: *mut *mut c_void) -> c_char {
+    1
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaPushCallConfiguration(grid: Dim3, block: Dim3, shared: usize, stream: *mut c_void) -> u32 {
+    let cfg = CallConfig { grid: grid.arr(), block: block.arr(), shared, stream: stream as u64 };
+    match CONFIGS.try_with(|c| c.borrow_mut().push(cfg)) {
+        Ok(()) => 0,
+        Err(_) => cuda::ERROR_UNKNOWN,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __cudaPopCallConfiguration(grid: *mut Dim3, block: *mut Dim3, shared: *mut usize, stream: *mut c_void) -> u32 {
+    guard("__cudaPopCallConfiguration", || {
+        let cfg = CONFIGS.try_with(|c| c.borrow_mut().pop()).ok().flatten().ok_or(cuda::ERROR_MISSING_CONFIGURATION)?;
+        let d = |a: [u32; 3]| Dim3 { x: a[0], y: a[1], z: a[2] };
+        out(grid, d(cfg.grid))?;
+        out(block, d(cfg.block))?;
+        out(shared, cfg.shared)?;
+        out(stream as *mut u64, cfg.stream)
+    })
+}
+
+/// Validate and queue one launch.
+#[allow(clippy::too_many_arguments)]
+pub fn launch(host_fun: usize, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: u64, ptsz: bool, cooperative: bool) -> CudaResult<()> {
+    let (_, info) = function(host_fun)?;
+    let p = props()?;
+    let (g, b) = (grid.arr(), block.arr());
+    let threads: u64 = b.iter().map(|&x| x as u64).product();
+    let bad = |d: &[u32; 3], m: &[i32; 3]| d.iter().zip(m).any(|(&x, &l)| x == 0 || x as i64 > l as i64);
+    if bad(&g, &p.max_grid) || bad(&b, &p.max_block) || threads > info.max_threads_per_block as u64 {
+        return Err(cuda::ERROR_INVALID_CONFIGURATION);
+    }
+    if shared as u64 > info.max_dynamic_shared as u64 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let mut params = vec![0u8; info.param_bytes as usize];
+    for (i, &(off, size)) in info.params.iter().enumerate() {
+        let (off, size) = (off as usize, size as usize);
+        if off + size > params.len() || args.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        // `args` has one entry per kernel parameter (runtime API contract).
+        let argp = read(args.wrapping_add(i) as *const *const u8)?;
+        params[off..off + size].copy_from_slice(bytes(argp, size)?);
+    }
+    let stream = resolve_stream(stream, ptsz)?;
+    send(&Request::Launch { func: info.handle, grid: g, block: b, shared: shared as u32, stream, cooperative, params })
+}
+
+crate::export! {
+    fn __cudaGetKernel(kernel: *mut *mut c_void, host_fun: *const c_void) {
+        function(host_fun as usize)?;
+        out(kernel, host_fun as *mut c_void)
+    }
+    fn __cudaLaunchKernel(kernel: *mut c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: *mut c_void) {
+        launch(kernel as usize, grid, block, args, shared, stream as u64, false, false)
+    }
+    fn __cudaLaunchKernel_ptsz(kernel: *mut c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: *mut c_void) {
+        launch(kernel as usize, grid, block, args, shared, stream as u64, true, false)
+    }
+    fn cudaLaunchKernel(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: *mut c_void) {
+        launch(func as usize, grid, block, args, shared, stream as u64, false, false)
+    }
+    fn cudaLaunchKernel_ptsz(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: *mut c_void) {
+        launch(func as usize, grid, block, args, shared, stream as u64, true, false)
+    }
+    fn cudaLaunchCooperativeKernel(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: *mut c_void) {
+        launch(func as usize, grid, block, args, shared, stream as u64, false, true)
+    }
+    fn cudaLaunchCooperativeKernel_ptsz(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: *mut c_void) {
+        launch(func as usize, grid, block, args, shared, stream as u64, true, true)
+    }
+    fn cudaLaunchKernelExC(config: *const u8, func: *const c_void, args: *mut *mut c_void) {
+        launch_ex(config, func, args, false)
+    }
+    fn cudaLaunchKernelExC_ptsz(config: *const u8, func: *const c_void, args: *mut *mut c_void) {
+        launch_ex(config, func, args, true)
+    }
+    fn cudaFuncGetAttributes(attr: *mut u8, func: *const c_void) {
+        let (_, info) = function(func as usize)?;
+        zero(attr, CUDAFUNCATTRIBUTES_SIZE)?;
+        set_field(attr, CUDAFUNCATTRIBUTES_SHAREDSIZEBYTES, info.shared_bytes as usize);
+        set_field(attr, CUDAFUNCATTRIBUTES_CONSTSIZEBYTES, info.const_bytes as usize);
+        set_field(attr, CUDAFUNCATTRIBUTES_LOCALSIZEBYTES, info.local_bytes as usize);
+        set_field(attr, CUDAFUNCATTRIBUTES_MAXTHREADSPERBLOCK, info.max_threads_per_block);
+        set_field(attr, CUDAFUNCATTRIBUTES_NUMREGS, info.num_regs);
+        set_field(attr, CUDAFUNCATTRIBUTES_PTXVERSION, info.ptx_version);
+        set_field(attr, CUDAFUNCATTRIBUTES_BINARYVERSION, info.binary_version);
+        set_field(attr, CUDAFUNCATTRIBUTES_MAXDYNAMICSHAREDSIZEBYTES, info.max_dynamic_shared);
+        set_field(attr, CUDAFUNCATTRIBUTES_PREFERREDSHMEMCARVEOUT, -1i32);
+        Ok(())
+    }
+    fn cudaFuncSetAttribute(func: *const c_void, attr: u32, value: i32) {
+        let (rec, info) = function(func as usize)?;
+        call(&Request::FuncSetAttribute { func: info.handle, attr, value })?;
+        if attr == cudaFuncAttributeMaxDynamicSharedMemorySize {
+            if let Some(i) = rec.info.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                i.max_dynamic_shared = value;
+            }
+        }
+        Ok(())
+    }
+    fn cudaFuncSetCacheConfig(func: *const c_void, _config: u32) {
+        function(func as usize).map(|_| ())
+    }
+    fn cudaFuncSetSharedMemConfig(func: *const c_void, _config: u32) {
+        function(func as usize).map(|_| ())
+    }
+    fn cudaFuncGetName(name: *mut *const c_char, func: *const c_void) {
+        let (rec, _) = function(func as usize)?;
+        let s: &'static std::ffi::CStr = Box::leak(std::ffi::CString::new(rec.name.clone()).map_err(|_| cuda::ERROR_INVALID_VALUE)?.into_boxed_c_str());
+        out(name, s.as_ptr())
+    }
+    fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(num_blocks: *mut i32, func: *const c_void, block_size: i32, dynamic_smem: usize) {
+        out(num_blocks, occupancy(func, block_size, dynamic_smem)?)
+    }
+    fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks: *mut i32, func: *const c_void, block_size: i32, dynamic_smem: usize, _flags: u32) {
+        out(num_blocks, occupancy(func, block_size, dynamic_smem)?)
+    }
+    fn cudaOccupancyAvailableDynamicSMemPerBlock(smem: *mut usize, func: *const c_void, num_blocks: i32, block_size: i32) {
+        let (_, info) = function(func as usize)?;
+        let p = props()?;
+        if num_blocks <= 0 || block_size <= 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let per_block = p.shared_per_sm / num_blocks as u64;
+        let avail = per_block.min(p.shared_per_block_optin).saturating_sub(info.shared_bytes);
+        out(smem, avail as usize)
+    }
+}
+
+/// Resident blocks per multiprocessor for a block size (threads, shared memory, registers).
+fn occupancy(func: *const c_void, block_size: i32, dynamic_smem: usize) -> CudaResult<i32> {
+    let (_, info) = function(func as usize)?;
+    let p = props()?;
+    if block_size <= 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    if block_size > info.max_threads_per_block {
+        return Ok(0);
+    }
+    let warps = (block_size + p.warp_size - 1) / p.warp_size;
+    let by_threads = p.max_threads_per_sm / (warps * p.warp_size);
+    let smem = info.shared_bytes + dynamic_smem as u64;
+    let by_smem = if smem == 0 { i32::MAX } else { (p.shared_per_sm / (smem + 1024)) as i32 };
+    let regs = (info.num_regs.max(1) * warps * p.warp_size).max(1);
+    let by_regs = p.regs_per_sm / regs;
+    Ok(p.max_blocks_per_sm.min(by_threads).min(by_smem).min(by_regs).max(0))
+}
+
+fn launch_ex(config: *const u8, func: *const c_void, args: *mut *mut c_void, ptsz: bool) -> CudaResult<()> {
+    let grid: Dim3 = field(config, CUDALAUNCHCONFIG_T_GRIDDIM)?;
+    let block: Dim3 = field(config, CUDALAUNCHCONFIG_T_BLOCKDIM)?;
+    let shared: usize = field(config, CUDALAUNCHCONFIG_T_DYNAMICSMEMBYTES)?;
+    let stream: u64 = field(config, CUDALAUNCHCONFIG_T_STREAM)?;
+    let attrs: *const u8 = field(config, CUDALAUNCHCONFIG_T_ATTRS)?;
+    let n: u32 = field(config, CUDALAUNCHCONFIG_T_NUMATTRS)?;
+    let mut cooperative = false;
+    for i in 0..n as usize {
+        let a = attrs.wrapping_add(i * CUDALAUNCHATTRIBUTE_ST_SIZE);
+        let id: u32 = field(a, CUDALAUNCHATTRIBUTE_ST_ID)?;
+        if id == cudaLaunchAttributeCooperative {
+            cooperative = field::<i32>(a, CUDALAUNCHATTRIBUTE_ST_VAL)? != 0;
+        }
+    }
+    launch(func as usize, grid, block, args, shared, stream, ptsz, cooperative)
+}

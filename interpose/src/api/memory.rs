@@ -1,0 +1,350 @@
+//! Memory: device, managed and pinned allocations, copies (sync, async, 2-D, symbols, peer,
+//! `cudaMemcpyDefault`), memsets, host registration and pointer attributes.
+//!
+//! Copies between two host-accessible ranges (pageable, pinned or managed memory, all mapped
+//! here) are done in this process after the stream has drained; everything touching device
+//! memory goes to the proxy, which moves the bytes with one cross-memory copy. An async copy
+//! is pipelined only when the host side is pinned or managed (the proxy may read it later);
+//! from or to pageable memory it waits as CUDA does.
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+
+use crum_wire::{cuda, AllocKind, Body, CopyKind, Request};
+
+use crate::abi_gen::*;
+use crate::client::{call, map_shared, send, unmap_shared};
+use crate::errors::CudaResult;
+use crate::ffi::*;
+use crate::state::*;
+
+/// `cudaMemcpyKind`.
+const H2H: u32 = 0;
+const H2D: u32 = 1;
+const D2H: u32 = 2;
+const D2D: u32 = 3;
+const DEFAULT: u32 = 4;
+
+/// Alignment of pitched allocations (texture pitch alignment of sm_80).
+const PITCH_ALIGN: u64 = 512;
+
+fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64> {
+    crate::client::ensure()?;
+    let Body::Alloc { addr, memfd } = call(&Request::Malloc { size, kind })? else { return Err(cuda::ERROR_UNKNOWN) };
+    if addr == 0 {
+        return Ok(0);
+    }
+    if let Some(fd) = memfd {
+        if let Err(e) = map_shared(addr, size, fd) {
+            let _ = call(&Request::Free { addr });
+            return Err(e);
+        }
+    }
+    add_alloc(addr, size, mk, flags);
+    Ok(addr)
+}
+
+fn free(addr: u64, host: bool) -> CudaResult<()> {
+    if addr == 0 {
+        return Ok(());
+    }
+    let rec = find_alloc(addr).filter(|(b, _)| *b == addr).map(|(_, r)| r);
+    match rec {
+        Some(r) if host != (r.kind == MemKind::Pinned) => return Err(cuda::ERROR_INVALID_VALUE),
+        Some(r) if r.kind == MemKind::Registered => return Err(cuda::ERROR_INVALID_VALUE),
+        _ => {}
+    }
+    call(&Request::Free { addr })?;
+    if let Some(r) = remove_alloc(addr) {
+        if r.kind != MemKind::Device {
+            unmap_shared(addr, r.len);
+        }
+    }
+    Ok(())
+}
+
+/// Resolve `cudaMemcpyDefault` (and check explicit kinds) from what we know of each address.
+fn direction(dst: u64, src: u64, kind: u32) -> CudaResult<u32> {
+    let (d, s) = (is_device(dst), is_device(src));
+    match kind {
+        DEFAULT => Ok(match (d, s) {
+            (false, false) => H2H,
+            (true, false) => H2D,
+            (false, true) => D2H,
+            (true, true) => D2D,
+        }),
+        H2H..=D2D => Ok(kind),
+        _ => Err(cuda::ERROR_INVALID_MEMCPY_DIRECTION),
+    }
+}
+
+fn wire_kind(k: u32) -> CopyKind {
+    match k {
+        H2D => CopyKind::HostToDevice,
+        D2H => CopyKind::DeviceToHost,
+        _ => CopyKind::DeviceToDevice,
+    }
+}
+
+/// One (possibly 2-D) copy on `stream` (already resolved); `sync` as cudaMemcpy.
+#[allow(clippy::too_many_arguments)]
+pub fn copy(dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u64, kind: u32, stream: u64, sync: bool) -> CudaResult<()> {
+    crate::client::ensure()?;
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    if dpitch < width || spitch < width {
+        return Err(cuda::ERROR_INVALID_PITCH_VALUE);
+    }
+    if dst == 0 || src == 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let k = direction(dst, src, kind)?;
+    let span = |p: u64| p * (height - 1) + width;
+    let host_ok = |a: u64, p: u64| !is_device(a) && (find_alloc(a).is_none() || is_device_visible(a, span(p)));
+    if k == H2H || (host_ok(dst, dpitch) && host_ok(src, spitch)) {
+        // Both sides are mapped here: wait for the stream, then copy locally.
+        call(&Request::StreamSync { stream })?;
+        for r in 0..height {
+            local_copy(dst + r * dpitch, src + r * spitch, width);
+        }
+        return Ok(());
+    }
+    let pinned = |a: u64, p: u64| is_device_visible(a, span(p));
+    let host_pinned = match k {
+        H2D => pinned(src, spitch),
+        D2H => pinned(dst, dpitch),
+        _ => true,
+    };
+    let req = if height == 1 {
+        Request::Memcpy { dst, src, len: width, kind: wire_kind(k), stream, sync }
+    } else {
+        Request::Memcpy2D { dst, dpitch, src, spitch, width, height, kind: wire_kind(k), stream, sync }
+    };
+    if sync || !host_pinned {
+        call(&req).map(|_| ())
+    } else {
+        send(&req)
+    }
+}
+
+fn check_device_range(addr: u64, len: u64) -> CudaResult<()> {
+    match find_alloc(addr) {
+        Some((b, r)) if r.kind != MemKind::Registered && r.kind != MemKind::Pinned && addr + len <= b + r.len => Ok(()),
+        _ => Err(cuda::ERROR_INVALID_VALUE),
+    }
+}
+
+fn memset(dst: u64, pitch: u64, value: i32, width: u64, height: u64, stream: u64) -> CudaResult<()> {
+    crate::client::ensure()?;
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    if pitch < width {
+        return Err(cuda::ERROR_INVALID_PITCH_VALUE);
+    }
+    check_device_range(dst, pitch * (height - 1) + width)?;
+    let value = value as u8;
+    let req = if height == 1 {
+        Request::Memset { dst, value, len: width, stream, sync: false }
+    } else {
+        Request::Memset2D { dst, pitch, value, width, height, stream, sync: false }
+    };
+    send(&req)
+}
+
+fn symbol_range(sym: *const c_void, count: usize, offset: usize) -> CudaResult<u64> {
+    let (addr, size) = symbol(sym as usize)?;
+    if (offset as u64).checked_add(count as u64).is_none_or(|end| end > size) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    Ok(addr + offset as u64)
+}
+
+crate::export! {
+    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) {
+        let a = alloc(size as u64, AllocKind::Device, MemKind::Device, 0)?;
+        out(ptr, a as *mut c_void)
+    }
+    fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) {
+        if ptr.is_null() || size == 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let a = alloc(size as u64, AllocKind::Managed, MemKind::Managed, flags)?;
+        out(ptr, a as *mut c_void)
+    }
+    fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) {
+        let a = alloc(size as u64, AllocKind::PinnedHost, MemKind::Pinned, 0)?;
+        out(ptr, a as *mut c_void)
+    }
+    fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) {
+        let a = alloc(size as u64, AllocKind::PinnedHost, MemKind::Pinned, flags)?;
+        out(ptr, a as *mut c_void)
+    }
+    fn cudaMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) {
+        let p = (width.max(1) as u64).next_multiple_of(PITCH_ALIGN);
+        let a = alloc(p * height as u64, AllocKind::Device, MemKind::Device, 0)?;
+        out(pitch, p as usize)?;
+        out(ptr, a as *mut c_void)
+    }
+    fn cudaFree(ptr: *mut c_void) {
+        free(ptr as u64, false)
+    }
+    fn cudaFreeHost(ptr: *mut c_void) {
+        free(ptr as u64, true)
+    }
+    fn cudaFreeAsync(ptr: *mut c_void, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, false)?;
+        call(&Request::StreamSync { stream: s })?;
+        free(ptr as u64, false)
+    }
+    fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) {
+        let a = alloc(size as u64, AllocKind::Device, MemKind::Device, 0)?;
+        out(ptr, a as *mut c_void)
+    }
+    fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: u32) {
+        if ptr.is_null() || size == 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        call(&Request::HostRegister { addr: ptr as u64, len: size as u64 })?;
+        add_alloc(ptr as u64, size as u64, MemKind::Registered, flags);
+        Ok(())
+    }
+    fn cudaHostUnregister(ptr: *mut c_void) {
+        call(&Request::HostUnregister { addr: ptr as u64 })?;
+        remove_alloc(ptr as u64);
+        Ok(())
+    }
+    fn cudaHostGetDevicePointer(pdev: *mut *mut c_void, host: *mut c_void, _flags: u32) {
+        match find_alloc(host as u64) {
+            // Unified addressing: the device sees host memory at the same address.
+            Some((_, r)) if r.kind != MemKind::Device => out(pdev, host),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        }
+    }
+    fn cudaHostGetFlags(flags: *mut u32, host: *mut c_void) {
+        match find_alloc(host as u64) {
+            Some((_, r)) if r.kind == MemKind::Pinned || r.kind == MemKind::Registered => out(flags, r.flags),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        }
+    }
+    fn cudaMemGetInfo(free: *mut usize, total: *mut usize) {
+        let Body::Pair(f, t) = call(&Request::MemGetInfo)? else { return Err(cuda::ERROR_UNKNOWN) };
+        out(free, f as usize)?;
+        out(total, t as usize)
+    }
+    fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) {
+        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, kind, 0, true)
+    }
+    fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) {
+        let s = resolve_stream(0, true)?;
+        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, kind, s, true)
+    }
+    fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, false)?;
+        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, kind, s, false)
+    }
+    fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, true)?;
+        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, kind, s, false)
+    }
+    fn cudaMemcpy2D(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) {
+        copy(dst as u64, dpitch as u64, src as u64, spitch as u64, width as u64, height as u64, kind, 0, true)
+    }
+    fn cudaMemcpy2DAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, false)?;
+        copy(dst as u64, dpitch as u64, src as u64, spitch as u64, width as u64, height as u64, kind, s, false)
+    }
+    fn cudaMemcpyToSymbol(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: u32) {
+        let d = symbol_range(sym, count, offset)?;
+        let kind = if kind == DEFAULT { DEFAULT } else if kind == D2D { D2D } else { H2D };
+        copy(d, count as u64, src as u64, count as u64, count as u64, 1, kind, 0, true)
+    }
+    fn cudaMemcpyFromSymbol(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: u32) {
+        let s = symbol_range(sym, count, offset)?;
+        let kind = if kind == DEFAULT { DEFAULT } else if kind == D2D { D2D } else { D2H };
+        copy(dst as u64, count as u64, s, count as u64, count as u64, 1, kind, 0, true)
+    }
+    fn cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: u32, stream: *mut c_void) {
+        let d = symbol_range(sym, count, offset)?;
+        let s = resolve_stream(stream as u64, false)?;
+        let kind = if kind == DEFAULT { DEFAULT } else if kind == D2D { D2D } else { H2D };
+        copy(d, count as u64, src as u64, count as u64, count as u64, 1, kind, s, false)
+    }
+    fn cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: u32, stream: *mut c_void) {
+        let src = symbol_range(sym, count, offset)?;
+        let s = resolve_stream(stream as u64, false)?;
+        let kind = if kind == DEFAULT { DEFAULT } else if kind == D2D { D2D } else { D2H };
+        copy(dst as u64, count as u64, src, count as u64, count as u64, 1, kind, s, false)
+    }
+    fn cudaMemcpyPeer(dst: *mut c_void, dst_dev: i32, src: *const c_void, src_dev: i32, count: usize) {
+        if dst_dev != 0 || src_dev != 0 {
+            return Err(cuda::ERROR_INVALID_DEVICE);
+        }
+        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, D2D, 0, true)
+    }
+    fn cudaMemcpyPeerAsync(dst: *mut c_void, dst_dev: i32, src: *const c_void, src_dev: i32, count: usize, stream: *mut c_void) {
+        if dst_dev != 0 || src_dev != 0 {
+            return Err(cuda::ERROR_INVALID_DEVICE);
+        }
+        let s = resolve_stream(stream as u64, false)?;
+        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, D2D, s, false)
+    }
+    fn cudaGetSymbolAddress(dev_ptr: *mut *mut c_void, sym: *const c_void) {
+        let (a, _) = symbol(sym as usize)?;
+        out(dev_ptr, a as *mut c_void)
+    }
+    fn cudaGetSymbolSize(size: *mut usize, sym: *const c_void) {
+        let (_, s) = symbol(sym as usize)?;
+        out(size, s as usize)
+    }
+    fn cudaMemset(dst: *mut c_void, value: i32, count: usize) {
+        memset(dst as u64, count as u64, value, count as u64, 1, 0)
+    }
+    fn cudaMemsetAsync(dst: *mut c_void, value: i32, count: usize, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, false)?;
+        memset(dst as u64, count as u64, value, count as u64, 1, s)
+    }
+    fn cudaMemsetAsync_ptsz(dst: *mut c_void, value: i32, count: usize, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, true)?;
+        memset(dst as u64, count as u64, value, count as u64, 1, s)
+    }
+    fn cudaMemset2D(dst: *mut c_void, pitch: usize, value: i32, width: usize, height: usize) {
+        memset(dst as u64, pitch as u64, value, width as u64, height as u64, 0)
+    }
+    fn cudaMemset2DAsync(dst: *mut c_void, pitch: usize, value: i32, width: usize, height: usize, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, false)?;
+        memset(dst as u64, pitch as u64, value, width as u64, height as u64, s)
+    }
+    fn cudaMemPrefetchAsync(ptr: *const c_void, count: usize, _location: u64, _flags: u32, _stream: *mut c_void) {
+        // Managed memory is shared with the device: nothing to move.
+        match find_alloc(ptr as u64) {
+            Some((b, r)) if r.kind == MemKind::Managed && ptr as u64 + count as u64 <= b + r.len => Ok(()),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        }
+    }
+    fn cudaMemAdvise(ptr: *const c_void, count: usize, _advice: u32, _location: u64) {
+        match find_alloc(ptr as u64) {
+            Some((b, r)) if r.kind == MemKind::Managed && ptr as u64 + count as u64 <= b + r.len => Ok(()),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        }
+    }
+    fn cudaPointerGetAttributes(attr: *mut u8, ptr: *const c_void) {
+        zero(attr, CUDAPOINTERATTRIBUTES_SIZE)?;
+        let a = ptr as u64;
+        // cudaMemoryType: 0 unregistered, 1 host, 2 device, 3 managed.
+        let (ty, dev, host) = match find_alloc(a) {
+            Some((_, r)) => match r.kind {
+                MemKind::Device => (2, a, 0),
+                MemKind::Managed => (3, a, a),
+                MemKind::Pinned | MemKind::Registered => (1, a, a),
+            },
+            None => (0, 0, 0),
+        };
+        set_field(attr, CUDAPOINTERATTRIBUTES_TYPE, ty as u32);
+        set_field(attr, CUDAPOINTERATTRIBUTES_DEVICE, if ty == 0 { -2i32 } else { 0 });
+        set_field(attr, CUDAPOINTERATTRIBUTES_DEVICEPOINTER, dev);
+        set_field(attr, CUDAPOINTERATTRIBUTES_HOSTPOINTER, host);
+        Ok(())
+    }
+}

@@ -1,0 +1,14 @@
+//! The exported CUDA runtime API, grouped by area. Every function decodes its arguments,
+//! calls safe code and returns a `cudaError_t` (see `ffi::export!`).
+
+pub mod device;
+pub mod launch;
+pub mod memory;
+pub mod stream;
+
+/// Generated stubs for the runtime entry points crum does not implement (see build.rs).
+#[allow(unsafe_code, non_snake_case, clippy::missing_safety_doc)]
+mod unsupported {
+    include!(concat!(env!("OUT_DIR"), "/unsupported.rs"));
+}
+

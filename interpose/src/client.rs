@@ -1,0 +1,258 @@
+//! The application's side of the channel: connecting (the memfd named by `CRUM_CHANNEL`),
+//! one lane per calling thread, synchronous calls and pipelined sends, forwarding device
+//! printf output, the device address window (reserved PROT_NONE so no host allocation can
+//! land on a device address), shared mappings for managed/pinned memory, and the thread that
+//! runs host callbacks when the proxy asks.
+//!
+//! # Safety
+//! The window reservation uses MAP_FIXED_NOREPLACE (never clobbers a mapping); shared
+//! mappings are placed with MAP_FIXED only inside that window, at addresses the proxy handed
+//! out for allocations that the interposer tracks, so they replace only our own reservation.
+//! Host callbacks are the application's own function pointers, called with its own argument,
+//! exactly as the CUDA runtime would.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::time::Duration;
+
+use crum_wire::{cuda, Body, Channel, ChannelError, ClientLane, Request};
+
+use crate::errors::{record, CudaResult};
+
+struct Conn {
+    ch: Arc<Channel>,
+    /// Shared lane for threads that find no free lane (and for calls during thread exit).
+    overflow: Mutex<ClientLane>,
+    proxy_pid: u32,
+}
+
+static CONN: OnceLock<CudaResult<Conn>> = OnceLock::new();
+static GONE: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static LANE: RefCell<Option<ClientLane>> = const { RefCell::new(None) };
+}
+
+/// Start logging if `CRUM_LOG` asks for it (silent otherwise): to `CRUM_LOG_FILE` or stderr.
+pub fn init_logging() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let Ok(filter) = std::env::var("CRUM_LOG") else { return };
+        let filter = tracing_subscriber::EnvFilter::new(filter);
+        let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+        match std::env::var("CRUM_LOG_FILE").ok().and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok()) {
+            Some(f) => {
+                let _ = b.with_writer(Mutex::new(f)).try_init();
+            }
+            None => {
+                let _ = b.with_writer(std::io::stderr).try_init();
+            }
+        }
+    });
+}
+
+fn connect() -> CudaResult<Conn> {
+    init_logging();
+    let fd: i32 = match std::env::var(crum_wire::ENV_CHANNEL).ok().and_then(|v| v.parse().ok()) {
+        Some(fd) => fd,
+        None => {
+            tracing::error!("not running under `crum run` (no {}): no CUDA device", crum_wire::ENV_CHANNEL);
+            return Err(cuda::ERROR_NO_DEVICE);
+        }
+    };
+    let ch = Arc::new(Channel::open(fd).map_err(|e| {
+        tracing::error!("cannot open the crum channel: {e}");
+        cuda::ERROR_INITIALIZATION
+    })?);
+    ch.wait_ready(Duration::from_secs(60)).map_err(|_| cuda::ERROR_DEVICES_UNAVAILABLE)?;
+    reserve_window()?;
+    // The proxy is our sibling, not our parent: under Yama ptrace_scope=1 it may only read
+    // our memory (cross-memory attach) if we name it. EINVAL without Yama is fine.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, ch.proxy_pid() as libc::c_ulong, 0, 0, 0) };
+    let mut overflow = ch.claim_lane().ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
+    let reply = overflow.call(&Request::Hello { pid: std::process::id() }).map_err(chan_err)?;
+    if reply.status != 0 {
+        return Err(reply.status);
+    }
+    let proxy_pid = ch.proxy_pid();
+    Ok(Conn { ch, overflow: Mutex::new(overflow), proxy_pid })
+}
+
+fn conn() -> CudaResult<&'static Conn> {
+    if GONE.load(Ordering::Relaxed) {
+        return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
+    }
+    CONN.get_or_init(connect).as_ref().map_err(|&e| e)
+}
+
+/// Whether the channel is up (connecting on first use).
+pub fn ensure() -> CudaResult<()> {
+    conn().map(|_| ())
+}
+
+fn chan_err(e: ChannelError) -> u32 {
+    match e {
+        ChannelError::ProxyGone | ChannelError::Broken => {
+            if !GONE.swap(true, Ordering::SeqCst) {
+                init_logging();
+                tracing::error!("the crum device proxy is gone: CUDA calls fail from now on");
+            }
+            cuda::ERROR_DEVICES_UNAVAILABLE
+        }
+        ChannelError::TooLarge => cuda::ERROR_INVALID_VALUE,
+        _ => cuda::ERROR_UNKNOWN,
+    }
+}
+
+fn with_lane<R>(f: &mut dyn FnMut(&mut ClientLane) -> R) -> CudaResult<R> {
+    let c = conn()?;
+    let tls = LANE.try_with(|l| {
+        let mut b = l.try_borrow_mut().ok()?;
+        if b.is_none() {
+            *b = c.ch.claim_lane();
+        }
+        b.as_mut().map(&mut *f)
+    });
+    match tls {
+        Ok(Some(r)) => Ok(r),
+        _ => Ok(f(&mut c.overflow.lock().unwrap_or_else(|p| p.into_inner()))),
+    }
+}
+
+/// Write device printf output where the application's own printf goes (C stdio, so the two
+/// interleave in program order).
+fn forward_printf(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    extern "C" {
+        static mut stdout: *mut libc::FILE;
+    }
+    // SAFETY: `stdout` is libc's stream; fwrite reads `bytes.len()` bytes from a live slice.
+    unsafe {
+        let out = stdout;
+        libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), out);
+    }
+}
+
+/// A synchronous call: the reply's body, or its `cudaError_t`.
+pub fn call(req: &Request) -> CudaResult<Body> {
+    let reply = with_lane(&mut |l| l.call(req))?.map_err(chan_err)?;
+    forward_printf(&reply.printf);
+    if reply.deferred != 0 {
+        record(reply.deferred);
+    }
+    if reply.status != 0 {
+        Err(reply.status)
+    } else {
+        Ok(reply.body)
+    }
+}
+
+/// A pipelined request: sent without waiting; its errors surface at a later call.
+pub fn send(req: &Request) -> CudaResult<()> {
+    with_lane(&mut |l| l.send(req))?.map_err(chan_err)
+}
+
+/// Reserve the device address window in this process.
+fn reserve_window() -> CudaResult<()> {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces a mapping; PROT_NONE commits nothing.
+    let p = unsafe {
+        libc::mmap(
+            crum_wire::DEVICE_VA_BASE as *mut libc::c_void,
+            crum_wire::DEVICE_VA_SIZE as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p as u64 != crum_wire::DEVICE_VA_BASE {
+        tracing::error!("the device address window {:#x} is taken in this process", crum_wire::DEVICE_VA_BASE);
+        return Err(cuda::ERROR_INITIALIZATION);
+    }
+    Ok(())
+}
+
+fn in_window(addr: u64, len: u64) -> bool {
+    addr >= crum_wire::DEVICE_VA_BASE && addr.saturating_add(len) <= crum_wire::DEVICE_VA_BASE + crum_wire::DEVICE_VA_SIZE
+}
+
+/// Map the proxy's shared memory `memfd` at `addr` (managed and pinned memory).
+pub fn map_shared(addr: u64, len: u64, memfd: i32) -> CudaResult<()> {
+    let c = conn()?;
+    let span = len.max(1).next_multiple_of(4096);
+    if !in_window(addr, span) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let path = format!("/proc/{}/fd/{}\0", c.proxy_pid, memfd);
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        tracing::error!("cannot open the proxy's shared memory {path}: {}", std::io::Error::last_os_error());
+        return Err(cuda::ERROR_MEMORY_ALLOCATION);
+    }
+    // SAFETY: see module docs: inside our own window reservation.
+    let p = unsafe {
+        libc::mmap(addr as *mut libc::c_void, span as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0)
+    };
+    // SAFETY: closing the descriptor we opened; the mapping keeps the memory alive.
+    unsafe { libc::close(fd) };
+    if p == libc::MAP_FAILED {
+        return Err(cuda::ERROR_MEMORY_ALLOCATION);
+    }
+    Ok(())
+}
+
+/// Put the reservation back over a freed shared mapping.
+pub fn unmap_shared(addr: u64, len: u64) {
+    let span = len.max(1).next_multiple_of(4096);
+    if !in_window(addr, span) {
+        return;
+    }
+    // SAFETY: see module docs.
+    unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            span as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+}
+
+/// Host function signature (`cudaHostFn_t`).
+pub type HostFn = unsafe extern "C" fn(*mut libc::c_void);
+
+/// Start (once) the thread that runs host functions when a stream reaches them.
+pub fn start_callback_thread() -> CudaResult<()> {
+    static STARTED: OnceLock<CudaResult<()>> = OnceLock::new();
+    *STARTED.get_or_init(|| {
+        conn()?;
+        std::thread::Builder::new()
+            .name("crum-callbacks".into())
+            .spawn(|| loop {
+                match call(&Request::WaitCallback) {
+                    Ok(Body::Callback { id, func, data }) => {
+                        if func != 0 {
+                            // SAFETY: `func` is the host function pointer the application
+                            // passed to cudaLaunchHostFunc/cudaStreamAddCallback (module docs).
+                            let f: HostFn = unsafe { std::mem::transmute::<usize, HostFn>(func as usize) };
+                            // SAFETY: as above; called with the application's own argument.
+                            unsafe { f(data as *mut libc::c_void) };
+                        }
+                        let _ = send(&Request::CallbackDone { id });
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            })
+            .map(|_| ())
+            .map_err(|_| cuda::ERROR_UNKNOWN)
+    })
+}
