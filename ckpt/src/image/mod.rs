@@ -94,7 +94,50 @@ impl ImageError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         ImageError::Io { path: path.into(), source }
     }
+    /// What failed and why, without allocating: for the forked child, which must report an
+    /// error through a raw `write` (e.g. `("write pages file", "no space left on device")`).
+    /// The second part is empty when there is no system error behind it.
+    pub fn parts_no_alloc(&self) -> (&'static str, &'static str) {
+        match self {
+            ImageError::Write { op, source } => (op, source.raw_os_error().map_or("", errno_text)),
+            ImageError::Invalid(s) | ImageError::Capacity(s) | ImageError::Compress(s) => (s, ""),
+            _ => ("image error", ""),
+        }
+    }
+
     pub(crate) fn corrupt(file: &str, detail: impl Into<String>) -> Self {
         ImageError::Corrupt { file: file.to_string(), detail: detail.into() }
+    }
+}
+
+/// Text of the errors a write can meet, as static strings (no allocation, unlike
+/// `io::Error`'s `Display`).
+fn errno_text(errno: i32) -> &'static str {
+    match errno {
+        libc::ENOSPC => "no space left on device",
+        libc::EDQUOT => "disk quota exceeded",
+        libc::EIO => "input/output error",
+        libc::EACCES | libc::EPERM => "permission denied",
+        libc::EROFS => "read-only file system",
+        libc::EEXIST => "file exists",
+        libc::ENOENT => "no such file or directory",
+        libc::ENOTEMPTY => "directory not empty",
+        libc::EFBIG => "file too large",
+        libc::EMFILE | libc::ENFILE => "too many open files",
+        libc::ENOMEM => "out of memory",
+        libc::EBADF => "bad file descriptor",
+        _ => "system error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_no_alloc_names_operation_and_errno() {
+        let e = ImageError::Write { op: "write pages file", source: io::Error::from_raw_os_error(libc::ENOSPC) };
+        assert_eq!(e.parts_no_alloc(), ("write pages file", "no space left on device"));
+        assert_eq!(ImageError::Capacity("too many regions").parts_no_alloc(), ("too many regions", ""));
     }
 }
