@@ -245,6 +245,22 @@ fn crash_mid_write_leaves_only_an_ignored_temporary() {
 }
 
 #[test]
+fn temporary_of_a_live_writer_is_kept_and_symlinked_file_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join(format!(".tmp-ckpt-20261122T223722.123Z-{}-9", std::process::id()));
+    std::fs::create_dir(&live).unwrap();
+    make_image(tmp.path(), 0, None);
+    keep_newest(tmp.path(), 1).unwrap();
+    assert!(live.exists(), "a write in progress (live pid) is not removed");
+
+    let img = make_image(tmp.path(), 1, None);
+    std::fs::remove_file(img.join("pages")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", img.join("pages")).unwrap();
+    let e = open_err(&img);
+    assert!(matches!(e, ImageError::Io { .. } | ImageError::Corrupt { .. }), "{e}");
+}
+
+#[test]
 fn failed_commit_leaves_no_image_and_no_temporary() {
     let tmp = tempfile::tempdir().unwrap();
     let mut w = ImageWriter::prepare(tmp.path(), &WriterOptions { seq: 5, ..Default::default() }).unwrap();
@@ -294,6 +310,27 @@ mod fuzz {
         std::fs::write(&p, b).unwrap();
     }
 
+    /// One image written once (writing fsyncs, which is slow); each case damages a copy.
+    fn template() -> &'static (tempfile::TempDir, PathBuf, Vec<u8>) {
+        static T: std::sync::OnceLock<(tempfile::TempDir, PathBuf, Vec<u8>)> = std::sync::OnceLock::new();
+        T.get_or_init(|| {
+            let tmp = tempfile::tempdir().unwrap();
+            let img = make_image(tmp.path(), 0, None);
+            let data = ImageReader::open(&img).unwrap().read_region(0).unwrap();
+            (tmp, img, data)
+        })
+    }
+
+    fn copy_image(from: &Path, to: &Path) -> PathBuf {
+        let dst = to.join(from.file_name().unwrap());
+        std::fs::create_dir(&dst).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+        dst
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
         #[test]
@@ -302,9 +339,9 @@ mod fuzz {
             edits in prop::collection::vec((any::<usize>(), any::<u8>()), 1..6),
             fix in any::<bool>(),
         ) {
+            let (_keep, template_img, original) = template();
             let tmp = tempfile::tempdir().unwrap();
-            let img = make_image(tmp.path(), 0, None);
-            let original = ImageReader::open(&img).unwrap().read_region(0).unwrap();
+            let img = copy_image(template_img, tmp.path());
             damage(&img, file, &edits, fix);
             if let Ok(mut r) = ImageReader::open(&img) {
                 let _ = r.section("process");
@@ -312,7 +349,7 @@ mod fuzz {
                 if r.regions().len() == 1 {
                     if let Ok(d) = r.read_region(0) {
                         // Accepted data is the original: checksums catch the rest.
-                        prop_assert!(d == original, "damaged {} read back different data", file);
+                        prop_assert!(&d == original, "damaged {} read back different data", file);
                     }
                 }
             }

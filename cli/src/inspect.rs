@@ -33,7 +33,7 @@ fn perms(prot: u32) -> String {
 
 fn ratio(mem: u64, stored: u64) -> String {
     if stored == 0 {
-        if mem == 0 { "-".into() } else { "inf".into() }
+        if mem == 0 { "-".into() } else { "zero".into() }
     } else {
         format!("{:.2}x", mem as f64 / stored as f64)
     }

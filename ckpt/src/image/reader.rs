@@ -112,9 +112,24 @@ pub struct ImageReader {
     dctx: zstd_safe::DCtx<'static>,
 }
 
+/// Opens a file of the image: never through a symlink, never a FIFO or device (an image is
+/// untrusted and must not make the reader block or read elsewhere).
+fn open_image_file(path: &Path, file: &str) -> Result<(File, u64), ImageError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| ImageError::io(path, e))?;
+    let md = f.metadata().map_err(|e| ImageError::io(path, e))?;
+    if !md.is_file() {
+        return Err(ImageError::corrupt(file, "is not a regular file"));
+    }
+    Ok((f, md.len()))
+}
+
 fn read_capped(path: &Path, file: &str, cap: u64, expected: Option<u64>) -> Result<Vec<u8>, ImageError> {
-    let mut f = File::open(path).map_err(|e| ImageError::io(path, e))?;
-    let len = f.metadata().map_err(|e| ImageError::io(path, e))?.len();
+    let (mut f, len) = open_image_file(path, file)?;
     if let Some(exp) = expected {
         if len < exp {
             return Err(ImageError::Truncated { file: file.to_string(), expected: exp, found: len });
@@ -352,8 +367,7 @@ impl ImageReader {
         let regions_sec = find(SECTION_REGIONS)?;
         let pages_sec = find(SECTION_PAGES)?;
         let pages_path = dir.join(&pages_sec.file);
-        let pages = File::open(&pages_path).map_err(|e| ImageError::io(&pages_path, e))?;
-        let pages_len = pages.metadata().map_err(|e| ImageError::io(&pages_path, e))?.len();
+        let (pages, pages_len) = open_image_file(&pages_path, &pages_sec.file)?;
         if pages_len < pages_sec.size {
             return Err(ImageError::Truncated { file: pages_sec.file.clone(), expected: pages_sec.size, found: pages_len });
         }
