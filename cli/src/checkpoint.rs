@@ -7,7 +7,7 @@
 //! is named on stderr), 2 `--all` found no program.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -40,16 +40,21 @@ fn spinner(pid: u32) -> indicatif::ProgressBar {
     pb
 }
 
-fn one(pid: u32, args: &Args) -> anyhow::Result<PathBuf> {
+fn one(sock_dir: &Path, pid: u32, args: &Args) -> anyhow::Result<PathBuf> {
     let pb = spinner(pid);
-    let r = control::request_checkpoint(pid, args.dir.as_deref(), args.exit);
+    let r = control::request_checkpoint_in(sock_dir, pid, args.dir.as_deref(), args.exit);
     pb.finish_and_clear();
     r.with_context(|| format!("checkpoint of process {pid}"))
 }
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
+    run_in(&control::socket_dir(), &args, &mut std::io::stdout())
+}
+
+/// `crum checkpoint` against the control sockets in `sock_dir`, printing paths to `out`.
+fn run_in(sock_dir: &Path, args: &Args, out: &mut dyn std::io::Write) -> anyhow::Result<i32> {
     let pids: Vec<u32> = if args.all {
-        let procs = control::list().context("listing programs under crum")?;
+        let procs = control::list_in(sock_dir).context("listing programs under crum")?;
         if procs.is_empty() {
             eprintln!("crum: no programs are running under crum");
             return Ok(2);
@@ -59,14 +64,14 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         vec![args.pid.expect("clap requires a pid without --all")]
     };
     if pids.len() == 1 {
-        let path = one(pids[0], &args)?;
-        println!("{}", path.display());
+        let path = one(sock_dir, pids[0], args)?;
+        writeln!(out, "{}", path.display())?;
         return Ok(0);
     }
     let mut failed = 0;
     for pid in pids {
-        match one(pid, &args) {
-            Ok(path) => println!("{}", path.display()),
+        match one(sock_dir, pid, args) {
+            Ok(path) => writeln!(out, "{}", path.display())?,
             Err(e) => {
                 eprintln!("crum: error: {e:#}");
                 failed += 1;
@@ -74,4 +79,52 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         }
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crum_ckpt::control::{ControlServer, Request};
+
+    /// A fresh directory under the system temp dir (removed by the test).
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("crum-cli-test-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn args(pid: Option<u32>, all: bool) -> Args {
+        Args { pid, dir: Some(PathBuf::from("/imgs")), exit: false, all }
+    }
+
+    #[test]
+    fn checkpoint_prints_the_path_the_agent_reports() {
+        let t = scratch("ok");
+        let dir = t.join("crum");
+        let pid = std::process::id();
+        let server = ControlServer::bind_in(&dir, pid).unwrap();
+        let agent = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (req, resp) = server.accept().unwrap();
+                let Request::Checkpoint { dir, .. } = req else { panic!("{req:?}") };
+                resp.reply(Ok(dir.unwrap().join("ckpt-1"))).unwrap();
+            }
+        });
+        let mut out = Vec::new();
+        assert_eq!(run_in(&dir, &args(Some(pid), false), &mut out).unwrap(), 0);
+        assert_eq!(String::from_utf8(out).unwrap(), "/imgs/ckpt-1\n");
+        let mut out = Vec::new();
+        assert_eq!(run_in(&dir, &args(None, true), &mut out).unwrap(), 0);
+        assert_eq!(String::from_utf8(out).unwrap(), "/imgs/ckpt-1\n");
+        agent.join().unwrap();
+        std::fs::remove_dir_all(&t).unwrap();
+    }
+
+    #[test]
+    fn checkpoint_of_pid_not_under_crum_is_a_clear_error() {
+        let t = scratch("none");
+        let e = run_in(&t, &args(Some(std::process::id()), false), &mut Vec::new()).unwrap_err();
+        assert!(format!("{e:#}").contains("is not running under crum"), "{e:#}");
+        assert_eq!(run_in(&t, &args(None, true), &mut Vec::new()).unwrap(), 2);
+    }
 }
