@@ -87,3 +87,57 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn empty_image_round_trips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::prepare(tmp.path(), &WriterOptions::default()).unwrap();
+    w.commit().unwrap();
+    let mut r = ImageReader::open(w.final_path()).unwrap();
+    assert!(r.regions().is_empty());
+    assert_eq!(r.inventory().sections.len(), 2);
+    r.verify().unwrap();
+}
+
+#[test]
+fn writer_refuses_bad_input_with_clear_errors() {
+    use crum_ckpt::image::ImageError;
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = WriterOptions { max_sections: 1, ..Default::default() };
+    let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
+    assert!(matches!(w.add_section("regions", true, b""), Err(ImageError::Invalid(_))));
+    assert!(matches!(w.add_section(&"x".repeat(48), true, b""), Err(ImageError::Invalid(_))));
+    w.add_section("a", true, b"1").unwrap();
+    assert!(matches!(w.add_section("a", true, b"2"), Err(ImageError::Invalid(_))));
+    assert!(matches!(w.add_section("b", true, b"2"), Err(ImageError::Capacity(_))));
+    let meta = RegionMeta { start: 0, len: 8192, prot: 0, flags: 0, offset: 0, name: b"" };
+    assert!(matches!(w.add_region(&meta, &[1u8; 4096]), Err(ImageError::Invalid(_))));
+    let wrap = RegionMeta { start: u64::MAX - 10, len: 100, ..meta };
+    assert!(matches!(w.add_region(&wrap, &[]), Err(ImageError::Invalid(_))));
+    // Validation errors leave the writer usable.
+    w.add_region(&meta, &[2u8; 8192]).unwrap();
+    w.commit().unwrap();
+    assert!(w.commit().is_err(), "a second commit is refused");
+    let mut r = ImageReader::open(w.final_path()).unwrap();
+    assert_eq!(r.read_region(0).unwrap(), vec![2u8; 8192]);
+    assert!(matches!(r.read_region_into(0, &mut [0u8; 10]), Err(ImageError::DestinationSize { .. })));
+    assert!(matches!(r.read_region(5), Err(ImageError::NoSuchRegion { .. })));
+
+    for (chunk, level) in [(1000, 1), (32 * 1024, 1), (4 << 20, 42)] {
+        let o = WriterOptions { chunk_size: chunk, level, ..Default::default() };
+        assert!(matches!(ImageWriter::prepare(tmp.path(), &o), Err(ImageError::Invalid(_))));
+    }
+}
+
+#[test]
+fn level_zero_stores_raw_chunks_that_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = WriterOptions { level: 0, chunk_size: 64 * 1024, ..Default::default() };
+    let mut w = ImageWriter::prepare(tmp.path(), &o).unwrap();
+    let d: Vec<u8> = (0..200_000u32).map(|i| (i / 3) as u8).collect();
+    w.add_region(&RegionMeta { start: 0x1000, len: d.len() as u64, prot: 0, flags: 0, offset: 0, name: b"" }, &d).unwrap();
+    w.commit().unwrap();
+    let mut r = ImageReader::open(w.final_path()).unwrap();
+    assert!(r.regions()[0].chunks.iter().all(|c| c.encoding == Encoding::Raw));
+    assert_eq!(r.read_region(0).unwrap(), d);
+}
