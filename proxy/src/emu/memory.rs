@@ -24,6 +24,9 @@ use crum_wire::AllocKind;
 
 /// Allocation granularity (and alignment) of device memory.
 pub const GRANULE: u64 = 4096;
+/// Allocations at least this large start on a huge-page boundary and ask for transparent
+/// huge pages (fewer page faults and faster cross-memory copies into them).
+pub const HUGE: u64 = 2 << 20;
 
 struct Alloc {
     len: u64,
@@ -113,7 +116,12 @@ impl Vram {
         if g.used + span > self.capacity {
             return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
         }
-        let Some((&start, &flen)) = g.free.iter().find(|(_, &l)| l >= span) else {
+        let align = if span >= HUGE { HUGE } else { GRANULE };
+        let fit = g.free.iter().find_map(|(&fs, &fl)| {
+            let start = fs.next_multiple_of(align);
+            (start + span <= fs + fl).then_some((fs, fl, start))
+        });
+        let Some((fstart, flen, start)) = fit else {
             return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
         };
         let memfd = match kind {
@@ -139,9 +147,16 @@ impl Vram {
                 Some(fd)
             }
         };
-        g.free.remove(&start);
-        if flen > span {
-            g.free.insert(start + span, flen - span);
+        if span >= HUGE {
+            // SAFETY: advice on our own fresh mapping; failure only means no huge pages.
+            unsafe { libc::madvise(start as *mut libc::c_void, span as usize, libc::MADV_HUGEPAGE) };
+        }
+        g.free.remove(&fstart);
+        if start > fstart {
+            g.free.insert(fstart, start - fstart);
+        }
+        if fstart + flen > start + span {
+            g.free.insert(start + span, fstart + flen - start - span);
         }
         g.used += span;
         let raw = memfd.as_ref().map(|f| f.as_raw_fd());
@@ -293,6 +308,17 @@ pub(crate) mod tests {
         v.free(a[1]).unwrap();
         let (big, _) = v.alloc(3 * GRANULE, AllocKind::Device).unwrap();
         assert_eq!(big, base);
+    }
+
+    #[test]
+    fn large_allocations_are_huge_page_aligned() {
+        let base = window();
+        let v = Vram::new(base, 1 << 32, 1 << 30).unwrap();
+        v.alloc(100, AllocKind::Device).unwrap();
+        let (big, _) = v.alloc(HUGE, AllocKind::Device).unwrap();
+        assert_eq!(big % HUGE, 0);
+        let (small, _) = v.alloc(100, AllocKind::Device).unwrap();
+        assert_eq!(small, base + GRANULE, "the gap before the aligned block is reused");
     }
 
     #[test]
