@@ -720,9 +720,9 @@ impl ImageWriter {
         close(&mut self.dir_fd);
 
         let pfd = self.parent_fd.as_raw_fd();
-        // SAFETY: both names are NUL-terminated C strings relative to the open parent fd.
         // RENAME_NOREPLACE: never replace an existing image of the same name.
         check(
+            // SAFETY: both names are NUL-terminated C strings relative to the open parent fd.
             unsafe {
                 libc::renameat2(pfd, self.tmp_name.as_ptr(), pfd, self.final_name.as_ptr(), libc::RENAME_NOREPLACE)
             },
