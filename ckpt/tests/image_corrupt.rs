@@ -356,3 +356,42 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn write_failure_mid_image_keeps_previous_image_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let previous = make_image(tmp.path(), 0, None);
+    let data = noise(4 << 20, 77);
+    let opts = WriterOptions { seq: 1, ..Default::default() };
+    let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
+    let meta = RegionMeta { start: 0x1000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"" };
+    // A child whose files may not exceed 1 MiB: its writes fail with EFBIG as on a full
+    // disk. The child only uses the writer (no allocation) and raw system calls.
+    // SAFETY: see above; the child ends with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let lim = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
+        // SAFETY: plain system calls in the child.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+        }
+        let failed_as_expected = match w.add_region(&meta, &data) {
+            Err(e) => e.parts_no_alloc().0 == "write pages file" && w.commit().is_err(),
+            Ok(()) => false,
+        };
+        // SAFETY: ends the child without destructors.
+        unsafe { libc::_exit(if failed_as_expected { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+    drop(w); // the parent only prepared: dropping its copy removes nothing
+    assert_eq!(latest_image(tmp.path()).unwrap(), Some(previous.clone()));
+    ImageReader::open(&previous).unwrap().verify().unwrap();
+    let names: Vec<String> =
+        std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names.len(), 1, "only the previous image remains: {names:?}");
+}
