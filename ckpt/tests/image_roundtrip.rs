@@ -141,3 +141,22 @@ fn level_zero_stores_raw_chunks_that_read_back() {
     assert!(r.regions()[0].chunks.iter().all(|c| c.encoding == Encoding::Raw));
     assert_eq!(r.read_region(0).unwrap(), d);
 }
+
+#[test]
+fn full_raw_chunks_are_mappable_at_their_offset() {
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = noise(128 * 1024, 5);
+    d[70_000..80_000].fill(0); // chunk 1 has zero pages: not mappable
+    d[64 * 1024 + 4096 * 3..64 * 1024 + 4096 * 4].fill(0);
+    let mut w = ImageWriter::prepare(tmp.path(), &opts(64 * 1024)).unwrap();
+    w.add_region(&RegionMeta { start: 0x1000, len: d.len() as u64, prot: 0, flags: 0, offset: 0, name: b"" }, &d).unwrap();
+    w.commit().unwrap();
+    let r = ImageReader::open(w.final_path()).unwrap();
+    let off = r.mappable_chunk(0, 0).expect("chunk 0 is raw and full");
+    let mut buf = vec![0u8; 64 * 1024];
+    r.pages_file().read_exact_at(&mut buf, off).unwrap();
+    assert_eq!(buf, d[..64 * 1024]);
+    assert_eq!(r.mappable_chunk(0, 1), None);
+    assert_eq!(r.mappable_chunk(0, 2), None);
+}

@@ -421,6 +421,22 @@ impl ImageReader {
         self.chunk_size
     }
 
+    /// The `pages` file, for callers that map raw chunks instead of reading them.
+    pub fn pages_file(&self) -> &File {
+        &self.pages
+    }
+
+    /// Offset in [`pages_file`](Self::pages_file) of chunk `ci` of region `ri` when that
+    /// chunk is stored raw with every page present at a page-aligned offset: it is then an
+    /// exact copy of memory and can be mapped (`mmap(MAP_PRIVATE | MAP_FIXED)`) instead of
+    /// read. Mapping does not check the chunk's CRC (call [`verify`](Self::verify) first).
+    pub fn mappable_chunk(&self, ri: usize, ci: usize) -> Option<u64> {
+        let r = self.regions.get(ri)?;
+        let c = r.chunks.get(ci)?;
+        let full = c.encoding == Encoding::Raw && c.packed_len as usize == self.chunk_len(ri, ci);
+        (full && c.offset % u64::from(self.page_size) == 0).then_some(c.offset)
+    }
+
     /// The contents of metadata section `name` (checksum verified), or None if absent.
     pub fn section(&self, name: &str) -> Result<Option<Vec<u8>>, ImageError> {
         let Some(s) = self.inventory.sections.iter().find(|s| s.name == name) else {
