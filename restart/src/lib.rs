@@ -50,7 +50,7 @@ fn sys_err(what: impl Into<String>) -> RestartError {
 
 /// Environment variable counting re-executions after layout collisions.
 pub const ATTEMPT_VAR: &str = "CRUM_RESTART_ATTEMPT";
-const MAX_ATTEMPTS: u32 = 8;
+const MAX_ATTEMPTS: u32 = 16;
 
 /// A validated image, ready to restore.
 pub struct Plan {
