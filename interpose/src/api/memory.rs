@@ -130,7 +130,7 @@ pub fn copy(dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u6
 
 fn check_device_range(addr: u64, len: u64) -> CudaResult<()> {
     match find_alloc(addr) {
-        Some((b, r)) if r.kind != MemKind::Registered && r.kind != MemKind::Pinned && addr + len <= b + r.len => Ok(()),
+        Some((b, r)) if r.kind != MemKind::Registered && addr + len <= b + r.len => Ok(()),
         _ => Err(cuda::ERROR_INVALID_VALUE),
     }
 }
