@@ -14,7 +14,7 @@
 # A `dd conv=fsync` to the same directory is printed first for reference.
 #
 # Usage: scripts/bench-image.sh [SIZES_MIB (default 256,1024)] [DIR (default target/bench-image)]
-# Environment: BENCH_REPS, BENCH_LEVEL (zstd level, default 1).
+# Environment: BENCH_REPS, BENCH_LEVEL (zstd level, default 1), BENCH_THREADS (restore threads, default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +28,7 @@ echo "== dd to $dir (reference; 1 GiB of zeros, conv=fsync)"
 dd if=/dev/zero of="$dir/dd.bin" bs=4M count=256 conv=fsync 2>&1 | tail -n 1
 rm -f "$dir/dd.bin"
 
-echo "== crum image (zstd level ${BENCH_LEVEL:-1}, sizes ${sizes} MiB, cold reads: ${drop:-no})"
+echo "== crum image (zstd level ${BENCH_LEVEL:-1}, restore threads ${BENCH_THREADS:-1}, sizes ${sizes} MiB, cold reads: ${drop:-no})"
 BENCH_DIR="$dir" BENCH_SIZES_MIB="$sizes" BENCH_DROP_CACHES="${drop}" \
     cargo test --release -q -p crum-ckpt --test image_bench -- --ignored --nocapture --test-threads=1 2>&1 \
     | grep -E '^(data|random|compressible|sparse) ' || { echo "benchmark failed" >&2; exit 1; }

@@ -5,7 +5,8 @@
 //! restore throughput (decompressing into fresh anonymous memory, as restart does) against
 //! reading the image files into a reused buffer and into fresh anonymous memory (restart has
 //! to create the process's memory; on virtual machines first-touch page faults can cost more
-//! than the disk). With `BENCH_DROP_CACHES=1` (root) reads start cold.
+//! than the disk). With `BENCH_DROP_CACHES=1` (root) reads start cold; `BENCH_THREADS`
+//! restores with that many threads (default 1).
 #![allow(unsafe_code)]
 
 use std::io::{Read, Write};
@@ -104,6 +105,7 @@ fn bench_image() {
         .split(',')
         .map(|s| s.trim().parse().unwrap())
         .collect();
+    let threads: usize = std::env::var("BENCH_THREADS").ok().map(|s| s.parse().unwrap()).unwrap_or(1);
     let level: i32 = std::env::var("BENCH_LEVEL").ok().map(|s| s.parse().unwrap()).unwrap_or(1);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -188,7 +190,7 @@ fn bench_image() {
                 let t = Instant::now();
                 let mut r = ImageReader::open(&img).unwrap();
                 let mut dst = Mem::new(len);
-                r.read_region_into_zeroed(0, dst.slice_mut()).unwrap();
+                r.read_region_into_zeroed_parallel(0, dst.slice_mut(), threads).unwrap();
                 restore_s = restore_s.min(t.elapsed().as_secs_f64());
                 assert!(dst.slice() == mem.slice(), "{kind}: restored memory differs");
                 std::fs::remove_dir_all(&img).unwrap();

@@ -160,3 +160,20 @@ fn full_raw_chunks_are_mappable_at_their_offset() {
     assert_eq!(r.mappable_chunk(0, 1), None);
     assert_eq!(r.mappable_chunk(0, 2), None);
 }
+
+#[test]
+fn parallel_read_matches_serial_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = noise(40 * PAGE, 11);
+    d[3 * PAGE..9 * PAGE].fill(0);
+    d[20 * PAGE..35 * PAGE].iter_mut().enumerate().for_each(|(i, b)| *b = (i / 99) as u8);
+    let mut w = ImageWriter::prepare(tmp.path(), &opts(64 * 1024)).unwrap();
+    w.add_region(&RegionMeta { start: 0x1000, len: d.len() as u64, prot: 0, flags: 0, offset: 0, name: b"" }, &d).unwrap();
+    w.commit().unwrap();
+    let mut r = ImageReader::open(w.final_path()).unwrap();
+    for threads in [1, 2, 3, 16] {
+        let mut dst = vec![0u8; d.len()];
+        r.read_region_into_zeroed_parallel(0, &mut dst, threads).unwrap();
+        assert!(dst == d, "{threads} threads");
+    }
+}
