@@ -67,6 +67,13 @@ fn connect() -> CudaResult<Conn> {
         cuda::ERROR_INITIALIZATION
     })?);
     ch.wait_ready(Duration::from_secs(60)).map_err(|_| cuda::ERROR_DEVICES_UNAVAILABLE)?;
+    // One CUDA process per proxy: a second process that inherited the channel (a child the
+    // program started) must not drive the first one's device state.
+    let owner = ch.app_pid();
+    if owner != 0 && owner != std::process::id() {
+        tracing::error!("process {owner} already uses this crum proxy; run other CUDA programs under their own `crum run`");
+        return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
+    }
     reserve_window()?;
     // The proxy is our sibling, not our parent: under Yama ptrace_scope=1 it may only read
     // our memory (cross-memory attach) if we name it. EINVAL without Yama is fine.

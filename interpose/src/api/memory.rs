@@ -347,4 +347,107 @@ crate::export! {
         set_field(attr, CUDAPOINTERATTRIBUTES_HOSTPOINTER, host);
         Ok(())
     }
+    fn cudaMemset_ptds(dst: *mut c_void, value: i32, count: usize) {
+        let s = resolve_stream(0, true)?;
+        memset(dst as u64, count as u64, value, count as u64, 1, s)
+    }
+    fn cudaMemset2D_ptds(dst: *mut c_void, pitch: usize, value: i32, width: usize, height: usize) {
+        let s = resolve_stream(0, true)?;
+        memset(dst as u64, pitch as u64, value, width as u64, height as u64, s)
+    }
+    fn cudaMemset2DAsync_ptsz(dst: *mut c_void, pitch: usize, value: i32, width: usize, height: usize, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, true)?;
+        memset(dst as u64, pitch as u64, value, width as u64, height as u64, s)
+    }
+    fn cudaMemcpy2D_ptds(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) {
+        let s = resolve_stream(0, true)?;
+        copy(dst as u64, dpitch as u64, src as u64, spitch as u64, width as u64, height as u64, kind, s, true)
+    }
+    fn cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, true)?;
+        copy(dst as u64, dpitch as u64, src as u64, spitch as u64, width as u64, height as u64, kind, s, false)
+    }
+    fn cudaMemcpyToSymbol_ptds(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: u32) {
+        let d = symbol_range(sym, count, offset)?;
+        let s = resolve_stream(0, true)?;
+        copy(d, count as u64, src as u64, count as u64, count as u64, 1, to_symbol_kind(kind), s, true)
+    }
+    fn cudaMemcpyFromSymbol_ptds(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: u32) {
+        let src = symbol_range(sym, count, offset)?;
+        let s = resolve_stream(0, true)?;
+        copy(dst as u64, count as u64, src, count as u64, count as u64, 1, from_symbol_kind(kind), s, true)
+    }
+    fn cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: u32, stream: *mut c_void) {
+        let d = symbol_range(sym, count, offset)?;
+        let s = resolve_stream(stream as u64, true)?;
+        copy(d, count as u64, src as u64, count as u64, count as u64, 1, to_symbol_kind(kind), s, false)
+    }
+    fn cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: u32, stream: *mut c_void) {
+        let src = symbol_range(sym, count, offset)?;
+        let s = resolve_stream(stream as u64, true)?;
+        copy(dst as u64, count as u64, src, count as u64, count as u64, 1, from_symbol_kind(kind), s, false)
+    }
+    fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, true)?;
+        call(&Request::StreamSync { stream: s })?;
+        free(ptr as u64, false)
+    }
+    fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) {
+        let a = alloc(size as u64, AllocKind::Device, MemKind::Device, 0)?;
+        out(ptr, a as *mut c_void)
+    }
+    fn cudaMemPrefetchAsync_ptsz(ptr: *const c_void, count: usize, _location: u64, _flags: u32, _stream: *mut c_void) {
+        match find_alloc(ptr as u64) {
+            Some((b, r)) if r.kind == MemKind::Managed && ptr as u64 + count as u64 <= b + r.len => Ok(()),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        }
+    }
+    fn cudaStreamAttachMemAsync(_stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
+        // Managed memory is always visible to both sides here: attaching changes nothing.
+        match find_alloc(ptr as u64) {
+            Some((_, r)) if r.kind == MemKind::Managed => Ok(()),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        }
+    }
+}
+
+fn to_symbol_kind(kind: u32) -> u32 {
+    match kind {
+        DEFAULT | D2D => kind,
+        _ => H2D,
+    }
+}
+
+fn from_symbol_kind(kind: u32) -> u32 {
+    match kind {
+        DEFAULT | D2D => kind,
+        _ => D2H,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_direction_is_inferred_from_known_allocations() {
+        let dev = 0x2100_0000_0000u64;
+        let managed = 0x2100_0010_0000u64;
+        add_alloc(dev, 4096, MemKind::Device, 0);
+        add_alloc(managed, 4096, MemKind::Managed, 0);
+        let host = 0x1000u64;
+        assert_eq!(direction(dev + 8, host, DEFAULT), Ok(H2D));
+        assert_eq!(direction(host, dev, DEFAULT), Ok(D2H));
+        assert_eq!(direction(dev, dev + 64, DEFAULT), Ok(D2D));
+        assert_eq!(direction(host, managed, DEFAULT), Ok(H2H), "managed memory is host-accessible");
+        assert_eq!(direction(host, host, 7), Err(cuda::ERROR_INVALID_MEMCPY_DIRECTION));
+    }
+
+    #[test]
+    fn memset_outside_any_allocation_is_invalid_value() {
+        assert_eq!(check_device_range(0x2200_0000_0000, 16), Err(cuda::ERROR_INVALID_VALUE));
+        add_alloc(0x2200_0000_0000, 100, MemKind::Device, 0);
+        assert_eq!(check_device_range(0x2200_0000_0000, 100), Ok(()));
+        assert_eq!(check_device_range(0x2200_0000_0000 + 50, 51), Err(cuda::ERROR_INVALID_VALUE));
+    }
 }

@@ -194,4 +194,22 @@ crate::export! {
         let Body::Float(t) = call(&Request::EventElapsed { start: start as u64, end: end as u64 })? else { return Err(cuda::ERROR_UNKNOWN) };
         out(ms, t)
     }
+    fn cudaStreamAddCallback_ptsz(stream: *mut c_void, cb: Option<unsafe extern "C" fn(*mut c_void, u32, *mut c_void)>, data: *mut c_void, flags: u32) {
+        let (Some(cb), 0) = (cb, flags) else { return Err(cuda::ERROR_INVALID_VALUE) };
+        let b = Box::into_raw(Box::new(StreamCallback { cb, stream, data }));
+        host_func(stream, stream_callback_trampoline as *const () as u64, b as u64, true)
+    }
+    fn cudaStreamIsCapturing(_stream: *mut c_void, status: *mut u32) {
+        // Stream capture (graphs) is not supported, so no stream is ever capturing.
+        out(status, 0)
+    }
+    fn cudaStreamIsCapturing_ptsz(_stream: *mut c_void, status: *mut u32) {
+        out(status, 0)
+    }
+    fn cudaStreamGetDevice(_stream: *mut c_void, dev: *mut i32) {
+        out(dev, 0)
+    }
+    fn cudaStreamGetDevice_ptsz(_stream: *mut c_void, dev: *mut i32) {
+        out(dev, 0)
+    }
 }
