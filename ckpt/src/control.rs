@@ -51,7 +51,10 @@ pub enum ControlError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
-    move |source| ControlError::Io { path: path.to_path_buf(), source }
+    move |source| ControlError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// A request received by the agent.
@@ -96,15 +99,30 @@ impl Responder {
     /// Replies to a checkpoint request with the image path or an error message.
     pub fn reply(mut self, result: Result<PathBuf, String>) -> io::Result<()> {
         let r = match result {
-            Ok(p) => Reply { ok: true, path: Some(p), ..Default::default() },
-            Err(e) => Reply { ok: false, error: Some(e), ..Default::default() },
+            Ok(p) => Reply {
+                ok: true,
+                path: Some(p),
+                ..Default::default()
+            },
+            Err(e) => Reply {
+                ok: false,
+                error: Some(e),
+                ..Default::default()
+            },
         };
         send_line(&mut self.stream, &r)
     }
 
     /// Replies to a status request.
     pub fn reply_status(mut self, status: StatusReply) -> io::Result<()> {
-        send_line(&mut self.stream, &Reply { ok: true, status: Some(status), ..Default::default() })
+        send_line(
+            &mut self.stream,
+            &Reply {
+                ok: true,
+                status: Some(status),
+                ..Default::default()
+            },
+        )
     }
 }
 
@@ -122,7 +140,10 @@ fn read_line(s: &UnixStream) -> io::Result<Option<Vec<u8>>> {
         return Ok(None);
     }
     if line.last() != Some(&b'\n') {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "message line too long or cut short"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "message line too long or cut short",
+        ));
     }
     line.pop();
     Ok(Some(line))
@@ -179,7 +200,9 @@ fn check_private_dir(dir: &Path) -> Result<(), ControlError> {
     // symlink_metadata: a symlink planted in /tmp is refused, not followed.
     let md = std::fs::symlink_metadata(dir).map_err(io_err(dir))?;
     if !md.is_dir() || md.uid() != our_uid() || md.mode() & 0o077 != 0 {
-        return Err(ControlError::UnsafeDir { path: dir.to_path_buf() });
+        return Err(ControlError::UnsafeDir {
+            path: dir.to_path_buf(),
+        });
     }
     Ok(())
 }
@@ -211,7 +234,8 @@ impl ControlServer {
             std::fs::remove_file(&path).map_err(io_err(&path))?;
         }
         let listener = UnixListener::bind(&path).map_err(io_err(&path))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io_err(&path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err(&path))?;
         Ok(ControlServer { listener, path })
     }
 
@@ -231,7 +255,14 @@ impl ControlServer {
             };
             if !peer_allowed(uid, our_uid()) {
                 let msg = format!("permission denied: uid {uid} may not control this process");
-                let _ = send_line(&mut stream, &Reply { ok: false, error: Some(msg), ..Default::default() });
+                let _ = send_line(
+                    &mut stream,
+                    &Reply {
+                        ok: false,
+                        error: Some(msg),
+                        ..Default::default()
+                    },
+                );
                 continue;
             }
             let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
@@ -246,7 +277,14 @@ impl ControlServer {
                 }
                 Err(e) => {
                     let msg = format!("malformed request: {e}");
-                    let _ = send_line(&mut stream, &Reply { ok: false, error: Some(msg), ..Default::default() });
+                    let _ = send_line(
+                        &mut stream,
+                        &Reply {
+                            ok: false,
+                            error: Some(msg),
+                            ..Default::default()
+                        },
+                    );
                 }
             }
         }
@@ -266,7 +304,9 @@ impl Drop for ControlServer {
 
 /// Whether `pid` exists, and whether it is ours (by the owner of `/proc/<pid>`).
 fn pid_owner(pid: u32) -> Option<u32> {
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
 }
 
 /// Connects to `pid`'s control socket in `dir`, with clear errors for the usual cases.
@@ -281,18 +321,28 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
         Some(_) => {}
     }
     if check_private_dir(dir).is_err() && dir.exists() {
-        return Err(ControlError::UnsafeDir { path: dir.to_path_buf() });
+        return Err(ControlError::UnsafeDir {
+            path: dir.to_path_buf(),
+        });
     }
     let stream = match UnixStream::connect(&path) {
         Ok(s) => s,
-        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
             return Err(ControlError::NotUnderCrum { pid, path });
         }
         Err(e) => return Err(io_err(&path)(e)),
     };
     let uid = peer_uid(&stream).map_err(io_err(&path))?;
     if !peer_allowed(uid, our_uid()) {
-        return Err(ControlError::Peer { uid, ours: our_uid() });
+        return Err(ControlError::Peer {
+            uid,
+            ours: our_uid(),
+        });
     }
     Ok(stream)
 }
@@ -301,16 +351,22 @@ fn exchange(dir: &Path, pid: u32, req: &Request) -> Result<Reply, ControlError> 
     let path = socket_path_in(dir, pid);
     let mut s = connect(dir, pid)?;
     send_line(&mut s, req).map_err(io_err(&path))?;
-    let line = read_line(&s).map_err(io_err(&path))?.ok_or_else(|| ControlError::Failed {
-        pid,
-        message: "the agent closed the connection without replying".into(),
-    })?;
+    let line = read_line(&s)
+        .map_err(io_err(&path))?
+        .ok_or_else(|| ControlError::Failed {
+            pid,
+            message: "the agent closed the connection without replying".into(),
+        })?;
     serde_json::from_slice(&line).map_err(|e| ControlError::Protocol(e.to_string()))
 }
 
 /// Asks process `pid` to checkpoint into `dir` (relative paths are taken from our working
 /// directory), ending it afterwards with `exit`; returns the complete image's path.
-pub fn request_checkpoint(pid: u32, dir: Option<&Path>, exit: bool) -> Result<PathBuf, ControlError> {
+pub fn request_checkpoint(
+    pid: u32,
+    dir: Option<&Path>,
+    exit: bool,
+) -> Result<PathBuf, ControlError> {
     request_checkpoint_in(&socket_dir(), pid, dir, exit)
 }
 
@@ -330,22 +386,40 @@ pub fn request_checkpoint_in(
     };
     let reply = exchange(sock_dir, pid, &Request::Checkpoint { dir, exit })?;
     match reply {
-        Reply { ok: true, path: Some(p), .. } => Ok(p),
-        Reply { ok: false, error, .. } => {
-            Err(ControlError::Failed { pid, message: error.unwrap_or_else(|| "no reason given".into()) })
-        }
-        _ => Err(ControlError::Protocol("checkpoint reply without a path".into())),
+        Reply {
+            ok: true,
+            path: Some(p),
+            ..
+        } => Ok(p),
+        Reply {
+            ok: false, error, ..
+        } => Err(ControlError::Failed {
+            pid,
+            message: error.unwrap_or_else(|| "no reason given".into()),
+        }),
+        _ => Err(ControlError::Protocol(
+            "checkpoint reply without a path".into(),
+        )),
     }
 }
 
 /// Asks process `pid` (in `sock_dir`) for its status.
 pub fn request_status_in(sock_dir: &Path, pid: u32) -> Result<StatusReply, ControlError> {
     match exchange(sock_dir, pid, &Request::Status)? {
-        Reply { ok: true, status: Some(s), .. } => Ok(s),
-        Reply { ok: false, error, .. } => {
-            Err(ControlError::Failed { pid, message: error.unwrap_or_else(|| "no reason given".into()) })
-        }
-        _ => Err(ControlError::Protocol("status reply without a status".into())),
+        Reply {
+            ok: true,
+            status: Some(s),
+            ..
+        } => Ok(s),
+        Reply {
+            ok: false, error, ..
+        } => Err(ControlError::Failed {
+            pid,
+            message: error.unwrap_or_else(|| "no reason given".into()),
+        }),
+        _ => Err(ControlError::Protocol(
+            "status reply without a status".into(),
+        )),
     }
 }
 
@@ -361,7 +435,11 @@ pub struct ProcInfo {
 }
 
 fn unix_secs<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
+    s.serialize_u64(
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    )
 }
 
 /// Programs running under crum for this user, by pid. Sockets of processes that are gone
@@ -382,7 +460,10 @@ pub fn list_in(dir: &Path) -> Result<Vec<ProcInfo>, ControlError> {
     for ent in rd {
         let ent = ent.map_err(io_err(dir))?;
         let name = ent.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_suffix(".sock")).and_then(|p| p.parse::<u32>().ok())
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
         };
@@ -403,8 +484,15 @@ pub fn list_in(dir: &Path) -> Result<Vec<ProcInfo>, ControlError> {
                 s.join(" ")
             })
             .unwrap_or_default();
-        let since = ent.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
-        out.push(ProcInfo { pid, cmdline, since });
+        let since = ent
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        out.push(ProcInfo {
+            pid,
+            cmdline,
+            since,
+        });
     }
     out.sort_by_key(|p| p.pid);
     Ok(out)
@@ -423,9 +511,15 @@ mod tests {
 
     #[test]
     fn request_wire_format_is_tagged_json() {
-        let r = Request::Checkpoint { dir: Some("/x".into()), exit: true };
+        let r = Request::Checkpoint {
+            dir: Some("/x".into()),
+            exit: true,
+        };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"op":"checkpoint","dir":"/x","exit":true}"#);
-        assert_eq!(serde_json::from_str::<Request>(r#"{"op":"status"}"#).unwrap(), Request::Status);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"status"}"#).unwrap(),
+            Request::Status
+        );
     }
 }

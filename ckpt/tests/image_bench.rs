@@ -25,7 +25,14 @@ impl Mem {
     fn new(len: usize) -> Mem {
         // SAFETY: anonymous mapping; checked for failure below.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         assert_ne!(p, libc::MAP_FAILED);
         Mem { ptr: p.cast(), len }
@@ -89,7 +96,10 @@ fn drop_caches() -> bool {
 }
 
 fn dir_size(p: &Path) -> u64 {
-    std::fs::read_dir(p).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    std::fs::read_dir(p)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
 }
 
 fn mbps(bytes: u64, secs: f64) -> f64 {
@@ -99,21 +109,44 @@ fn mbps(bytes: u64, secs: f64) -> f64 {
 #[test]
 #[ignore = "benchmark; run scripts/bench-image.sh"]
 fn bench_image() {
-    let dir = std::path::PathBuf::from(std::env::var("BENCH_DIR").unwrap_or_else(|_| "target/bench-image".into()));
+    let dir = std::path::PathBuf::from(
+        std::env::var("BENCH_DIR").unwrap_or_else(|_| "target/bench-image".into()),
+    );
     let sizes: Vec<usize> = std::env::var("BENCH_SIZES_MIB")
         .unwrap_or_else(|_| "256,1024".into())
         .split(',')
         .map(|s| s.trim().parse().unwrap())
         .collect();
-    let threads: usize = std::env::var("BENCH_THREADS").ok().map(|s| s.parse().unwrap()).unwrap_or(1);
-    let level: i32 = std::env::var("BENCH_LEVEL").ok().map(|s| s.parse().unwrap()).unwrap_or(1);
+    let threads: usize = std::env::var("BENCH_THREADS")
+        .ok()
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(1);
+    let level: i32 = std::env::var("BENCH_LEVEL")
+        .ok()
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(1);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     println!(
         "{:<13} {:>5} {:>9} {:>7} {:>10} {:>10} {:>6} {:>12} {:>10} {:>6} {:>10} {:>6} {:>5}",
-        "data", "MiB", "image_MB", "ratio", "write_MB/s", "plain_MB/s", "w/pl", "restore_MB/s", "readf_MB/s", "r/rf", "readm_MB/s", "r/rm", "cold"
+        "data",
+        "MiB",
+        "image_MB",
+        "ratio",
+        "write_MB/s",
+        "plain_MB/s",
+        "w/pl",
+        "restore_MB/s",
+        "readf_MB/s",
+        "r/rf",
+        "readm_MB/s",
+        "r/rm",
+        "cold"
     );
-    let reps: usize = std::env::var("BENCH_REPS").ok().map(|s| s.parse().unwrap()).unwrap_or(2);
+    let reps: usize = std::env::var("BENCH_REPS")
+        .ok()
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(2);
     for &mib in &sizes {
         for kind in ["random", "compressible", "sparse"] {
             let len = mib << 20;
@@ -121,7 +154,8 @@ fn bench_image() {
             fill(kind, mem.slice_mut());
             // Alternate baseline and image `reps` times and keep the best of each: the disk
             // of a virtual machine varies a lot from one write to the next.
-            let (mut plain_s, mut write_s, mut readf_s, mut restore_s) = (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
+            let (mut plain_s, mut write_s, mut readf_s, mut restore_s) =
+                (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
             let mut readm_s = f64::MAX;
             let mut img_bytes = 0;
             let mut cold = false;
@@ -141,9 +175,20 @@ fn bench_image() {
 
                 // The image, timed from prepare to the fsynced rename.
                 let t = Instant::now();
-                let opts = WriterOptions { level, seq: (mib * 100 + rep) as u64, ..Default::default() };
+                let opts = WriterOptions {
+                    level,
+                    seq: (mib * 100 + rep) as u64,
+                    ..Default::default()
+                };
                 let mut w = ImageWriter::prepare(&dir, &opts).unwrap();
-                let meta = RegionMeta { start: 0x7f00_0000_0000, len: len as u64, prot: 3, flags: 0, offset: 0, name: b"bench" };
+                let meta = RegionMeta {
+                    start: 0x7f00_0000_0000,
+                    len: len as u64,
+                    prot: 3,
+                    flags: 0,
+                    offset: 0,
+                    name: b"bench",
+                };
                 w.add_region(&meta, mem.slice()).unwrap();
                 w.commit().unwrap();
                 write_s = write_s.min(t.elapsed().as_secs_f64());
@@ -171,7 +216,13 @@ fn bench_image() {
                     loop {
                         let part = &mut into.slice_mut()[at..at + (4 << 20)];
                         // SAFETY: `part` is a live, page-aligned 4 MiB range of our mapping.
-                        unsafe { libc::madvise(part.as_mut_ptr().cast(), part.len(), libc::MADV_POPULATE_WRITE) };
+                        unsafe {
+                            libc::madvise(
+                                part.as_mut_ptr().cast(),
+                                part.len(),
+                                libc::MADV_POPULATE_WRITE,
+                            )
+                        };
                         let n = f.read(part).unwrap();
                         if n == 0 {
                             break;
@@ -190,9 +241,13 @@ fn bench_image() {
                 let t = Instant::now();
                 let mut r = ImageReader::open(&img).unwrap();
                 let mut dst = Mem::new(len);
-                r.read_region_into_zeroed_parallel(0, dst.slice_mut(), threads).unwrap();
+                r.read_region_into_zeroed_parallel(0, dst.slice_mut(), threads)
+                    .unwrap();
                 restore_s = restore_s.min(t.elapsed().as_secs_f64());
-                assert!(dst.slice() == mem.slice(), "{kind}: restored memory differs");
+                assert!(
+                    dst.slice() == mem.slice(),
+                    "{kind}: restored memory differs"
+                );
                 std::fs::remove_dir_all(&img).unwrap();
             }
 

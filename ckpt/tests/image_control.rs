@@ -5,7 +5,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use crum_ckpt::control::{
-    list_in, peer_uid, request_checkpoint_in, request_status_in, ControlError, ControlServer, Request, StatusReply,
+    list_in, peer_uid, request_checkpoint_in, request_status_in, ControlError, ControlServer,
+    Request, StatusReply,
 };
 
 fn private_dir() -> tempfile::TempDir {
@@ -20,27 +21,55 @@ fn checkpoint_request_round_trips_and_socket_is_private() {
     let dir = t.path().join("crum");
     let pid = std::process::id();
     let server = ControlServer::bind_in(&dir, pid).unwrap();
-    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
-    assert_eq!(std::fs::metadata(server.path()).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        std::fs::metadata(server.path())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
 
     let agent = std::thread::spawn(move || {
         let (req, resp) = server.accept().unwrap();
-        let Request::Checkpoint { dir, exit } = req else { panic!("expected checkpoint, got {req:?}") };
+        let Request::Checkpoint { dir, exit } = req else {
+            panic!("expected checkpoint, got {req:?}")
+        };
         assert!(exit);
         resp.reply(Ok(dir.unwrap().join("ckpt-x"))).unwrap();
         let (req, resp) = server.accept().unwrap();
-        assert_eq!(req, Request::Checkpoint { dir: None, exit: false });
+        assert_eq!(
+            req,
+            Request::Checkpoint {
+                dir: None,
+                exit: false
+            }
+        );
         resp.reply(Err("disk full".into())).unwrap();
         let (req, resp) = server.accept().unwrap();
         assert_eq!(req, Request::Status);
-        resp.reply_status(StatusReply { checkpoints: 2, last_image: None }).unwrap();
+        resp.reply_status(StatusReply {
+            checkpoints: 2,
+            last_image: None,
+        })
+        .unwrap();
         server
     });
     // A relative directory is sent absolute (the agent's working directory differs).
     let path = request_checkpoint_in(&dir, pid, Some(std::path::Path::new("imgs")), true).unwrap();
-    assert_eq!(path, std::env::current_dir().unwrap().join("imgs").join("ckpt-x"));
+    assert_eq!(
+        path,
+        std::env::current_dir().unwrap().join("imgs").join("ckpt-x")
+    );
     let e = request_checkpoint_in(&dir, pid, None, false).unwrap_err();
-    assert!(matches!(&e, ControlError::Failed { message, .. } if message == "disk full"), "{e}");
+    assert!(
+        matches!(&e, ControlError::Failed { message, .. } if message == "disk full"),
+        "{e}"
+    );
     assert_eq!(request_status_in(&dir, pid).unwrap().checkpoints, 2);
 
     let listed = list_in(&dir).unwrap();
@@ -77,7 +106,12 @@ fn pid_without_socket_is_not_under_crum_and_dead_pid_is_not_running() {
 fn foreign_process() -> (u32, Option<std::process::Child>) {
     use std::os::unix::process::CommandExt;
     if nix::unistd::geteuid().is_root() {
-        let child = std::process::Command::new("sleep").arg("10").uid(65534).gid(65534).spawn().unwrap();
+        let child = std::process::Command::new("sleep")
+            .arg("10")
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap();
         (child.id(), Some(child))
     } else {
         (1, None)
@@ -103,7 +137,9 @@ fn pid_of_another_user_is_refused() {
 #[ignore = "helper run by server_refuses_peer_of_another_uid"]
 fn peer_client_helper() {
     use std::io::{BufRead, Write};
-    let Some(path) = std::env::var_os("CRUM_TEST_SOCKET") else { return };
+    let Some(path) = std::env::var_os("CRUM_TEST_SOCKET") else {
+        return;
+    };
     let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
     // The server may already have answered and closed: a failed write is fine.
     let _ = s.write_all(b"{\"op\":\"status\"}\n");
@@ -143,9 +179,15 @@ fn server_refuses_peer_of_another_uid() {
     });
     let out = out.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("permission denied: uid 65534"), "client saw: {stdout}");
+    assert!(
+        stdout.contains("permission denied: uid 65534"),
+        "client saw: {stdout}"
+    );
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    assert_eq!(request_status_in(&dir, std::process::id()).unwrap(), StatusReply::default());
+    assert_eq!(
+        request_status_in(&dir, std::process::id()).unwrap(),
+        StatusReply::default()
+    );
     assert_eq!(agent.join().unwrap(), Request::Status);
 }
 

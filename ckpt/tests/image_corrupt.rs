@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use crum_ckpt::image::{
-    clean_leftovers, keep_newest, latest_image, list_images, ImageError, ImageReader, ImageWriter, RegionMeta,
-    WriterOptions, FORMAT_MAJOR, FORMAT_MINOR,
+    clean_leftovers, keep_newest, latest_image, list_images, ImageError, ImageReader, ImageWriter,
+    RegionMeta, WriterOptions, FORMAT_MAJOR, FORMAT_MINOR,
 };
 
 fn noise(len: usize, seed: u64) -> Vec<u8> {
@@ -24,14 +24,25 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 fn make_image(parent: &Path, seq: u64, extra_required: Option<&str>) -> PathBuf {
     let mut data = noise(64 * 1024, 3);
     data.extend((0..64 * 1024).map(|i| (i / 50) as u8));
-    let opts = WriterOptions { chunk_size: 64 * 1024, seq, ..Default::default() };
+    let opts = WriterOptions {
+        chunk_size: 64 * 1024,
+        seq,
+        ..Default::default()
+    };
     let mut w = ImageWriter::prepare(parent, &opts).unwrap();
     w.add_section("process", true, b"process state").unwrap();
     w.add_section("extra", false, b"optional").unwrap();
     if let Some(name) = extra_required {
         w.add_section(name, true, b"future").unwrap();
     }
-    let meta = RegionMeta { start: 0x4000_0000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"[heap]" };
+    let meta = RegionMeta {
+        start: 0x4000_0000,
+        len: data.len() as u64,
+        prot: 3,
+        flags: 0,
+        offset: 0,
+        name: b"[heap]",
+    };
     w.add_region(&meta, &data).unwrap();
     w.commit().unwrap();
     w.final_path().to_path_buf()
@@ -72,7 +83,17 @@ fn flipped_byte_in_chunk_is_a_checksum_error_naming_the_chunk() {
 
     let mut r = ImageReader::open(&img).unwrap();
     let e = r.read_region(0).unwrap_err();
-    assert!(matches!(e, ImageError::ChunkChecksum { region: 0, chunk: 1, addr: 0x4001_0000 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ImageError::ChunkChecksum {
+                region: 0,
+                chunk: 1,
+                addr: 0x4001_0000
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("chunk 1 of region 0"), "{e}");
     assert!(r.verify().is_err());
 }
@@ -86,14 +107,27 @@ fn flipped_byte_in_raw_chunk_is_a_checksum_error() {
     b[10] ^= 1;
     std::fs::write(&pages, b).unwrap();
     let e = ImageReader::open(&img).unwrap().read_region(0).unwrap_err();
-    assert!(matches!(e, ImageError::ChunkChecksum { region: 0, chunk: 0, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ImageError::ChunkChecksum {
+                region: 0,
+                chunk: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
 fn truncated_pages_file_is_refused_at_open() {
     let tmp = tempfile::tempdir().unwrap();
     let img = make_image(tmp.path(), 0, None);
-    let f = std::fs::OpenOptions::new().write(true).open(img.join("pages")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(img.join("pages"))
+        .unwrap();
     let len = f.metadata().unwrap().len();
     f.set_len(len - 100).unwrap();
     let e = open_err(&img);
@@ -130,13 +164,21 @@ fn wrong_magic_is_refused() {
 fn next_major_version_is_refused_and_older_minor_accepted() {
     let tmp = tempfile::tempdir().unwrap();
     let img = make_image(tmp.path(), 0, None);
-    patch_inventory(&img, |b| b[8..10].copy_from_slice(&(FORMAT_MAJOR + 1).to_le_bytes()));
+    patch_inventory(&img, |b| {
+        b[8..10].copy_from_slice(&(FORMAT_MAJOR + 1).to_le_bytes())
+    });
     let e = open_err(&img);
     assert!(matches!(e, ImageError::Version { .. }), "{e}");
-    assert!(e.to_string().contains(&format!("format {}.", FORMAT_MAJOR + 1)), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("format {}.", FORMAT_MAJOR + 1)),
+        "{e}"
+    );
 
     let img = make_image(tmp.path(), 1, None);
-    patch_inventory(&img, |b| b[10..12].copy_from_slice(&(FORMAT_MINOR + 1).to_le_bytes()));
+    patch_inventory(&img, |b| {
+        b[10..12].copy_from_slice(&(FORMAT_MINOR + 1).to_le_bytes())
+    });
     assert!(matches!(open_err(&img), ImageError::Version { .. }));
 }
 
@@ -144,7 +186,11 @@ fn next_major_version_is_refused_and_older_minor_accepted() {
 fn other_architecture_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let img = make_image(tmp.path(), 0, None);
-    let other: &[u8] = if std::env::consts::ARCH == "riscv64" { b"x86_64" } else { b"riscv64" };
+    let other: &[u8] = if std::env::consts::ARCH == "riscv64" {
+        b"x86_64"
+    } else {
+        b"riscv64"
+    };
     patch_inventory(&img, |b| {
         b[64..80].fill(0);
         b[64..64 + other.len()].copy_from_slice(other);
@@ -187,8 +233,13 @@ fn unknown_required_section_is_refused_for_restore_and_optional_skipped() {
     let img = make_image(tmp.path(), 0, Some("future.device"));
     // Inspection lists it; restoring without understanding it is refused.
     assert!(ImageReader::open(&img).is_ok());
-    let e = ImageReader::open_for_restore(&img, &["process"]).err().expect("refused");
-    assert!(matches!(&e, ImageError::UnknownRequiredSection { name } if name == "future.device"), "{e}");
+    let e = ImageReader::open_for_restore(&img, &["process"])
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&e, ImageError::UnknownRequiredSection { name } if name == "future.device"),
+        "{e}"
+    );
     // `extra` is optional and unknown: skipped.
     assert!(ImageReader::open_for_restore(&img, &["process", "future.device"]).is_ok());
     let plain = make_image(tmp.path(), 1, None);
@@ -211,7 +262,11 @@ fn keep_newest_removes_only_older_complete_images() {
     let imgs: Vec<PathBuf> = (0..4).map(|s| make_image(tmp.path(), s, None)).collect();
     assert_eq!(list_images(tmp.path()).unwrap().len(), 4);
     assert_eq!(keep_newest(tmp.path(), 2).unwrap(), 2);
-    let left: Vec<PathBuf> = list_images(tmp.path()).unwrap().into_iter().map(|e| e.path).collect();
+    let left: Vec<PathBuf> = list_images(tmp.path())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
     assert_eq!(left, imgs[2..].to_vec());
     assert_eq!(latest_image(tmp.path()).unwrap(), Some(imgs[3].clone()));
     assert_eq!(keep_newest(tmp.path(), 0).unwrap(), 1, "n = 0 keeps one");
@@ -223,10 +278,22 @@ fn crash_mid_write_leaves_only_an_ignored_temporary() {
     let tmp = tempfile::tempdir().unwrap();
     let good = make_image(tmp.path(), 0, None);
     // A child starts a newer image and is killed before commit.
-    let opts = WriterOptions { chunk_size: 64 * 1024, seq: 1, pid: 999_999_999, ..Default::default() };
+    let opts = WriterOptions {
+        chunk_size: 64 * 1024,
+        seq: 1,
+        pid: 999_999_999,
+        ..Default::default()
+    };
     let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
     let data = noise(200_000, 9);
-    let meta = RegionMeta { start: 0x1000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"" };
+    let meta = RegionMeta {
+        start: 0x1000,
+        len: data.len() as u64,
+        prot: 3,
+        flags: 0,
+        offset: 0,
+        name: b"",
+    };
     w.add_region(&meta, &data).unwrap();
     // Simulate the crash: forget the writer (no commit, no cleanup).
     std::mem::forget(w);
@@ -238,40 +305,65 @@ fn crash_mid_write_leaves_only_an_ignored_temporary() {
     assert_eq!(leftovers.len(), 1);
 
     assert_eq!(latest_image(tmp.path()).unwrap(), Some(good.clone()));
-    assert_eq!(keep_newest(tmp.path(), 1).unwrap(), 0, "the complete image stays");
+    assert_eq!(
+        keep_newest(tmp.path(), 1).unwrap(),
+        0,
+        "the complete image stays"
+    );
     assert!(good.exists());
-    assert!(!tmp.path().join(&leftovers[0]).exists(), "leftover of a dead writer is cleaned");
+    assert!(
+        !tmp.path().join(&leftovers[0]).exists(),
+        "leftover of a dead writer is cleaned"
+    );
     assert_eq!(clean_leftovers(tmp.path()).unwrap(), 0);
 }
 
 #[test]
 fn temporary_of_a_live_writer_is_kept_and_symlinked_file_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let live = tmp.path().join(format!(".tmp-ckpt-20261122T223722.123Z-{}-9", std::process::id()));
+    let live = tmp.path().join(format!(
+        ".tmp-ckpt-20261122T223722.123Z-{}-9",
+        std::process::id()
+    ));
     std::fs::create_dir(&live).unwrap();
     make_image(tmp.path(), 0, None);
     keep_newest(tmp.path(), 1).unwrap();
-    assert!(live.exists(), "a write in progress (live pid) is not removed");
+    assert!(
+        live.exists(),
+        "a write in progress (live pid) is not removed"
+    );
 
     let img = make_image(tmp.path(), 1, None);
     std::fs::remove_file(img.join("pages")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", img.join("pages")).unwrap();
     let e = open_err(&img);
-    assert!(matches!(e, ImageError::Io { .. } | ImageError::Corrupt { .. }), "{e}");
+    assert!(
+        matches!(e, ImageError::Io { .. } | ImageError::Corrupt { .. }),
+        "{e}"
+    );
 }
 
 #[test]
 fn failed_commit_leaves_no_image_and_no_temporary() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut w = ImageWriter::prepare(tmp.path(), &WriterOptions { seq: 5, ..Default::default() }).unwrap();
+    let mut w = ImageWriter::prepare(
+        tmp.path(),
+        &WriterOptions {
+            seq: 5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     w.add_section("a", false, b"x").unwrap();
     // Someone creates the final name first: the rename must not replace it.
     std::fs::create_dir(w.final_path()).unwrap();
     std::fs::write(w.final_path().join("keep"), b"k").unwrap();
     assert!(w.commit().is_err());
     assert!(w.final_path().join("keep").exists());
-    let names: Vec<String> =
-        std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert_eq!(names.len(), 1, "{names:?}");
 }
 
@@ -280,9 +372,16 @@ fn images_are_private_to_the_owner() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let img = make_image(tmp.path(), 0, None);
-    assert_eq!(std::fs::metadata(&img).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        std::fs::metadata(&img).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
     for f in ["inventory", "regions", "pages", "s-0"] {
-        assert_eq!(std::fs::metadata(img.join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
+        assert_eq!(
+            std::fs::metadata(img.join(f)).unwrap().permissions().mode() & 0o777,
+            0o600,
+            "{f}"
+        );
     }
 }
 
@@ -312,7 +411,8 @@ mod fuzz {
 
     /// One image written once (writing fsyncs, which is slow); each case damages a copy.
     fn template() -> &'static (tempfile::TempDir, PathBuf, Vec<u8>) {
-        static T: std::sync::OnceLock<(tempfile::TempDir, PathBuf, Vec<u8>)> = std::sync::OnceLock::new();
+        static T: std::sync::OnceLock<(tempfile::TempDir, PathBuf, Vec<u8>)> =
+            std::sync::OnceLock::new();
         T.get_or_init(|| {
             let tmp = tempfile::tempdir().unwrap();
             let img = make_image(tmp.path(), 0, None);
@@ -362,16 +462,29 @@ fn write_failure_mid_image_keeps_previous_image_and_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let previous = make_image(tmp.path(), 0, None);
     let data = noise(4 << 20, 77);
-    let opts = WriterOptions { seq: 1, ..Default::default() };
+    let opts = WriterOptions {
+        seq: 1,
+        ..Default::default()
+    };
     let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
-    let meta = RegionMeta { start: 0x1000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"" };
+    let meta = RegionMeta {
+        start: 0x1000,
+        len: data.len() as u64,
+        prot: 3,
+        flags: 0,
+        offset: 0,
+        name: b"",
+    };
     // A child whose files may not exceed 1 MiB: its writes fail with EFBIG as on a full
     // disk. The child only uses the writer (no allocation) and raw system calls.
     // SAFETY: see above; the child ends with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
-        let lim = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
+        let lim = libc::rlimit {
+            rlim_cur: 1 << 20,
+            rlim_max: 1 << 20,
+        };
         // SAFETY: plain system calls in the child.
         unsafe {
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
@@ -387,11 +500,16 @@ fn write_failure_mid_image_keeps_previous_image_and_leaves_nothing() {
     let mut status = 0;
     // SAFETY: waits for our child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x}"
+    );
     drop(w); // the parent only prepared: dropping its copy removes nothing
     assert_eq!(latest_image(tmp.path()).unwrap(), Some(previous.clone()));
     ImageReader::open(&previous).unwrap().verify().unwrap();
-    let names: Vec<String> =
-        std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert_eq!(names.len(), 1, "only the previous image remains: {names:?}");
 }

@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crum_ckpt::image::{Encoding, ImageReader, ImageWriter, RegionMeta, WriterOptions, FORMAT_MAJOR, FORMAT_MINOR};
+use crum_ckpt::image::{
+    Encoding, ImageReader, ImageWriter, RegionMeta, WriterOptions, FORMAT_MAJOR, FORMAT_MINOR,
+};
 
 const NAME: &str = "image-1.0";
 const CREATED: u64 = 1_795_387_042_123;
@@ -28,12 +30,39 @@ fn regions() -> Vec<(RegionMeta<'static>, Vec<u8>)> {
     a.extend((0..4096).map(|i| (i % 7) as u8));
     let b: Vec<u8> = (0..80 * 1024).map(|i| (i / 1000) as u8).collect();
     vec![
-        (RegionMeta { start: 0x5555_0000_0000, len: a.len() as u64, prot: 3, flags: 1, offset: 0, name: b"[heap]" }, a),
         (
-            RegionMeta { start: 0x7f00_0000_0000, len: b.len() as u64, prot: 1, flags: 2, offset: 0x2000, name: b"/usr/lib/libx.so" },
+            RegionMeta {
+                start: 0x5555_0000_0000,
+                len: a.len() as u64,
+                prot: 3,
+                flags: 1,
+                offset: 0,
+                name: b"[heap]",
+            },
+            a,
+        ),
+        (
+            RegionMeta {
+                start: 0x7f00_0000_0000,
+                len: b.len() as u64,
+                prot: 1,
+                flags: 2,
+                offset: 0x2000,
+                name: b"/usr/lib/libx.so",
+            },
             b,
         ),
-        (RegionMeta { start: 0x7fff_0000_0000, len: 8192, prot: 1, flags: 4, offset: 0, name: b"[vvar]" }, Vec::new()),
+        (
+            RegionMeta {
+                start: 0x7fff_0000_0000,
+                len: 8192,
+                prot: 1,
+                flags: 4,
+                offset: 0,
+                name: b"[vvar]",
+            },
+            Vec::new(),
+        ),
     ]
 }
 
@@ -49,7 +78,8 @@ fn write_golden(parent: &Path) -> PathBuf {
         ..Default::default()
     };
     let mut w = ImageWriter::prepare(parent, &opts).unwrap();
-    w.add_section("process", true, b"golden process state").unwrap();
+    w.add_section("process", true, b"golden process state")
+        .unwrap();
     w.add_section("note", false, b"optional note").unwrap();
     for (m, d) in regions() {
         w.add_region(&m, &d).unwrap();
@@ -61,7 +91,10 @@ fn write_golden(parent: &Path) -> PathBuf {
 fn applicable() -> bool {
     // The golden image is x86_64 with 4 KiB pages.
     std::env::consts::ARCH == "x86_64"
-        && nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten() == Some(4096)
+        && nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            == Some(4096)
 }
 
 #[test]
@@ -83,22 +116,35 @@ fn golden_image_reads_back_its_known_contents() {
     assert!(inv.producer.starts_with("crum "));
     let names: Vec<&str> = inv.sections.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["regions", "pages", "process", "note"]);
-    assert_eq!(r.section("process").unwrap().unwrap(), b"golden process state");
+    assert_eq!(
+        r.section("process").unwrap().unwrap(),
+        b"golden process state"
+    );
     assert_eq!(r.section("note").unwrap().unwrap(), b"optional note");
     let expect = regions();
     assert_eq!(r.regions().len(), 3);
     for (i, (m, d)) in expect.iter().enumerate() {
         let g = r.regions()[i].clone();
-        assert_eq!((g.start, g.len, g.prot, g.flags, g.file_offset), (m.start, m.len, m.prot, m.flags, m.offset));
+        assert_eq!(
+            (g.start, g.len, g.prot, g.flags, g.file_offset),
+            (m.start, m.len, m.prot, m.flags, m.offset)
+        );
         assert_eq!(g.name, m.name);
         assert_eq!(g.has_data, !d.is_empty());
         if g.has_data {
             assert_eq!(&r.read_region(i).unwrap(), d);
         }
     }
-    let enc: Vec<Encoding> = r.regions()[..2].iter().flat_map(|g| g.chunks.iter().map(|c| c.encoding)).collect();
+    let enc: Vec<Encoding> = r.regions()[..2]
+        .iter()
+        .flat_map(|g| g.chunks.iter().map(|c| c.encoding))
+        .collect();
     assert_eq!(enc, [Encoding::Zstd, Encoding::Zstd, Encoding::Zstd]);
-    assert_eq!(r.regions()[0].nonzero_bytes(), 8192, "the zero page is not stored");
+    assert_eq!(
+        r.regions()[0].nonzero_bytes(),
+        8192,
+        "the zero page is not stored"
+    );
     r.verify().unwrap();
 }
 
@@ -111,11 +157,22 @@ fn writer_reproduces_golden_image_byte_for_byte() {
     let fresh = write_golden(tmp.path());
     let golden = golden_dir().join(NAME);
     for f in ["regions", "pages", "s-0", "s-1"] {
-        assert_eq!(std::fs::read(fresh.join(f)).unwrap(), std::fs::read(golden.join(f)).unwrap(), "file {f} changed");
+        assert_eq!(
+            std::fs::read(fresh.join(f)).unwrap(),
+            std::fs::read(golden.join(f)).unwrap(),
+            "file {f} changed"
+        );
     }
     // The inventory differs only in the producer version string (bytes 32..64).
-    let (a, b) = (std::fs::read(fresh.join("inventory")).unwrap(), std::fs::read(golden.join("inventory")).unwrap());
+    let (a, b) = (
+        std::fs::read(fresh.join("inventory")).unwrap(),
+        std::fs::read(golden.join("inventory")).unwrap(),
+    );
     assert_eq!(a.len(), b.len());
     let n = a.len() - 4;
-    assert_eq!((&a[..32], &a[64..n]), (&b[..32], &b[64..n]), "inventory layout changed");
+    assert_eq!(
+        (&a[..32], &a[64..n]),
+        (&b[..32], &b[64..n]),
+        "inventory layout changed"
+    );
 }

@@ -76,15 +76,32 @@ fn test_data() -> Vec<u8> {
 fn add_section_add_region_and_commit_do_not_allocate() {
     let tmp = tempfile::tempdir().unwrap();
     let data = test_data();
-    let opts = WriterOptions { chunk_size: 1 << 20, ..Default::default() };
+    let opts = WriterOptions {
+        chunk_size: 1 << 20,
+        ..Default::default()
+    };
     let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
-    let meta = RegionMeta { start: 0x10000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"/some/file" };
+    let meta = RegionMeta {
+        start: 0x10000,
+        len: data.len() as u64,
+        prot: 3,
+        flags: 0,
+        offset: 0,
+        name: b"/some/file",
+    };
 
     COUNT.store(0, Ordering::SeqCst);
     ARMED.with(|a| a.set(true));
     let r1 = w.add_section("threads", true, b"thread state");
     let r2 = w.add_region(&meta, &data);
-    let r3 = w.add_region(&RegionMeta { start: 0x1000, len: 4096, ..meta }, &[]);
+    let r3 = w.add_region(
+        &RegionMeta {
+            start: 0x1000,
+            len: 4096,
+            ..meta
+        },
+        &[],
+    );
     let r4 = w.commit();
     ARMED.with(|a| a.set(false));
     let allocations = COUNT.load(Ordering::SeqCst);
@@ -93,7 +110,10 @@ fn add_section_add_region_and_commit_do_not_allocate() {
     r2.unwrap();
     r3.unwrap();
     r4.unwrap();
-    assert_eq!(allocations, 0, "the writer allocated in add_section/add_region/commit");
+    assert_eq!(
+        allocations, 0,
+        "the writer allocated in add_section/add_region/commit"
+    );
     let mut r = ImageReader::open(w.final_path()).unwrap();
     assert_eq!(r.read_region(0).unwrap(), data);
 }
@@ -111,14 +131,23 @@ fn forked_child_writes_image_without_allocating() {
         }
     });
     let mut w = ImageWriter::prepare(tmp.path(), &WriterOptions::default()).unwrap();
-    let meta = RegionMeta { start: 0x10000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"[heap]" };
+    let meta = RegionMeta {
+        start: 0x10000,
+        len: data.len() as u64,
+        prot: 3,
+        flags: 0,
+        offset: 0,
+        name: b"[heap]",
+    };
 
     // SAFETY: the child only calls the writer (no allocation: enforced by FORBID) and _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
         FORBID.store(true, Ordering::SeqCst);
-        let ok = w.add_section("threads", true, b"t").is_ok() && w.add_region(&meta, &data).is_ok() && w.commit().is_ok();
+        let ok = w.add_section("threads", true, b"t").is_ok()
+            && w.add_region(&meta, &data).is_ok()
+            && w.commit().is_ok();
         // SAFETY: ends the child without running destructors (which would free memory).
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
@@ -128,7 +157,11 @@ fn forked_child_writes_image_without_allocating() {
     stop.store(true, Ordering::Relaxed);
     churn.join().unwrap();
     assert!(libc::WIFEXITED(status), "child died: {status:#x}");
-    assert_eq!(libc::WEXITSTATUS(status), 0, "child failed (99 = it allocated)");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "child failed (99 = it allocated)"
+    );
     let mut r = ImageReader::open(w.final_path()).unwrap();
     assert_eq!(r.read_region(0).unwrap(), data);
     assert_eq!(r.section("threads").unwrap().unwrap(), b"t");

@@ -41,7 +41,8 @@ pub const REGION_HAS_DATA: u32 = 1;
 
 /// Caps on untrusted sizes.
 pub const MAX_SECTIONS: usize = 4096;
-pub const MAX_INVENTORY_BYTES: u64 = (INVENTORY_HEADER_LEN + MAX_SECTIONS * SECTION_ENTRY_LEN + 4) as u64;
+pub const MAX_INVENTORY_BYTES: u64 =
+    (INVENTORY_HEADER_LEN + MAX_SECTIONS * SECTION_ENTRY_LEN + 4) as u64;
 pub const MAX_REGIONS: u32 = 1 << 20;
 pub const MAX_REGIONS_FILE: u64 = 1 << 30;
 pub const MIN_CHUNK: u32 = 64 * 1024;
@@ -101,11 +102,15 @@ pub fn put_str(field: &mut [u8], s: &[u8]) -> bool {
 
 /// Reads a NUL-padded fixed field as UTF-8.
 pub fn get_str(field: &[u8], file: &str, what: &str) -> Result<String, ImageError> {
-    let end = field.iter().position(|&b| b == 0).ok_or_else(|| {
-        ImageError::corrupt(file, format!("{what} is not NUL-terminated"))
-    })?;
+    let end = field
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| ImageError::corrupt(file, format!("{what} is not NUL-terminated")))?;
     if field[end..].iter().any(|&b| b != 0) {
-        return Err(ImageError::corrupt(file, format!("{what} has bytes after its end")));
+        return Err(ImageError::corrupt(
+            file,
+            format!("{what} has bytes after its end"),
+        ));
     }
     String::from_utf8(field[..end].to_vec())
         .map_err(|_| ImageError::corrupt(file, format!("{what} is not UTF-8")))
@@ -126,9 +131,16 @@ impl<'a> Cursor<'a> {
         self.buf.len() - self.pos
     }
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], ImageError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
-            ImageError::corrupt(self.file, format!("record at byte {} runs past the end", self.pos))
-        })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                ImageError::corrupt(
+                    self.file,
+                    format!("record at byte {} runs past the end", self.pos),
+                )
+            })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -137,13 +149,19 @@ impl<'a> Cursor<'a> {
         Ok(self.bytes(1)?[0])
     }
     pub fn u16(&mut self) -> Result<u16, ImageError> {
-        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_le_bytes(
+            self.bytes(2)?.try_into().expect("2 bytes"),
+        ))
     }
     pub fn u32(&mut self) -> Result<u32, ImageError> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.bytes(4)?.try_into().expect("4 bytes"),
+        ))
     }
     pub fn u64(&mut self) -> Result<u64, ImageError> {
-        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.bytes(8)?.try_into().expect("8 bytes"),
+        ))
     }
 }
 

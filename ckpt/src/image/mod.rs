@@ -24,7 +24,9 @@ mod writer;
 use std::io;
 use std::path::PathBuf;
 
-pub use format::{utc_stamp, Encoding, FORMAT_MAJOR, FORMAT_MINOR, MAX_NAME_LEN, MAX_SECTION_NAME_LEN};
+pub use format::{
+    utc_stamp, Encoding, FORMAT_MAJOR, FORMAT_MINOR, MAX_NAME_LEN, MAX_SECTION_NAME_LEN,
+};
 pub use reader::{ChunkInfo, ImageReader, Inventory, RegionInfo, SectionInfo};
 pub use rotate::{clean_leftovers, keep_newest, latest_image, list_images, ImageEntry};
 pub use writer::{ImageWriter, RegionMeta, WriterOptions};
@@ -50,7 +52,12 @@ pub enum ImageError {
     #[error("{file} is not a crum image file (bad magic)")]
     BadMagic { file: String },
     #[error("image format {major}.{minor} cannot be read by this crum (it reads {our_major}.0 to {our_major}.{our_minor})")]
-    Version { major: u16, minor: u16, our_major: u16, our_minor: u16 },
+    Version {
+        major: u16,
+        minor: u16,
+        our_major: u16,
+        our_minor: u16,
+    },
     #[error("image was taken on {image} but this machine is {ours}")]
     Architecture { image: String, ours: &'static str },
     #[error("image requires section `{name}`, which this crum does not understand")]
@@ -58,11 +65,19 @@ pub enum ImageError {
     #[error("image has no `{name}` section")]
     MissingSection { name: String },
     #[error("{file} is truncated (expected {expected} bytes, found {found})")]
-    Truncated { file: String, expected: u64, found: u64 },
+    Truncated {
+        file: String,
+        expected: u64,
+        found: u64,
+    },
     #[error("checksum mismatch in {what}")]
     Checksum { what: String },
     #[error("checksum mismatch in chunk {chunk} of region {region} ({addr:#x})")]
-    ChunkChecksum { region: usize, chunk: usize, addr: u64 },
+    ChunkChecksum {
+        region: usize,
+        chunk: usize,
+        addr: u64,
+    },
     #[error("corrupt {file}: {detail}")]
     Corrupt { file: String, detail: String },
     #[error("region {index} does not exist (the image has {count})")]
@@ -92,7 +107,10 @@ pub enum ImageError {
 
 impl ImageError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
-        ImageError::Io { path: path.into(), source }
+        ImageError::Io {
+            path: path.into(),
+            source,
+        }
     }
     /// What failed and why, without allocating: for the forked child, which must report an
     /// error through a raw `write` (e.g. `("write pages file", "no space left on device")`).
@@ -106,7 +124,10 @@ impl ImageError {
     }
 
     pub(crate) fn corrupt(file: &str, detail: impl Into<String>) -> Self {
-        ImageError::Corrupt { file: file.to_string(), detail: detail.into() }
+        ImageError::Corrupt {
+            file: file.to_string(),
+            detail: detail.into(),
+        }
     }
 }
 
@@ -136,8 +157,17 @@ mod tests {
 
     #[test]
     fn parts_no_alloc_names_operation_and_errno() {
-        let e = ImageError::Write { op: "write pages file", source: io::Error::from_raw_os_error(libc::ENOSPC) };
-        assert_eq!(e.parts_no_alloc(), ("write pages file", "no space left on device"));
-        assert_eq!(ImageError::Capacity("too many regions").parts_no_alloc(), ("too many regions", ""));
+        let e = ImageError::Write {
+            op: "write pages file",
+            source: io::Error::from_raw_os_error(libc::ENOSPC),
+        };
+        assert_eq!(
+            e.parts_no_alloc(),
+            ("write pages file", "no space left on device")
+        );
+        assert_eq!(
+            ImageError::Capacity("too many regions").parts_no_alloc(),
+            ("too many regions", "")
+        );
     }
 }

@@ -126,23 +126,42 @@ fn open_image_file(path: &Path, file: &str) -> Result<(File, u64), ImageError> {
     Ok((f, md.len()))
 }
 
-fn read_capped(path: &Path, file: &str, cap: u64, expected: Option<u64>) -> Result<Vec<u8>, ImageError> {
+fn read_capped(
+    path: &Path,
+    file: &str,
+    cap: u64,
+    expected: Option<u64>,
+) -> Result<Vec<u8>, ImageError> {
     let (mut f, len) = open_image_file(path, file)?;
     if let Some(exp) = expected {
         if len < exp {
-            return Err(ImageError::Truncated { file: file.to_string(), expected: exp, found: len });
+            return Err(ImageError::Truncated {
+                file: file.to_string(),
+                expected: exp,
+                found: len,
+            });
         }
         if len > exp {
-            return Err(ImageError::corrupt(file, format!("{len} bytes where the inventory says {exp}")));
+            return Err(ImageError::corrupt(
+                file,
+                format!("{len} bytes where the inventory says {exp}"),
+            ));
         }
     }
     if len > cap {
-        return Err(ImageError::corrupt(file, format!("{len} bytes is more than the limit of {cap}")));
+        return Err(ImageError::corrupt(
+            file,
+            format!("{len} bytes is more than the limit of {cap}"),
+        ));
     }
     let mut v = Vec::with_capacity(len as usize);
     f.read_to_end(&mut v).map_err(|e| ImageError::io(path, e))?;
     if v.len() as u64 != len {
-        return Err(ImageError::Truncated { file: file.to_string(), expected: len, found: v.len() as u64 });
+        return Err(ImageError::Truncated {
+            file: file.to_string(),
+            expected: len,
+            found: v.len() as u64,
+        });
     }
     Ok(v)
 }
@@ -161,18 +180,33 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
     let major = c.u16()?;
     let minor = c.u16()?;
     if major != FORMAT_MAJOR || minor > FORMAT_MINOR {
-        return Err(ImageError::Version { major, minor, our_major: FORMAT_MAJOR, our_minor: FORMAT_MINOR });
+        return Err(ImageError::Version {
+            major,
+            minor,
+            our_major: FORMAT_MAJOR,
+            our_minor: FORMAT_MINOR,
+        });
     }
     let count = c.u32()? as usize;
     if count > MAX_SECTIONS {
-        return Err(ImageError::corrupt(F, format!("{count} sections is more than the limit of {MAX_SECTIONS}")));
+        return Err(ImageError::corrupt(
+            F,
+            format!("{count} sections is more than the limit of {MAX_SECTIONS}"),
+        ));
     }
     let expected = INVENTORY_HEADER_LEN + count * SECTION_ENTRY_LEN + 4;
     if buf.len() < expected {
-        return Err(ImageError::Truncated { file: F.into(), expected: expected as u64, found: buf.len() as u64 });
+        return Err(ImageError::Truncated {
+            file: F.into(),
+            expected: expected as u64,
+            found: buf.len() as u64,
+        });
     }
     if buf.len() > expected {
-        return Err(ImageError::corrupt(F, format!("{} bytes after the section list", buf.len() - expected)));
+        return Err(ImageError::corrupt(
+            F,
+            format!("{} bytes after the section list", buf.len() - expected),
+        ));
     }
     let stored_crc = u32::from_le_bytes(buf[expected - 4..].try_into().expect("4 bytes"));
     if crc32fast::hash(&buf[..expected - 4]) != stored_crc {
@@ -180,7 +214,10 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
     }
     let page_size = c.u32()?;
     if !page_size.is_power_of_two() || !(MIN_PAGE..=MAX_PAGE).contains(&page_size) {
-        return Err(ImageError::corrupt(F, format!("page size {page_size} is not supported")));
+        return Err(ImageError::corrupt(
+            F,
+            format!("page size {page_size} is not supported"),
+        ));
     }
     c.u32()?;
     let created_unix_ms = c.u64()?;
@@ -188,7 +225,10 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
     let arch = get_str(c.bytes(ARCH_LEN)?, F, "architecture")?;
     let kernel_release = get_str(c.bytes(KERNEL_LEN)?, F, "kernel release")?;
     if arch != std::env::consts::ARCH {
-        return Err(ImageError::Architecture { image: arch, ours: std::env::consts::ARCH });
+        return Err(ImageError::Architecture {
+            image: arch,
+            ours: std::env::consts::ARCH,
+        });
     }
     let mut sections: Vec<SectionInfo> = Vec::with_capacity(count);
     for _ in 0..count {
@@ -198,10 +238,16 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
         let size = c.u64()?;
         let file = get_str(c.bytes(SECTION_FILE_FIELD)?, F, "section file")?;
         if name.is_empty() || !plain_file_name(&file) {
-            return Err(ImageError::corrupt(F, format!("section `{name}` has an invalid file name `{file}`")));
+            return Err(ImageError::corrupt(
+                F,
+                format!("section `{name}` has an invalid file name `{file}`"),
+            ));
         }
         if sections.iter().any(|s| s.name == name || s.file == file) {
-            return Err(ImageError::corrupt(F, format!("section `{name}` or its file appears twice")));
+            return Err(ImageError::corrupt(
+                F,
+                format!("section `{name}` or its file appears twice"),
+            ));
         }
         sections.push(SectionInfo {
             name,
@@ -212,11 +258,24 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
             crc32,
         });
     }
-    Ok(Inventory { major, minor, producer, arch, kernel_release, page_size, created_unix_ms, sections })
+    Ok(Inventory {
+        major,
+        minor,
+        producer,
+        arch,
+        kernel_release,
+        page_size,
+        created_unix_ms,
+        sections,
+    })
 }
 
 /// Parses the region table and checks each chunk against the `pages` file's size.
-fn parse_regions(buf: &[u8], page_size: u32, pages_len: u64) -> Result<(u32, Vec<RegionInfo>), ImageError> {
+fn parse_regions(
+    buf: &[u8],
+    page_size: u32,
+    pages_len: u64,
+) -> Result<(u32, Vec<RegionInfo>), ImageError> {
     const F: &str = "regions";
     if buf.len() < 8 || buf[..8] != REGIONS_MAGIC {
         return Err(ImageError::BadMagic { file: F.into() });
@@ -235,7 +294,10 @@ fn parse_regions(buf: &[u8], page_size: u32, pages_len: u64) -> Result<(u32, Vec
     }
     let count = t.u32()?;
     if count > MAX_REGIONS {
-        return Err(ImageError::corrupt(F, format!("{count} regions is more than the limit of {MAX_REGIONS}")));
+        return Err(ImageError::corrupt(
+            F,
+            format!("{count} regions is more than the limit of {MAX_REGIONS}"),
+        ));
     }
     let mut c = Cursor::new(&buf[..body_end], F);
     c.bytes(8)?;
@@ -244,10 +306,16 @@ fn parse_regions(buf: &[u8], page_size: u32, pages_len: u64) -> Result<(u32, Vec
     let bm = c.u32()? as usize;
     c.bytes(REGIONS_HEADER_LEN - 20)?;
     if !chunk_size.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) {
-        return Err(ImageError::corrupt(F, format!("chunk size {chunk_size} is not supported")));
+        return Err(ImageError::corrupt(
+            F,
+            format!("chunk size {chunk_size} is not supported"),
+        ));
     }
     if ps != page_size || chunk_size < ps || bm != bitmap_bytes(chunk_size, ps) {
-        return Err(ImageError::corrupt(F, "page size or bitmap size disagrees with the inventory"));
+        return Err(ImageError::corrupt(
+            F,
+            "page size or bitmap size disagrees with the inventory",
+        ));
     }
     let rec_len = chunk_record_len(bm);
     let max_stored = zstd_safe::compress_bound(chunk_size as usize) as u64;
@@ -263,21 +331,37 @@ fn parse_regions(buf: &[u8], page_size: u32, pages_len: u64) -> Result<(u32, Vec
         let nchunks = c.u32()? as u64;
         c.u32()?;
         if name_len > MAX_NAME_LEN {
-            return Err(ImageError::corrupt(F, format!("region {ri} has a {name_len}-byte name")));
+            return Err(ImageError::corrupt(
+                F,
+                format!("region {ri} has a {name_len}-byte name"),
+            ));
         }
         if start.checked_add(len).is_none() {
-            return Err(ImageError::corrupt(F, format!("region {ri} wraps around the address space")));
+            return Err(ImageError::corrupt(
+                F,
+                format!("region {ri} wraps around the address space"),
+            ));
         }
         let name = c.bytes(name_len)?.to_vec();
         c.bytes(name_len.next_multiple_of(8) - name_len)?;
         let has_data = dflags & REGION_HAS_DATA != 0;
-        let want = if has_data { len.div_ceil(u64::from(chunk_size)) } else { 0 };
+        let want = if has_data {
+            len.div_ceil(u64::from(chunk_size))
+        } else {
+            0
+        };
         if nchunks != want {
-            return Err(ImageError::corrupt(F, format!("region {ri} has {nchunks} chunks, expected {want}")));
+            return Err(ImageError::corrupt(
+                F,
+                format!("region {ri} has {nchunks} chunks, expected {want}"),
+            ));
         }
         // Each chunk record takes bytes of this file, so this bounds the allocation too.
         if nchunks.saturating_mul(rec_len as u64) > c.remaining() as u64 {
-            return Err(ImageError::corrupt(F, format!("region {ri}: chunk table runs past the end")));
+            return Err(ImageError::corrupt(
+                F,
+                format!("region {ri}: chunk table runs past the end"),
+            ));
         }
         let mut chunks = Vec::with_capacity(nchunks as usize);
         for ci in 0..nchunks {
@@ -306,22 +390,50 @@ fn parse_regions(buf: &[u8], page_size: u32, pages_len: u64) -> Result<(u32, Vec
                 return Err(bad("stored page count disagrees with its bitmap"));
             }
             match encoding {
-                Encoding::Zero if stored_len != 0 || packed_len != 0 => return Err(bad("zero chunk with data")),
-                Encoding::Raw if stored_len != packed_len || stored_len == 0 => return Err(bad("raw chunk of wrong size")),
-                Encoding::Zstd if stored_len == 0 || u64::from(stored_len) > max_stored || packed_len == 0 => {
+                Encoding::Zero if stored_len != 0 || packed_len != 0 => {
+                    return Err(bad("zero chunk with data"))
+                }
+                Encoding::Raw if stored_len != packed_len || stored_len == 0 => {
+                    return Err(bad("raw chunk of wrong size"))
+                }
+                Encoding::Zstd
+                    if stored_len == 0 || u64::from(stored_len) > max_stored || packed_len == 0 =>
+                {
                     return Err(bad("compressed chunk of impossible size"))
                 }
                 _ => {}
             }
-            if offset.checked_add(u64::from(stored_len)).is_none_or(|e| e > pages_len) {
+            if offset
+                .checked_add(u64::from(stored_len))
+                .is_none_or(|e| e > pages_len)
+            {
                 return Err(bad("lies outside the pages file"));
             }
-            chunks.push(ChunkInfo { offset, stored_len, packed_len, crc32, encoding, bitmap });
+            chunks.push(ChunkInfo {
+                offset,
+                stored_len,
+                packed_len,
+                crc32,
+                encoding,
+                bitmap,
+            });
         }
-        regions.push(RegionInfo { start, len, file_offset, prot, flags, name, has_data, chunks });
+        regions.push(RegionInfo {
+            start,
+            len,
+            file_offset,
+            prot,
+            flags,
+            name,
+            has_data,
+            chunks,
+        });
     }
     if c.remaining() != 0 {
-        return Err(ImageError::corrupt(F, format!("{} unexpected bytes before the trailer", c.remaining())));
+        return Err(ImageError::corrupt(
+            F,
+            format!("{} unexpected bytes before the trailer", c.remaining()),
+        ));
     }
     Ok((chunk_size, regions))
 }
@@ -336,7 +448,13 @@ fn prefault(dst: &mut [u8]) {
     if end > start {
         // SAFETY: [start, end) lies inside `dst`, which we borrow mutably; MADV_POPULATE_WRITE
         // only populates page tables and does not modify the contents.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) };
+        unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
     }
 }
 
@@ -346,11 +464,15 @@ impl ImageReader {
     /// not refused (see [`open_for_restore`](Self::open_for_restore)).
     pub fn open(dir: &Path) -> Result<ImageReader, ImageError> {
         if !dir.exists() {
-            return Err(ImageError::Missing { path: dir.to_path_buf() });
+            return Err(ImageError::Missing {
+                path: dir.to_path_buf(),
+            });
         }
         let inv_path = dir.join("inventory");
         if !dir.is_dir() || !inv_path.exists() {
-            return Err(ImageError::NotAnImage { path: dir.to_path_buf() });
+            return Err(ImageError::NotAnImage {
+                path: dir.to_path_buf(),
+            });
         }
         let inv = read_capped(&inv_path, "inventory", MAX_INVENTORY_BYTES, None)?;
         let inventory = parse_inventory(&inv)?;
@@ -360,25 +482,48 @@ impl ImageReader {
                 .iter()
                 .find(|s| s.name == name)
                 .cloned()
-                .ok_or_else(|| ImageError::MissingSection { name: name.to_string() })
+                .ok_or_else(|| ImageError::MissingSection {
+                    name: name.to_string(),
+                })
         };
         let regions_sec = find(SECTION_REGIONS)?;
         let pages_sec = find(SECTION_PAGES)?;
         let pages_path = dir.join(&pages_sec.file);
         let (pages, pages_len) = open_image_file(&pages_path, &pages_sec.file)?;
         if pages_len < pages_sec.size {
-            return Err(ImageError::Truncated { file: pages_sec.file.clone(), expected: pages_sec.size, found: pages_len });
+            return Err(ImageError::Truncated {
+                file: pages_sec.file.clone(),
+                expected: pages_sec.size,
+                found: pages_len,
+            });
         }
         if pages_len > pages_sec.size {
-            return Err(ImageError::corrupt(&pages_sec.file, "larger than the inventory says"));
+            return Err(ImageError::corrupt(
+                &pages_sec.file,
+                "larger than the inventory says",
+            ));
         }
-        let rbuf = read_capped(&dir.join(&regions_sec.file), &regions_sec.file, MAX_REGIONS_FILE, Some(regions_sec.size))?;
+        let rbuf = read_capped(
+            &dir.join(&regions_sec.file),
+            &regions_sec.file,
+            MAX_REGIONS_FILE,
+            Some(regions_sec.size),
+        )?;
         if crc32fast::hash(&rbuf) != regions_sec.crc32 {
-            return Err(ImageError::Checksum { what: "regions file".into() });
+            return Err(ImageError::Checksum {
+                what: "regions file".into(),
+            });
         }
         let (chunk_size, regions) = parse_regions(&rbuf, inventory.page_size, pages_len)?;
         // SAFETY: a hint on a descriptor we own; failure is harmless.
-        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&pages), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&pages),
+                0,
+                0,
+                libc::POSIX_FADV_SEQUENTIAL,
+            )
+        };
         Ok(ImageReader {
             dir: dir.to_path_buf(),
             page_size: inventory.page_size,
@@ -395,9 +540,13 @@ impl ImageReader {
     pub fn open_for_restore(dir: &Path, understood: &[&str]) -> Result<ImageReader, ImageError> {
         let r = Self::open(dir)?;
         for s in &r.inventory.sections {
-            let known = s.name == SECTION_REGIONS || s.name == SECTION_PAGES || understood.contains(&s.name.as_str());
+            let known = s.name == SECTION_REGIONS
+                || s.name == SECTION_PAGES
+                || understood.contains(&s.name.as_str());
             if s.required && !known {
-                return Err(ImageError::UnknownRequiredSection { name: s.name.clone() });
+                return Err(ImageError::UnknownRequiredSection {
+                    name: s.name.clone(),
+                });
             }
         }
         Ok(r)
@@ -446,7 +595,9 @@ impl ImageReader {
         }
         let data = read_capped(&self.dir.join(&s.file), &s.file, u64::MAX, Some(s.size))?;
         if crc32fast::hash(&data) != s.crc32 {
-            return Err(ImageError::Checksum { what: format!("section `{name}`") });
+            return Err(ImageError::Checksum {
+                what: format!("section `{name}`"),
+            });
         }
         Ok(Some(data))
     }
@@ -459,14 +610,22 @@ impl ImageReader {
 
     /// As [`read_region_into`](Self::read_region_into) for a destination already all zero
     /// (a fresh anonymous mapping): zero pages are not touched, so they cost no memory.
-    pub fn read_region_into_zeroed(&mut self, idx: usize, dst: &mut [u8]) -> Result<(), ImageError> {
+    pub fn read_region_into_zeroed(
+        &mut self,
+        idx: usize,
+        dst: &mut [u8],
+    ) -> Result<(), ImageError> {
         self.read_region_impl(idx, dst, true)
     }
 
     /// Region `idx`'s contents in a new buffer.
     pub fn read_region(&mut self, idx: usize) -> Result<Vec<u8>, ImageError> {
         let len = self.region(idx)?.len;
-        let len = usize::try_from(len).map_err(|_| ImageError::DestinationSize { index: idx, len, dst: 0 })?;
+        let len = usize::try_from(len).map_err(|_| ImageError::DestinationSize {
+            index: idx,
+            len,
+            dst: 0,
+        })?;
         let mut v = vec![0u8; len];
         self.read_region_impl(idx, &mut v, true)?;
         Ok(v)
@@ -474,8 +633,13 @@ impl ImageReader {
 
     /// Reads and checks every chunk and metadata section (what `crum inspect --verify` does).
     pub fn verify(&mut self) -> Result<(), ImageError> {
-        let names: Vec<String> =
-            self.inventory.sections.iter().filter(|s| !s.chunked).map(|s| s.name.clone()).collect();
+        let names: Vec<String> = self
+            .inventory
+            .sections
+            .iter()
+            .filter(|s| !s.chunked)
+            .map(|s| s.name.clone())
+            .collect();
         for n in names.iter().filter(|n| n.as_str() != SECTION_REGIONS) {
             self.section(n)?;
         }
@@ -490,7 +654,10 @@ impl ImageReader {
     }
 
     fn region(&self, idx: usize) -> Result<&RegionInfo, ImageError> {
-        self.regions.get(idx).ok_or(ImageError::NoSuchRegion { index: idx, count: self.regions.len() })
+        self.regions.get(idx).ok_or(ImageError::NoSuchRegion {
+            index: idx,
+            count: self.regions.len(),
+        })
     }
 
     fn chunk_len(&self, ri: usize, ci: usize) -> usize {
@@ -499,10 +666,19 @@ impl ImageReader {
         (r.len - ci as u64 * cs).min(cs) as usize
     }
 
-    fn read_region_impl(&mut self, idx: usize, dst: &mut [u8], zeroed: bool) -> Result<(), ImageError> {
+    fn read_region_impl(
+        &mut self,
+        idx: usize,
+        dst: &mut [u8],
+        zeroed: bool,
+    ) -> Result<(), ImageError> {
         let r = self.region(idx)?;
         if dst.len() as u64 != r.len {
-            return Err(ImageError::DestinationSize { index: idx, len: r.len, dst: dst.len() });
+            return Err(ImageError::DestinationSize {
+                index: idx,
+                len: r.len,
+                dst: dst.len(),
+            });
         }
         if !r.has_data {
             if !zeroed {
@@ -512,15 +688,31 @@ impl ImageReader {
         }
         let cs = self.chunk_size as usize;
         for (ci, d) in dst.chunks_mut(cs).enumerate() {
-            let ctx = ChunkCtx { pages: &self.pages, dir: &self.dir, chunk_size: self.chunk_size, page_size: self.page_size };
+            let ctx = ChunkCtx {
+                pages: &self.pages,
+                dir: &self.dir,
+                chunk_size: self.chunk_size,
+                page_size: self.page_size,
+            };
             ctx.read_ahead(&self.regions[idx], ci + 1);
             self.read_chunk(idx, ci, d, zeroed)?;
         }
         Ok(())
     }
 
-    fn read_chunk(&mut self, ri: usize, ci: usize, dst: &mut [u8], zeroed: bool) -> Result<(), ImageError> {
-        let ctx = ChunkCtx { pages: &self.pages, dir: &self.dir, chunk_size: self.chunk_size, page_size: self.page_size };
+    fn read_chunk(
+        &mut self,
+        ri: usize,
+        ci: usize,
+        dst: &mut [u8],
+        zeroed: bool,
+    ) -> Result<(), ImageError> {
+        let ctx = ChunkCtx {
+            pages: &self.pages,
+            dir: &self.dir,
+            chunk_size: self.chunk_size,
+            page_size: self.page_size,
+        };
         ctx.read_chunk(&self.regions[ri], ri, ci, dst, zeroed, &mut self.work)
     }
 
@@ -529,18 +721,35 @@ impl ImageReader {
     /// compressed images when cores are free. The threads are joined before it returns;
     /// their stacks are mapped wherever the kernel chooses, so a restorer that maps memory
     /// at fixed addresses afterwards must account for them (or use the single-threaded call).
-    pub fn read_region_into_zeroed_parallel(&mut self, idx: usize, dst: &mut [u8], threads: usize) -> Result<(), ImageError> {
+    pub fn read_region_into_zeroed_parallel(
+        &mut self,
+        idx: usize,
+        dst: &mut [u8],
+        threads: usize,
+    ) -> Result<(), ImageError> {
         let r = self.region(idx)?;
         if dst.len() as u64 != r.len {
-            return Err(ImageError::DestinationSize { index: idx, len: r.len, dst: dst.len() });
+            return Err(ImageError::DestinationSize {
+                index: idx,
+                len: r.len,
+                dst: dst.len(),
+            });
         }
         let threads = threads.max(1);
         if !r.has_data || threads == 1 || r.chunks.len() < 2 {
             return self.read_region_impl(idx, dst, true);
         }
-        let ctx = ChunkCtx { pages: &self.pages, dir: &self.dir, chunk_size: self.chunk_size, page_size: self.page_size };
+        let ctx = ChunkCtx {
+            pages: &self.pages,
+            dir: &self.dir,
+            chunk_size: self.chunk_size,
+            page_size: self.page_size,
+        };
         let region = &self.regions[idx];
-        let mut slices: Vec<(usize, &mut [u8])> = dst.chunks_mut(self.chunk_size as usize).enumerate().collect();
+        let mut slices: Vec<(usize, &mut [u8])> = dst
+            .chunks_mut(self.chunk_size as usize)
+            .enumerate()
+            .collect();
         let per = slices.len().div_ceil(threads);
         std::thread::scope(|sc| {
             let workers: Vec<_> = slices
@@ -556,7 +765,9 @@ impl ImageReader {
                     })
                 })
                 .collect();
-            workers.into_iter().try_for_each(|w| w.join().expect("image reader thread panicked"))
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().expect("image reader thread panicked"))
         })
     }
 }
@@ -570,7 +781,11 @@ struct ChunkWork {
 
 impl ChunkWork {
     fn new() -> ChunkWork {
-        ChunkWork { buf: Vec::new(), scratch: Vec::new(), dctx: zstd_safe::DCtx::create() }
+        ChunkWork {
+            buf: Vec::new(),
+            scratch: Vec::new(),
+            dctx: zstd_safe::DCtx::create(),
+        }
     }
 }
 
@@ -588,7 +803,12 @@ impl ChunkCtx<'_> {
     /// the disk works while the current chunk is checked and decompressed.
     fn read_ahead(&self, region: &RegionInfo, ci: usize) {
         const READ_AHEAD: usize = 2;
-        let wanted = region.chunks.iter().skip(ci).take(READ_AHEAD).filter(|c| c.stored_len > 0);
+        let wanted = region
+            .chunks
+            .iter()
+            .skip(ci)
+            .take(READ_AHEAD)
+            .filter(|c| c.stored_len > 0);
         let (mut lo, mut hi) = (u64::MAX, 0u64);
         for c in wanted {
             lo = lo.min(c.offset);
@@ -622,7 +842,11 @@ impl ChunkCtx<'_> {
         let addr = region.start + ci as u64 * u64::from(self.chunk_size);
         let npages = dst.len().div_ceil(ps);
         let all_present = c.packed_len as usize == dst.len();
-        let checksum = || ImageError::ChunkChecksum { region: ri, chunk: ci, addr };
+        let checksum = || ImageError::ChunkChecksum {
+            region: ri,
+            chunk: ci,
+            addr,
+        };
         let io = |e| ImageError::io(self.dir.join("pages"), e);
         match c.encoding {
             Encoding::Zero => {
@@ -659,13 +883,18 @@ impl ChunkCtx<'_> {
                 let n = w.dctx.decompress(out, &w.buf).map_err(|code| {
                     ImageError::corrupt(
                         "pages",
-                        format!("chunk {ci} of region {ri} ({addr:#x}): {}", zstd_safe::get_error_name(code)),
+                        format!(
+                            "chunk {ci} of region {ri} ({addr:#x}): {}",
+                            zstd_safe::get_error_name(code)
+                        ),
                     )
                 })?;
                 if n != c.packed_len as usize {
                     return Err(ImageError::corrupt(
                         "pages",
-                        format!("chunk {ci} of region {ri} ({addr:#x}) decompressed to the wrong size"),
+                        format!(
+                            "chunk {ci} of region {ri} ({addr:#x}) decompressed to the wrong size"
+                        ),
                     ));
                 }
                 if all_present {

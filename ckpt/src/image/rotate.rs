@@ -43,12 +43,17 @@ fn temp_pid(name: &str) -> Option<u32> {
 }
 
 fn pid_alive(pid: u32) -> bool {
-    let Ok(p) = i32::try_from(pid) else { return false };
+    let Ok(p) = i32::try_from(pid) else {
+        return false;
+    };
     if p <= 0 {
         return false;
     }
     // EPERM means it exists (another user's); only ESRCH means gone.
-    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None), Err(nix::errno::Errno::ESRCH))
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// Complete images in `parent`, oldest first. A missing directory has none.
@@ -63,10 +68,17 @@ pub fn list_images(parent: &Path) -> Result<Vec<ImageEntry>, ImageError> {
         let ent = ent.map_err(|e| ImageError::io(parent, e))?;
         let name = ent.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some((stamp, pid, seq)) = parse_name(name) else { continue };
+        let Some((stamp, pid, seq)) = parse_name(name) else {
+            continue;
+        };
         let path = ent.path();
         if path.join("inventory").is_file() {
-            out.push(ImageEntry { path, stamp, pid, seq });
+            out.push(ImageEntry {
+                path,
+                stamp,
+                pid,
+                seq,
+            });
         }
     }
     out.sort_by(|a, b| (&a.stamp, a.seq, a.pid).cmp(&(&b.stamp, b.seq, b.pid)));
@@ -119,7 +131,11 @@ pub fn keep_newest(parent: &Path, n: usize) -> Result<usize, ImageError> {
     let images = list_images(parent)?;
     let excess = images.len().saturating_sub(n);
     for e in &images[..excess] {
-        let name = e.path.file_name().and_then(|s| s.to_str()).expect("listed names are UTF-8");
+        let name = e
+            .path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .expect("listed names are UTF-8");
         remove(parent, name)?;
     }
     Ok(excess)

@@ -148,7 +148,10 @@ pub struct ImageWriter {
 unsafe impl Send for ImageWriter {}
 
 fn last_err(op: &'static str) -> ImageError {
-    ImageError::Write { op, source: io::Error::last_os_error() }
+    ImageError::Write {
+        op,
+        source: io::Error::last_os_error(),
+    }
 }
 
 fn check(ret: c_int, op: &'static str) -> Result<c_int, ImageError> {
@@ -172,7 +175,10 @@ fn write_all(fd: c_int, mut buf: &[u8], op: &'static str) -> Result<(), ImageErr
             return Err(ImageError::Write { op, source: e });
         }
         if n == 0 {
-            return Err(ImageError::Write { op, source: io::Error::from(io::ErrorKind::WriteZero) });
+            return Err(ImageError::Write {
+                op,
+                source: io::Error::from(io::ErrorKind::WriteZero),
+            });
         }
         buf = &buf[n as usize..];
     }
@@ -192,7 +198,10 @@ fn pwrite_all(fd: c_int, mut buf: &[u8], mut off: u64, op: &'static str) -> Resu
             return Err(ImageError::Write { op, source: e });
         }
         if n == 0 {
-            return Err(ImageError::Write { op, source: io::Error::from(io::ErrorKind::WriteZero) });
+            return Err(ImageError::Write {
+                op,
+                source: io::Error::from(io::ErrorKind::WriteZero),
+            });
         }
         buf = &buf[n as usize..];
         off += n as u64;
@@ -215,10 +224,15 @@ fn close(fd: &mut c_int) {
 
 /// Creates `name` in directory `dir` for writing, owner-only, failing if it exists.
 fn create_file(dir: c_int, name: &CStr, op: &'static str) -> Result<c_int, ImageError> {
-    // SAFETY: `name` is a NUL-terminated C string; `dir` is an open directory descriptor.
     let fd = check(
+        // SAFETY: `name` is a NUL-terminated C string; `dir` is an open directory descriptor.
         unsafe {
-            libc::openat(dir, name.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
         },
         op,
     )?;
@@ -260,7 +274,9 @@ impl ImageWriter {
     pub fn prepare(parent: &Path, opts: &WriterOptions) -> Result<ImageWriter, ImageError> {
         let cs = opts.chunk_size;
         if !cs.is_power_of_two() || !(MIN_CHUNK..=MAX_CHUNK).contains(&cs) {
-            return Err(ImageError::Invalid("chunk size must be a power of two from 64 KiB to 64 MiB"));
+            return Err(ImageError::Invalid(
+                "chunk size must be a power of two from 64 KiB to 64 MiB",
+            ));
         }
         if !(-7..=19).contains(&opts.level) {
             return Err(ImageError::Invalid("zstd level must be from -7 to 19"));
@@ -273,7 +289,10 @@ impl ImageWriter {
             .flatten()
             .map(|v| v as u32)
             .unwrap_or(4096);
-        if !page_size.is_power_of_two() || !(MIN_PAGE..=MAX_PAGE).contains(&page_size) || page_size > cs {
+        if !page_size.is_power_of_two()
+            || !(MIN_PAGE..=MAX_PAGE).contains(&page_size)
+            || page_size > cs
+        {
             return Err(ImageError::Invalid("unsupported page size"));
         }
 
@@ -282,7 +301,9 @@ impl ImageWriter {
             .mode(0o700)
             .create(parent)
             .map_err(|e| ImageError::io(parent, e))?;
-        let parent_fd: OwnedFd = std::fs::File::open(parent).map_err(|e| ImageError::io(parent, e))?.into();
+        let parent_fd: OwnedFd = std::fs::File::open(parent)
+            .map_err(|e| ImageError::io(parent, e))?
+            .into();
 
         let created_ms = opts.created_unix_ms.unwrap_or_else(|| {
             std::time::SystemTime::now()
@@ -293,21 +314,35 @@ impl ImageWriter {
         let name = match &opts.dir_name {
             Some(n) => {
                 if n.is_empty() || n.contains('/') || n.starts_with('.') {
-                    return Err(ImageError::Invalid("image name must be a plain name not starting with '.'"));
+                    return Err(ImageError::Invalid(
+                        "image name must be a plain name not starting with '.'",
+                    ));
                 }
                 n.clone()
             }
-            None => format!("{IMAGE_PREFIX}{}-{}-{}", utc_stamp(created_ms), opts.pid, opts.seq),
+            None => format!(
+                "{IMAGE_PREFIX}{}-{}-{}",
+                utc_stamp(created_ms),
+                opts.pid,
+                opts.seq
+            ),
         };
         let final_path = parent.join(&name);
         if final_path.exists() {
-            return Err(ImageError::io(&final_path, io::Error::from(io::ErrorKind::AlreadyExists)));
+            return Err(ImageError::io(
+                &final_path,
+                io::Error::from(io::ErrorKind::AlreadyExists),
+            ));
         }
-        let tmp_name = CString::new(format!("{TEMP_PREFIX}{name}")).map_err(|_| ImageError::Invalid("NUL in name"))?;
+        let tmp_name = CString::new(format!("{TEMP_PREFIX}{name}"))
+            .map_err(|_| ImageError::Invalid("NUL in name"))?;
         let final_name = CString::new(name).map_err(|_| ImageError::Invalid("NUL in name"))?;
 
         let mut producer = [0u8; PRODUCER_LEN];
-        put_str(&mut producer, concat!("crum ", env!("CARGO_PKG_VERSION")).as_bytes());
+        put_str(
+            &mut producer,
+            concat!("crum ", env!("CARGO_PKG_VERSION")).as_bytes(),
+        );
         let mut arch = [0u8; ARCH_LEN];
         put_str(&mut arch, std::env::consts::ARCH.as_bytes());
         let mut kernel = [0u8; KERNEL_LEN];
@@ -327,7 +362,9 @@ impl ImageWriter {
         let mut cctx_mem = vec![0u64; ws_bytes.div_ceil(8) + 1];
         // SAFETY: the workspace is 8-aligned, at least `ws_bytes` long, owned by the writer
         // and never reallocated; zstd keeps it as the context's only memory.
-        let cctx = unsafe { zstd_sys::ZSTD_initStaticCCtx(cctx_mem.as_mut_ptr().cast(), cctx_mem.len() * 8) };
+        let cctx = unsafe {
+            zstd_sys::ZSTD_initStaticCCtx(cctx_mem.as_mut_ptr().cast(), cctx_mem.len() * 8)
+        };
         if cctx.is_null() {
             return Err(ImageError::Compress("static context workspace too small"));
         }
@@ -362,7 +399,9 @@ impl ImageWriter {
             level: opts.level,
             chunk_size: cs,
             page_size,
-            inventory: Vec::with_capacity(INVENTORY_HEADER_LEN + (max_sections + 2) * SECTION_ENTRY_LEN + 4),
+            inventory: Vec::with_capacity(
+                INVENTORY_HEADER_LEN + (max_sections + 2) * SECTION_ENTRY_LEN + 4,
+            ),
             producer,
             arch,
             kernel,
@@ -386,11 +425,20 @@ impl ImageWriter {
         }
         self.begun = true;
         let pfd = self.parent_fd.as_raw_fd();
-        // SAFETY: `tmp_name` is a NUL-terminated C string; `pfd` is the open parent directory.
-        check(unsafe { libc::mkdirat(pfd, self.tmp_name.as_ptr(), 0o700) }, "create temporary directory")?;
-        // SAFETY: as above.
+        check(
+            // SAFETY: `tmp_name` is a NUL-terminated C string; `pfd` is the open parent directory.
+            unsafe { libc::mkdirat(pfd, self.tmp_name.as_ptr(), 0o700) },
+            "create temporary directory",
+        )?;
         self.dir_fd = check(
-            unsafe { libc::openat(pfd, self.tmp_name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) },
+            // SAFETY: as above.
+            unsafe {
+                libc::openat(
+                    pfd,
+                    self.tmp_name.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            },
             "open temporary directory",
         )?;
         // SAFETY: `dir_fd` was just opened.
@@ -415,7 +463,8 @@ impl ImageWriter {
             write_all(self.regions_fd, bytes, "write regions file")?;
             self.regions_crc.update(bytes);
         } else {
-            self.regions_buf[self.regions_len..self.regions_len + bytes.len()].copy_from_slice(bytes);
+            self.regions_buf[self.regions_len..self.regions_len + bytes.len()]
+                .copy_from_slice(bytes);
             self.regions_len += bytes.len();
         }
         self.regions_total += bytes.len() as u64;
@@ -424,7 +473,11 @@ impl ImageWriter {
 
     fn regions_flush(&mut self) -> Result<(), ImageError> {
         let n = self.regions_len;
-        write_all(self.regions_fd, &self.regions_buf[..n], "write regions file")?;
+        write_all(
+            self.regions_fd,
+            &self.regions_buf[..n],
+            "write regions file",
+        )?;
         self.regions_crc.update(&self.regions_buf[..n]);
         self.regions_len = 0;
         Ok(())
@@ -432,7 +485,12 @@ impl ImageWriter {
 
     /// Writes a metadata section `name` (at most 47 bytes, not `regions`/`pages`, unique)
     /// holding `data`. No allocation; usable in the forked child.
-    pub fn add_section(&mut self, name: &str, required: bool, data: &[u8]) -> Result<(), ImageError> {
+    pub fn add_section(
+        &mut self,
+        name: &str,
+        required: bool,
+        data: &[u8],
+    ) -> Result<(), ImageError> {
         if name.is_empty() || name == SECTION_REGIONS || name == SECTION_PAGES {
             return Err(ImageError::Invalid("section name is empty or reserved"));
         }
@@ -450,7 +508,9 @@ impl ImageWriter {
             return Err(ImageError::Invalid("duplicate section name"));
         }
         if self.sections.len() >= self.max_sections {
-            return Err(ImageError::Capacity("more sections than WriterOptions::max_sections"));
+            return Err(ImageError::Capacity(
+                "more sections than WriterOptions::max_sections",
+            ));
         }
         self.begin()?;
         let mut fname = [0u8; 32];
@@ -459,7 +519,8 @@ impl ImageWriter {
         slot.file[..n - 1].copy_from_slice(&fname[..n - 1]);
         let result = (|| {
             let mut fd = create_file(self.dir_fd, cname, "create section file")?;
-            let r = write_all(fd, data, "write section file").and_then(|_| fsync(fd, "fsync section file"));
+            let r = write_all(fd, data, "write section file")
+                .and_then(|_| fsync(fd, "fsync section file"));
             close(&mut fd);
             r
         })();
@@ -480,7 +541,9 @@ impl ImageWriter {
             return Err(ImageError::Invalid("region name longer than 4096 bytes"));
         }
         if !data.is_empty() && data.len() as u64 != meta.len {
-            return Err(ImageError::Invalid("region data length differs from the region length"));
+            return Err(ImageError::Invalid(
+                "region data length differs from the region length",
+            ));
         }
         if meta.start.checked_add(meta.len).is_none() {
             return Err(ImageError::Invalid("region wraps around the address space"));
@@ -498,8 +561,13 @@ impl ImageWriter {
 
     fn add_region_inner(&mut self, meta: &RegionMeta<'_>, data: &[u8]) -> Result<(), ImageError> {
         let has_data = !data.is_empty();
-        let chunk_count = if has_data { data.len().div_ceil(self.chunk_size as usize) } else { 0 };
-        let chunk_count = u32::try_from(chunk_count).map_err(|_| ImageError::Capacity("region too large"))?;
+        let chunk_count = if has_data {
+            data.len().div_ceil(self.chunk_size as usize)
+        } else {
+            0
+        };
+        let chunk_count =
+            u32::try_from(chunk_count).map_err(|_| ImageError::Capacity("region too large"))?;
         let mut rec = [0u8; REGION_RECORD_LEN];
         let mut p = Put::new(&mut rec);
         p.u64(meta.start);
@@ -577,7 +645,11 @@ impl ImageWriter {
             let compressed = if self.level == 0 {
                 None
             } else {
-                let src: &[u8] = if packed_in_pack { &self.pack[..packed_len] } else { chunk };
+                let src: &[u8] = if packed_in_pack {
+                    &self.pack[..packed_len]
+                } else {
+                    chunk
+                };
                 let (ptr, len) = (src.as_ptr(), src.len());
                 // SAFETY: `src` points into `self.pack` or the caller's `chunk`; `compress`
                 // writes only `self.comp` and the zstd workspace, never `pack`, so the bytes
@@ -604,7 +676,11 @@ impl ImageWriter {
                 }
                 None => {
                     enc = Encoding::Raw;
-                    if packed_in_pack { &self.pack[..packed_len] } else { chunk }
+                    if packed_in_pack {
+                        &self.pack[..packed_len]
+                    } else {
+                        chunk
+                    }
                 }
             };
             stored_len = stored.len();
@@ -613,7 +689,12 @@ impl ImageWriter {
             // Start writeback now so the disk works while the next chunk is compressed.
             // SAFETY: plain system call on our descriptor; a failure is only a lost hint.
             unsafe {
-                libc::sync_file_range(self.pages_fd, off as libc::off_t, stored_len as libc::off_t, libc::SYNC_FILE_RANGE_WRITE)
+                libc::sync_file_range(
+                    self.pages_fd,
+                    off as libc::off_t,
+                    stored_len as libc::off_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                )
             };
             let end = off + stored_len as u64;
             self.pages_end = end;
@@ -713,7 +794,8 @@ impl ImageWriter {
         self.inventory[len - 4..].copy_from_slice(&crc.to_le_bytes());
 
         let mut fd = create_file(self.dir_fd, c"inventory", "create inventory")?;
-        let r = write_all(fd, &self.inventory, "write inventory").and_then(|_| fsync(fd, "fsync inventory"));
+        let r = write_all(fd, &self.inventory, "write inventory")
+            .and_then(|_| fsync(fd, "fsync inventory"));
         close(&mut fd);
         r?;
         fsync(self.dir_fd, "fsync image directory")?;
@@ -724,7 +806,13 @@ impl ImageWriter {
         check(
             // SAFETY: both names are NUL-terminated C strings relative to the open parent fd.
             unsafe {
-                libc::renameat2(pfd, self.tmp_name.as_ptr(), pfd, self.final_name.as_ptr(), libc::RENAME_NOREPLACE)
+                libc::renameat2(
+                    pfd,
+                    self.tmp_name.as_ptr(),
+                    pfd,
+                    self.final_name.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
             },
             "rename image into place",
         )?;
@@ -745,7 +833,11 @@ impl ImageWriter {
             let pfd = self.parent_fd.as_raw_fd();
             // SAFETY: NUL-terminated name relative to the open parent directory.
             self.dir_fd = unsafe {
-                libc::openat(pfd, self.tmp_name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+                libc::openat(
+                    pfd,
+                    self.tmp_name.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
             };
         }
         if self.dir_fd >= 0 {
@@ -764,7 +856,13 @@ impl ImageWriter {
             close(&mut self.dir_fd);
         }
         // SAFETY: NUL-terminated name relative to the open parent directory.
-        unsafe { libc::unlinkat(self.parent_fd.as_raw_fd(), self.tmp_name.as_ptr(), libc::AT_REMOVEDIR) };
+        unsafe {
+            libc::unlinkat(
+                self.parent_fd.as_raw_fd(),
+                self.tmp_name.as_ptr(),
+                libc::AT_REMOVEDIR,
+            )
+        };
     }
 }
 
