@@ -20,6 +20,7 @@
 //! before any program thread runs.
 #![allow(unsafe_code)]
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::mpsc;
@@ -367,7 +368,8 @@ struct ForkCtx {
     err_r: i32,
     err_w: i32,
     maps_buf: Vec<u8>,
-    ranges: Vec<(u64, u64)>,
+    /// (start, end, prot) of the child's fresh memory map.
+    ranges: Vec<(u64, u64, u32)>,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -394,7 +396,7 @@ fn checkpoint(cfg: &Config, dir: &Path) -> Outcome {
     };
     let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
     if r == 1 {
-        let out = after_restart(&ctx, &h);
+        let out = after_restart(&h);
         // The writer's and pipes' fds belong to the process the image was taken of.
         std::mem::forget(ctx);
         return out;
@@ -585,10 +587,24 @@ fn child_read_ranges(ctx: &mut ForkCtx) -> bool {
         let Some(dash) = line.iter().position(|&c| c == b'-') else { continue };
         let Some(sp) = line.iter().position(|&c| c == b' ') else { continue };
         let (Some(s), Some(e)) = (hex(&line[..dash]), hex(&line[dash + 1..sp])) else { continue };
+        let perms = &line[sp + 1..];
+        if perms.len() < 3 {
+            continue;
+        }
+        let mut prot = 0u32;
+        if perms[0] == b'r' {
+            prot |= libc::PROT_READ as u32;
+        }
+        if perms[1] == b'w' {
+            prot |= libc::PROT_WRITE as u32;
+        }
+        if perms[2] == b'x' {
+            prot |= libc::PROT_EXEC as u32;
+        }
         if ctx.ranges.len() == ctx.ranges.capacity() {
             return false;
         }
-        ctx.ranges.push((s, e));
+        ctx.ranges.push((s, e, prot));
     }
     true
 }
@@ -629,7 +645,8 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
         } | if r.growsdown { REGION_GROWSDOWN } else { 0 };
         let offset = if let RegionKind::SharedFile { offset, .. } = r.kind { offset } else { 0 };
         // Clip to what is mapped now (memory the allocator returned since the map was read
-        // is free memory of the program: nothing to save).
+        // is free memory of the program: nothing to save), with the protection it has now
+        // (an allocator may have made reserved memory usable since).
         while k < ctx.ranges.len() && ctx.ranges[k].1 <= r.start {
             k += 1;
         }
@@ -637,19 +654,21 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
         while j < ctx.ranges.len() && ctx.ranges[j].0 < r.end {
             let start = r.start.max(ctx.ranges[j].0);
             let end = r.end.min(ctx.ranges[j].1);
+            let prot = ctx.ranges[j].2;
             j += 1;
             if start >= end {
                 continue;
             }
             let len = end - start;
-            let meta = RegionMeta { start, len, prot: r.prot, flags, offset: offset + (start - r.start), name: r.name.as_bytes() };
-            let readable = r.prot & libc::PROT_READ as u32 != 0;
-            if r.has_data && !readable && !ctx.sync {
+            let meta = RegionMeta { start, len, prot, flags, offset: offset + (start - r.start), name: r.name.as_bytes() };
+            let has_data = prot != 0 && !matches!(r.kind, RegionKind::SharedFile { .. });
+            let readable = prot & libc::PROT_READ as u32 != 0;
+            if has_data && !readable && !ctx.sync {
                 // SAFETY: this child's own copy of the region; making it readable changes
                 // nothing in the program.
-                unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, r.prot as i32 | libc::PROT_READ) };
+                unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, prot as i32 | libc::PROT_READ) };
             }
-            let data: &[u8] = if r.has_data && (readable || !ctx.sync) {
+            let data: &[u8] = if has_data && (readable || !ctx.sync) {
                 // SAFETY: [start, end) is mapped in this address space (just read from its map)
                 // and readable; nothing unmaps it while the writer runs.
                 unsafe { std::slice::from_raw_parts(start as *const u8, len as usize) }
@@ -707,42 +726,65 @@ fn reap(child: i32, err_r: i32, err_w: i32) -> Result<(), String> {
     Err(msg)
 }
 
-/// The restored process: tidy up after the restorer and let the program go.
-fn after_restart(ctx: &ForkCtx, h: &Hooks) -> Outcome {
-    // The image writer and its fds belong to the old process: never drop them here.
+/// The restored process: tidy up after the restorer and let the program go. Reads what it
+/// needs from the image, not from memory allocated during the checkpoint (that memory may
+/// postdate the memory map the image was cut along).
+fn after_restart(h: &Hooks) -> Outcome {
     // SAFETY: RESTART_INFO was written by the restorer before this thread ran.
     let info = unsafe { &*std::ptr::addr_of!(RESTART_INFO) };
-    let image = if info.magic == RESTART_MAGIC {
-        let n = (info.path_len as usize).min(info.path.len());
-        Some(PathBuf::from(String::from_utf8_lossy(&info.path[..n]).into_owned()))
-    } else {
-        None
-    };
-    {
-        let mut hist = PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner());
-        hist.push(info.old_pid as i32);
+    if info.magic != RESTART_MAGIC {
+        fatal("restarted without restart information");
     }
-    let state = ProcessState::decode(&ctx.state_bytes).ok();
-    if let Some(st) = &state {
-        unmap_leftovers(st);
-        restore_itimers(&st.itimers);
-    }
-    let sections_dir = image.clone();
-    let read = move |name: &str| -> Option<Vec<u8>> {
-        let dir = sections_dir.as_ref()?;
-        ImageReader::open(dir).ok()?.section(name).ok()?
-    };
+    let n = (info.path_len as usize).min(info.path.len());
+    let image = PathBuf::from(std::ffi::OsStr::from_bytes(&info.path[..n]));
+    PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).push(info.old_pid as i32);
+    let reader = ImageReader::open(&image).unwrap_or_else(|e| fatal(&format!("cannot reopen the image: {e}")));
+    let state = reader
+        .section(SECTION_PROCESS)
+        .ok()
+        .flatten()
+        .and_then(|b| ProcessState::decode(&b).ok())
+        .unwrap_or_else(|| fatal("cannot read the process section again"));
+    let kept: Vec<(u64, u64)> = reader.regions().iter().map(|r| (r.start, r.start + r.len)).collect();
+    unmap_leftovers(&kept);
+    restore_itimers(&state.itimers);
+    fix_curbrk();
+    let read = |name: &str| -> Option<Vec<u8>> { reader.section(name).ok()? };
     if let Err(e) = (h.restore)(&read) {
-        eprintln!("crum: restart failed: restore hook: {e}");
-        // SAFETY: nothing sensible can run: the program's external state is missing.
-        unsafe { libc::_exit(125) };
+        fatal(&format!("restore hook: {e}"));
     }
+    drop(reader);
     threads::release_all();
     Outcome::Restarted
 }
 
+fn fatal(msg: &str) -> ! {
+    eprintln!("crum: restart failed: {msg}");
+    // SAFETY: the program cannot continue; leave without running its exit handlers.
+    unsafe { libc::_exit(125) }
+}
+
+/// Reconciles glibc's cached program break with the kernel's. Without CAP_SYS_RESOURCE the
+/// restorer cannot move the kernel's heap bounds to the program's, so the kernel's break is
+/// the restorer's. If it lies above glibc's `__curbrk`, glibc would take a failed `brk` for a
+/// success (the kernel answers with its higher break) and use memory that is not there;
+/// pointing `__curbrk` at the kernel's break makes glibc grow its heap there instead (as a
+/// non-contiguous extension). If it lies below, the first `brk` fails cleanly and glibc
+/// falls back to `mmap`.
+fn fix_curbrk() {
+    // SAFETY: brk(0) only reports; `__curbrk` is glibc's exported `void *` and no other
+    // thread runs yet.
+    unsafe {
+        let k = libc::syscall(libc::SYS_brk, 0) as usize;
+        let p = libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as *mut usize;
+        if !p.is_null() && k > *p {
+            *p = k;
+        }
+    }
+}
+
 /// Unmaps what the restorer left behind: every mapping that is not one of the image's.
-fn unmap_leftovers(st: &ProcessState) {
+fn unmap_leftovers(kept: &[(u64, u64)]) {
     let Ok(maps) = capture::own_maps() else { return };
     for m in &maps {
         if m.name == "[vsyscall]" || capture::SPECIAL_NAMES.contains(&m.name.as_str()) {
@@ -750,12 +792,12 @@ fn unmap_leftovers(st: &ProcessState) {
         }
         // Parts of [m.start, m.end) not covered by image regions.
         let mut cur = m.start;
-        for r in st.regions.iter().filter(|r| r.end > m.start && r.start < m.end) {
-            if r.start > cur {
+        for &(rs, re) in kept.iter().filter(|&&(rs, re)| re > m.start && rs < m.end) {
+            if rs > cur {
                 // SAFETY: a restorer mapping no program code refers to.
-                unsafe { libc::munmap(cur as *mut libc::c_void, (r.start - cur) as usize) };
+                unsafe { libc::munmap(cur as *mut libc::c_void, (rs - cur) as usize) };
             }
-            cur = cur.max(r.end);
+            cur = cur.max(re);
         }
         if cur < m.end {
             // SAFETY: as above.

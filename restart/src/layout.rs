@@ -38,14 +38,6 @@ pub fn check(plan: &Plan) -> Result<(), String> {
             None => return Err(format!("this kernel has no {} mapping", s.name)),
         }
     }
-    // Without CAP_SYS_RESOURCE the kernel's heap bounds stay ours. The program's C library
-    // asks for more heap above its own break; that request must fail (so malloc falls back
-    // to mmap), which it does only if our break lies below the program's heap. Were it
-    // above, brk(2) would report our higher break and glibc would take it for success.
-    let own_brk = crum_ckpt::capture::brk().1;
-    if st.start_brk != 0 && own_brk >= st.start_brk {
-        return Err(format!("restorer heap break {own_brk:#x} is above the program's heap {:#x}", st.start_brk));
-    }
     let mut wanted: Vec<(u64, u64, String)> =
         plan.reader.regions().iter().map(|r| (r.start, r.start + r.len, r.name_lossy())).collect();
     wanted.extend(st.specials.iter().map(|s| (s.start, s.end, s.name.clone())));

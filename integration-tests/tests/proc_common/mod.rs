@@ -1,0 +1,294 @@
+//! Shared harness of the `proc_*` tests: build a C test program, run it under crum (the
+//! agent preloaded, `CRUM_RUN=1`), checkpoint it through its control socket, kill it with
+//! SIGKILL, restart it with `crum restart`, and compare outputs with an uninterrupted run.
+//!
+//! Binaries: `CRUM_BIN` (default `target/debug/crum`) and `CRUM_PRELOAD` (default
+//! `target/debug/libcrum.so`); both are built with cargo when missing.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"))
+}
+
+static BUILD: Once = Once::new();
+
+fn build_binaries() {
+    BUILD.call_once(|| {
+        if std::env::var_os("CRUM_BIN").is_some() && std::env::var_os("CRUM_PRELOAD").is_some() {
+            return;
+        }
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "crum-cli", "-p", "crum-interpose"])
+            .current_dir(workspace())
+            .status()
+            .expect("run cargo build");
+        assert!(st.success(), "building crum and libcrum.so failed");
+    });
+}
+
+pub fn crum_bin() -> PathBuf {
+    build_binaries();
+    std::env::var_os("CRUM_BIN").map(PathBuf::from).unwrap_or_else(|| target_dir().join("debug/crum"))
+}
+
+pub fn preload() -> PathBuf {
+    build_binaries();
+    std::env::var_os("CRUM_PRELOAD").map(PathBuf::from).unwrap_or_else(|| target_dir().join("debug/libcrum.so"))
+}
+
+/// Compiles `integration-tests/c/<name>.c` (cached by modification time).
+pub fn build_c(name: &str) -> PathBuf {
+    let src = workspace().join("integration-tests/c").join(format!("{name}.c"));
+    let dir = target_dir().join("crum-c-tests");
+    fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let fresh = match (fs::metadata(&src), fs::metadata(&out)) {
+        (Ok(s), Ok(o)) => o.modified().unwrap() >= s.modified().unwrap(),
+        _ => false,
+    };
+    if !fresh {
+        // Build to a temporary name and rename: tests running in parallel may race here.
+        let tmp = dir.join(format!("{name}.{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .expect("run cc");
+        assert!(st.success(), "compiling {name}.c failed");
+        fs::rename(&tmp, &out).unwrap();
+    }
+    out
+}
+
+/// A test sandbox: working directory, image directory, control-socket directory.
+pub struct Sandbox {
+    pub tmp: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let tmp = tempfile::tempdir().unwrap();
+        for d in ["expected", "run", "images", "sock"] {
+            fs::create_dir(tmp.path().join(d)).unwrap();
+        }
+        fs::set_permissions(tmp.path().join("sock"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        Sandbox { tmp }
+    }
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.tmp.path().join(p)
+    }
+    pub fn images(&self) -> PathBuf {
+        self.path("images")
+    }
+    pub fn sock(&self) -> PathBuf {
+        self.path("sock")
+    }
+}
+
+/// Output of an uninterrupted run, without crum.
+pub fn expected_output(sb: &Sandbox, prog: &Path, args: &[&str]) -> String {
+    let out = Command::new(prog).args(args).current_dir(sb.path("expected")).output().unwrap();
+    assert!(out.status.success(), "{} failed: {}", prog.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A process whose stdout goes to a file we can watch.
+pub struct Proc {
+    pub child: Child,
+    pub out: PathBuf,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    pub fn output(&self) -> String {
+        fs::read_to_string(&self.out).unwrap_or_default()
+    }
+    pub fn lines(&self) -> usize {
+        self.output().lines().count()
+    }
+    /// Waits until the output has at least `n` lines.
+    pub fn wait_lines(&mut self, n: usize) {
+        let t0 = Instant::now();
+        while self.lines() < n {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("process exited ({st}) before {n} lines: {}{}", self.output(), self.stderr());
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "timed out waiting for {n} lines: {}", self.output());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(self.out.with_extension("err")).unwrap_or_default()
+    }
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+    /// Waits for exit (with a time limit) and returns the exit code.
+    pub fn wait_exit(&mut self) -> i32 {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code().unwrap_or(-1);
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                self.kill9();
+                panic!("process did not finish: {}{}", self.output(), self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Closes every fd above 2 in the child: descriptors leaked by whatever started the tests
+/// (pipes to other processes) would make restarts fail, by design.
+fn close_inherited(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: close_range is async-signal-safe and touches only the child's descriptor table.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+}
+
+fn spawn(cmd: &mut Command, out: PathBuf) -> Proc {
+    close_inherited(cmd);
+    let f = fs::File::create(&out).unwrap();
+    let e = fs::File::create(out.with_extension("err")).unwrap();
+    let child = cmd.stdin(Stdio::null()).stdout(f).stderr(e).spawn().unwrap();
+    Proc { child, out }
+}
+
+/// Starts `prog` under crum in the sandbox's `run` directory.
+pub fn run_under_crum(sb: &Sandbox, prog: &Path, args: &[&str], extra_env: &[(&str, &str)], name: &str) -> Proc {
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .current_dir(sb.path("run"))
+        .env("LD_PRELOAD", preload())
+        .env("CRUM_RUN", "1")
+        .env("CRUM_CKPT_DIR", sb.images())
+        .env("CRUM_CONTROL_DIR", sb.sock());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    spawn(&mut cmd, sb.path(name))
+}
+
+/// `crum restart <image>` in the sandbox's `run` directory.
+pub fn restart(sb: &Sandbox, image: &Path, name: &str) -> Proc {
+    let mut cmd = Command::new(crum_bin());
+    cmd.arg("restart").arg(image).current_dir(sb.path("run")).env("CRUM_CONTROL_DIR", sb.sock());
+    spawn(&mut cmd, sb.path(name))
+}
+
+/// Asks the agent of `pid` for a checkpoint into the sandbox's image directory.
+pub fn checkpoint(sb: &Sandbox, pid: u32) -> PathBuf {
+    let out = Command::new(crum_bin())
+        .args(["checkpoint", &pid.to_string(), "--dir"])
+        .arg(sb.images())
+        .env("CRUM_CONTROL_DIR", sb.sock())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "crum checkpoint {pid} failed: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Checks that `after`, the output of a process restarted from an image of a process that
+/// printed `before` (from line `before_at` of `expected` on, then was killed), continues it:
+/// `after` is a run of consecutive lines of `expected` that starts within `before`'s range
+/// (the checkpoint was taken while `before` was being printed) and, when `finished`, ends
+/// where `expected` ends. Returns the line of `expected` at which `after` starts.
+pub fn assert_continues(expected: &str, before_at: usize, before: &str, after: &str, finished: bool, what: &str) -> usize {
+    let e: Vec<&str> = expected.lines().collect();
+    let mut b: Vec<&str> = before.lines().collect();
+    if !before.is_empty() && !before.ends_with('\n') {
+        b.pop();
+    }
+    let a: Vec<&str> = after.lines().collect();
+    assert_eq!(&e[before_at..before_at + b.len()], &b[..], "{what}: output before the kill is not the uninterrupted run's");
+    let start = if a.is_empty() {
+        assert!(!finished || before_at + b.len() == e.len(), "{what}: the restarted process printed nothing");
+        before_at + b.len()
+    } else {
+        (before_at..=before_at + b.len())
+            .find(|&s| s + a.len() <= e.len() && e[s..s + a.len()] == a[..])
+            .unwrap_or_else(|| {
+                panic!("{what}: restarted output is not the continuation of the run before it:\n--- before (from line {before_at}):\n{before}--- after:\n{after}")
+            })
+    };
+    if finished {
+        assert_eq!(start + a.len(), e.len(), "{what}: the restarted process stopped early:\n{after}");
+    }
+    start
+}
+
+/// The full zdtm-style scenario for one program:
+/// 1. run under crum, checkpoint after `points[0]` and `points[1]` lines, SIGKILL;
+/// 2. restart from each image: output must stitch with the first run's;
+/// 3. checkpoint the restarted process (restart of a restart), SIGKILL, restart again.
+pub fn scenario(name: &str, args: &[&str]) {
+    scenario_with(name, args, |_| {})
+}
+
+pub fn scenario_with(name: &str, args: &[&str], check_files: impl Fn(&Sandbox)) {
+    let prog = build_c(name);
+    let sb = Sandbox::new();
+    let expected = expected_output(&sb, &prog, args);
+    let total = expected.lines().count();
+    let points = [total / 4, total / 2];
+
+    let mut p = run_under_crum(&sb, &prog, args, &[], "run1.out");
+    p.wait_lines(points[0]);
+    let img1 = checkpoint(&sb, p.pid());
+    p.wait_lines(points[1]);
+    let img2 = checkpoint(&sb, p.pid());
+    p.wait_lines(points[1] + 2);
+    p.kill9();
+    let before = p.output();
+
+    // Restart from the second image; checkpoint the restarted process, kill it and restart
+    // that image too (restart of a restart).
+    let mut r2 = restart(&sb, &img2, "restart2.out");
+    r2.wait_lines(3);
+    let img3 = checkpoint(&sb, r2.pid());
+    let n = r2.lines();
+    r2.wait_lines(n + 1);
+    r2.kill9();
+    let out_r2 = r2.output();
+    let s2 = assert_continues(&expected, 0, &before, &out_r2, false, &format!("{name}: restart from the second checkpoint"));
+    let mut r3 = restart(&sb, &img3, "restart3.out");
+    let code = r3.wait_exit();
+    assert_eq!(code, 0, "{name}: restart of a restart exited with {code}: {}", r3.stderr());
+    assert_continues(&expected, s2, &out_r2, &r3.output(), true, &format!("{name}: restart of a restart"));
+    check_files(&sb);
+
+    // Restart from the first image, to the end.
+    let mut r1 = restart(&sb, &img1, "restart1.out");
+    let code = r1.wait_exit();
+    assert_eq!(code, 0, "{name}: restart from the first checkpoint exited with {code}: {}", r1.stderr());
+    assert_continues(&expected, 0, &before, &r1.output(), true, &format!("{name}: restart from the first checkpoint"));
+    check_files(&sb);
+}
+
+/// Reads a whole file as a string.
+pub fn read(p: &Path) -> String {
+    let mut s = String::new();
+    fs::File::open(p).unwrap().read_to_string(&mut s).unwrap();
+    s
+}

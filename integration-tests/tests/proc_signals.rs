@@ -1,0 +1,14 @@
+//! Signal handlers, alternate signal stacks, blocked and ignored signals, and interval
+//! timers are restored.
+mod proc_common;
+use proc_common::scenario;
+
+#[test]
+fn signal_handlers_masks_and_altstack_survive_restart() {
+    scenario("signals", &["40", "15"]);
+}
+
+#[test]
+fn interval_timer_keeps_ticking_after_restart() {
+    scenario("itimer", &["40", "15"]);
+}
