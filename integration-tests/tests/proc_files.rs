@@ -1,0 +1,64 @@
+//! Files: descriptors reopened at their offsets, appended files cut back to their
+//! checkpoint size, and restarts refused (naming the file) when a file the program reads
+//! changed or vanished.
+mod proc_common;
+use proc_common::*;
+
+#[test]
+fn appended_file_and_read_offsets_match_an_uninterrupted_run() {
+    scenario_with("file_append", &["40", "15"], |sb| {
+        let want = read(&sb.path("expected/log.txt"));
+        let got = read(&sb.path("run/log.txt"));
+        assert_eq!(got, want, "log.txt after restart differs from an uninterrupted run's");
+    });
+}
+
+/// Runs file_append under crum, checkpoints it and kills it; returns the image.
+fn checkpointed_file_append(sb: &Sandbox) -> std::path::PathBuf {
+    let prog = build_c("file_append");
+    let mut p = run_under_crum(sb, &prog, &["200", "10"], &[], "run.out");
+    p.wait_lines(5);
+    let img = checkpoint(sb, p.pid());
+    p.kill9();
+    img
+}
+
+#[test]
+fn restart_refuses_when_a_file_read_by_the_program_changed() {
+    let sb = Sandbox::new();
+    let img = checkpointed_file_append(&sb);
+    std::fs::write(sb.path("run/input.txt"), "something else").unwrap();
+    let mut r = restart(&sb, &img, "restart.out");
+    assert_eq!(r.wait_exit(), 1);
+    let err = r.stderr();
+    assert!(err.contains("input.txt") && err.contains("changed"), "error does not name the file: {err}");
+    assert_eq!(err.lines().count(), 1, "not a one-line error: {err}");
+    assert!(r.output().is_empty(), "the program ran: {}", r.output());
+}
+
+#[test]
+fn restart_refuses_when_a_file_vanished() {
+    let sb = Sandbox::new();
+    let img = checkpointed_file_append(&sb);
+    std::fs::remove_file(sb.path("run/input.txt")).unwrap();
+    let mut r = restart(&sb, &img, "restart.out");
+    assert_eq!(r.wait_exit(), 1);
+    let err = r.stderr();
+    assert!(err.contains("input.txt") && err.contains("vanished"), "error does not name the file: {err}");
+    assert!(r.output().is_empty());
+}
+
+#[test]
+fn restart_names_a_socket_it_cannot_restore() {
+    let sb = Sandbox::new();
+    let prog = build_c("socket_fd");
+    let mut p = run_under_crum(&sb, &prog, &["200", "10"], &[], "run.out");
+    p.wait_lines(3);
+    let img = checkpoint(&sb, p.pid());
+    p.kill9();
+    let mut r = restart(&sb, &img, "restart.out");
+    assert_eq!(r.wait_exit(), 1);
+    let err = r.stderr();
+    assert!(err.contains("fd ") && err.contains("socket:["), "error does not name the socket: {err}");
+    assert!(r.output().is_empty());
+}
