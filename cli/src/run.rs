@@ -136,14 +136,16 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("locating the crum binary")?;
 
     // Signals for the program are handled by a thread (sigwait); block them here before any
-    // thread starts. Children get a clean mask (std resets it at spawn).
+    // thread starts. Children get a clean mask (`clean_signal_mask`).
     let mut set = SigSet::empty();
     for s in FORWARDED.iter().chain(&[Signal::SIGINT, Signal::SIGQUIT]) {
         set.add(*s);
     }
     set.thread_block().context("blocking signals")?;
 
-    let mut proxy = Command::new(&exe)
+    let mut proxy = Command::new(&exe);
+    clean_signal_mask(&mut proxy);
+    let mut proxy = proxy
         .arg("proxy")
         .arg("--channel-fd")
         .arg(fd.to_string())
@@ -182,6 +184,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         }
     }
     let mut cmd = Command::new(program);
+    clean_signal_mask(&mut cmd);
     cmd.args(&args.command[1..])
         .env("LD_PRELOAD", preload)
         .env(crum_wire::ENV_CHANNEL, fd.to_string())
@@ -227,6 +230,21 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         return Ok(128 + sig);
     }
     Ok(status.code().unwrap_or(1))
+}
+
+/// Children must not inherit the signals we block for the forwarding thread.
+fn clean_signal_mask(cmd: &mut Command) {
+    #[allow(unsafe_code)]
+    // SAFETY: the hook runs in the forked child before exec and only calls pthread_sigmask,
+    // which is async-signal-safe and touches no locks or allocations.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            Ok(())
+        });
+    }
 }
 
 fn reraise(s: Signal) -> nix::Result<()> {

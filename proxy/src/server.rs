@@ -49,7 +49,7 @@ pub struct Server {
 fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
     r.map_err(|e| {
         if let BackendError::Unsupported { .. } = e {
-            tracing::warn!("{e}");
+            tracing::debug!("{e}");
         }
         e.code()
     })

@@ -1,0 +1,118 @@
+//! `crum run` end to end: real CUDA programs built by nvcc (`-cudart shared`) run through the
+//! interposer, the channel and the proxy on the emulated device; pass-through of stdio,
+//! arguments, exit status and death by signal; refusal of statically linked runtimes; a dead
+//! proxy turning into CUDA errors rather than a hang.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn crum() -> Command {
+    // The interposer must sit next to the crum binary.
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo).args(["build", "-q", "-p", "crum-interpose"]).current_dir(repo()).status().unwrap();
+        assert!(st.success(), "building libcrum.so");
+    });
+    Command::new(env!("CARGO_BIN_EXE_crum"))
+}
+
+/// nvcc from the pip toolkit (installed on first use by scripts/setup-cuda.sh).
+fn nvcc() -> PathBuf {
+    static NVCC: OnceLock<PathBuf> = OnceLock::new();
+    NVCC.get_or_init(|| {
+        let out = Command::new(repo().join("scripts/setup-cuda.sh")).output().expect("running setup-cuda.sh");
+        assert!(out.status.success(), "setup-cuda.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("bin/nvcc")
+    })
+    .clone()
+}
+
+fn build(name: &str, extra: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run-smoke");
+    std::fs::create_dir_all(&dir).unwrap();
+    let tag = if extra.is_empty() { String::new() } else { format!("-{}", extra.join("").replace(['-', ' '], "")) };
+    let exe = dir.join(format!("{name}{tag}"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cuda").join(format!("{name}.cu"));
+    let st = Command::new(nvcc()).args(["-arch=sm_80", "-o"]).arg(&exe).arg(&src).args(extra).status().unwrap();
+    assert!(st.success(), "nvcc {name}");
+    exe
+}
+
+#[test]
+fn runtime_api_program_passes_on_the_emulated_device() {
+    let exe = build("runtime", &["-cudart", "shared"]);
+    let out = crum().args(["run", "--device", "emu", "--"]).arg(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("runtime: OK"), "{stdout}");
+}
+
+#[test]
+fn statically_linked_runtime_is_refused_with_advice() {
+    let exe = build("runtime", &["-cudart", "static"]);
+    let out = crum().args(["run", "--"]).arg(&exe).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("-cudart shared"), "{err}");
+}
+
+#[test]
+fn stdio_arguments_environment_and_exit_status_pass_through() {
+    let mut child = crum()
+        .args(["run", "--", "sh", "-c", "read x; echo \"$x $1 $CRUM_RUN\"; echo err >&2; exit 7", "sh", "arg1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello arg1 1\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
+}
+
+#[test]
+fn death_by_signal_is_reraised() {
+    use std::os::unix::process::ExitStatusExt;
+    let st = crum().args(["run", "--", "sh", "-c", "kill -USR2 $$"]).status().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGUSR2));
+}
+
+#[test]
+fn device_cuda_without_gpu_is_a_clear_error() {
+    if Path::new("/dev/nvidiactl").exists() {
+        return; // a GPU machine: the cuda backend decides
+    }
+    let out = crum().args(["run", "--device", "cuda", "--", "true"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no usable GPU"));
+}
+
+#[test]
+fn killed_proxy_makes_cuda_calls_fail_instead_of_hanging() {
+    let exe = build("spin", &["-cudart", "shared"]);
+    let mut child = crum().args(["run", "--device", "emu", "--"]).arg(&exe).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    // The proxy is the child of `crum run` whose command line says `proxy`.
+    let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap();
+    let proxy = kids
+        .split_whitespace()
+        .find(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("proxy")))
+        .expect("proxy process");
+    Command::new("kill").args(["-9", proxy]).status().unwrap();
+    let t0 = Instant::now();
+    let line = lines.next().unwrap().unwrap();
+    assert_eq!(line, "failed: cudaErrorDevicesUnavailable");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(child.wait().unwrap().success());
+}
