@@ -353,3 +353,84 @@ pub fn serve(channel: Arc<Channel>, backend: Arc<dyn Backend>, keep_going: &dyn 
     server.run(keep_going);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emu::Emu;
+    use crum_wire::{AllocKind, ClientLane};
+    use std::sync::atomic::AtomicBool;
+
+    fn start() -> (Arc<Channel>, ClientLane, Arc<AtomicBool>) {
+        let ch = Arc::new(Channel::create().unwrap());
+        let emu: Arc<dyn Backend> = Arc::new(Emu::with_window(crate::emu::memory::tests::window(), 1 << 34).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c2, s2) = (ch.clone(), stop.clone());
+        std::thread::spawn(move || serve(c2, emu, &|| !s2.load(Ordering::SeqCst)));
+        ch.wait_ready(Duration::from_secs(5)).unwrap();
+        let mut lane = ch.claim_lane().unwrap();
+        let r = lane.call(&Request::Hello { pid: std::process::id() }).unwrap();
+        assert_eq!(r.status, 0);
+        (ch, lane, stop)
+    }
+
+    #[test]
+    fn bad_requests_get_error_codes_and_the_proxy_keeps_serving() {
+        let (_ch, mut lane, stop) = start();
+        assert_eq!(lane.call(&Request::Free { addr: 0xdead }).unwrap().status, cuda::ERROR_INVALID_VALUE);
+        assert_eq!(lane.call(&Request::StreamSync { stream: 77 }).unwrap().status, cuda::ERROR_INVALID_RESOURCE_HANDLE);
+        assert_eq!(lane.call(&Request::EventElapsed { start: 1, end: 2 }).unwrap().status, cuda::ERROR_INVALID_RESOURCE_HANDLE);
+        let r = lane.call(&Request::LoadModule { addr: 8, len: 1 << 40 }).unwrap();
+        assert_eq!(r.status, cuda::ERROR_INVALID_KERNEL_IMAGE);
+        let r = lane.call(&Request::Memcpy { dst: 0x10, src: 0x20, len: 64, kind: CopyKind::HostToDevice, stream: 0, sync: true }).unwrap();
+        assert_ne!(r.status, 0, "copy between unmapped application addresses fails");
+        assert_eq!(lane.call(&Request::DeviceSync).unwrap().status, 0, "still serving");
+        stop.store(true, Ordering::SeqCst);
+        std::mem::forget(lane);
+    }
+
+    #[test]
+    fn pipelined_error_surfaces_at_the_next_call() {
+        let (_ch, mut lane, stop) = start();
+        lane.send(&Request::Memset { dst: 0x1234, value: 0, len: 8, stream: 0, sync: false }).unwrap();
+        let r = lane.call(&Request::MemGetInfo).unwrap();
+        assert_eq!(r.status, 0);
+        assert_eq!(r.deferred, cuda::ERROR_INVALID_VALUE);
+        let r = lane.call(&Request::MemGetInfo).unwrap();
+        assert_eq!(r.deferred, 0, "reported once");
+        stop.store(true, Ordering::SeqCst);
+        std::mem::forget(lane);
+    }
+
+    #[test]
+    fn copies_move_application_bytes_through_device_memory() {
+        let (_ch, mut lane, stop) = start();
+        let Body::Alloc { addr, .. } = lane.call(&Request::Malloc { size: 4096, kind: AllocKind::Device }).unwrap().body else { panic!() };
+        let src: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        let mut dst = vec![0u8; 4096];
+        let kind = CopyKind::HostToDevice;
+        assert_eq!(lane.call(&Request::Memcpy { dst: addr, src: src.as_ptr() as u64, len: 4096, kind, stream: 0, sync: true }).unwrap().status, 0);
+        let kind = CopyKind::DeviceToHost;
+        assert_eq!(lane.call(&Request::Memcpy { dst: dst.as_mut_ptr() as u64, src: addr, len: 4096, kind, stream: 0, sync: true }).unwrap().status, 0);
+        assert!(std::hint::black_box(&dst) == &src);
+        stop.store(true, Ordering::SeqCst);
+        std::mem::forget(lane);
+    }
+
+    #[test]
+    fn async_copy_from_pageable_memory_is_staged_at_the_call() {
+        let (_ch, mut lane, stop) = start();
+        let Body::Alloc { addr, .. } = lane.call(&Request::Malloc { size: 64, kind: AllocKind::Device }).unwrap().body else { panic!() };
+        let Body::Value(s) = lane.call(&Request::StreamCreate { flags: 0, priority: 0 }).unwrap().body else { panic!() };
+        let mut src = vec![1u8; 64];
+        let req = Request::Memcpy { dst: addr, src: src.as_ptr() as u64, len: 64, kind: CopyKind::HostToDevice, stream: s, sync: false };
+        assert_eq!(lane.call(&req).unwrap().status, 0);
+        src.fill(2); // the application reuses its buffer right after the call returns
+        let mut back = vec![0u8; 64];
+        let req = Request::Memcpy { dst: back.as_mut_ptr() as u64, src: addr, len: 64, kind: CopyKind::DeviceToHost, stream: s, sync: true };
+        assert_eq!(lane.call(&req).unwrap().status, 0);
+        assert!(std::hint::black_box(&back).iter().all(|&b| b == 1));
+        stop.store(true, Ordering::SeqCst);
+        std::mem::forget(lane);
+    }
+}
