@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod conformance;
 pub mod emu;
 pub mod hostmem;
 pub mod server;
