@@ -36,18 +36,28 @@ now() { date +%s.%N; }
 elapsed() { echo "$2 - $1" | bc -l; }
 drop_caches() { sync; if [ -w /proc/sys/vm/drop_caches ]; then echo 3 > /proc/sys/vm/drop_caches; echo cold; else echo warm; fi; }
 wait_line() { # file pattern [timeout_s]
-    local t=0; while ! grep -q "$2" "$1" 2>/dev/null; do sleep 0.01; t=$((t+1)); [ $t -gt $((${3:-300}*100)) ] && { echo "timeout waiting for $2 in $1" >&2; return 1; }; done
+    local t=0
+    while ! grep -q "$2" "$1" 2>/dev/null; do
+        sleep 0.01; t=$((t+1))
+        if [ $t -gt $((${3:-300}*100)) ]; then echo "timeout waiting for $2 in $1" >&2; return 1; fi
+    done
+    return 0
 }
 start_prog() { # size kind sync out -> pid
-    ( exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- 
-      for fd in /proc/self/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] 2>/dev/null && eval "exec $n>&-" 2>/dev/null || true; done
+    # Close descriptors inherited from whatever runs us (a restart refuses unknown pipes).
+    ( set +x
+      for fd in $(ls /proc/$BASHPID/fd); do if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi; done
       CRUM_RUN=1 CRUM_CKPT_DIR=$BENCH_DIR/imgs CRUM_CKPT_SYNC=$3 LD_PRELOAD=$PRELOAD exec "$PROG" "$1" "$2" ) > "$4" 2>&1 &
     echo $!
 }
 maxgap() { # pid out -> µs
     local before; before=$(grep -c maxgap_us "$2" || true)
     kill -USR2 "$1"
-    local t=0; while [ "$(grep -c maxgap_us "$2" || true)" -le "$before" ]; do sleep 0.01; t=$((t+1)); [ $t -gt 3000 ] && return 1; done
+    local t=0
+    while [ "$(grep -c maxgap_us "$2" || true)" -le "$before" ]; do
+        sleep 0.01; t=$((t+1))
+        if [ $t -gt 3000 ]; then echo "no pause report from $1" >&2; return 1; fi
+    done
     grep maxgap_us "$2" | tail -1 | awk '{print $2}'
 }
 
