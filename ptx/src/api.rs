@@ -1,0 +1,309 @@
+//! The engine's public types: modules and kernels as the backend sees them, the device
+//! memory interface, launch configuration, and launch errors with their `cudaError_t`.
+
+use crate::ir::Program;
+
+/// Why PTX text could not be parsed or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("PTX line {line}: {msg}")]
+pub struct ParseError {
+    /// 1-based line in the PTX text (0 when not tied to a line).
+    pub line: usize,
+    pub msg: String,
+}
+
+/// A parsed and decoded PTX module. Immutable after parsing, so launches share it.
+#[derive(Debug)]
+pub struct Module {
+    pub(crate) prog: Program,
+}
+
+impl Module {
+    /// Parse and decode PTX text once.
+    pub fn parse(ptx: &str) -> Result<Module, ParseError> {
+        Ok(Module { prog: crate::parse::parse_module(ptx)? })
+    }
+
+    /// The kernel (`.entry`) called `name` (mangled name, as registered).
+    pub fn kernel(&self, name: &str) -> Option<&KernelInfo> {
+        self.prog.kernels.iter().find(|k| k.name == name)
+    }
+
+    /// Every kernel of the module.
+    pub fn kernels(&self) -> impl Iterator<Item = &KernelInfo> {
+        self.prog.kernels.iter()
+    }
+
+    /// Module-scope `.global` and `.const` variables (the backend allocates them).
+    pub fn globals(&self) -> &[GlobalVar] {
+        &self.prog.globals
+    }
+}
+
+/// What a backend needs to know about a kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelInfo {
+    pub name: String,
+    pub params: Vec<ParamInfo>,
+    /// Size of the packed parameter block.
+    pub param_bytes: u32,
+    pub static_shared_bytes: u64,
+    /// Per-thread `.local` bytes (the kernel's and every function it may call).
+    pub local_bytes: u64,
+    pub max_threads_per_block: Option<u32>,
+    /// Estimate: registers declared by the kernel.
+    pub num_regs: u32,
+    /// Reads `%envreg1/2` (the grid-sync workspace of cooperative groups).
+    pub uses_grid_sync: bool,
+}
+
+/// One kernel parameter in the packed parameter block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamInfo {
+    pub offset: u32,
+    pub size: u32,
+    pub align: u32,
+}
+
+/// State space of a module-scope variable the backend allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateSpace {
+    Global,
+    Const,
+}
+
+/// A module-scope `.global` / `.const` variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalVar {
+    pub name: String,
+    pub space: StateSpace,
+    pub size: u64,
+    pub align: u32,
+    /// Initializer bytes, zero-filled when none; `init.len() == size`.
+    pub init: Vec<u8>,
+}
+
+/// A live device allocation: device addresses `base..base+len` live at `host..host+len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    pub base: u64,
+    pub len: u64,
+    pub host: *mut u8,
+}
+
+/// The device's memory as the engine sees it.
+///
+/// The engine caches regions during a launch and bounds-checks every access itself; a
+/// region must stay mapped (and `host..host+len` valid for reads and writes) for the
+/// duration of the launch.
+pub trait DeviceMemory: Sync {
+    /// The live allocation containing `addr`, or None (→ illegal address).
+    fn region(&self, addr: u64) -> Option<Region>;
+    /// Texture object lookup; None → invalid texture (illegal address).
+    fn texture(&self, handle: u64) -> Option<TextureDesc> {
+        let _ = handle;
+        None
+    }
+}
+
+/// Channel kind of a texture's elements (`cudaChannelFormatKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelKind {
+    Signed,
+    Unsigned,
+    Float,
+}
+
+/// Out-of-range coordinate handling (`cudaTextureAddressMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressMode {
+    Wrap,
+    Clamp,
+    Mirror,
+    Border,
+}
+
+/// A texture object: linear, pitch-2D or 3D memory at `base`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextureDesc {
+    pub base: u64,
+    /// Extent in elements.
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    /// Bytes per row (0: width × element size).
+    pub pitch: u64,
+    /// Bits per channel (x, y, z, w); 0 = channel absent.
+    pub bits: [u32; 4],
+    pub kind: ChannelKind,
+    pub address_mode: [AddressMode; 3],
+    /// Linear filtering (else point).
+    pub linear_filter: bool,
+    /// `cudaReadModeNormalizedFloat`: integer texels read as [0,1] / [-1,1] floats.
+    pub normalized_float: bool,
+    /// Coordinates in [0,1).
+    pub normalized_coords: bool,
+}
+
+impl TextureDesc {
+    /// From the CUDA runtime's enums: `format_kind` 0 signed / 1 unsigned / 2 float;
+    /// address modes 0 wrap / 1 clamp / 2 mirror / 3 border; `filter_mode` 1 linear;
+    /// `read_mode` 1 normalized float.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_parts(
+        base: u64,
+        width: u64,
+        height: u64,
+        depth: u64,
+        pitch: u64,
+        bits: [u32; 4],
+        format_kind: u32,
+        address_mode: [u32; 3],
+        filter_mode: u32,
+        read_mode: u32,
+        normalized: bool,
+    ) -> TextureDesc {
+        let am = |m: u32| match m {
+            0 => AddressMode::Wrap,
+            2 => AddressMode::Mirror,
+            3 => AddressMode::Border,
+            _ => AddressMode::Clamp,
+        };
+        TextureDesc {
+            base,
+            width,
+            height,
+            depth,
+            pitch,
+            bits,
+            kind: match format_kind {
+                0 => ChannelKind::Signed,
+                2 => ChannelKind::Float,
+                _ => ChannelKind::Unsigned,
+            },
+            address_mode: address_mode.map(am),
+            linear_filter: filter_mode == 1,
+            normalized_float: read_mode == 1,
+            normalized_coords: normalized,
+        }
+    }
+}
+
+/// Grid and block shape of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub dynamic_shared_bytes: u32,
+    /// `cudaLaunchCooperativeKernel`: all blocks must be resident at once.
+    pub cooperative: bool,
+}
+
+/// Worker threads that run the blocks of a grid.
+#[derive(Debug)]
+pub struct Pool {
+    pub(crate) threads: usize,
+}
+
+impl Pool {
+    /// A pool of `threads` workers (at least one).
+    pub fn new(threads: usize) -> Pool {
+        Pool { threads: threads.max(1) }
+    }
+    /// One worker per available core.
+    pub fn for_machine() -> Pool {
+        Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+    /// Number of workers.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+/// What a successful launch produced besides memory writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchOutput {
+    /// Device printf text, in order (blocks in launch order).
+    pub printf: Vec<u8>,
+    /// Instructions executed (all threads), for benchmarks.
+    pub instructions: u64,
+}
+
+/// Why a launch failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchError {
+    #[error("illegal address {addr:#x}")]
+    IllegalAddress { addr: u64 },
+    #[error("misaligned address {addr:#x}")]
+    MisalignedAddress { addr: u64 },
+    #[error("the kernel executed trap")]
+    Trap,
+    #[error("device-side assert failed")]
+    Assert,
+    #[error("invalid launch configuration: {0}")]
+    InvalidConfig(String),
+    #[error("too many resources requested: {0}")]
+    TooManyResources(String),
+    #[error("cooperative launch too large: not all blocks can be resident at once")]
+    CooperativeTooLarge,
+    #[error("no kernel named {0}")]
+    KernelNotFound(String),
+    #[error("not supported by the emulated device: {0}")]
+    Unsupported(String),
+    /// Threads wait for each other forever (barrier or warp operation that cannot complete).
+    #[error("kernel deadlocked: {0}")]
+    Deadlock(String),
+    /// A failure after the kernel printed something; `printf` is that output.
+    #[error("{source}")]
+    WithPrintf { source: Box<LaunchError>, printf: Vec<u8> },
+}
+
+impl LaunchError {
+    /// The `cudaError_t` a GPU reports for this failure.
+    pub fn cuda_error(&self) -> u32 {
+        match self {
+            LaunchError::IllegalAddress { .. } => 700,
+            LaunchError::MisalignedAddress { .. } => 716,
+            LaunchError::Trap | LaunchError::Deadlock(_) => 719,
+            LaunchError::Assert => 710,
+            LaunchError::InvalidConfig(_) => 9,
+            LaunchError::TooManyResources(_) => 701,
+            LaunchError::CooperativeTooLarge => 720,
+            LaunchError::KernelNotFound(_) => 98,
+            LaunchError::Unsupported(_) => 801,
+            LaunchError::WithPrintf { source, .. } => source.cuda_error(),
+        }
+    }
+
+    /// Device printf output captured before the failure.
+    pub fn printf(&self) -> &[u8] {
+        match self {
+            LaunchError::WithPrintf { printf, .. } => printf,
+            _ => &[],
+        }
+    }
+
+    /// The failure itself, without the printf wrapper.
+    pub fn kind(&self) -> &LaunchError {
+        match self {
+            LaunchError::WithPrintf { source, .. } => source.kind(),
+            e => e,
+        }
+    }
+}
+
+/// Run `kernel` of `module` over the grid of `cfg`.
+///
+/// `params`: the packed parameter block (layout from [`KernelInfo::params`]).
+/// `symbols`: device address of a module-scope variable by name (the backend allocates them).
+pub fn launch(
+    module: &Module,
+    kernel: &str,
+    cfg: &LaunchConfig,
+    params: &[u8],
+    symbols: &dyn Fn(&str) -> Option<u64>,
+    mem: &dyn DeviceMemory,
+    pool: &Pool,
+) -> Result<LaunchOutput, LaunchError> {
+    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool)
+}

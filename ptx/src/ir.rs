@@ -1,0 +1,416 @@
+//! The decoded form of a module: one flat instruction array for every function, operands
+//! with registers resolved to frame-relative indices, labels to instruction indices and
+//! symbols to state-space offsets (or to a per-launch table for module variables).
+//! Opcode, type and modifiers are separate fields so one handler serves every type.
+
+use crate::api::{GlobalVar, KernelInfo};
+
+/// Scalar types of PTX instructions and registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ty {
+    B8,
+    B16,
+    B32,
+    B64,
+    B128,
+    U8,
+    U16,
+    U32,
+    U64,
+    S8,
+    S16,
+    S32,
+    S64,
+    F16,
+    F16x2,
+    Bf16,
+    Bf16x2,
+    F32,
+    F64,
+    Pred,
+}
+
+impl Ty {
+    pub(crate) fn parse(s: &str) -> Option<Ty> {
+        Some(match s {
+            "b8" => Ty::B8,
+            "b16" => Ty::B16,
+            "b32" => Ty::B32,
+            "b64" => Ty::B64,
+            "b128" => Ty::B128,
+            "u8" => Ty::U8,
+            "u16" => Ty::U16,
+            "u32" => Ty::U32,
+            "u64" => Ty::U64,
+            "s8" => Ty::S8,
+            "s16" => Ty::S16,
+            "s32" => Ty::S32,
+            "s64" => Ty::S64,
+            "f16" => Ty::F16,
+            "f16x2" => Ty::F16x2,
+            "bf16" => Ty::Bf16,
+            "bf16x2" => Ty::Bf16x2,
+            "f32" => Ty::F32,
+            "f64" => Ty::F64,
+            "pred" => Ty::Pred,
+            _ => return None,
+        })
+    }
+    /// Size in bytes (predicates count as 1 when stored).
+    pub(crate) fn size(self) -> u32 {
+        match self {
+            Ty::B8 | Ty::U8 | Ty::S8 | Ty::Pred => 1,
+            Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 | Ty::Bf16 => 2,
+            Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 | Ty::F16x2 | Ty::Bf16x2 => 4,
+            Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 8,
+            Ty::B128 => 16,
+        }
+    }
+    pub(crate) fn bits(self) -> u32 {
+        self.size() * 8
+    }
+    pub(crate) fn is_signed(self) -> bool {
+        matches!(self, Ty::S8 | Ty::S16 | Ty::S32 | Ty::S64)
+    }
+    pub(crate) fn is_float(self) -> bool {
+        matches!(self, Ty::F16 | Ty::F32 | Ty::F64 | Ty::Bf16 | Ty::F16x2 | Ty::Bf16x2)
+    }
+}
+
+/// State spaces of memory operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    Generic,
+    Global,
+    Const,
+    Shared,
+    Local,
+    Param,
+}
+
+/// Rounding modifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rnd {
+    None,
+    Rn,
+    Rz,
+    Rm,
+    Rp,
+    /// Round to integral (cvt `.rni/.rzi/.rmi/.rpi`).
+    Rni,
+    Rzi,
+    Rmi,
+    Rpi,
+}
+
+/// Comparison of `setp`/`set`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Lo,
+    Ls,
+    Hi,
+    Hs,
+    Equ,
+    Neu,
+    Ltu,
+    Leu,
+    Gtu,
+    Geu,
+    Num,
+    Nan,
+}
+
+/// The combining or read-modify-write operation of `setp`/`atom`/`red`/`redux`/`vote`/...
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sub {
+    None,
+    And,
+    Or,
+    Xor,
+    Add,
+    Min,
+    Max,
+    Inc,
+    Dec,
+    Exch,
+    Cas,
+    // vote
+    All,
+    Any,
+    Uni,
+    Ballot,
+    // shfl
+    Up,
+    Down,
+    Bfly,
+    Idx,
+}
+
+/// `mul`/`mad` result part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Lo,
+    Hi,
+    Wide,
+}
+
+/// Decoded opcodes; the type and modifiers live beside them in [`Inst`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Mov,
+    Add,
+    Sub,
+    Mul,
+    Mad,
+    Fma,
+    Div,
+    Rem,
+    Abs,
+    Neg,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Not,
+    Cnot,
+    Shl,
+    Shr,
+    Selp,
+    Slct,
+    Setp,
+    Set,
+    Cvt,
+    Cvta,
+    Ld,
+    St,
+    Bra,
+    Ret,
+    Exit,
+    Call,
+    Bar,
+    BarWarp,
+    Atom,
+    Red,
+    Vote,
+    Shfl,
+    Activemask,
+    Match,
+    Redux,
+    Rcp,
+    Sqrt,
+    Rsqrt,
+    Ex2,
+    Lg2,
+    Sin,
+    Cos,
+    Tanh,
+    Copysign,
+    Clz,
+    Popc,
+    Brev,
+    Bfind,
+    Bfe,
+    Bfi,
+    Prmt,
+    Shf,
+    Addc,
+    Subc,
+    Madc,
+    Testp,
+    Tex,
+    Trap,
+    Nop,
+    Lop3,
+    Mul24,
+    Mad24,
+    Sad,
+    Dp4a,
+    Dp2a,
+    Isspacep,
+    Unsupported,
+}
+
+/// Special registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sreg {
+    Tid(u8),
+    Ntid(u8),
+    Ctaid(u8),
+    Nctaid(u8),
+    Laneid,
+    Warpid,
+    Nwarpid,
+    Smid,
+    Nsmid,
+    Gridid,
+    LanemaskEq,
+    LanemaskLt,
+    LanemaskLe,
+    LanemaskGt,
+    LanemaskGe,
+    Clock,
+    Clock64,
+    Globaltimer,
+    Envreg(u8),
+    DynSmemSize,
+    TotalSmemSize,
+}
+
+/// Where an address operand's base comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Base {
+    /// A plain number (the offset alone).
+    None,
+    Reg(u32),
+    /// Module `.global`/`.const` variable: index into the launch's symbol table.
+    Global(u32),
+}
+
+/// Operands.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Opd {
+    None,
+    Reg(u32),
+    /// Negated predicate register (`!%p`).
+    NotReg(u32),
+    Imm(u64),
+    Sreg(Sreg),
+    /// Address of a module variable (value of `mov %rd, sym`).
+    GlobalSym(u32),
+    /// `[base + off]`.
+    Addr(Base, i64),
+    Vec(Vec<Opd>),
+    /// Sink `_`.
+    Sink,
+    /// Branch/call target: instruction index.
+    Target(u32),
+    /// `[texobj, {coords}]`.
+    Tex(Box<Opd>, Box<Opd>),
+}
+
+/// Extern functions a kernel may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extern {
+    Vprintf,
+    AssertFail,
+    Malloc,
+    Free,
+}
+
+/// A call site: arguments and return slots are offsets in the caller's param frame.
+#[derive(Debug, Clone)]
+pub(crate) struct CallSite {
+    pub(crate) target: CallTarget,
+    pub(crate) rets: Vec<(u32, u32)>,
+    pub(crate) args: Vec<(u32, u32)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CallTarget {
+    Func(u32),
+    Extern(Extern),
+}
+
+/// Modifiers, decoded once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mods {
+    pub(crate) rnd: Rnd,
+    pub(crate) ftz: bool,
+    pub(crate) sat: bool,
+    pub(crate) cc: bool,
+    pub(crate) space: Space,
+    pub(crate) cmp: Cmp,
+    pub(crate) sub: Sub,
+    pub(crate) part: Part,
+    /// Vector width of ld/st/tex (1, 2, 4).
+    pub(crate) vec: u8,
+    /// cvta `.to`; shf `.l`; bar with `.aligned` etc. use other fields.
+    pub(crate) to: bool,
+    /// shf `.wrap` (else clamp); bfind `.shiftamt`; testp kind in `cmp`.
+    pub(crate) flag: bool,
+    /// Geometry of tex (1, 2, 3 dims; 4 = array 2d / cube).
+    pub(crate) geom: u8,
+}
+
+impl Default for Mods {
+    fn default() -> Self {
+        Mods {
+            rnd: Rnd::None,
+            ftz: false,
+            sat: false,
+            cc: false,
+            space: Space::Generic,
+            cmp: Cmp::Eq,
+            sub: Sub::None,
+            part: Part::Lo,
+            vec: 1,
+            to: false,
+            flag: false,
+            geom: 1,
+        }
+    }
+}
+
+/// One decoded instruction.
+#[derive(Debug, Clone)]
+pub(crate) struct Inst {
+    pub(crate) op: Op,
+    /// Operation type (destination type for `cvt`).
+    pub(crate) ty: Ty,
+    /// Second type: source type of `cvt`, coordinate type of `tex`.
+    pub(crate) ty2: Ty,
+    pub(crate) m: Mods,
+    /// Guard predicate register, and whether it is negated.
+    pub(crate) guard: Option<(u32, bool)>,
+    pub(crate) d: Opd,
+    /// Second destination (`setp` `|q`).
+    pub(crate) d2: Opd,
+    pub(crate) a: Opd,
+    pub(crate) b: Opd,
+    pub(crate) c: Opd,
+    pub(crate) e: Opd,
+    /// Index into [`Program::calls`] (call) or [`Program::messages`] (unsupported).
+    pub(crate) aux: u32,
+    /// Source line, for errors.
+    pub(crate) line: u32,
+}
+
+/// A function or kernel body.
+#[derive(Debug, Clone)]
+pub(crate) struct Func {
+    #[allow(dead_code)] // kept for debugging output
+    pub(crate) name: String,
+    pub(crate) entry: u32,
+    pub(crate) nregs: u32,
+    /// Bytes of this function's param frame (formals, then call-sequence params).
+    pub(crate) frame_bytes: u32,
+    /// Offsets in the frame of the formal return values and parameters.
+    pub(crate) ret_offs: Vec<(u32, u32)>,
+    pub(crate) param_offs: Vec<(u32, u32)>,
+}
+
+/// A whole decoded module.
+#[derive(Debug, Default)]
+pub(crate) struct Program {
+    pub(crate) code: Vec<Inst>,
+    pub(crate) funcs: Vec<Func>,
+    pub(crate) kernels: Vec<KernelInfo>,
+    /// Function index of each kernel in `kernels`.
+    pub(crate) kernel_funcs: Vec<u32>,
+    pub(crate) globals: Vec<GlobalVar>,
+    /// Names of module variables referenced by code (index = `Base::Global`).
+    pub(crate) symbols: Vec<String>,
+    pub(crate) calls: Vec<CallSite>,
+    pub(crate) messages: Vec<String>,
+    /// Static shared memory of the module (module-scope and function-scope `.shared`).
+    pub(crate) shared_bytes: u64,
+    /// Per-thread local bytes of all functions (static layout; no recursion).
+    pub(crate) local_bytes: u64,
+}

@@ -1,0 +1,1331 @@
+//! PTX text → [`Program`]: a small lexer, a statement parser for directives, declarations
+//! and instructions, and the decoder that resolves names and splits opcode words into
+//! opcode, types and modifiers.
+
+use std::collections::HashMap;
+
+use crate::api::{GlobalVar, KernelInfo, ParamInfo, ParseError, StateSpace};
+use crate::ir::*;
+
+/// Upper bound on any declared size, so hostile PTX cannot make us allocate wildly.
+const MAX_DECL_BYTES: u64 = 1 << 32;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Word(String),
+    Str(String),
+    Punct(char),
+}
+
+struct Lexer;
+
+impl Lexer {
+    fn lex(src: &str) -> Result<Vec<(Tok, u32)>, ParseError> {
+        let b = src.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        let mut line = 1u32;
+        while i < b.len() {
+            let c = b[i];
+            if c == b'\n' {
+                line += 1;
+                i += 1;
+            } else if c.is_ascii_whitespace() {
+                i += 1;
+            } else if c == b'/' && b.get(i + 1) == Some(&b'/') {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    if b[i] == b'\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+                i += 2;
+            } else if c == b'"' {
+                let mut s = String::new();
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    if b[i] == b'\\' && i + 1 < b.len() {
+                        i += 1;
+                    }
+                    s.push(b[i] as char);
+                    i += 1;
+                }
+                i += 1;
+                out.push((Tok::Str(s), line));
+            } else if c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$' | b'%' | b'.') {
+                let st = i;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'$' | b'%' | b'.' | b':'))
+                {
+                    // `::` appears in cache-policy modifiers (`.L1::no_allocate`); a single `:`
+                    // ends a label.
+                    if b[i] == b':' {
+                        if b.get(i + 1) == Some(&b':') {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                out.push((Tok::Word(src[st..i].to_string()), line));
+            } else {
+                out.push((Tok::Punct(c as char), line));
+                i += 1;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn perr(line: u32, msg: impl Into<String>) -> ParseError {
+    ParseError { line: line as usize, msg: msg.into() }
+}
+
+struct P {
+    toks: Vec<(Tok, u32)>,
+    i: usize,
+}
+
+impl P {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.i).map(|t| &t.0)
+    }
+    fn peek_at(&self, k: usize) -> Option<&Tok> {
+        self.toks.get(self.i + k).map(|t| &t.0)
+    }
+    fn line(&self) -> u32 {
+        self.toks.get(self.i).or(self.toks.last()).map_or(0, |t| t.1)
+    }
+    fn next(&mut self) -> Result<Tok, ParseError> {
+        let t = self.toks.get(self.i).cloned().ok_or_else(|| perr(self.line(), "unexpected end of PTX"))?;
+        self.i += 1;
+        Ok(t.0)
+    }
+    fn is_punct(&self, c: char) -> bool {
+        self.peek() == Some(&Tok::Punct(c))
+    }
+    fn eat_punct(&mut self, c: char) -> bool {
+        if self.is_punct(c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn expect_punct(&mut self, c: char) -> Result<(), ParseError> {
+        if self.eat_punct(c) {
+            Ok(())
+        } else {
+            Err(perr(self.line(), format!("expected `{c}`, found {:?}", self.peek())))
+        }
+    }
+    fn word(&mut self) -> Result<String, ParseError> {
+        match self.next()? {
+            Tok::Word(w) => Ok(w),
+            t => Err(perr(self.line(), format!("expected a word, found {t:?}"))),
+        }
+    }
+    fn peek_word(&self) -> Option<&str> {
+        match self.peek() {
+            Some(Tok::Word(w)) => Some(w),
+            _ => None,
+        }
+    }
+    fn skip_line(&mut self) {
+        let l = self.line();
+        while self.i < self.toks.len() && self.toks[self.i].1 == l {
+            self.i += 1;
+        }
+    }
+    fn skip_to_semi(&mut self) {
+        while let Some(t) = self.peek() {
+            let semi = *t == Tok::Punct(';');
+            self.i += 1;
+            if semi {
+                break;
+            }
+        }
+    }
+    /// An integer (with optional sign) — sizes, alignments, array dimensions.
+    fn int(&mut self) -> Result<i64, ParseError> {
+        let neg = self.eat_punct('-');
+        let w = self.word()?;
+        let v = parse_int(&w).ok_or_else(|| perr(self.line(), format!("bad integer `{w}`")))? as i64;
+        Ok(if neg { v.wrapping_neg() } else { v })
+    }
+}
+
+fn parse_int(w: &str) -> Option<u64> {
+    let w = w.strip_suffix('U').unwrap_or(w);
+    if let Some(h) = w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else if w.len() > 1 && w.starts_with('0') && w.bytes().all(|c| c.is_ascii_digit()) {
+        u64::from_str_radix(&w[1..], 8).ok()
+    } else {
+        w.parse::<u64>().ok()
+    }
+}
+
+/// Immediate number: integer, `0f` (f32 bits), `0d` (f64 bits) or a decimal float.
+fn parse_imm(w: &str) -> Option<(u64, bool)> {
+    if let Some(h) = w.strip_prefix("0f").or_else(|| w.strip_prefix("0F")) {
+        if h.len() == 8 {
+            return u32::from_str_radix(h, 16).ok().map(|v| (v as u64, true));
+        }
+    }
+    if let Some(h) = w.strip_prefix("0d").or_else(|| w.strip_prefix("0D")) {
+        if h.len() == 16 {
+            return u64::from_str_radix(h, 16).ok().map(|v| (v, true));
+        }
+    }
+    if let Some(v) = parse_int(w) {
+        return Some((v, false));
+    }
+    if w.contains('.') || w.contains('e') {
+        return w.parse::<f64>().ok().map(|f| (f.to_bits(), true));
+    }
+    None
+}
+
+/// A declaration's type/space/alignment prefix and name/array suffix.
+#[derive(Debug, Default)]
+struct Decl {
+    space: Option<String>,
+    align: Option<u32>,
+    ty: Option<Ty>,
+    vec: u32,
+    name: String,
+    /// Array dimensions (product; 0 = unsized `[]`).
+    count: Option<u64>,
+    /// `%r<100>`.
+    range: Option<u32>,
+    extern_: bool,
+    ptr: bool,
+}
+
+impl Decl {
+    fn elem_size(&self) -> u64 {
+        self.ty.map_or(1, |t| t.size() as u64) * self.vec.max(1) as u64
+    }
+    fn size(&self) -> u64 {
+        self.elem_size() * self.count.unwrap_or(1)
+    }
+}
+
+/// Symbols a function body can name.
+#[derive(Debug, Clone, Copy)]
+enum Sym {
+    Reg(u32),
+    /// Kernel param: offset in the kernel param block (param space, below 2^32).
+    KParam(u32),
+    /// Frame param (function formal or call-sequence param): offset in the frame.
+    FParam(u32),
+    Shared(u64),
+    Local(u64),
+    Global(u32),
+    Label(u32),
+}
+
+/// Param-space addresses at or above this are frame-relative.
+pub(crate) const FRAME_PARAM_BASE: u64 = 1 << 32;
+
+struct Builder {
+    prog: Program,
+    globals_map: HashMap<String, Sym>,
+    funcs_map: HashMap<String, u32>,
+    /// Bodies parsed lazily after all prototypes are known: (func index, token range).
+    bodies: Vec<(u32, usize, usize)>,
+    /// Per-function formal names → frame offsets.
+    formals: Vec<Vec<(String, u32, u32)>>,
+    /// Per-kernel params (name, offset, size).
+    kparams: Vec<Vec<(String, u32, u32)>>,
+    /// Kernel info index per function (None for .func).
+    kernel_of: Vec<Option<usize>>,
+    dyn_shared_syms: Vec<String>,
+    shared_cur: u64,
+    local_cur: u64,
+}
+
+pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
+    let toks = Lexer::lex(src)?;
+    let mut p = P { toks, i: 0 };
+    let mut b = Builder {
+        prog: Program::default(),
+        globals_map: HashMap::new(),
+        funcs_map: HashMap::new(),
+        bodies: Vec::new(),
+        formals: Vec::new(),
+        kparams: Vec::new(),
+        kernel_of: Vec::new(),
+        dyn_shared_syms: Vec::new(),
+        shared_cur: 0,
+        local_cur: 0,
+    };
+    // Pass 1: module directives, variables and function headers; bodies remembered.
+    while p.peek().is_some() {
+        b.top_level(&mut p)?;
+    }
+    // Pass 2: function bodies (every function name is known by now, so calls resolve).
+    let bodies = std::mem::take(&mut b.bodies);
+    for (fi, st, en) in bodies {
+        b.body(&p, fi, st, en)?;
+    }
+    let dyn_base = (b.shared_cur + 15) & !15;
+    b.prog.shared_bytes = dyn_base;
+    // Dynamic shared memory (`.extern .shared`) starts after all static shared memory.
+    let fix = |o: &mut Opd| match o {
+        Opd::Imm(v) if *v as i64 >= DYN_SHARED_MARK => *v = *v - DYN_SHARED_MARK as u64 + dyn_base,
+        Opd::Addr(Base::None, v) if *v >= DYN_SHARED_MARK => *v = *v - DYN_SHARED_MARK + dyn_base as i64,
+        _ => {}
+    };
+    for i in b.prog.code.iter_mut() {
+        for o in [&mut i.d, &mut i.a, &mut i.b, &mut i.c, &mut i.e] {
+            fix(o);
+        }
+    }
+    b.prog.local_bytes = b.local_cur;
+    let _ = &b.dyn_shared_syms;
+    for k in b.prog.kernels.iter_mut() {
+        k.static_shared_bytes = dyn_base;
+        k.local_bytes = b.local_cur;
+    }
+    Ok(b.prog)
+}
+
+impl Builder {
+    fn top_level(&mut self, p: &mut P) -> Result<(), ParseError> {
+        let line = p.line();
+        let w = match p.next()? {
+            Tok::Word(w) => w,
+            Tok::Punct(';') => return Ok(()),
+            t => return Err(perr(line, format!("unexpected {t:?} at module scope"))),
+        };
+        match w.as_str() {
+            ".version" | ".target" | ".address_size" | ".file" | ".loc" | ".section" => {
+                if p.line() == line {
+                    p.skip_line();
+                }
+                // `.section` blocks carry debug info in braces.
+                if w == ".section" && p.is_punct('{') {
+                    let mut depth = 0;
+                    while let Some(t) = p.peek().cloned() {
+                        p.i += 1;
+                        if t == Tok::Punct('{') {
+                            depth += 1;
+                        } else if t == Tok::Punct('}') {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            ".visible" | ".weak" | ".common" => self.top_level(p),
+            ".extern" => {
+                // `.extern .func` prototypes and `.extern .shared` dynamic shared memory.
+                if p.peek_word() == Some(".func") {
+                    p.next()?;
+                    self.func(p, false, true)
+                } else {
+                    self.module_var(p, true)
+                }
+            }
+            ".entry" => self.func(p, true, false),
+            ".func" => self.func(p, false, false),
+            ".global" | ".const" | ".shared" => {
+                p.i -= 1;
+                self.module_var(p, false)
+            }
+            ".pragma" => {
+                p.skip_to_semi();
+                Ok(())
+            }
+            _ => Err(perr(line, format!("unknown module directive `{w}`"))),
+        }
+    }
+
+    /// `[.align N] [.ptr...] .type [.vN] name[dims]` or `%r<100>` forms.
+    fn decl(p: &mut P) -> Result<Decl, ParseError> {
+        let mut d = Decl::default();
+        loop {
+            let Some(w) = p.peek_word().map(str::to_string) else { break };
+            if !w.starts_with('.') {
+                break;
+            }
+            p.next()?;
+            match w.as_str() {
+                ".align" => d.align = Some(p.int()? as u32),
+                ".global" | ".const" | ".shared" | ".local" | ".param" | ".reg" | ".tex" => d.space = Some(w),
+                ".ptr" => d.ptr = true,
+                ".v2" => d.vec = 2,
+                ".v4" => d.vec = 4,
+                ".v8" => d.vec = 8,
+                ".texref" | ".samplerref" | ".surfref" => d.ty = Some(Ty::B64),
+                _ => {
+                    if let Some(t) = Ty::parse(&w[1..]) {
+                        d.ty = Some(t);
+                    } else if w.starts_with(".global") || w.starts_with(".shared") || w.starts_with(".local") {
+                        // `.ptr.global.align 8` of kernel params: informative only.
+                    } else {
+                        return Err(perr(p.line(), format!("unknown declaration modifier `{w}`")));
+                    }
+                }
+            }
+        }
+        d.name = p.word()?;
+        if p.eat_punct('<') {
+            d.range = Some(p.int()? as u32);
+            p.expect_punct('>')?;
+        }
+        while p.eat_punct('[') {
+            let n = if p.is_punct(']') { 0 } else { p.int()? as u64 };
+            p.expect_punct(']')?;
+            let c = d.count.unwrap_or(1).saturating_mul(n);
+            if c > MAX_DECL_BYTES {
+                return Err(perr(p.line(), "array too large"));
+            }
+            d.count = Some(c);
+        }
+        Ok(d)
+    }
+
+    fn module_var(&mut self, p: &mut P, extern_: bool) -> Result<(), ParseError> {
+        let line = p.line();
+        let mut d = Self::decl(p)?;
+        d.extern_ = extern_;
+        let space = d.space.clone().unwrap_or_default();
+        let align = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1);
+        let size = d.size();
+        if size > MAX_DECL_BYTES {
+            return Err(perr(line, "variable too large"));
+        }
+        let mut init = vec![0u8; size as usize];
+        if p.eat_punct('=') {
+            let mut vals = Vec::new();
+            Self::initializer(p, &mut vals)?;
+            let es = d.ty.map_or(1, |t| t.size()) as usize;
+            for (k, v) in vals.iter().enumerate() {
+                let bytes = match *v {
+                    InitVal::Int(x) => x.to_le_bytes(),
+                    InitVal::Float(f) if es == 4 => ((f as f32).to_bits() as u64).to_le_bytes(),
+                    InitVal::Float(f) => f.to_bits().to_le_bytes(),
+                    InitVal::F32Bits(x) if es == 8 => (f32::from_bits(x as u32) as f64).to_bits().to_le_bytes(),
+                    InitVal::F32Bits(x) => x.to_le_bytes(),
+                    InitVal::F64Bits(x) if es == 4 => ((f64::from_bits(x) as f32).to_bits() as u64).to_le_bytes(),
+                    InitVal::F64Bits(x) => x.to_le_bytes(),
+                    // Address of another module variable: not known until the backend
+                    // allocates it (nvcc emits these only for device function pointers).
+                    InitVal::Addr => 0u64.to_le_bytes(),
+                };
+                let off = k * es;
+                if off + es <= init.len() {
+                    init[off..off + es].copy_from_slice(&bytes[..es]);
+                }
+            }
+        }
+        p.expect_punct(';')?;
+        match space.as_str() {
+            ".shared" => {
+                if extern_ || d.count == Some(0) {
+                    self.dyn_shared_syms.push(d.name.clone());
+                    self.globals_map.insert(d.name, Sym::Shared(u64::MAX));
+                } else {
+                    let off = (self.shared_cur + align as u64 - 1) / align as u64 * align as u64;
+                    self.shared_cur = off + size;
+                    self.globals_map.insert(d.name, Sym::Shared(off));
+                }
+            }
+            ".global" | ".const" => {
+                let idx = self.sym_index(&d.name);
+                self.globals_map.insert(d.name.clone(), Sym::Global(idx));
+                if !extern_ {
+                    self.prog.globals.push(GlobalVar {
+                        name: d.name,
+                        space: if space == ".const" { StateSpace::Const } else { StateSpace::Global },
+                        size,
+                        align,
+                        init,
+                    });
+                }
+            }
+            _ => return Err(perr(line, format!("unsupported module variable space `{space}`"))),
+        }
+        Ok(())
+    }
+
+    fn sym_index(&mut self, name: &str) -> u32 {
+        if let Some(i) = self.prog.symbols.iter().position(|s| s == name) {
+            return i as u32;
+        }
+        self.prog.symbols.push(name.to_string());
+        (self.prog.symbols.len() - 1) as u32
+    }
+
+    fn initializer(p: &mut P, out: &mut Vec<InitVal>) -> Result<(), ParseError> {
+        if p.eat_punct('{') {
+            loop {
+                if p.eat_punct('}') {
+                    break;
+                }
+                Self::initializer(p, out)?;
+                p.eat_punct(',');
+            }
+            return Ok(());
+        }
+        let neg = p.eat_punct('-');
+        let w = p.word()?;
+        if w == "generic" {
+            p.expect_punct('(')?;
+            let s = p.word()?;
+            p.expect_punct(')')?;
+            let _ = s;
+            out.push(InitVal::Addr);
+            return Ok(());
+        }
+        let is_hex_f = |p: &str| w.starts_with(p) || w.starts_with(&p.to_uppercase());
+        match parse_imm(&w) {
+            Some((v, true)) if is_hex_f("0f") => out.push(InitVal::F32Bits(v ^ if neg { 0x8000_0000 } else { 0 })),
+            Some((v, true)) if is_hex_f("0d") => out.push(InitVal::F64Bits(v ^ if neg { 1 << 63 } else { 0 })),
+            Some((v, true)) => {
+                let f = f64::from_bits(v);
+                out.push(InitVal::Float(if neg { -f } else { f }))
+            }
+            Some((v, false)) => out.push(InitVal::Int(if neg { v.wrapping_neg() } else { v })),
+            None => out.push(InitVal::Addr),
+        }
+        Ok(())
+    }
+
+    /// `.entry name (params) directives { body }` / `.func (rets) name (params) { body }`.
+    fn func(&mut self, p: &mut P, kernel: bool, extern_: bool) -> Result<(), ParseError> {
+        let line = p.line();
+        let mut rets = Vec::new();
+        if !kernel && p.is_punct('(') {
+            rets = Self::param_list(p)?;
+        }
+        let name = p.word()?;
+        let params = if p.is_punct('(') { Self::param_list(p)? } else { Vec::new() };
+        let mut maxntid = None;
+        let mut nregs_hint = 0;
+        // Performance directives until `{` or `;`.
+        while let Some(w) = p.peek_word().map(str::to_string) {
+            p.next()?;
+            match w.as_str() {
+                ".maxntid" | ".reqntid" => {
+                    let mut prod = 1u64;
+                    loop {
+                        prod = prod.saturating_mul(p.int()? as u64);
+                        if !p.eat_punct(',') {
+                            break;
+                        }
+                    }
+                    maxntid = Some(prod.min(u32::MAX as u64) as u32);
+                }
+                ".minnctapersm" | ".maxnreg" | ".maxnctapersm" | ".maxclusterrank" => {
+                    let v = p.int()?;
+                    if w == ".maxnreg" {
+                        nregs_hint = v as u32;
+                    }
+                }
+                ".reqnctapercluster" | ".explicitcluster" => {
+                    while p.peek_word().is_some_and(|w| !w.starts_with('.')) || p.is_punct(',') {
+                        p.next()?;
+                    }
+                }
+                ".noreturn" => {}
+                ".pragma" => {
+                    p.skip_to_semi();
+                }
+                _ => return Err(perr(line, format!("unknown function directive `{w}`"))),
+            }
+        }
+        let fi = match self.funcs_map.get(&name) {
+            Some(&fi) => fi,
+            None => {
+                let fi = self.prog.funcs.len() as u32;
+                // Frame layout: rets then params, each aligned.
+                let mut off = 0u32;
+                let mut formals = Vec::new();
+                let mut ret_offs = Vec::new();
+                let mut param_offs = Vec::new();
+                for (is_ret, d) in rets.iter().map(|d| (true, d)).chain(params.iter().map(|d| (false, d))) {
+                    let al = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1);
+                    off = off.div_ceil(al) * al;
+                    let sz = d.size() as u32;
+                    formals.push((d.name.clone(), off, sz));
+                    if is_ret {
+                        ret_offs.push((off, sz));
+                    } else {
+                        param_offs.push((off, sz));
+                    }
+                    off += sz;
+                }
+                self.prog.funcs.push(Func {
+                    name: name.clone(),
+                    entry: u32::MAX,
+                    nregs: 0,
+                    frame_bytes: off,
+                    ret_offs,
+                    param_offs,
+                });
+                self.formals.push(formals);
+                self.kernel_of.push(None);
+                self.kparams.push(Vec::new());
+                self.funcs_map.insert(name.clone(), fi);
+                fi
+            }
+        };
+        if kernel {
+            let mut off = 0u32;
+            let mut infos = Vec::new();
+            let mut names = Vec::new();
+            for d in &params {
+                let al = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1);
+                off = off.div_ceil(al) * al;
+                let sz = d.size() as u32;
+                infos.push(ParamInfo { offset: off, size: sz, align: al });
+                names.push((d.name.clone(), off, sz));
+                off += sz;
+            }
+            self.kparams[fi as usize] = names;
+            self.kernel_of[fi as usize] = Some(self.prog.kernels.len());
+            self.prog.kernels.push(KernelInfo {
+                name: name.clone(),
+                params: infos,
+                param_bytes: off,
+                static_shared_bytes: 0,
+                local_bytes: 0,
+                max_threads_per_block: maxntid,
+                num_regs: nregs_hint,
+                uses_grid_sync: false,
+            });
+            self.prog.kernel_funcs.push(fi);
+        }
+        if p.eat_punct(';') || extern_ {
+            p.eat_punct(';');
+            return Ok(());
+        }
+        // Body: remember the token range for pass 2.
+        if !p.is_punct('{') {
+            return Err(perr(p.line(), format!("expected function body of `{name}`")));
+        }
+        let st = p.i;
+        let mut depth = 0;
+        loop {
+            let t = p.next()?;
+            if t == Tok::Punct('{') {
+                depth += 1;
+            } else if t == Tok::Punct('}') {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+        }
+        self.bodies.push((fi, st + 1, p.i - 1));
+        Ok(())
+    }
+
+    fn param_list(p: &mut P) -> Result<Vec<Decl>, ParseError> {
+        p.expect_punct('(')?;
+        let mut v = Vec::new();
+        while !p.eat_punct(')') {
+            v.push(Self::decl(p)?);
+            p.eat_punct(',');
+        }
+        Ok(v)
+    }
+
+    fn body(&mut self, p0: &P, fi: u32, st: usize, en: usize) -> Result<(), ParseError> {
+        let mut p = P { toks: p0.toks[st..en].to_vec(), i: 0 };
+        let mut names: HashMap<String, Sym> = HashMap::new();
+        let mut nregs = 0u32;
+        let f = &self.prog.funcs[fi as usize];
+        let mut frame = f.frame_bytes;
+        for (n, off, _) in &self.formals[fi as usize] {
+            names.insert(n.clone(), Sym::FParam(*off));
+        }
+        for (n, off, _) in &self.kparams[fi as usize] {
+            names.insert(n.clone(), Sym::KParam(*off));
+        }
+        // Pre-pass: labels (so forward branches resolve) and declarations.
+        let mut stmts: Vec<(usize, usize)> = Vec::new();
+        let entry = self.prog.code.len() as u32;
+        let mut pc = entry;
+        while p.peek().is_some() {
+            if p.eat_punct('{') || p.eat_punct('}') || p.eat_punct(';') {
+                continue;
+            }
+            // Label?
+            if let (Some(Tok::Word(w)), Some(Tok::Punct(':'))) = (p.peek().cloned(), p.peek_at(1)) {
+                p.i += 2;
+                names.insert(w, Sym::Label(pc));
+                continue;
+            }
+            let line = p.line();
+            let w = p.peek_word().unwrap_or("").to_string();
+            if w.starts_with('.') && w != ".pragma" {
+                let d = Self::decl(&mut p)?;
+                let al = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1) as u64;
+                match d.space.as_deref() {
+                    Some(".reg") => {
+                        if let Some(n) = d.range {
+                            for k in 0..n {
+                                names.insert(format!("{}{}", d.name, k), Sym::Reg(nregs));
+                                nregs += 1;
+                            }
+                        } else {
+                            names.insert(d.name.clone(), Sym::Reg(nregs));
+                            nregs += 1;
+                            while p.eat_punct(',') {
+                                let n = p.word()?;
+                                names.insert(n, Sym::Reg(nregs));
+                                nregs += 1;
+                            }
+                        }
+                    }
+                    Some(".param") => {
+                        let a = al as u32;
+                        frame = frame.div_ceil(a) * a;
+                        names.insert(d.name.clone(), Sym::FParam(frame));
+                        frame += d.size() as u32;
+                    }
+                    Some(".local") => {
+                        let off = self.local_cur.div_ceil(al) * al;
+                        self.local_cur = off + d.size();
+                        names.insert(d.name.clone(), Sym::Local(off));
+                    }
+                    Some(".shared") => {
+                        let off = self.shared_cur.div_ceil(al) * al;
+                        self.shared_cur = off + d.size();
+                        names.insert(d.name.clone(), Sym::Shared(off));
+                    }
+                    Some(s) => return Err(perr(line, format!("unsupported declaration `{s}` in a function"))),
+                    None => return Err(perr(line, "declaration without state space")),
+                }
+                p.skip_to_semi();
+                continue;
+            }
+            if w == ".pragma" {
+                p.skip_to_semi();
+                continue;
+            }
+            let s = p.i;
+            p.skip_to_semi();
+            stmts.push((s, p.i));
+            pc += 1;
+        }
+        // Decode.
+        for (s, e) in stmts {
+            let toks = &p.toks[s..e];
+            let inst = self.instruction(toks, &names).map_err(|m| perr(toks[0].1, m))?;
+            self.prog.code.push(inst);
+        }
+        // Falling off the end returns.
+        self.prog.code.push(Inst { op: Op::Ret, ..nop(0) });
+        let f = &mut self.prog.funcs[fi as usize];
+        f.entry = entry;
+        f.nregs = nregs + 1; // + the carry flag
+        f.frame_bytes = frame;
+        if let Some(k) = self.kernel_of[fi as usize] {
+            if self.prog.kernels[k].num_regs == 0 {
+                self.prog.kernels[k].num_regs = nregs.min(255);
+            }
+        }
+        Ok(())
+    }
+
+    fn instruction(&mut self, toks: &[(Tok, u32)], names: &HashMap<String, Sym>) -> Result<Inst, String> {
+        let line = toks[0].1;
+        let mut p = P { toks: toks.to_vec(), i: 0 };
+        let mut guard = None;
+        if p.eat_punct('@') {
+            let neg = p.eat_punct('!');
+            let r = p.word().map_err(|e| e.msg)?;
+            match names.get(&r) {
+                Some(Sym::Reg(i)) => guard = Some((*i, neg)),
+                _ => return Err(format!("unknown guard predicate `{r}`")),
+            }
+        }
+        let opw = p.word().map_err(|e| e.msg)?;
+        // Operands, comma separated, until `;`.
+        let mut ops: Vec<Opd> = Vec::new();
+        let mut d2 = Opd::None;
+        let mut call_parts: Vec<Vec<String>> = Vec::new();
+        let mut call_name = None;
+        let is_call = opw.starts_with("call");
+        while !p.is_punct(';') && p.peek().is_some() {
+            if is_call {
+                if p.is_punct('(') {
+                    p.next().map_err(|e| e.msg)?;
+                    let mut v = Vec::new();
+                    while !p.eat_punct(')') {
+                        v.push(p.word().map_err(|e| e.msg)?);
+                        p.eat_punct(',');
+                    }
+                    call_parts.push(v);
+                } else if let Some(w) = p.peek_word().map(str::to_string) {
+                    p.next().map_err(|e| e.msg)?;
+                    call_name = Some((w, call_parts.len()));
+                } else {
+                    p.next().map_err(|e| e.msg)?;
+                }
+                p.eat_punct(',');
+                continue;
+            }
+            let o = self.operand(&mut p, names)?;
+            if p.eat_punct('|') {
+                d2 = self.operand(&mut p, names)?;
+            }
+            ops.push(o);
+            if !p.eat_punct(',') {
+                break;
+            }
+        }
+        let mut inst = decode_opcode(&opw, line, &mut self.prog.messages)?;
+        inst.guard = guard;
+        inst.d2 = d2;
+        if is_call {
+            let (name, pos) = call_name.ok_or("call without target")?;
+            let (rets, args) = if pos == 0 {
+                (Vec::new(), call_parts.first().cloned().unwrap_or_default())
+            } else {
+                (call_parts.first().cloned().unwrap_or_default(), call_parts.get(1).cloned().unwrap_or_default())
+            };
+            let target = match name.as_str() {
+                "vprintf" => CallTarget::Extern(Extern::Vprintf),
+                "__assertfail" | "__assert_fail" => CallTarget::Extern(Extern::AssertFail),
+                "malloc" => CallTarget::Extern(Extern::Malloc),
+                "free" => CallTarget::Extern(Extern::Free),
+                _ => match self.funcs_map.get(&name) {
+                    Some(&f) => CallTarget::Func(f),
+                    None => return Err(format!("call to unknown function `{name}`")),
+                },
+            };
+            let slot = |n: &String| -> Result<(u32, u32), String> {
+                match names.get(n) {
+                    Some(Sym::FParam(o)) => Ok((*o, 0)),
+                    _ => Err(format!("call argument `{n}` is not a declared .param")),
+                }
+            };
+            let rets = rets.iter().map(slot).collect::<Result<Vec<_>, _>>()?;
+            let args = args.iter().map(slot).collect::<Result<Vec<_>, _>>()?;
+            // Sizes come from the callee's formals (externs: 8-byte pointers / 4-byte ints).
+            let (rets, args) = match target {
+                CallTarget::Func(f) => {
+                    let func = &self.prog.funcs[f as usize];
+                    (
+                        rets.iter().zip(&func.ret_offs).map(|(r, f)| (r.0, f.1)).collect(),
+                        args.iter().zip(&func.param_offs).map(|(a, f)| (a.0, f.1)).collect(),
+                    )
+                }
+                CallTarget::Extern(_) => (rets.iter().map(|r| (r.0, 4)).collect(), args.iter().map(|a| (a.0, 8)).collect()),
+            };
+            self.prog.calls.push(CallSite { target, rets, args });
+            inst.aux = (self.prog.calls.len() - 1) as u32;
+            return Ok(inst);
+        }
+        let mut it = ops.into_iter();
+        let mut take = || it.next().unwrap_or(Opd::None);
+        match inst.op {
+            Op::St | Op::Red => {
+                inst.a = take();
+                inst.b = take();
+                inst.c = take();
+            }
+            Op::Bra => {
+                inst.a = take();
+            }
+            Op::Bar | Op::BarWarp | Op::Ret | Op::Exit | Op::Trap | Op::Nop => {
+                inst.a = take();
+                inst.b = take();
+            }
+            _ => {
+                inst.d = take();
+                inst.a = take();
+                inst.b = take();
+                inst.c = take();
+                inst.e = take();
+            }
+        }
+        if inst.op == Op::Unsupported {
+            return Ok(inst);
+        }
+        if matches!(inst.a, Opd::Sreg(Sreg::Envreg(1)) | Opd::Sreg(Sreg::Envreg(2))) {
+            if let Some(k) = self.kernel_of.last().copied().flatten() {
+                self.prog.kernels[k].uses_grid_sync = true;
+            }
+        }
+        Ok(inst)
+    }
+
+    fn operand(&mut self, p: &mut P, names: &HashMap<String, Sym>) -> Result<Opd, String> {
+        let e = |e: ParseError| e.msg;
+        if p.eat_punct('{') {
+            let mut v = Vec::new();
+            while !p.eat_punct('}') {
+                v.push(self.operand(p, names)?);
+                p.eat_punct(',');
+            }
+            return Ok(Opd::Vec(v));
+        }
+        if p.eat_punct('[') {
+            // Address: [reg], [reg+imm], [sym], [sym+imm], [imm], or tex [h, {c}].
+            let first = self.operand(p, names)?;
+            if p.eat_punct(',') {
+                let c = self.operand(p, names)?;
+                p.expect_punct(']').map_err(e)?;
+                return Ok(Opd::Tex(Box::new(first), Box::new(c)));
+            }
+            let mut off = 0i64;
+            while p.is_punct('+') || p.is_punct('-') {
+                let neg = p.eat_punct('-');
+                if !neg {
+                    p.next().map_err(e)?;
+                }
+                let v = p.int().map_err(e)?;
+                off = off.wrapping_add(if neg { v.wrapping_neg() } else { v });
+            }
+            p.expect_punct(']').map_err(e)?;
+            return Ok(match first {
+                Opd::Reg(r) => Opd::Addr(Base::Reg(r), off),
+                Opd::Imm(v) => Opd::Addr(Base::None, (v as i64).wrapping_add(off)),
+                Opd::GlobalSym(g) => Opd::Addr(Base::Global(g), off),
+                Opd::Addr(b, o) => Opd::Addr(b, o.wrapping_add(off)),
+                o => return Err(format!("bad address operand {o:?}")),
+            });
+        }
+        if p.eat_punct('!') {
+            return match self.operand(p, names)? {
+                Opd::Reg(r) => Ok(Opd::NotReg(r)),
+                o => Err(format!("`!` before non-register {o:?}")),
+            };
+        }
+        let neg = p.eat_punct('-');
+        let w = p.word().map_err(e)?;
+        if w == "_" {
+            return Ok(Opd::Sink);
+        }
+        if let Some(s) = sreg(&w) {
+            return Ok(Opd::Sreg(s));
+        }
+        if let Some(sym) = names.get(&w).or_else(|| self.globals_map.get(&w)).copied() {
+            let o = match sym {
+                Sym::Reg(r) => Opd::Reg(r),
+                Sym::KParam(o) => Opd::Addr(Base::None, o as i64),
+                Sym::FParam(o) => Opd::Addr(Base::None, (FRAME_PARAM_BASE + o as u64) as i64),
+                Sym::Shared(o) => {
+                    if o == u64::MAX {
+                        // Dynamic shared memory starts after all static shared memory; the
+                        // final offset is patched at launch via a marker.
+                        Opd::Addr(Base::None, DYN_SHARED_MARK)
+                    } else {
+                        Opd::Addr(Base::None, o as i64)
+                    }
+                }
+                Sym::Local(o) => Opd::Addr(Base::None, o as i64),
+                Sym::Global(g) => Opd::GlobalSym(g),
+                Sym::Label(pc) => Opd::Target(pc),
+            };
+            // Symbols as values (`mov.u64 %rd1, sym`) are plain numbers.
+            return Ok(match o {
+                Opd::Addr(Base::None, v) if !p.is_punct(']') && !p.is_punct('+') => Opd::Imm(v as u64),
+                o => o,
+            });
+        }
+        if let Some((v, _)) = parse_imm(&w) {
+            return Ok(Opd::Imm(if neg {
+                if w.starts_with("0f") || w.starts_with("0F") {
+                    v ^ 0x8000_0000
+                } else if w.starts_with("0d") || w.starts_with("0D") || w.contains('.') {
+                    v ^ (1 << 63)
+                } else {
+                    v.wrapping_neg()
+                }
+            } else {
+                v
+            }));
+        }
+        // A label not seen (forward reference to a label resolved in the pre-pass is in
+        // `names`); anything else is an error.
+        Err(format!("unknown operand `{w}`"))
+    }
+}
+
+/// Marker offset for the dynamic shared memory base, replaced at launch.
+pub(crate) const DYN_SHARED_MARK: i64 = 0x7fff_0000_0000_0000;
+
+enum InitVal {
+    Int(u64),
+    Float(f64),
+    F32Bits(u64),
+    F64Bits(u64),
+    /// `generic(sym)` or a bare symbol: resolved by nobody yet (zero).
+    Addr,
+}
+
+fn sreg(w: &str) -> Option<Sreg> {
+    let dim = |s: &str| match s {
+        "x" => Some(0u8),
+        "y" => Some(1),
+        "z" => Some(2),
+        _ => None,
+    };
+    if let Some((a, b)) = w.split_once('.') {
+        let d = dim(b)?;
+        return Some(match a {
+            "%tid" => Sreg::Tid(d),
+            "%ntid" => Sreg::Ntid(d),
+            "%ctaid" => Sreg::Ctaid(d),
+            "%nctaid" => Sreg::Nctaid(d),
+            _ => return None,
+        });
+    }
+    Some(match w {
+        "%tid" => Sreg::Tid(0),
+        "%laneid" => Sreg::Laneid,
+        "%warpid" => Sreg::Warpid,
+        "%nwarpid" => Sreg::Nwarpid,
+        "%smid" => Sreg::Smid,
+        "%nsmid" => Sreg::Nsmid,
+        "%gridid" => Sreg::Gridid,
+        "%lanemask_eq" => Sreg::LanemaskEq,
+        "%lanemask_lt" => Sreg::LanemaskLt,
+        "%lanemask_le" => Sreg::LanemaskLe,
+        "%lanemask_gt" => Sreg::LanemaskGt,
+        "%lanemask_ge" => Sreg::LanemaskGe,
+        "%clock" => Sreg::Clock,
+        "%clock64" => Sreg::Clock64,
+        "%globaltimer" | "%globaltimer_lo" => Sreg::Globaltimer,
+        "%dynamic_smem_size" => Sreg::DynSmemSize,
+        "%total_smem_size" => Sreg::TotalSmemSize,
+        _ => {
+            let n = w.strip_prefix("%envreg")?.parse::<u8>().ok()?;
+            Sreg::Envreg(n)
+        }
+    })
+}
+
+pub(crate) fn nop(line: u32) -> Inst {
+    Inst {
+        op: Op::Nop,
+        ty: Ty::B32,
+        ty2: Ty::B32,
+        m: Mods::default(),
+        guard: None,
+        d: Opd::None,
+        d2: Opd::None,
+        a: Opd::None,
+        b: Opd::None,
+        c: Opd::None,
+        e: Opd::None,
+        aux: 0,
+        line,
+    }
+}
+
+/// Split `opcode.mod.mod.type` into an [`Inst`] skeleton.
+fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst, String> {
+    let mut parts = w.split('.');
+    let base = parts.next().unwrap_or("");
+    let mut inst = nop(line);
+    let unsupported = |inst: &mut Inst, messages: &mut Vec<String>, what: String| {
+        inst.op = Op::Unsupported;
+        messages.push(what);
+        inst.aux = (messages.len() - 1) as u32;
+    };
+    inst.op = match base {
+        "mov" => Op::Mov,
+        "add" => Op::Add,
+        "sub" => Op::Sub,
+        "mul" => Op::Mul,
+        "mad" => Op::Mad,
+        "fma" => Op::Fma,
+        "div" => Op::Div,
+        "rem" => Op::Rem,
+        "abs" => Op::Abs,
+        "neg" => Op::Neg,
+        "min" => Op::Min,
+        "max" => Op::Max,
+        "and" => Op::And,
+        "or" => Op::Or,
+        "xor" => Op::Xor,
+        "not" => Op::Not,
+        "cnot" => Op::Cnot,
+        "shl" => Op::Shl,
+        "shr" => Op::Shr,
+        "selp" => Op::Selp,
+        "slct" => Op::Slct,
+        "setp" => Op::Setp,
+        "set" => Op::Set,
+        "cvt" => Op::Cvt,
+        "cvta" => Op::Cvta,
+        "ld" | "ldu" => Op::Ld,
+        "st" => Op::St,
+        "bra" => Op::Bra,
+        "ret" => Op::Ret,
+        "exit" => Op::Exit,
+        "call" => Op::Call,
+        "bar" | "barrier" => {
+            if w.contains(".warp") {
+                Op::BarWarp
+            } else if w.contains(".arrive") || w.contains(".red") {
+                unsupported(&mut inst, messages, format!("`{w}`"));
+                Op::Unsupported
+            } else {
+                Op::Bar
+            }
+        }
+        "atom" => Op::Atom,
+        "red" => Op::Red,
+        "vote" => Op::Vote,
+        "shfl" => Op::Shfl,
+        "activemask" => Op::Activemask,
+        "match" => Op::Match,
+        "redux" => Op::Redux,
+        "rcp" => Op::Rcp,
+        "sqrt" => Op::Sqrt,
+        "rsqrt" => Op::Rsqrt,
+        "ex2" => Op::Ex2,
+        "lg2" => Op::Lg2,
+        "sin" => Op::Sin,
+        "cos" => Op::Cos,
+        "tanh" => Op::Tanh,
+        "copysign" => Op::Copysign,
+        "clz" => Op::Clz,
+        "popc" => Op::Popc,
+        "brev" => Op::Brev,
+        "bfind" => Op::Bfind,
+        "bfe" => Op::Bfe,
+        "bfi" => Op::Bfi,
+        "prmt" => Op::Prmt,
+        "shf" => Op::Shf,
+        "addc" => Op::Addc,
+        "subc" => Op::Subc,
+        "madc" => Op::Madc,
+        "testp" => Op::Testp,
+        "tex" | "tld4" => Op::Tex,
+        "trap" | "brkpt" => Op::Trap,
+        "membar" | "fence" | "nanosleep" | "prefetch" | "prefetchu" | "pmevent" | "discard" | "griddepcontrol" => Op::Nop,
+        "lop3" => Op::Lop3,
+        "mul24" => Op::Mul24,
+        "mad24" => Op::Mad24,
+        "sad" => Op::Sad,
+        "dp4a" => Op::Dp4a,
+        "dp2a" => Op::Dp2a,
+        "isspacep" => Op::Isspacep,
+        _ => {
+            unsupported(&mut inst, messages, format!("instruction `{w}`"));
+            return Ok(inst);
+        }
+    };
+    if inst.op == Op::Unsupported {
+        return Ok(inst);
+    }
+    let mut types = Vec::new();
+    for m in parts {
+        if let Some(t) = Ty::parse(m) {
+            types.push(t);
+            continue;
+        }
+        let mm = &mut inst.m;
+        match m {
+            "rn" => mm.rnd = Rnd::Rn,
+            "rz" => mm.rnd = Rnd::Rz,
+            "rm" => mm.rnd = Rnd::Rm,
+            "rp" => mm.rnd = Rnd::Rp,
+            "rni" => mm.rnd = Rnd::Rni,
+            "rzi" => mm.rnd = Rnd::Rzi,
+            "rmi" => mm.rnd = Rnd::Rmi,
+            "rpi" => mm.rnd = Rnd::Rpi,
+            "ftz" => mm.ftz = true,
+            "sat" | "satfinite" => mm.sat = true,
+            "cc" => mm.cc = true,
+            "hi" => mm.part = Part::Hi,
+            "lo" => mm.part = Part::Lo,
+            "wide" => mm.part = Part::Wide,
+            "global" => mm.space = Space::Global,
+            "shared" => mm.space = Space::Shared,
+            "local" => mm.space = Space::Local,
+            "const" => mm.space = Space::Const,
+            "param" => mm.space = Space::Param,
+            "to" => mm.to = true,
+            "v2" => mm.vec = 2,
+            "v4" => mm.vec = 4,
+            "eq" => mm.cmp = Cmp::Eq,
+            "ne" => mm.cmp = Cmp::Ne,
+            "lt" => mm.cmp = Cmp::Lt,
+            "le" => mm.cmp = Cmp::Le,
+            "gt" => mm.cmp = Cmp::Gt,
+            "ge" => mm.cmp = Cmp::Ge,
+            "lo_" => {}
+            "ls" => mm.cmp = Cmp::Ls,
+            "hs" => mm.cmp = Cmp::Hs,
+            "equ" => mm.cmp = Cmp::Equ,
+            "neu" => mm.cmp = Cmp::Neu,
+            "ltu" => mm.cmp = Cmp::Ltu,
+            "leu" => mm.cmp = Cmp::Leu,
+            "gtu" => mm.cmp = Cmp::Gtu,
+            "geu" => mm.cmp = Cmp::Geu,
+            "num" => mm.cmp = Cmp::Num,
+            "nan" => mm.cmp = Cmp::Nan,
+            "and" => mm.sub = Sub::And,
+            "or" => mm.sub = Sub::Or,
+            "xor" => mm.sub = Sub::Xor,
+            "add" => mm.sub = Sub::Add,
+            "min" => mm.sub = Sub::Min,
+            "max" => mm.sub = Sub::Max,
+            "inc" => mm.sub = Sub::Inc,
+            "dec" => mm.sub = Sub::Dec,
+            "exch" => mm.sub = Sub::Exch,
+            "cas" => mm.sub = Sub::Cas,
+            "all" => mm.sub = Sub::All,
+            "any" => mm.sub = Sub::Any,
+            "uni" => {
+                if inst.op == Op::Vote {
+                    mm.sub = Sub::Uni
+                }
+            }
+            "ballot" => mm.sub = Sub::Ballot,
+            "up" => mm.sub = Sub::Up,
+            "down" => mm.sub = Sub::Down,
+            "bfly" => mm.sub = Sub::Bfly,
+            "idx" => mm.sub = Sub::Idx,
+            "l" => mm.to = true,
+            "r" => mm.to = false,
+            "wrap" | "shiftamt" => mm.flag = true,
+            "clamp" => mm.flag = false,
+            "finite" | "infinite" | "number" | "notanumber" | "normal" | "subnormal" => {
+                mm.cmp = match m {
+                    "finite" => Cmp::Eq,
+                    "infinite" => Cmp::Ne,
+                    "number" => Cmp::Lt,
+                    "notanumber" => Cmp::Le,
+                    "normal" => Cmp::Gt,
+                    _ => Cmp::Ge,
+                }
+            }
+            "1d" => mm.geom = 1,
+            "2d" => mm.geom = 2,
+            "3d" => mm.geom = 3,
+            "a1d" => mm.geom = 5,
+            "a2d" => mm.geom = 4,
+            "cube" | "acube" => mm.geom = 6,
+            // Memory-order, scope, cache and alignment hints: no effect on a sequentially
+            // consistent, cache-less emulation.
+            "sync" | "aligned" | "volatile" | "relaxed" | "acquire" | "release" | "acq_rel" | "sc" | "cta"
+            | "gpu" | "sys" | "cluster" | "nc" | "ca" | "cg" | "cs" | "lu" | "cv" | "wb" | "wt" | "approx"
+            | "full" | "uni_" | "noftz" | "ecl" | "b" | "generic" | "pos" | "neg" | "mmio" | "L2" | "u" => {}
+            s if s.starts_with("L1::") || s.starts_with("L2::") || s.contains("::") => {}
+            s if s.starts_with("shiftamt") => mm.flag = true,
+            _ => {
+                if inst.op == Op::Bra || inst.op == Op::Call || inst.op == Op::Ret {
+                    continue;
+                }
+                // `lo` in setp compares (unsigned <) is spelled the same as mul's `.lo`.
+                unsupported(&mut inst, messages, format!("modifier `.{m}` of `{w}`"));
+                return Ok(inst);
+            }
+        }
+    }
+    // `setp.lo.u32` means unsigned less-than: part=Lo was set; map for compares.
+    if matches!(inst.op, Op::Setp | Op::Set) && w.split('.').any(|m| m == "lo") {
+        inst.m.cmp = Cmp::Lo;
+    }
+    if matches!(inst.op, Op::Setp | Op::Set) && w.split('.').any(|m| m == "hi") {
+        inst.m.cmp = Cmp::Hi;
+    }
+    match types.len() {
+        0 => {}
+        1 => {
+            inst.ty = types[0];
+            inst.ty2 = types[0];
+        }
+        _ => {
+            inst.ty = types[0];
+            inst.ty2 = types[1];
+        }
+    }
+    // `set.dtype.stype`, `cvt.dtype.stype`, `tex.geom.v4.dtype.ctype`, `slct.dtype.s32`:
+    // the first type is the destination, the second the source/selector.
+    if inst.op == Op::Setp && types.len() == 1 {
+        inst.ty2 = types[0];
+    }
+    if matches!(inst.op, Op::Set) && types.len() == 2 {
+        // dst type first, compare type second
+    }
+    Ok(inst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imm_forms_decode_to_bits() {
+        assert_eq!(parse_imm("0f3F800000"), Some((0x3F80_0000, true)));
+        assert_eq!(parse_imm("0d3FF0000000000000"), Some((0x3FF0_0000_0000_0000, true)));
+        assert_eq!(parse_imm("0x10"), Some((16, false)));
+        assert_eq!(parse_imm("42"), Some((42, false)));
+    }
+
+    #[test]
+    fn opcode_words_split_into_op_type_and_modifiers() {
+        let mut msgs = Vec::new();
+        let i = decode_opcode("cvt.rzi.s32.f32", 1, &mut msgs).unwrap();
+        assert_eq!((i.op, i.ty, i.ty2, i.m.rnd), (Op::Cvt, Ty::S32, Ty::F32, Rnd::Rzi));
+        let i = decode_opcode("setp.geu.f32", 1, &mut msgs).unwrap();
+        assert_eq!((i.op, i.ty, i.m.cmp), (Op::Setp, Ty::F32, Cmp::Geu));
+        let i = decode_opcode("atom.global.cas.b32", 1, &mut msgs).unwrap();
+        assert_eq!((i.op, i.m.space, i.m.sub), (Op::Atom, Space::Global, Sub::Cas));
+        let i = decode_opcode("frobnicate.b32", 1, &mut msgs).unwrap();
+        assert_eq!(i.op, Op::Unsupported);
+    }
+
+    #[test]
+    fn kernel_params_and_registers_resolve() {
+        let src = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 k_param_0, .param .align 8 .b8 k_param_1[24], .param .u32 k_param_2)
+.maxntid 256, 1, 1
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [k_param_0];
+  ld.param.u32 %r1, [k_param_1+4];
+  ld.param.u32 %r2, [k_param_2];
+  ret;
+}
+"#;
+        let prog = parse_module(src).unwrap();
+        let k = &prog.kernels[0];
+        assert_eq!(k.params.iter().map(|p| (p.offset, p.size)).collect::<Vec<_>>(), vec![(0, 8), (8, 24), (32, 4)]);
+        assert_eq!(k.param_bytes, 36);
+        assert_eq!(k.max_threads_per_block, Some(256));
+        assert_eq!(prog.code[1].a, Opd::Addr(Base::None, 12));
+        assert_eq!(prog.code[0].d, Opd::Reg(5)); // %r0..%r3, then %rd0, %rd1
+    }
+
+    #[test]
+    fn module_variables_keep_initializers() {
+        let src = r#"
+.global .align 1 .b8 $str[3] = {104, 105, 0};
+.const .align 4 .b32 tab[2] = {7, 9};
+.const .align 4 .f32 one = 0f3F800000;
+"#;
+        let prog = parse_module(src).unwrap();
+        assert_eq!(prog.globals[0].init, b"hi\0");
+        assert_eq!(prog.globals[1].init, [7, 0, 0, 0, 9, 0, 0, 0]);
+        assert_eq!(prog.globals[2].init, 1.0f32.to_bits().to_le_bytes());
+        assert_eq!(prog.globals[1].space, StateSpace::Const);
+    }
+}
