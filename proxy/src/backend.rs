@@ -107,6 +107,22 @@ pub struct Allocation {
 /// stream until the application reports completion.
 pub type HostCall = Box<dyn FnOnce() + Send>;
 
+/// One piece of device state a checkpoint saves: an allocation, or a module variable (which
+/// a restart finds again by name, since the driver chooses its address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedRegion {
+    pub addr: u64,
+    pub len: u64,
+    pub kind: AllocKind,
+    /// For a module variable: its module (as re-created before the restore) and name.
+    pub symbol: Option<(ModuleId, String)>,
+}
+
+/// Receives saved device memory: `(region, offset in it, bytes)`, in order.
+pub type SaveSink<'a> = &'a mut dyn FnMut(&SavedRegion, u64, &[u8]) -> std::io::Result<()>;
+/// Supplies device memory to restore: fill `(region, offset, buffer)` completely.
+pub type RestoreSource<'a> = &'a mut dyn FnMut(&SavedRegion, u64, &mut [u8]) -> std::io::Result<()>;
+
 /// One device behind the proxy.
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
@@ -252,6 +268,19 @@ pub trait Backend: Send + Sync {
         unsupported(self.name(), "texture objects")
     }
 
+    /// Checkpoint: finish all device work, then hand every allocation's and known module
+    /// variable's bytes to `sink`; returns the regions saved.
+    fn snapshot(&self, sink: SaveSink<'_>) -> Result<Vec<SavedRegion>> {
+        let _ = sink;
+        unsupported(self.name(), "device snapshot")
+    }
+    /// Restart: re-create `regions` at their recorded addresses (module variables by name)
+    /// and fill them from `source`; returns the allocations in the same order.
+    fn restore(&self, regions: &[SavedRegion], source: RestoreSource<'_>) -> Result<Vec<Allocation>> {
+        let _ = (regions, source);
+        unsupported(self.name(), "device restore")
+    }
+
     /// The error of earlier asynchronous work not yet reported (reported once), if any.
     fn take_async_error(&self) -> Option<u32> {
         None
@@ -285,34 +314,26 @@ pub enum OpenError {
     Emu(#[source] std::io::Error),
 }
 
-/// Why the `cuda` backend is not usable on this machine (None = usable).
+/// Why the `cuda` backend is not usable on this machine (None = usable): the driver library
+/// loads, `cuInit` succeeds, a device exists (see [`crate::cuda::probe`]).
 pub fn probe_cuda() -> Option<String> {
-    // The cuda backend drives the GPU through the driver library, loaded at run time.
-    let found = ["libcuda.so.1", "libcuda.so"].iter().any(|lib| {
-        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64/stubs"]
-            .iter()
-            .any(|dir| std::path::Path::new(dir).join(lib).exists())
-    });
-    if !found {
-        return Some("the CUDA driver library (libcuda.so.1) is not installed".into());
-    }
-    if !std::path::Path::new("/dev/nvidiactl").exists() {
-        return Some("no NVIDIA device nodes (/dev/nvidiactl)".into());
-    }
-    Some("the cuda backend is not built yet (use --device emu)".into())
+    crate::cuda::probe().err().map(|e| e.to_string())
 }
 
 /// The probing factory: `Auto` tries the GPU, then falls back to the emulated device.
 pub fn open(choice: DeviceChoice) -> std::result::Result<Arc<dyn Backend>, OpenError> {
     match choice {
         DeviceChoice::Emu => Ok(Arc::new(crate::emu::Emu::new().map_err(OpenError::Emu)?)),
-        DeviceChoice::Cuda => Err(OpenError::NoGpu { reason: probe_cuda().unwrap_or_default() }),
-        DeviceChoice::Auto => match probe_cuda() {
-            None => open(DeviceChoice::Cuda),
-            Some(reason) => {
+        DeviceChoice::Cuda => match crate::cuda::Cuda::open() {
+            Ok(c) => Ok(Arc::new(c)),
+            Err(e) => Err(OpenError::NoGpu { reason: e.to_string() }),
+        },
+        DeviceChoice::Auto => match open(DeviceChoice::Cuda) {
+            Err(OpenError::NoGpu { reason }) => {
                 tracing::info!(%reason, "using the emulated device");
                 open(DeviceChoice::Emu)
             }
+            r => r,
         },
     }
 }

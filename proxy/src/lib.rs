@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod conformance;
+pub mod cuda;
 pub mod emu;
 pub mod hostmem;
 pub mod server;

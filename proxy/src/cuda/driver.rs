@@ -1,0 +1,607 @@
+//! The thin layer over the CUDA driver API (`cudarc::driver::sys`, loaded at run time): each
+//! function makes one driver call (or one short, all-or-nothing sequence) and returns the raw
+//! `CUresult` number as its error, for [`super::errors`] to translate.
+//!
+//! Every wrapper links to the driver function it calls; semantics are those of the
+//! [CUDA Driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
+//!
+//! # Safety
+//! - The driver library is loaded by cudarc on first use and *panics* if it is absent or a
+//!   symbol is missing; [`library_present`] must be checked (the backend does so in `probe`)
+//!   before any other function here is called, and optional symbols are checked with
+//!   [`has_symbol`] before use.
+//! - Handles (`CUcontext`, `CUstream`, `CUevent`, `CUmodule`, `CUfunction`) are opaque driver
+//!   pointers; the backend owns each one in exactly one table entry and destroys it once.
+//! - Host pointers passed for copies are either proxy-owned page-locked staging buffers that
+//!   stay alive until the stream has passed the copy (the backend returns them from a host
+//!   function queued after it), or proxy mappings registered with the driver.
+//! - The driver returns `CUresult` as a Rust enum; a code newer than cudarc's bindings would be
+//!   an invalid enum value. cudarc 0.19 (cuda-12080 bindings) covers every code that the
+//!   CUDA 12 and 13 drivers document; this is a known limit of using cudarc's types.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_void, CStr, CString};
+
+use cudarc::driver::sys;
+
+/// A raw driver error (`CUresult` as a number).
+pub type DResult<T> = Result<T, u32>;
+
+fn ck(r: sys::CUresult) -> DResult<()> {
+    match r {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        e => Err(e as u32),
+    }
+}
+
+/// Whether the driver library (`libcuda.so.1`) can be loaded.
+pub fn library_present() -> bool {
+    // SAFETY: only tries to dlopen the candidate names; loads nothing else.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Whether the loaded driver exports `name` (newer entry points on older drivers).
+pub fn has_symbol(name: &str) -> bool {
+    let Ok(c) = CString::new(name) else { return false };
+    // SAFETY: `library_present()` was checked by the caller (module contract); looking a symbol
+    // up as an untyped pointer does not call it.
+    unsafe { sys::culib().get::<*const c_void>(c.as_bytes_with_nul()).is_ok() }
+}
+
+/// [`cuInit`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__INITIALIZE.html)
+pub fn init() -> DResult<()> {
+    // SAFETY: plain call; flags must be 0.
+    ck(unsafe { sys::cuInit(0) })
+}
+
+/// `cuDriverGetVersion`: e.g. 12080 for CUDA 12.8.
+pub fn driver_version() -> DResult<i32> {
+    let mut v = 0;
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuDriverGetVersion(&mut v) })?;
+    Ok(v)
+}
+
+/// `cuGetErrorName`, falling back to our own table.
+pub fn error_name(code: u32) -> String {
+    super::errors::driver_name(code).to_string()
+}
+
+/// `cuDeviceGetCount`
+pub fn device_count() -> DResult<i32> {
+    let mut n = 0;
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuDeviceGetCount(&mut n) })?;
+    Ok(n)
+}
+
+/// A device ordinal as the driver knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Device(sys::CUdevice);
+
+/// `cuDeviceGet`
+pub fn device_get(ordinal: i32) -> DResult<Device> {
+    let mut d = 0;
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuDeviceGet(&mut d, ordinal) })?;
+    Ok(Device(d))
+}
+
+/// `cuDeviceGetName`
+pub fn device_name(dev: Device) -> DResult<String> {
+    let mut buf = [0 as std::ffi::c_char; 256];
+    // SAFETY: the buffer is 256 chars and we pass its length; the driver NUL-terminates.
+    ck(unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, dev.0) })?;
+    // The driver NUL-terminates; force it in case of a truncated name.
+    buf[255] = 0;
+    // SAFETY: the buffer is NUL-terminated (forced above) and lives for the call.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+/// `cuDeviceGetAttribute`
+pub fn device_attr(dev: Device, attr: sys::CUdevice_attribute) -> DResult<i32> {
+    let mut v = 0;
+    // SAFETY: out-pointer to a local; `attr` is a valid enum value.
+    ck(unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev.0) })?;
+    Ok(v)
+}
+
+/// `cuDeviceTotalMem`
+pub fn device_total_mem(dev: Device) -> DResult<u64> {
+    let mut v = 0usize;
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuDeviceTotalMem_v2(&mut v, dev.0) })?;
+    Ok(v as u64)
+}
+
+/// `cuDeviceGetUuid`
+pub fn device_uuid(dev: Device) -> DResult<[u8; 16]> {
+    // SAFETY: CUuuid is a plain byte array; zeroed is valid.
+    let mut u: sys::CUuuid = unsafe { std::mem::zeroed() };
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuDeviceGetUuid(&mut u, dev.0) })?;
+    Ok(u.bytes.map(|b| b as u8))
+}
+
+/// The device's primary context, retained.
+#[derive(Debug)]
+pub struct Context(sys::CUcontext);
+// SAFETY: a CUcontext may be made current on any thread (driver contract).
+unsafe impl Send for Context {}
+// SAFETY: as above; the handle itself is never mutated.
+unsafe impl Sync for Context {}
+
+/// [`cuDevicePrimaryCtxRetain`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PRIMARY__CTX.html)
+pub fn primary_ctx_retain(dev: Device) -> DResult<Context> {
+    let mut c = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuDevicePrimaryCtxRetain(&mut c, dev.0) })?;
+    Ok(Context(c))
+}
+
+/// `cuCtxSetCurrent`
+pub fn ctx_set_current(c: &Context) -> DResult<()> {
+    // SAFETY: the context is retained for the backend's lifetime.
+    ck(unsafe { sys::cuCtxSetCurrent(c.0) })
+}
+
+impl Context {
+    pub fn raw(&self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// `cuCtxSynchronize`
+pub fn ctx_synchronize() -> DResult<()> {
+    // SAFETY: plain call on the current context.
+    ck(unsafe { sys::cuCtxSynchronize() })
+}
+
+/// `cuMemGetInfo`: (free, total).
+pub fn mem_get_info() -> DResult<(u64, u64)> {
+    let (mut f, mut t) = (0usize, 0usize);
+    // SAFETY: out-pointers to locals.
+    ck(unsafe { sys::cuMemGetInfo_v2(&mut f, &mut t) })?;
+    Ok((f as u64, t as u64))
+}
+
+fn alloc_prop(dev: Device) -> sys::CUmemAllocationProp {
+    // SAFETY: CUmemAllocationProp is a plain C struct; all-zero is its documented default.
+    let mut p: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = dev.0;
+    p
+}
+
+/// [`cuMemGetAllocationGranularity`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+/// (recommended granularity of pinned device memory).
+pub fn granularity(dev: Device) -> DResult<u64> {
+    let prop = alloc_prop(dev);
+    let mut g = 0usize;
+    // SAFETY: valid prop and out-pointer.
+    ck(unsafe {
+        sys::cuMemGetAllocationGranularity(&mut g, &prop, sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    })?;
+    Ok(g as u64)
+}
+
+/// Device memory mapped at a fixed address.
+#[derive(Debug)]
+pub struct Mapping {
+    pub addr: u64,
+    pub len: u64,
+    handle: sys::CUmemGenericAllocationHandle,
+}
+
+/// Why a fixed mapping failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapError {
+    /// The driver placed the reservation elsewhere (the address is taken in this process).
+    Moved { got: u64 },
+    Driver(u32),
+}
+
+/// Reserve `[addr, addr+len)` ([`cuMemAddressReserve`] with `addr` as the hint, checked),
+/// create physical memory ([`cuMemCreate`]), map it ([`cuMemMap`]) and make it read-write
+/// for the device ([`cuMemSetAccess`]). All or nothing: on failure everything done is undone.
+///
+/// [`cuMemAddressReserve`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
+/// [`cuMemCreate`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
+/// [`cuMemMap`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
+/// [`cuMemSetAccess`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
+pub fn map_fixed(dev: Device, addr: u64, len: u64) -> Result<Mapping, MapError> {
+    let mut got: sys::CUdeviceptr = 0;
+    // SAFETY: out-pointer to a local; `len` and `addr` are granularity multiples (planner).
+    ck(unsafe { sys::cuMemAddressReserve(&mut got, len as usize, 0, addr, 0) }).map_err(MapError::Driver)?;
+    let undo_reserve = |got: u64| {
+        // SAFETY: releasing the reservation we just made, nothing mapped in it.
+        let _ = unsafe { sys::cuMemAddressFree(got, len as usize) };
+    };
+    if got != addr {
+        undo_reserve(got);
+        return Err(MapError::Moved { got });
+    }
+    let prop = alloc_prop(dev);
+    let mut handle = 0;
+    // SAFETY: valid prop and out-pointer; flags must be 0.
+    if let Err(e) = ck(unsafe { sys::cuMemCreate(&mut handle, len as usize, &prop, 0) }) {
+        undo_reserve(addr);
+        return Err(MapError::Driver(e));
+    }
+    // SAFETY: `handle` is a fresh allocation of `len` bytes, `addr..addr+len` is our reservation.
+    if let Err(e) = ck(unsafe { sys::cuMemMap(addr, len as usize, 0, handle, 0) }) {
+        // SAFETY: releasing the handle we created.
+        let _ = unsafe { sys::cuMemRelease(handle) };
+        undo_reserve(addr);
+        return Err(MapError::Driver(e));
+    }
+    // SAFETY: zeroed CUmemAccessDesc is valid; fields set below.
+    let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+    access.location = prop.location;
+    access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // SAFETY: the range is mapped (just above); one descriptor.
+    if let Err(e) = ck(unsafe { sys::cuMemSetAccess(addr, len as usize, &access, 1) }) {
+        // SAFETY: undoing our own map, handle and reservation in reverse order.
+        unsafe {
+            let _ = sys::cuMemUnmap(addr, len as usize);
+            let _ = sys::cuMemRelease(handle);
+        }
+        undo_reserve(addr);
+        return Err(MapError::Driver(e));
+    }
+    Ok(Mapping { addr, len, handle })
+}
+
+/// Undo [`map_fixed`]: `cuMemUnmap`, `cuMemRelease`, `cuMemAddressFree`. The caller has made
+/// sure the device no longer uses the range (`cudaFree` synchronizes).
+pub fn unmap(m: Mapping) -> DResult<()> {
+    // SAFETY: `m` came from `map_fixed` and is consumed, so this happens once.
+    unsafe {
+        ck(sys::cuMemUnmap(m.addr, m.len as usize))?;
+        ck(sys::cuMemRelease(m.handle))?;
+        ck(sys::cuMemAddressFree(m.addr, m.len as usize))
+    }
+}
+
+/// [`cuMemAllocManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
+/// (attached globally: any stream may use it).
+pub fn alloc_managed(len: u64) -> DResult<u64> {
+    let mut p = 0;
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuMemAllocManaged(&mut p, len as usize, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32) })?;
+    Ok(p)
+}
+
+/// `cuMemFree` (for managed allocations).
+pub fn mem_free(addr: u64) -> DResult<()> {
+    // SAFETY: `addr` came from `alloc_managed` and is freed once (table-owned).
+    ck(unsafe { sys::cuMemFree_v2(addr) })
+}
+
+/// [`cuMemHostRegister`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html):
+/// page-lock a proxy mapping and map it for the device (its device address equals its host
+/// address under unified addressing), so copies from it are asynchronous DMA.
+pub fn host_register(addr: u64, len: u64) -> DResult<()> {
+    let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+    // SAFETY: `addr..addr+len` is a live mapping of this process owned by the backend.
+    ck(unsafe { sys::cuMemHostRegister_v2(addr as *mut c_void, len as usize, flags) })
+}
+
+/// `cuMemHostUnregister`
+pub fn host_unregister(addr: u64) -> DResult<()> {
+    // SAFETY: `addr` was registered by `host_register`.
+    ck(unsafe { sys::cuMemHostUnregister(addr as *mut c_void) })
+}
+
+/// A page-locked staging buffer (`cuMemHostAlloc`), freed on drop.
+pub struct HostBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+// SAFETY: plain memory owned by this value; the driver allows any thread to use or free it.
+unsafe impl Send for HostBuf {}
+
+impl HostBuf {
+    /// `cuMemHostAlloc(PORTABLE)`
+    pub fn new(len: usize) -> DResult<HostBuf> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        ck(unsafe { sys::cuMemHostAlloc(&mut p, len, sys::CU_MEMHOSTALLOC_PORTABLE) })?;
+        Ok(HostBuf { ptr: p.cast(), len })
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, uniquely borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+    }
+}
+
+/// A loaded module.
+#[derive(Debug)]
+pub struct Module(sys::CUmodule);
+// SAFETY: module handles are usable from any thread of the context.
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
+/// [`cuModuleLoadData`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MODULE.html):
+/// a fat binary, cubin or NUL-terminated PTX; the driver picks the SASS for this GPU or JITs
+/// the PTX.
+pub fn module_load(image: &[u8]) -> DResult<Module> {
+    // 8-byte aligned copy with a NUL after it (PTX text must be NUL-terminated).
+    let mut buf = vec![0u64; image.len() / 8 + 1];
+    // SAFETY: `buf` holds at least `image.len() + 1` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), buf.as_mut_ptr().cast::<u8>(), image.len()) };
+    let mut m = std::ptr::null_mut();
+    // SAFETY: the image buffer is live for the call; the driver copies what it keeps.
+    ck(unsafe { sys::cuModuleLoadData(&mut m, buf.as_ptr().cast()) })?;
+    Ok(Module(m))
+}
+
+/// `cuModuleUnload`
+pub fn module_unload(m: Module) -> DResult<()> {
+    // SAFETY: consumed, so unloaded once.
+    ck(unsafe { sys::cuModuleUnload(m.0) })
+}
+
+/// A kernel handle.
+#[derive(Debug, Clone, Copy)]
+pub struct Function(sys::CUfunction);
+// SAFETY: function handles are usable from any thread of the context.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
+
+/// `cuModuleGetFunction`
+pub fn module_function(m: &Module, name: &str) -> DResult<Function> {
+    let c = CString::new(name).map_err(|_| sys::CUresult::CUDA_ERROR_NOT_FOUND as u32)?;
+    let mut f = std::ptr::null_mut();
+    // SAFETY: live module, NUL-terminated name, out-pointer.
+    ck(unsafe { sys::cuModuleGetFunction(&mut f, m.0, c.as_ptr()) })?;
+    Ok(Function(f))
+}
+
+/// `cuModuleGetGlobal`: (device address, size).
+pub fn module_global(m: &Module, name: &str) -> DResult<(u64, u64)> {
+    let c = CString::new(name).map_err(|_| sys::CUresult::CUDA_ERROR_NOT_FOUND as u32)?;
+    let (mut p, mut n) = (0, 0usize);
+    // SAFETY: live module, NUL-terminated name, out-pointers.
+    ck(unsafe { sys::cuModuleGetGlobal_v2(&mut p, &mut n, m.0, c.as_ptr()) })?;
+    Ok((p, n as u64))
+}
+
+/// `cuFuncGetAttribute`
+pub fn func_attr(f: Function, a: sys::CUfunction_attribute) -> DResult<i32> {
+    let mut v = 0;
+    // SAFETY: live function, out-pointer.
+    ck(unsafe { sys::cuFuncGetAttribute(&mut v, a, f.0) })?;
+    Ok(v)
+}
+
+/// `cuFuncSetAttribute`
+pub fn func_set_attr(f: Function, a: sys::CUfunction_attribute, v: i32) -> DResult<()> {
+    // SAFETY: live function.
+    ck(unsafe { sys::cuFuncSetAttribute(f.0, a, v) })
+}
+
+/// [`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html)
+/// for every parameter: asks for index 0, 1, ... until the driver answers
+/// `CUDA_ERROR_INVALID_VALUE` (index past the last parameter). None when the driver predates
+/// the call (CUDA 12.4).
+pub fn param_layout(f: Function) -> Option<DResult<Vec<(u32, u32)>>> {
+    if !has_symbol("cuFuncGetParamInfo") {
+        return None;
+    }
+    let mut out = Vec::new();
+    for i in 0..4096usize {
+        let (mut off, mut size) = (0usize, 0usize);
+        // SAFETY: live function, out-pointers; the symbol exists (checked above).
+        match unsafe { sys::cuFuncGetParamInfo(f.0, i, &mut off, &mut size) } {
+            sys::CUresult::CUDA_SUCCESS => out.push((off as u32, size as u32)),
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Some(Ok(out)),
+            e => return Some(Err(e as u32)),
+        }
+    }
+    Some(Err(sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32))
+}
+
+/// A stream; the null handle is the legacy default stream.
+#[derive(Debug)]
+pub struct Stream(sys::CUstream);
+// SAFETY: stream handles are usable from any thread of the context.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// The legacy default stream (`NULL` / `CU_STREAM_LEGACY` semantics).
+    pub const LEGACY: Stream = Stream(std::ptr::null_mut());
+}
+
+/// [`cuStreamCreateWithPriority`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)
+/// (`non_blocking`: `CU_STREAM_NON_BLOCKING`; lower numbers are higher priorities, clamped
+/// by the driver).
+pub fn stream_create(non_blocking: bool, priority: i32) -> DResult<Stream> {
+    let mut s = std::ptr::null_mut();
+    let flags = if non_blocking { sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32 } else { 0 };
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuStreamCreateWithPriority(&mut s, flags, priority) })?;
+    Ok(Stream(s))
+}
+
+impl Drop for Stream {
+    /// `cuStreamDestroy`: work already queued still completes.
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: owned handle, destroyed once; the null (legacy) stream is never destroyed.
+            let _ = unsafe { sys::cuStreamDestroy_v2(self.0) };
+        }
+    }
+}
+
+/// `cuStreamQuery`: true when idle.
+pub fn stream_query(s: &Stream) -> DResult<bool> {
+    // SAFETY: live stream.
+    match unsafe { sys::cuStreamQuery(s.0) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        e => Err(e as u32),
+    }
+}
+
+/// `cuStreamSynchronize`
+pub fn stream_sync(s: &Stream) -> DResult<()> {
+    // SAFETY: live stream.
+    ck(unsafe { sys::cuStreamSynchronize(s.0) })
+}
+
+/// An event.
+#[derive(Debug)]
+pub struct Event(sys::CUevent);
+// SAFETY: event handles are usable from any thread of the context.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+/// `cuEventCreate`; `flags` are the runtime's (`cudaEventBlockingSync` = 1,
+/// `cudaEventDisableTiming` = 2, `cudaEventInterprocess` = 4), equal to the driver's.
+pub fn event_create(flags: u32) -> DResult<Event> {
+    let mut e = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    ck(unsafe { sys::cuEventCreate(&mut e, flags & 0x7) })?;
+    Ok(Event(e))
+}
+
+impl Drop for Event {
+    /// `cuEventDestroy`: a pending record still completes.
+    fn drop(&mut self) {
+        // SAFETY: owned handle, destroyed once.
+        let _ = unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
+
+/// `cuEventRecord`
+pub fn event_record(e: &Event, s: &Stream) -> DResult<()> {
+    // SAFETY: live event and stream.
+    ck(unsafe { sys::cuEventRecord(e.0, s.0) })
+}
+
+/// `cuEventQuery`: true when complete.
+pub fn event_query(e: &Event) -> DResult<bool> {
+    // SAFETY: live event.
+    match unsafe { sys::cuEventQuery(e.0) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        r => Err(r as u32),
+    }
+}
+
+/// `cuEventSynchronize`
+pub fn event_sync(e: &Event) -> DResult<()> {
+    // SAFETY: live event.
+    ck(unsafe { sys::cuEventSynchronize(e.0) })
+}
+
+/// `cuEventElapsedTime` in milliseconds.
+pub fn event_elapsed(a: &Event, b: &Event) -> DResult<f32> {
+    let mut ms = 0f32;
+    // SAFETY: live events, out-pointer.
+    ck(unsafe { sys::cuEventElapsedTime(&mut ms, a.0, b.0) })?;
+    Ok(ms)
+}
+
+/// `cuStreamWaitEvent`
+pub fn stream_wait_event(s: &Stream, e: &Event) -> DResult<()> {
+    // SAFETY: live stream and event; flags 0.
+    ck(unsafe { sys::cuStreamWaitEvent(s.0, e.0, 0) })
+}
+
+/// [`cuLaunchKernel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html) or
+/// `cuLaunchCooperativeKernel`. `params` must match the kernel's layout (checked by the caller
+/// against the driver's or the PTX's parameter list).
+pub fn launch(f: Function, grid: [u32; 3], block: [u32; 3], shared: u32, s: &Stream, params: &mut super::params::Packed, cooperative: bool) -> DResult<()> {
+    let kp = params.as_kernel_params();
+    // SAFETY: live function and stream; `kp` is null or points to one pointer per kernel
+    // parameter, each to as many bytes as that parameter's size inside `params`, alive for
+    // the call (the driver copies parameter values before returning).
+    ck(unsafe {
+        if cooperative {
+            sys::cuLaunchCooperativeKernel(f.0, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, s.0, kp)
+        } else {
+            sys::cuLaunchKernel(f.0, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, s.0, kp, std::ptr::null_mut())
+        }
+    })
+}
+
+/// A 2-D copy between unified addresses (device, managed, registered host) or from/to a
+/// proxy staging buffer, with [`cuMemcpy2DAsync`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html).
+/// Both addresses are given as unified virtual addresses (`CU_MEMORYTYPE_UNIFIED`).
+pub fn copy_2d(dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u64, s: &Stream) -> DResult<()> {
+    if height == 1 {
+        // SAFETY: both ranges are live backend memory or page-locked staging (caller contract).
+        return ck(unsafe { sys::cuMemcpyAsync(dst, src, width as usize, s.0) });
+    }
+    // SAFETY: CUDA_MEMCPY2D is a plain C struct; zero is valid for every field.
+    let mut p: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+    p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
+    p.srcDevice = src;
+    p.srcPitch = spitch as usize;
+    p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
+    p.dstDevice = dst;
+    p.dstPitch = dpitch as usize;
+    p.WidthInBytes = width as usize;
+    p.Height = height as usize;
+    // SAFETY: as above; the descriptor lives for the call.
+    ck(unsafe { sys::cuMemcpy2DAsync_v2(&p, s.0) })
+}
+
+/// `cuMemsetD8Async` / `cuMemsetD2D8Async`
+pub fn memset(dst: u64, pitch: u64, value: u8, width: u64, height: u64, s: &Stream) -> DResult<()> {
+    // SAFETY: the range lies in live backend memory (checked by the caller).
+    ck(unsafe {
+        if height == 1 {
+            sys::cuMemsetD8Async(dst, value, width as usize, s.0)
+        } else {
+            sys::cuMemsetD2D8Async(dst, pitch as usize, value, width as usize, height as usize, s.0)
+        }
+    })
+}
+
+type HostWork = Box<dyn FnOnce() + Send>;
+
+unsafe extern "C" fn host_trampoline(data: *mut c_void) {
+    // SAFETY: `data` is the Box leaked by `launch_host_func`, passed to us exactly once.
+    let work: Box<HostWork> = unsafe { Box::from_raw(data.cast()) };
+    // A panic must not unwind into the driver's thread.
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).is_err() {
+        tracing::error!("host function panicked");
+    }
+}
+
+/// [`cuLaunchHostFunc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html):
+/// run `work` on a driver thread when the stream reaches this point; the stream waits for it.
+/// `work` must not call the CUDA API.
+pub fn launch_host_func(s: &Stream, work: HostWork) -> DResult<()> {
+    let data = Box::into_raw(Box::new(work));
+    // SAFETY: live stream; the trampoline takes ownership of `data` when it runs.
+    let r = ck(unsafe { sys::cuLaunchHostFunc(s.0, Some(host_trampoline), data.cast()) });
+    if r.is_err() {
+        // SAFETY: the driver did not take it; reclaim and drop.
+        drop(unsafe { Box::from_raw(data) });
+    }
+    r
+}

@@ -1,0 +1,1110 @@
+//! The `cuda` backend: a real NVIDIA GPU driven through the CUDA driver API (cudarc, with the
+//! driver library loaded at run time, so the proxy builds and runs where no CUDA is installed).
+//!
+//! - Probing ([`probe`]): the driver library loads, `cuInit` succeeds, a device exists. Each
+//!   failure names what is missing; nothing panics when `libcuda.so.1` is absent.
+//! - Device memory ([`planner`]): placed at addresses the proxy chooses, in the device window
+//!   the application reserves, with the virtual memory management API (reserve at a fixed
+//!   address, create, map, set access), so a restart puts every allocation back at the same
+//!   address. Managed memory comes from `cuMemAllocManaged` (the driver picks its address; a
+//!   restart that cannot get the same address fails with a clear error). Pinned host memory is
+//!   a memfd shared with the application, mapped here at the same address and registered with
+//!   `cuMemHostRegister`, so copies from it are asynchronous DMA with no extra copy.
+//! - Copies to and from the application's own memory go through page-locked staging buffers;
+//!   the reads and writes of the application's memory run as host functions on the stream
+//!   (`cuLaunchHostFunc`), so they happen exactly when CUDA would touch that memory.
+//! - Modules from the program's fat binaries (`cuModuleLoadData`: the driver picks SASS or JITs
+//!   the PTX); parameter layouts from `cuFuncGetParamInfo`, or the PTX `.entry` declaration on
+//!   drivers older than 12.4 ([`params`]).
+//! - Errors translated to `cudaError_t` ([`errors`]).
+//! - Checkpoint ([`Cuda::snapshot`]): drain, then stream device memory out through several
+//!   staging buffers with copies in flight; [`Cuda::restore`] puts it back.
+//!
+//! Design and limits: `docs/gpu-backend.md`.
+
+pub mod driver;
+pub mod errors;
+pub mod params;
+pub mod pieces;
+pub mod planner;
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+use cudarc::driver::sys::{CUdevice_attribute as DA, CUfunction_attribute as FA};
+use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo};
+
+use crate::backend::*;
+use crate::hostmem::AppMemory;
+use driver::{DResult, Device, HostBuf};
+use errors::{runtime_error, Op};
+use planner::Planner;
+
+/// Size of one staging buffer.
+const STAGE: u64 = 8 << 20;
+/// Staging buffers (copies in flight at once).
+const STAGES: usize = 6;
+
+/// Why the `cuda` backend cannot run here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    #[error("the CUDA driver library (libcuda.so.1) cannot be loaded; install the NVIDIA driver or add its directory to LD_LIBRARY_PATH")]
+    NoLibrary,
+    #[error("cuInit failed with {name} ({code}){hint}")]
+    Init { code: u32, name: String, hint: &'static str },
+    #[error("the CUDA driver sees no device (cuDeviceGetCount = 0)")]
+    NoDevice,
+    #[error("{call} failed with {name} ({code})")]
+    Driver { call: &'static str, code: u32, name: String },
+    #[error("device {0} does not support the virtual memory management API (needed to restart at the same addresses)")]
+    NoVmm(String),
+    #[error("the device address window {base:#x} is not available in this process (the driver placed it at {got:#x})")]
+    Window { base: u64, got: u64 },
+}
+
+fn drv(call: &'static str) -> impl Fn(u32) -> ProbeError {
+    move |code| ProbeError::Driver { call, code, name: driver::error_name(code) }
+}
+
+/// Check that a usable GPU is here: the driver loads, `cuInit` succeeds, a device exists and
+/// supports the virtual memory management API. Returns device 0.
+pub fn probe() -> std::result::Result<Device, ProbeError> {
+    if !driver::library_present() {
+        return Err(ProbeError::NoLibrary);
+    }
+    // cudarc panics on a missing symbol; a damaged driver installation must not take the
+    // proxy down.
+    let r = std::panic::catch_unwind(|| -> std::result::Result<Device, ProbeError> {
+        driver::init().map_err(|code| ProbeError::Init {
+            code,
+            name: driver::error_name(code),
+            hint: match code {
+                34 => ": the loaded libcuda is the toolkit's stub library, not the driver",
+                100 => ": no NVIDIA GPU is visible (check /dev/nvidia*, CUDA_VISIBLE_DEVICES)",
+                803 => ": the kernel module and libcuda versions differ",
+                _ => "",
+            },
+        })?;
+        if driver::device_count().map_err(drv("cuDeviceGetCount"))? < 1 {
+            return Err(ProbeError::NoDevice);
+        }
+        let dev = driver::device_get(0).map_err(drv("cuDeviceGet"))?;
+        if driver::device_attr(dev, DA::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED).map_err(drv("cuDeviceGetAttribute"))? == 0 {
+            return Err(ProbeError::NoVmm(driver::device_name(dev).unwrap_or_default()));
+        }
+        Ok(dev)
+    });
+    r.unwrap_or_else(|_| Err(ProbeError::Driver { call: "driver library", code: 999, name: "missing entry point".into() }))
+}
+
+thread_local! {
+    /// The context this thread last made current (0 = none).
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// What a backend-owned address is.
+#[derive(Debug)]
+enum Region {
+    /// Device memory placed by the planner (its physical mapping is in `Tables::mappings`,
+    /// possibly shared with other small allocations).
+    Device,
+    Managed,
+    Pinned { _memfd: OwnedFd },
+}
+
+struct Alloc {
+    len: u64,
+    region: Region,
+}
+
+/// The staging buffer pool.
+struct Staging {
+    free: Mutex<(Vec<HostBuf>, usize)>,
+    cv: Condvar,
+}
+
+impl Staging {
+    fn take(&self) -> DResult<HostBuf> {
+        let mut g = self.free.lock().unwrap();
+        loop {
+            if let Some(b) = g.0.pop() {
+                return Ok(b);
+            }
+            if g.1 < STAGES {
+                g.1 += 1;
+                drop(g);
+                return HostBuf::new(STAGE as usize).inspect_err(|_| self.free.lock().unwrap().1 -= 1);
+            }
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+
+    fn give(&self, b: HostBuf) {
+        self.free.lock().unwrap().0.push(b);
+        self.cv.notify_one();
+    }
+}
+
+/// State reachable from host functions running on driver threads.
+struct Shared {
+    app: OnceLock<Arc<AppMemory>>,
+    async_err: AtomicU32,
+    sticky: AtomicU32,
+    staging: Staging,
+}
+
+impl Shared {
+    fn report(&self, code: u32) {
+        if cuda::is_sticky(code) {
+            let _ = self.sticky.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        let _ = self.async_err.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+struct ModuleRec {
+    module: driver::Module,
+    /// PTX text of the image, when it has plain PTX (for the parameter-layout fallback).
+    ptx: Option<String>,
+}
+
+struct FuncRec {
+    f: driver::Function,
+    layout: Vec<(u32, u32)>,
+    param_bytes: u32,
+}
+
+struct EventRec {
+    ev: Arc<driver::Event>,
+    recorded: bool,
+    timing: bool,
+}
+
+#[derive(Default)]
+struct Tables {
+    allocs: BTreeMap<u64, Alloc>,
+    mappings: BTreeMap<u64, driver::Mapping>,
+    /// Module variables found so far: address → (length, module, name).
+    globals: BTreeMap<u64, (u64, u64, String)>,
+    /// Application ranges registered with cudaHostRegister: start → length.
+    registered: BTreeMap<u64, u64>,
+    modules: HashMap<u64, ModuleRec>,
+    funcs: HashMap<u64, FuncRec>,
+    streams: HashMap<u64, Arc<driver::Stream>>,
+    events: HashMap<u64, EventRec>,
+}
+
+/// The `cuda` backend.
+pub struct Cuda {
+    dev: Device,
+    ctx: driver::Context,
+    planner: Mutex<Planner>,
+    tables: Mutex<Tables>,
+    shared: Arc<Shared>,
+    next_handle: AtomicU64,
+    props: DeviceProps,
+    legacy: Arc<driver::Stream>,
+}
+
+fn bad() -> BackendError {
+    BackendError::Cuda(cuda::ERROR_INVALID_VALUE)
+}
+
+fn handle_err() -> BackendError {
+    BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)
+}
+
+impl Cuda {
+    /// Open device 0 with its allocations in the agreed device window.
+    pub fn open() -> std::result::Result<Cuda, ProbeError> {
+        Cuda::with_window(crum_wire::DEVICE_VA_BASE, crum_wire::DEVICE_VA_SIZE)
+    }
+
+    /// Open device 0 with its allocations in `[base, base+size)` (granularity-aligned).
+    pub fn with_window(base: u64, size: u64) -> std::result::Result<Cuda, ProbeError> {
+        let dev = probe()?;
+        let ctx = driver::primary_ctx_retain(dev).map_err(drv("cuDevicePrimaryCtxRetain"))?;
+        driver::ctx_set_current(&ctx).map_err(drv("cuCtxSetCurrent"))?;
+        CURRENT.with(|c| c.set(ctx.raw()));
+        let granule = driver::granularity(dev).map_err(drv("cuMemGetAllocationGranularity"))?;
+        if !granule.is_power_of_two() || !base.is_multiple_of(granule) || !size.is_multiple_of(granule) {
+            return Err(ProbeError::Driver { call: "cuMemGetAllocationGranularity", code: 1, name: format!("granularity {granule:#x} does not divide the window") });
+        }
+        let props = read_props(dev).map_err(drv("cuDeviceGetAttribute"))?;
+        Ok(Cuda {
+            dev,
+            ctx,
+            planner: Mutex::new(Planner::new(base, size, granule)),
+            tables: Mutex::default(),
+            shared: Arc::new(Shared {
+                app: OnceLock::new(),
+                async_err: AtomicU32::new(0),
+                sticky: AtomicU32::new(0),
+                staging: Staging { free: Mutex::new((Vec::new(), 0)), cv: Condvar::new() },
+            }),
+            next_handle: AtomicU64::new(0x100),
+            props,
+            legacy: Arc::new(driver::Stream::LEGACY),
+        })
+    }
+
+    /// Make the primary context current on the calling thread (lane threads are many).
+    fn bind(&self) -> Result<()> {
+        let raw = self.ctx.raw();
+        if CURRENT.with(|c| c.get()) != raw {
+            driver::ctx_set_current(&self.ctx).map_err(|c| self.err(Op::Other, c))?;
+            CURRENT.with(|c| c.set(raw));
+        }
+        if let Some(s) = self.sticky_error() {
+            return Err(BackendError::Cuda(s));
+        }
+        Ok(())
+    }
+
+    /// Translate a driver error, remembering sticky ones.
+    fn err(&self, op: Op, code: u32) -> BackendError {
+        let rt = runtime_error(op, code);
+        if cuda::is_sticky(rt) {
+            self.shared.report(rt);
+        }
+        BackendError::Cuda(rt)
+    }
+
+    fn handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn stream(&self, id: StreamId) -> Result<Arc<driver::Stream>> {
+        if id == LEGACY_STREAM {
+            return Ok(self.legacy.clone());
+        }
+        self.tables.lock().unwrap().streams.get(&id.0).cloned().ok_or_else(handle_err)
+    }
+
+    /// Whether `[addr, addr+len)` is memory the driver can address directly.
+    fn locate(&self, addr: u64, len: u64) -> Option<AllocKind> {
+        let t = self.tables.lock().unwrap();
+        let inside = |m: &BTreeMap<u64, _>, get_len: &dyn Fn(&_) -> u64| {
+            m.range(..=addr).next_back().is_some_and(|(&s, v)| addr.checked_add(len).is_some_and(|e| e <= s + get_len(v).max(1)))
+        };
+        if let Some((&s, a)) = t.allocs.range(..=addr).next_back() {
+            if addr.checked_add(len).is_some_and(|e| e <= s + a.len.max(1)) {
+                return Some(match a.region {
+                    Region::Device => AllocKind::Device,
+                    Region::Managed => AllocKind::Managed,
+                    Region::Pinned { .. } => AllocKind::PinnedHost,
+                });
+            }
+        }
+        inside(&t.globals, &|g: &(u64, u64, String)| g.0).then_some(AllocKind::Device)
+    }
+
+    fn in_window(&self, addr: u64) -> bool {
+        self.planner.lock().unwrap().in_window(addr)
+    }
+
+    /// Place `len` bytes of `kind` at a planner address (`at`: a recorded one, for restart).
+    fn place(&self, len: u64, kind: AllocKind, at: Option<u64>) -> Result<Allocation> {
+        self.bind()?;
+        if len == 0 {
+            return Err(bad());
+        }
+        if kind == AllocKind::Managed {
+            let addr = driver::alloc_managed(len).map_err(|c| self.err(Op::Other, c))?;
+            if let Some(want) = at.filter(|&w| w != addr) {
+                let _ = driver::mem_free(addr);
+                tracing::error!(want = format_args!("{want:#x}"), got = format_args!("{addr:#x}"), "managed memory cannot be re-created at its recorded address");
+                return Err(BackendError::Cuda(cuda::ERROR_MEMORY_ALLOCATION));
+            }
+            self.tables.lock().unwrap().allocs.insert(addr, Alloc { len, region: Region::Managed });
+            return Ok(Allocation { addr, memfd: None });
+        }
+        let own = kind == AllocKind::PinnedHost;
+        let mut planner = self.planner.lock().unwrap();
+        let placed = match at {
+            Some(a) => planner.place_at(a, len, own),
+            None => planner.alloc(len, own),
+        }
+        .map_err(|e| {
+            tracing::warn!("device allocation of {len:#x} bytes: {e}");
+            BackendError::Cuda(cuda::ERROR_MEMORY_ALLOCATION)
+        })?;
+        let undo = |planner: &mut Planner| {
+            let _ = planner.free(placed.addr);
+        };
+        if kind == AllocKind::PinnedHost {
+            let span = len.next_multiple_of(4096);
+            let memfd = match pinned_map(placed.addr, span) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    undo(&mut planner);
+                    tracing::warn!("pinned host allocation at {:#x}: {e}", placed.addr);
+                    return Err(BackendError::Cuda(cuda::ERROR_MEMORY_ALLOCATION));
+                }
+            };
+            if let Err(c) = driver::host_register(placed.addr, span) {
+                pinned_unmap(placed.addr, span);
+                undo(&mut planner);
+                return Err(self.err(Op::Other, c));
+            }
+            let fd = memfd.as_raw_fd();
+            self.tables.lock().unwrap().allocs.insert(placed.addr, Alloc { len, region: Region::Pinned { _memfd: memfd } });
+            return Ok(Allocation { addr: placed.addr, memfd: Some(fd) });
+        }
+        let mut made = Vec::new();
+        for c in &placed.new_chunks {
+            match driver::map_fixed(self.dev, c.addr, c.len) {
+                Ok(m) => made.push(m),
+                Err(e) => {
+                    for m in made {
+                        let _ = driver::unmap(m);
+                    }
+                    undo(&mut planner);
+                    return Err(match e {
+                        driver::MapError::Moved { got } => {
+                            tracing::error!("the driver placed device memory at {got:#x} instead of {:#x}", c.addr);
+                            BackendError::Cuda(cuda::ERROR_MEMORY_ALLOCATION)
+                        }
+                        driver::MapError::Driver(code) => self.err(Op::Other, code),
+                    });
+                }
+            }
+        }
+        let mut t = self.tables.lock().unwrap();
+        for m in made {
+            t.mappings.insert(m.addr, m);
+        }
+        t.allocs.insert(placed.addr, Alloc { len, region: Region::Device });
+        Ok(Allocation { addr: placed.addr, memfd: None })
+    }
+
+    /// Queue a copy between two addresses the driver can reach.
+    fn copy_direct(&self, s: &driver::Stream, op: &CopyOp, src: u64) -> Result<()> {
+        driver::copy_2d(op.dst, op.dpitch, src, op.spitch, op.width, op.height, s).map_err(|c| self.err(Op::Other, c))
+    }
+
+    /// Queue a copy that has the application's memory (or staged bytes) on one side, piece by
+    /// piece through staging buffers.
+    fn copy_staged(&self, s: &driver::Stream, op: CopyOp, dst_dev: bool, src_dev: bool) -> Result<()> {
+        let shared = &self.shared;
+        for p in pieces::pieces(op.width, op.height, STAGE) {
+            let mut buf = shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
+            let n = p.bytes();
+            let soff = p.row0 * op.spitch + p.col0;
+            let doff = p.row0 * op.dpitch + p.col0;
+            match (&op.src, src_dev, dst_dev) {
+                (Endpoint::Staged(data), _, true) => {
+                    // Staged bytes are packed (pitch = width).
+                    let dst_rows = buf.as_mut_slice();
+                    for r in 0..p.rows {
+                        let from = ((p.row0 + r) * op.width + p.col0) as usize;
+                        let chunk = data.get(from..from + p.cols as usize).ok_or_else(bad)?;
+                        dst_rows[(r * p.cols) as usize..][..p.cols as usize].copy_from_slice(chunk);
+                    }
+                    self.enqueue_h2d(s, buf, op.dst + doff, op.dpitch, p)?;
+                }
+                (Endpoint::Addr(src), false, true) => {
+                    // Read the application's memory when the stream gets here, into the
+                    // buffer that the device copy queued next reads (see `stage_slice`).
+                    let (sh, src, spitch) = (shared.clone(), *src + soff, op.spitch);
+                    let bufaddr = buf.addr();
+                    driver::launch_host_func(s, Box::new(move || {
+                        let Some(app) = sh.app.get() else { return sh.report(cuda::ERROR_INITIALIZATION) };
+                        let dst = stage_slice(bufaddr, n);
+                        for r in 0..p.rows {
+                            if app.read(src + r * spitch, &mut dst[(r * p.cols) as usize..][..p.cols as usize]).is_err() {
+                                return sh.report(cuda::ERROR_INVALID_VALUE);
+                            }
+                        }
+                    }))
+                    .map_err(|c| self.err(Op::Other, c))?;
+                    self.enqueue_h2d(s, buf, op.dst + doff, op.dpitch, p)?;
+                }
+                (Endpoint::Addr(src), true, false) => {
+                    driver::copy_2d(buf.addr(), p.cols, src + soff, op.spitch, p.cols, p.rows, s).map_err(|c| self.err(Op::Other, c))?;
+                    let (sh, dst, dpitch) = (shared.clone(), op.dst + doff, op.dpitch);
+                    driver::launch_host_func(s, Box::new(move || {
+                        match sh.app.get() {
+                            Some(app) => {
+                                let data = buf.as_slice();
+                                for r in 0..p.rows {
+                                    if app.write(dst + r * dpitch, &data[(r * p.cols) as usize..][..p.cols as usize]).is_err() {
+                                        sh.report(cuda::ERROR_INVALID_VALUE);
+                                        break;
+                                    }
+                                }
+                            }
+                            None => sh.report(cuda::ERROR_INITIALIZATION),
+                        }
+                        sh.staging.give(buf);
+                    }))
+                    .map_err(|c| self.err(Op::Other, c))?;
+                }
+                (Endpoint::Addr(src), false, false) => {
+                    // Application to application (a host-to-host copy ordered on a stream).
+                    let (sh, src, dst, spitch, dpitch) = (shared.clone(), *src + soff, op.dst + doff, op.spitch, op.dpitch);
+                    driver::launch_host_func(s, Box::new(move || {
+                        if let Some(app) = sh.app.get() {
+                            let data = buf.as_mut_slice();
+                            for r in 0..p.rows {
+                                let row = &mut data[(r * p.cols) as usize..][..p.cols as usize];
+                                if app.read(src + r * spitch, row).is_err() || app.write(dst + r * dpitch, row).is_err() {
+                                    sh.report(cuda::ERROR_INVALID_VALUE);
+                                    break;
+                                }
+                            }
+                        }
+                        sh.staging.give(buf);
+                    }))
+                    .map_err(|c| self.err(Op::Other, c))?;
+                }
+                _ => {
+                    shared.staging.give(buf);
+                    return Err(bad());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Device copy out of a filled staging buffer, then return the buffer to the pool.
+    fn enqueue_h2d(&self, s: &driver::Stream, buf: HostBuf, dst: u64, dpitch: u64, p: pieces::Piece) -> Result<()> {
+        driver::copy_2d(dst, dpitch, buf.addr(), p.cols, p.cols, p.rows, s).map_err(|c| self.err(Op::Other, c))?;
+        let sh = self.shared.clone();
+        driver::launch_host_func(s, Box::new(move || sh.staging.give(buf))).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn sync_result(&self, r: DResult<()>) -> Result<()> {
+        r.map_err(|c| self.err(Op::Other, c))?;
+        match self.shared.async_err.swap(0, Ordering::SeqCst) {
+            0 => Ok(()),
+            c => Err(BackendError::Cuda(c)),
+        }
+    }
+}
+
+/// The bytes of a staging buffer by address, for a host function that fills it.
+fn stage_slice<'a>(addr: u64, len: u64) -> &'a mut [u8] {
+    #[allow(unsafe_code)]
+    // SAFETY: `addr` is a live `HostBuf` of `STAGE >= len` bytes, owned by the copy queued
+    // after this host function; nothing else touches it until that copy completes, and it is
+    // returned to the pool only by a host function that runs later on the same stream.
+    unsafe {
+        std::slice::from_raw_parts_mut(addr as *mut u8, len as usize)
+    }
+}
+
+/// Map a new memfd of `len` bytes at `addr` (shared, so the application maps the same pages).
+fn pinned_map(addr: u64, len: u64) -> std::io::Result<OwnedFd> {
+    let fd = nix::sys::memfd::memfd_create(c"crum-pinned", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
+    nix::unistd::ftruncate(&fd, len as i64).map_err(std::io::Error::from)?;
+    #[allow(unsafe_code)]
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is a planner
+    // chunk of the device window, which nothing else in this process uses.
+    let p = unsafe {
+        libc::mmap(addr as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE, fd.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    if p as u64 != addr {
+        pinned_unmap(p as u64, len);
+        return Err(std::io::Error::from(std::io::ErrorKind::AddrInUse));
+    }
+    Ok(fd)
+}
+
+fn pinned_unmap(addr: u64, len: u64) {
+    #[allow(unsafe_code)]
+    // SAFETY: unmapping a pinned mapping this module made; no references into it remain
+    // (the device is drained before a free).
+    unsafe {
+        libc::munmap(addr as *mut libc::c_void, len as usize);
+    }
+}
+
+fn read_props(dev: Device) -> DResult<DeviceProps> {
+    let a = |x| driver::device_attr(dev, x);
+    let pci_bus = a(DA::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?;
+    Ok(DeviceProps {
+        name: driver::device_name(dev)?,
+        total_mem: driver::device_total_mem(dev)?,
+        major: a(DA::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        minor: a(DA::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        multiprocessors: a(DA::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        max_threads_per_block: a(DA::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        max_threads_per_sm: a(DA::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?,
+        max_blocks_per_sm: a(DA::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)?,
+        warp_size: a(DA::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+        regs_per_block: a(DA::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK)?,
+        regs_per_sm: a(DA::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)?,
+        shared_per_block: a(DA::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)? as u64,
+        shared_per_block_optin: a(DA::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u64,
+        shared_per_sm: a(DA::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u64,
+        const_mem: a(DA::CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY)? as u64,
+        clock_khz: a(DA::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?,
+        mem_clock_khz: a(DA::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)?,
+        mem_bus_width: a(DA::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?,
+        l2_bytes: a(DA::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
+        max_grid: [a(DA::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?, a(DA::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?, a(DA::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?],
+        max_block: [a(DA::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?, a(DA::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?, a(DA::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?],
+        managed: a(DA::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0,
+        concurrent_kernels: a(DA::CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS)? != 0,
+        cooperative_launch: a(DA::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0,
+        pci_bus_id: pci_bus,
+        uuid: driver::device_uuid(dev)?,
+    })
+}
+
+/// The PTX text of a module image, when it carries it uncompressed (plain PTX, or a fat
+/// binary whose PTX entry is not compressed). Used only for the parameter-layout fallback.
+fn ptx_text(image: &[u8]) -> Option<String> {
+    let start = image.windows(8).position(|w| w == b".version")?;
+    let end = image[start..].iter().position(|&b| b == 0).map_or(image.len(), |e| start + e);
+    std::str::from_utf8(&image[start..end]).ok().map(str::to_string)
+}
+
+/// Runtime `cudaFuncAttribute` values that `cuFuncSetAttribute` accepts with the same number.
+fn settable_attr(attr: u32) -> Option<FA> {
+    match attr {
+        8 => Some(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES),
+        9 => Some(FA::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT),
+        _ => None,
+    }
+}
+
+impl Backend for Cuda {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // Managed memory is the driver's own (no memfd the application could map): the
+        // application side keeps shadow pages for it.
+        Capabilities { name: "cuda", shared_host_mappings: false, cooperative_launch: self.props.cooperative_launch, textures: false, fixed_addresses: true }
+    }
+
+    fn device_props(&self) -> DeviceProps {
+        self.props.clone()
+    }
+
+    fn attach_app(&self, app: Arc<AppMemory>) {
+        let _ = self.shared.app.set(app);
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64)> {
+        self.bind()?;
+        driver::mem_get_info().map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn malloc(&self, size: u64, kind: AllocKind) -> Result<Allocation> {
+        self.place(size, kind, None)
+    }
+
+    fn free(&self, addr: u64) -> Result<()> {
+        self.bind()?;
+        // cudaFree synchronizes the device: nothing may still use the memory.
+        self.sync_result(driver::ctx_synchronize())?;
+        // Lock order: planner, then tables (as `place` takes them).
+        let mut planner = self.planner.lock().unwrap();
+        let a = self.tables.lock().unwrap().allocs.remove(&addr).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_POINTER))?;
+        match a.region {
+            Region::Managed => driver::mem_free(addr).map_err(|c| self.err(Op::Other, c)),
+            Region::Pinned { .. } => {
+                let span = a.len.next_multiple_of(4096);
+                let _ = driver::host_unregister(addr);
+                pinned_unmap(addr, span);
+                let _ = planner.free(addr);
+                Ok(())
+            }
+            Region::Device => {
+                let released = planner.free(addr).map_err(|_| bad())?;
+                let mapping = released.and_then(|chunk| self.tables.lock().unwrap().mappings.remove(&chunk.addr));
+                match mapping {
+                    Some(m) => driver::unmap(m).map_err(|c| self.err(Op::Other, c)),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn owns(&self, addr: u64, len: u64) -> Option<AllocKind> {
+        self.locate(addr, len.max(1))
+    }
+
+    fn host_register(&self, addr: u64, len: u64) -> Result<()> {
+        // The application's memory lives in another process and cannot be page-locked from
+        // here; remember the range so copies from it are ordered on the stream (read when the
+        // stream reaches them) as CUDA does for page-locked memory.
+        if len == 0 || addr.checked_add(len).is_none() {
+            return Err(bad());
+        }
+        let mut t = self.tables.lock().unwrap();
+        let overlaps = t.registered.range(..addr + len).next_back().is_some_and(|(&s, &l)| s + l > addr);
+        if overlaps {
+            return Err(BackendError::Cuda(cuda::ERROR_HOST_MEMORY_ALREADY_REGISTERED));
+        }
+        t.registered.insert(addr, len);
+        Ok(())
+    }
+
+    fn host_unregister(&self, addr: u64) -> Result<()> {
+        self.tables.lock().unwrap().registered.remove(&addr).map(|_| ()).ok_or(BackendError::Cuda(cuda::ERROR_HOST_MEMORY_NOT_REGISTERED))
+    }
+
+    fn is_registered(&self, addr: u64, len: u64) -> bool {
+        let t = self.tables.lock().unwrap();
+        t.registered.range(..=addr).next_back().is_some_and(|(&s, &l)| addr.checked_add(len).is_some_and(|e| e <= s + l))
+    }
+
+    fn load_module(&self, image: &[u8]) -> Result<ModuleId> {
+        self.bind()?;
+        let module = driver::module_load(image).map_err(|c| self.err(Op::ModuleLoad, c))?;
+        let id = self.handle();
+        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: ptx_text(image) });
+        Ok(ModuleId(id))
+    }
+
+    fn unload_module(&self, module: ModuleId) -> Result<()> {
+        self.bind()?;
+        self.sync_result(driver::ctx_synchronize())?;
+        let mut t = self.tables.lock().unwrap();
+        let m = t.modules.remove(&module.0).ok_or_else(handle_err)?;
+        t.globals.retain(|_, g| g.1 != module.0);
+        drop(t);
+        driver::module_unload(m.module).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn function(&self, module: ModuleId, name: &str) -> Result<FuncInfo> {
+        self.bind()?;
+        let mut t = self.tables.lock().unwrap();
+        let m = t.modules.get(&module.0).ok_or_else(handle_err)?;
+        let f = driver::module_function(&m.module, name).map_err(|c| self.err(Op::FunctionLookup, c))?;
+        let layout = match driver::param_layout(f) {
+            Some(r) => r.map_err(|c| self.err(Op::Other, c))?,
+            None => {
+                let ptx = m.ptx.as_deref().ok_or_else(|| {
+                    tracing::error!(kernel = name, "driver older than 12.4 and no plain PTX in the module: parameter layout unknown");
+                    BackendError::Unsupported { backend: "cuda", op: "parameter layout without cuFuncGetParamInfo or PTX" }
+                })?;
+                params::layout_from_ptx(ptx, name).map_err(|e| {
+                    tracing::error!(kernel = name, "{e}");
+                    BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION)
+                })?
+            }
+        };
+        let fa = |a| driver::func_attr(f, a).map_err(|c| self.err(Op::Other, c));
+        let param_bytes = params::block_size(&layout);
+        let info = FuncInfo {
+            handle: 0,
+            params: layout.clone(),
+            param_bytes,
+            shared_bytes: fa(FA::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)? as u64,
+            local_bytes: fa(FA::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)? as u64,
+            const_bytes: fa(FA::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)? as u64,
+            max_threads_per_block: fa(FA::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            num_regs: fa(FA::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            ptx_version: fa(FA::CU_FUNC_ATTRIBUTE_PTX_VERSION)?,
+            binary_version: fa(FA::CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
+            max_dynamic_shared: fa(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
+        };
+        let id = self.handle();
+        t.funcs.insert(id, FuncRec { f, layout, param_bytes });
+        Ok(FuncInfo { handle: id, ..info })
+    }
+
+    fn symbol(&self, module: ModuleId, name: &str) -> Result<(u64, u64)> {
+        self.bind()?;
+        let mut t = self.tables.lock().unwrap();
+        let m = t.modules.get(&module.0).ok_or_else(handle_err)?;
+        let (addr, len) = driver::module_global(&m.module, name).map_err(|c| self.err(Op::SymbolLookup, c))?;
+        t.globals.insert(addr, (len, module.0, name.to_string()));
+        Ok((addr, len))
+    }
+
+    fn managed_var(&self, module: ModuleId, name: &str) -> Result<Allocation> {
+        // A `__managed__` variable of a module loaded by the driver is already managed memory
+        // at a driver-chosen address.
+        let (addr, _) = self.symbol(module, name)?;
+        Ok(Allocation { addr, memfd: None })
+    }
+
+    fn func_set_attribute(&self, func: FuncId, attr: u32, value: i32) -> Result<()> {
+        self.bind()?;
+        let f = self.tables.lock().unwrap().funcs.get(&func.0).map(|r| r.f).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
+        let a = settable_attr(attr).ok_or_else(bad)?;
+        driver::func_set_attr(f, a, value).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn launch(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>) -> Result<()> {
+        self.bind()?;
+        let (f, mut packed) = {
+            let t = self.tables.lock().unwrap();
+            let r = t.funcs.get(&func.0).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
+            if params.len() < r.param_bytes as usize {
+                return Err(bad());
+            }
+            (r.f, params::pointers(&params, &r.layout).map_err(|_| bad())?)
+        };
+        let s = self.stream(stream)?;
+        driver::launch(f, dims.grid, dims.block, dims.shared, &s, &mut packed, dims.cooperative).map_err(|c| self.err(Op::Launch, c))
+    }
+
+    fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
+        self.bind()?;
+        if op.width == 0 || op.height == 0 {
+            return Ok(());
+        }
+        let span = |pitch: u64| pitch.checked_mul(op.height - 1).and_then(|x| x.checked_add(op.width));
+        let (Some(dspan), Some(sspan)) = (span(op.dpitch), span(op.spitch)) else {
+            return Err(bad());
+        };
+        let dst_dev = self.locate(op.dst, dspan).is_some();
+        if !dst_dev && self.in_window(op.dst) {
+            return Err(bad());
+        }
+        let s = self.stream(stream)?;
+        match op.src {
+            Endpoint::Addr(src) => {
+                let src_dev = self.locate(src, sspan).is_some();
+                if !src_dev && self.in_window(src) {
+                    return Err(bad());
+                }
+                if src_dev && dst_dev {
+                    self.copy_direct(&s, &op, src)
+                } else {
+                    self.copy_staged(&s, op, dst_dev, src_dev)
+                }
+            }
+            Endpoint::Staged(ref data) => {
+                if !dst_dev || (data.len() as u64) < op.width * op.height {
+                    return Err(bad());
+                }
+                self.copy_staged(&s, op, true, false)
+            }
+        }
+    }
+
+    fn memset(&self, stream: StreamId, dst: u64, pitch: u64, value: u8, width: u64, height: u64) -> Result<()> {
+        self.bind()?;
+        if width == 0 || height == 0 {
+            return Ok(());
+        }
+        let span = pitch.checked_mul(height - 1).and_then(|x| x.checked_add(width)).ok_or_else(bad)?;
+        self.locate(dst, span).ok_or_else(bad)?;
+        let s = self.stream(stream)?;
+        driver::memset(dst, pitch, value, width, height, &s).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn stream_create(&self, flags: u32, priority: i32) -> Result<StreamId> {
+        self.bind()?;
+        let s = driver::stream_create(flags & 1 != 0, priority).map_err(|c| self.err(Op::Other, c))?;
+        let id = self.handle();
+        self.tables.lock().unwrap().streams.insert(id, Arc::new(s));
+        Ok(StreamId(id))
+    }
+
+    fn stream_destroy(&self, stream: StreamId) -> Result<()> {
+        self.bind()?;
+        // The driver destroys the stream when the last lane using it lets go; queued work
+        // still completes (cuStreamDestroy semantics).
+        self.tables.lock().unwrap().streams.remove(&stream.0).map(|_| ()).ok_or_else(handle_err)
+    }
+
+    fn stream_query(&self, stream: StreamId) -> Result<bool> {
+        self.bind()?;
+        let s = self.stream(stream)?;
+        driver::stream_query(&s).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn stream_sync(&self, stream: StreamId) -> Result<()> {
+        self.bind()?;
+        let s = self.stream(stream)?;
+        self.sync_result(driver::stream_sync(&s))
+    }
+
+    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        self.bind()?;
+        let s = self.stream(stream)?;
+        let e = self.tables.lock().unwrap().events.get(&event.0).map(|e| e.ev.clone()).ok_or_else(handle_err)?;
+        driver::stream_wait_event(&s, &e).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
+        self.bind()?;
+        let s = self.stream(stream)?;
+        driver::launch_host_func(&s, call).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn event_create(&self, flags: u32) -> Result<EventId> {
+        self.bind()?;
+        if flags & !0x7 != 0 {
+            return Err(bad());
+        }
+        let ev = driver::event_create(flags).map_err(|c| self.err(Op::Other, c))?;
+        let id = self.handle();
+        self.tables.lock().unwrap().events.insert(id, EventRec { ev: Arc::new(ev), recorded: false, timing: flags & 2 == 0 });
+        Ok(EventId(id))
+    }
+
+    fn event_destroy(&self, event: EventId) -> Result<()> {
+        self.bind()?;
+        // Destroyed when the last user (a wait in progress on another lane) lets go.
+        self.tables.lock().unwrap().events.remove(&event.0).map(|_| ()).ok_or_else(handle_err)
+    }
+
+    fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        self.bind()?;
+        let s = self.stream(stream)?;
+        let mut t = self.tables.lock().unwrap();
+        let e = t.events.get_mut(&event.0).ok_or_else(handle_err)?;
+        driver::event_record(&e.ev, &s).map_err(|c| self.err(Op::Other, c))?;
+        e.recorded = true;
+        Ok(())
+    }
+
+    fn event_query(&self, event: EventId) -> Result<bool> {
+        self.bind()?;
+        let t = self.tables.lock().unwrap();
+        let e = t.events.get(&event.0).ok_or_else(handle_err)?;
+        driver::event_query(&e.ev).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn event_sync(&self, event: EventId) -> Result<()> {
+        self.bind()?;
+        // Wait without holding the table lock: other lanes keep working meanwhile.
+        let ev = {
+            let t = self.tables.lock().unwrap();
+            let e = t.events.get(&event.0).ok_or_else(handle_err)?;
+            if !e.recorded {
+                return Ok(());
+            }
+            e.ev.clone()
+        };
+        self.sync_result(driver::event_sync(&ev))
+    }
+
+    fn event_elapsed(&self, start: EventId, end: EventId) -> Result<f32> {
+        self.bind()?;
+        let t = self.tables.lock().unwrap();
+        let (a, b) = (t.events.get(&start.0).ok_or_else(handle_err)?, t.events.get(&end.0).ok_or_else(handle_err)?);
+        if !a.timing || !b.timing || !a.recorded || !b.recorded {
+            return Err(handle_err());
+        }
+        driver::event_elapsed(&a.ev, &b.ev).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn device_sync(&self) -> Result<()> {
+        self.bind()?;
+        self.sync_result(driver::ctx_synchronize())
+    }
+
+    fn device_reset(&self) -> Result<()> {
+        self.bind()?;
+        self.sync_result(driver::ctx_synchronize())?;
+        let addrs: Vec<u64> = self.tables.lock().unwrap().allocs.keys().copied().collect();
+        for a in addrs {
+            self.free(a)?;
+        }
+        let mut t = self.tables.lock().unwrap();
+        t.streams.clear();
+        t.events.clear();
+        t.registered.clear();
+        self.shared.async_err.store(0, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn take_async_error(&self) -> Option<u32> {
+        let sticky = self.shared.sticky.load(Ordering::SeqCst);
+        let e = self.shared.async_err.swap(0, Ordering::SeqCst);
+        match (sticky, e) {
+            (0, 0) => None,
+            (0, e) => Some(e),
+            (s, _) => Some(s),
+        }
+    }
+
+    fn sticky_error(&self) -> Option<u32> {
+        Some(self.shared.sticky.load(Ordering::SeqCst)).filter(|&c| c != 0)
+    }
+
+    fn snapshot(&self, sink: SaveSink<'_>) -> Result<Vec<SavedRegion>> {
+        self.bind()?;
+        self.sync_result(driver::ctx_synchronize())?;
+        let regions = self.regions();
+        let stream = driver::stream_create(true, 0).map_err(|c| self.err(Op::Other, c))?;
+        self.drain_out(&stream, &regions, sink).map(|_| regions)
+    }
+
+    fn restore(&self, regions: &[SavedRegion], source: RestoreSource<'_>) -> Result<Vec<Allocation>> {
+        self.bind()?;
+        let mut out = Vec::new();
+        let mut targets = Vec::new();
+        for r in regions {
+            match &r.symbol {
+                Some((module, name)) => {
+                    let (addr, len) = self.symbol(*module, name)?;
+                    if len != r.len {
+                        tracing::error!(symbol = %name, "module variable changed size ({} → {len})", r.len);
+                        return Err(BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL));
+                    }
+                    out.push(Allocation { addr, memfd: None });
+                    targets.push(addr);
+                }
+                None => {
+                    let a = self.place(r.len, r.kind, Some(r.addr))?;
+                    targets.push(a.addr);
+                    out.push(a);
+                }
+            }
+        }
+        let stream = driver::stream_create(true, 0).map_err(|c| self.err(Op::Other, c))?;
+        self.fill_in(&stream, regions, &targets, source).map(|_| out)
+    }
+}
+
+/// One staging copy in flight during a snapshot or restore.
+struct InFlight {
+    buf: HostBuf,
+    done: driver::Event,
+    region: usize,
+    off: u64,
+    len: u64,
+}
+
+impl Cuda {
+    /// Every region a checkpoint must save, in address order.
+    fn regions(&self) -> Vec<SavedRegion> {
+        let t = self.tables.lock().unwrap();
+        let mut v: Vec<SavedRegion> = t
+            .allocs
+            .iter()
+            .map(|(&addr, a)| SavedRegion {
+                addr,
+                len: a.len,
+                kind: match a.region {
+                    Region::Device => AllocKind::Device,
+                    Region::Managed => AllocKind::Managed,
+                    Region::Pinned { .. } => AllocKind::PinnedHost,
+                },
+                symbol: None,
+            })
+            .collect();
+        v.extend(t.globals.iter().map(|(&addr, (len, m, name))| SavedRegion { addr, len: *len, kind: AllocKind::Device, symbol: Some((ModuleId(*m), name.clone())) }));
+        v.sort_by_key(|r| r.addr);
+        v
+    }
+
+    /// Copy every region out through the staging buffers, `STAGES` copies in flight.
+    fn drain_out(&self, s: &driver::Stream, regions: &[SavedRegion], sink: SaveSink<'_>) -> Result<()> {
+        let io = |e: std::io::Error| {
+            tracing::error!("device snapshot: {e}");
+            BackendError::Cuda(cuda::ERROR_UNKNOWN)
+        };
+        let mut queue: VecDeque<InFlight> = VecDeque::new();
+        let finish = |f: InFlight, sink: SaveSink<'_>| -> Result<()> {
+            driver::event_sync(&f.done).map_err(|c| self.err(Op::Other, c))?;
+            let r = sink(&regions[f.region], f.off, &f.buf.as_slice()[..f.len as usize]);
+            self.shared.staging.give(f.buf);
+            r.map_err(io)
+        };
+        for (i, r) in regions.iter().enumerate() {
+            if r.kind == AllocKind::PinnedHost {
+                // Host memory mapped here: hand it over directly.
+                sink(r, 0, stage_slice(r.addr, r.len)).map_err(io)?;
+                continue;
+            }
+            let mut off = 0;
+            while off < r.len {
+                if queue.len() >= STAGES {
+                    finish(queue.pop_front().expect("non-empty"), sink)?;
+                }
+                let len = STAGE.min(r.len - off);
+                let buf = self.shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
+                driver::copy_2d(buf.addr(), len, r.addr + off, len, len, 1, s).map_err(|c| self.err(Op::Other, c))?;
+                let done = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
+                driver::event_record(&done, s).map_err(|c| self.err(Op::Other, c))?;
+                queue.push_back(InFlight { buf, done, region: i, off, len });
+                off += len;
+            }
+        }
+        while let Some(f) = queue.pop_front() {
+            finish(f, sink)?;
+        }
+        Ok(())
+    }
+
+    /// Upload every region from `source` through the staging buffers, copies in flight.
+    fn fill_in(&self, s: &driver::Stream, regions: &[SavedRegion], targets: &[u64], source: RestoreSource<'_>) -> Result<()> {
+        let io = |e: std::io::Error| {
+            tracing::error!("device restore: {e}");
+            BackendError::Cuda(cuda::ERROR_UNKNOWN)
+        };
+        let mut queue: VecDeque<InFlight> = VecDeque::new();
+        let retire = |f: InFlight| -> Result<()> {
+            driver::event_sync(&f.done).map_err(|c| self.err(Op::Other, c))?;
+            self.shared.staging.give(f.buf);
+            Ok(())
+        };
+        for (i, r) in regions.iter().enumerate() {
+            let dst = targets[i];
+            if r.kind == AllocKind::PinnedHost {
+                source(r, 0, stage_slice(dst, r.len)).map_err(io)?;
+                continue;
+            }
+            let mut off = 0;
+            while off < r.len {
+                if queue.len() >= STAGES {
+                    retire(queue.pop_front().expect("non-empty"))?;
+                }
+                let len = STAGE.min(r.len - off);
+                let mut buf = self.shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
+                source(r, off, &mut buf.as_mut_slice()[..len as usize]).map_err(io)?;
+                driver::copy_2d(dst + off, len, buf.addr(), len, len, 1, s).map_err(|c| self.err(Op::Other, c))?;
+                let done = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
+                driver::event_record(&done, s).map_err(|c| self.err(Op::Other, c))?;
+                queue.push_back(InFlight { buf, done, region: i, off, len });
+                off += len;
+            }
+        }
+        while let Some(f) = queue.pop_front() {
+            retire(f)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_text_is_found_in_plain_ptx_and_uncompressed_fatbins() {
+        let mut fatbin = vec![0x50u8, 0xed, 0x55, 0xba, 1, 0, 0x10, 0];
+        fatbin.extend_from_slice(&[0u8; 40]);
+        fatbin.extend_from_slice(b".version 8.0\n.target sm_80\n.entry k() { ret; }\0\0\0");
+        let t = ptx_text(&fatbin).unwrap();
+        assert!(t.starts_with(".version 8.0") && t.ends_with("ret; }"));
+        assert_eq!(ptx_text(b"\x50\xed\x55\xba compressed bytes"), None);
+    }
+
+    #[test]
+    fn only_attributes_with_matching_numbers_are_settable() {
+        assert_eq!(settable_attr(8), Some(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES));
+        assert_eq!(settable_attr(0), None);
+        assert_eq!(settable_attr(1000), None);
+    }
+
+    #[test]
+    fn probe_without_driver_library_names_libcuda_and_does_not_panic() {
+        if driver::library_present() {
+            eprintln!("skipped: a CUDA driver library is installed here");
+            return;
+        }
+        assert_eq!(probe().err(), Some(ProbeError::NoLibrary));
+        assert!(ProbeError::NoLibrary.to_string().contains("libcuda.so.1"));
+    }
+}
