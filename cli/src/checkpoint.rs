@@ -94,7 +94,12 @@ mod tests {
     }
 
     fn args(pid: Option<u32>, all: bool) -> Args {
-        Args { pid, dir: Some(PathBuf::from("/imgs")), exit: false, all }
+        Args {
+            pid,
+            dir: Some(PathBuf::from("/imgs")),
+            exit: false,
+            all,
+        }
     }
 
     #[test]
@@ -106,7 +111,9 @@ mod tests {
         let agent = std::thread::spawn(move || {
             for _ in 0..2 {
                 let (req, resp) = server.accept().unwrap();
-                let Request::Checkpoint { dir, .. } = req else { panic!("{req:?}") };
+                let Request::Checkpoint { dir, .. } = req else {
+                    panic!("{req:?}")
+                };
                 resp.reply(Ok(dir.unwrap().join("ckpt-1"))).unwrap();
             }
         });
@@ -124,7 +131,10 @@ mod tests {
     fn checkpoint_of_pid_not_under_crum_is_a_clear_error() {
         let t = scratch("none");
         let e = run_in(&t, &args(Some(std::process::id()), false), &mut Vec::new()).unwrap_err();
-        assert!(format!("{e:#}").contains("is not running under crum"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("is not running under crum"),
+            "{e:#}"
+        );
         assert_eq!(run_in(&t, &args(None, true), &mut Vec::new()).unwrap(), 2);
     }
 }

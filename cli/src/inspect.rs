@@ -26,14 +26,22 @@ pub struct Args {
 
 fn perms(prot: u32) -> String {
     let b = |bit: u32, c: char| if prot & bit != 0 { c } else { '-' };
-    [b(libc::PROT_READ as u32, 'r'), b(libc::PROT_WRITE as u32, 'w'), b(libc::PROT_EXEC as u32, 'x')]
-        .into_iter()
-        .collect()
+    [
+        b(libc::PROT_READ as u32, 'r'),
+        b(libc::PROT_WRITE as u32, 'w'),
+        b(libc::PROT_EXEC as u32, 'x'),
+    ]
+    .into_iter()
+    .collect()
 }
 
 fn ratio(mem: u64, stored: u64) -> String {
     if stored == 0 {
-        if mem == 0 { "-".into() } else { "zero".into() }
+        if mem == 0 {
+            "-".into()
+        } else {
+            "zero".into()
+        }
     } else {
         format!("{:.2}x", mem as f64 / stored as f64)
     }
@@ -55,7 +63,15 @@ struct RegionJson<'a> {
 /// A Unix time in milliseconds as `2026-11-22 22:37:22.123 UTC`.
 pub(crate) fn human_time(unix_ms: u64) -> String {
     let s = utc_stamp(unix_ms); // 20261122T223722.123Z
-    format!("{}-{}-{} {}:{}:{} UTC", &s[0..4], &s[4..6], &s[6..8], &s[9..11], &s[11..13], &s[13..19])
+    format!(
+        "{}-{}-{} {}:{}:{} UTC",
+        &s[0..4],
+        &s[4..6],
+        &s[6..8],
+        &s[9..11],
+        &s[11..13],
+        &s[13..19]
+    )
 }
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
@@ -89,7 +105,8 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
 
     let mut o = String::new();
     if json {
-        let count = |g: &RegionInfo, e: Encoding| g.chunks.iter().filter(|c| c.encoding == e).count();
+        let count =
+            |g: &RegionInfo, e: Encoding| g.chunks.iter().filter(|c| c.encoding == e).count();
         let regions_json: Vec<RegionJson> = regions
             .iter()
             .map(|g| RegionJson {
@@ -122,15 +139,20 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
     }
 
     writeln!(o, "image      {}", path.display())?;
-    writeln!(o, "format     {}.{} written by {}", inv.major, inv.minor, inv.producer)?;
-    writeln!(o, 
+    writeln!(
+        o,
+        "format     {}.{} written by {}",
+        inv.major, inv.minor, inv.producer
+    )?;
+    writeln!(
+        o,
         "taken      {} on {}, Linux {}, {} pages",
         human_time(inv.created_unix_ms),
         inv.arch,
         inv.kernel_release,
         HumanBytes(u64::from(inv.page_size))
     )?;
-    writeln!(o, 
+    writeln!(o,
         "memory     {} regions, {} mapped, {} saved, {} non-zero, {} stored, ratio {} (chunks of {})",
         regions.len(),
         HumanBytes(mapped),
@@ -147,7 +169,8 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
     writeln!(o, "\nsections")?;
     writeln!(o, "  {:<24} {:>8} {:>12}  file", "name", "required", "size")?;
     for s in &inv.sections {
-        writeln!(o, 
+        writeln!(
+            o,
             "  {:<24} {:>8} {:>12}  {}",
             s.name,
             if s.required { "yes" } else { "no" },
@@ -156,17 +179,22 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         )?;
     }
     writeln!(o, "\nregions")?;
-    writeln!(o, 
+    writeln!(
+        o,
         "  {:<33} {:>4} {:>10} {:>11} {:>11} {:>11} {:>7}  name",
         "address", "perm", "flags", "size", "non-zero", "stored", "ratio"
     )?;
     for g in &regions {
         let (nz, st) = if g.has_data {
-            (HumanBytes(g.nonzero_bytes()).to_string(), HumanBytes(g.stored_bytes()).to_string())
+            (
+                HumanBytes(g.nonzero_bytes()).to_string(),
+                HumanBytes(g.stored_bytes()).to_string(),
+            )
         } else {
             ("-".into(), "not saved".into())
         };
-        writeln!(o, 
+        writeln!(
+            o,
             "  {:016x}-{:016x} {:>4} {:>#10x} {:>11} {:>11} {:>11} {:>7}  {}",
             g.start,
             g.start.saturating_add(g.len),
@@ -175,7 +203,11 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
             HumanBytes(g.len).to_string(),
             nz,
             st,
-            if g.has_data { ratio(g.len, g.stored_bytes()) } else { "-".into() },
+            if g.has_data {
+                ratio(g.len, g.stored_bytes())
+            } else {
+                "-".into()
+            },
             g.name_lossy()
         )?;
     }
@@ -197,7 +229,10 @@ mod tests {
         }
         let text = describe(&golden(), false, true).unwrap();
         assert!(text.contains("format     1.0 written by crum"), "{text}");
-        assert!(text.contains("2026-11-22 22:37:22.123 UTC on x86_64"), "{text}");
+        assert!(
+            text.contains("2026-11-22 22:37:22.123 UTC on x86_64"),
+            "{text}"
+        );
         assert!(text.contains("verified"), "{text}");
         for name in ["process", "note", "[heap]", "/usr/lib/libx.so", "not saved"] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
@@ -209,7 +244,8 @@ mod tests {
         if std::env::consts::ARCH != "x86_64" {
             return;
         }
-        let v: serde_json::Value = serde_json::from_str(&describe(&golden(), true, false).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&describe(&golden(), true, false).unwrap()).unwrap();
         assert_eq!(v["totals"]["mapped_bytes"], 100 * 1024);
         assert_eq!(v["regions"].as_array().unwrap().len(), 3);
         assert_eq!(v["regions"][1]["name"], "/usr/lib/libx.so");
@@ -219,6 +255,9 @@ mod tests {
     #[test]
     fn missing_image_is_one_line_error() {
         let e = describe(Path::new("/nonexistent/img"), false, false).unwrap_err();
-        assert_eq!(format!("{e:#}"), "image directory /nonexistent/img does not exist");
+        assert_eq!(
+            format!("{e:#}"),
+            "image directory /nonexistent/img does not exist"
+        );
     }
 }

@@ -25,8 +25,17 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     }
     println!("{:>8}  {:<27}  command", "pid", "since");
     for p in procs {
-        let ms = p.since.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        println!("{:>8}  {:<27}  {}", p.pid, crate::inspect::human_time(ms), p.cmdline);
+        let ms = p
+            .since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        println!(
+            "{:>8}  {:<27}  {}",
+            p.pid,
+            crate::inspect::human_time(ms),
+            p.cmdline
+        );
     }
     Ok(0)
 }
