@@ -174,6 +174,11 @@ pub fn start_from_env() {
 
 fn start(cfg: Result<Config, String>) -> Result<(), String> {
     let cfg = cfg?;
+    // The proxy channel (set up by `crum run`) belongs to the interposer, whose restore hook
+    // builds a new one: never save or restore its descriptor.
+    if let Some(fd) = std::env::var("CRUM_CHANNEL").ok().and_then(|v| v.parse::<i32>().ok()) {
+        exclude_fd(fd);
+    }
     threads::probe_libc()?;
     threads::install_handler()?;
     // SAFETY: getpid cannot fail.

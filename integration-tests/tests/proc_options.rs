@@ -86,3 +86,44 @@ fn checkpoint_exit_ends_the_program_and_the_image_continues_it() {
     assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
     assert_continues(&expected, 0, &p.output(), &r.output(), true, "restart after --exit");
 }
+
+/// The program started by `crum run` (a child of it whose executable is `prog`).
+fn program_child(run_pid: u32, prog: &std::path::Path) -> Option<u32> {
+    let kids = std::fs::read_to_string(format!("/proc/{run_pid}/task/{run_pid}/children")).ok()?;
+    kids.split_whitespace()
+        .filter_map(|k| k.parse::<u32>().ok())
+        .find(|k| std::fs::read_link(format!("/proc/{k}/exe")).ok().as_deref() == Some(prog))
+}
+
+#[test]
+fn crum_run_flags_reach_the_agent_and_its_images_restart() {
+    let sb = Sandbox::new();
+    let prog = build_c("counter");
+    let mut cmd = std::process::Command::new(crum_bin());
+    cmd.args(["run", "--device", "emu", "--interval", "150ms", "--keep", "2", "--on-signal", "USR1", "--dir"])
+        .arg(sb.images())
+        .arg("--")
+        .arg(&prog)
+        .args(["300", "10"])
+        .current_dir(sb.path("run"))
+        .env("CRUM_CONTROL_DIR", sb.sock());
+    let mut run = spawn_cmd(&mut cmd, sb.path("run.out"));
+    run.wait_lines(3);
+    let pid = program_child(run.pid(), &prog).expect("the program is a child of crum run");
+    let mut seen = std::collections::BTreeSet::new();
+    wait_for("three periodic images", || {
+        seen.extend(images(&sb));
+        seen.len() >= 3
+    });
+    assert!(images(&sb).len() <= 2, "--keep 2 left more images");
+    send_signal(pid, libc::SIGUSR1);
+    let n = run.lines();
+    run.wait_lines(n + 3);
+    send_signal(pid, libc::SIGKILL);
+    run.wait_exit();
+    let newest = images(&sb).pop().unwrap();
+    let expected = expected_output(&sb, &prog, &["300", "10"]);
+    let mut r = restart(&sb, &newest, "restart.out");
+    assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
+    assert_continues(&expected, 0, &run.output(), &r.output(), true, "restart of an image taken under crum run");
+}

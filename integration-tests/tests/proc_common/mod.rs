@@ -167,6 +167,11 @@ fn close_inherited(cmd: &mut Command) {
     }
 }
 
+/// Spawns `cmd` with stdout to `out` (stderr next to it), inherited descriptors closed.
+pub fn spawn_cmd(cmd: &mut Command, out: PathBuf) -> Proc {
+    spawn(cmd, out)
+}
+
 fn spawn(cmd: &mut Command, out: PathBuf) -> Proc {
     close_inherited(cmd);
     let f = fs::File::create(&out).unwrap();
