@@ -30,12 +30,14 @@ pub fn device_choice(s: &str) -> anyhow::Result<DeviceChoice> {
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
     // Die with our parent (`crum run`) rather than linger.
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).context("setting the parent-death signal")?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .context("setting the parent-death signal")?;
     let choice = device_choice(&args.device)?;
     let channel = Arc::new(Channel::open(args.channel_fd).context("opening the channel")?);
     let backend = open(choice).context("opening the device")?;
     tracing::info!(backend = backend.name(), "proxy serving");
     let parent = nix::unistd::getppid();
-    crum_proxy::serve(channel, backend, &|| nix::unistd::getppid() == parent).map_err(|e| anyhow::anyhow!("{e}"))?;
+    crum_proxy::serve(channel, backend, &|| nix::unistd::getppid() == parent)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(0)
 }

@@ -47,7 +47,9 @@ pub struct Args {
 /// Parse a duration: plain seconds, or a number with ms/s/m/h/d.
 pub fn parse_duration(s: &str) -> anyhow::Result<f64> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num.parse().with_context(|| format!("bad duration `{s}`"))?;
     let mult = match unit {
@@ -71,27 +73,42 @@ pub fn parse_signal(s: &str) -> anyhow::Result<Signal> {
         return Signal::try_from(n).with_context(|| format!("no signal number {n}"));
     }
     let name = s.to_ascii_uppercase();
-    let name = if name.starts_with("SIG") { name } else { format!("SIG{name}") };
-    name.parse::<Signal>().with_context(|| format!("unknown signal `{s}`"))
+    let name = if name.starts_with("SIG") {
+        name
+    } else {
+        format!("SIG{name}")
+    };
+    name.parse::<Signal>()
+        .with_context(|| format!("unknown signal `{s}`"))
 }
 
 fn find_program(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         return Some(PathBuf::from(name));
     }
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|c| c.is_file()))
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+    })
 }
 
 /// A binary that carries kernels (`.nv_fatbin`) but does not import the runtime dynamically
 /// was linked with the static CUDA runtime, which cannot be interposed.
 pub fn statically_linked_cudart(path: &Path) -> anyhow::Result<bool> {
     use object::{Object, ObjectSymbol};
-    let Ok(data) = std::fs::read(path) else { return Ok(false) };
-    let Ok(file) = object::File::parse(&*data) else { return Ok(false) };
+    let Ok(data) = std::fs::read(path) else {
+        return Ok(false);
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return Ok(false);
+    };
     if file.section_by_name(".nv_fatbin").is_none() {
         return Ok(false);
     }
-    let imports_runtime = file.dynamic_symbols().any(|s| s.is_undefined() && s.name().is_ok_and(|n| n == "__cudaRegisterFatBinary"));
+    let imports_runtime = file
+        .dynamic_symbols()
+        .any(|s| s.is_undefined() && s.name().is_ok_and(|n| n == "__cudaRegisterFatBinary"));
     Ok(!imports_runtime)
 }
 
@@ -99,15 +116,27 @@ pub fn statically_linked_cudart(path: &Path) -> anyhow::Result<bool> {
 fn interposer() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the crum binary")?;
     let dir = exe.parent().context("crum binary has no directory")?;
-    for cand in [dir.join("libcrum.so"), dir.join("../libcrum.so"), dir.join("../lib/crum/libcrum.so")] {
+    for cand in [
+        dir.join("libcrum.so"),
+        dir.join("../libcrum.so"),
+        dir.join("../lib/crum/libcrum.so"),
+    ] {
         if cand.is_file() {
             return Ok(cand.canonicalize()?);
         }
     }
-    bail!("libcrum.so not found next to {} (build it with `cargo build`)", exe.display())
+    bail!(
+        "libcrum.so not found next to {} (build it with `cargo build`)",
+        exe.display()
+    )
 }
 
-const FORWARDED: [Signal; 4] = [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGUSR2];
+const FORWARDED: [Signal; 4] = [
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
     let program = &args.command[0];
@@ -189,7 +218,12 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         .env("LD_PRELOAD", preload)
         .env(crum_wire::ENV_CHANNEL, fd.to_string())
         .env("CRUM_RUN", "1")
-        .env("CRUM_CKPT_DIR", args.dir.clone().unwrap_or_else(|| PathBuf::from("./crum-images")));
+        .env(
+            "CRUM_CKPT_DIR",
+            args.dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("./crum-images")),
+        );
     if let Some(i) = interval {
         cmd.env("CRUM_CKPT_INTERVAL", format!("{i}"));
     }
@@ -204,7 +238,11 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         Err(e) => {
             let _ = signal::kill(Pid::from_raw(proxy_pid), Signal::SIGKILL);
             eprintln!("crum: {program}: {e}");
-            return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
         }
     };
     let app_pid = Arc::new(AtomicI32::new(app.id() as i32));
@@ -254,7 +292,14 @@ fn reraise(s: Signal) -> nix::Result<()> {
     // because of handler functions.)
     #[allow(unsafe_code)]
     unsafe {
-        signal::sigaction(s, &signal::SigAction::new(signal::SigHandler::SigDfl, signal::SaFlags::empty(), SigSet::empty()))?;
+        signal::sigaction(
+            s,
+            &signal::SigAction::new(
+                signal::SigHandler::SigDfl,
+                signal::SaFlags::empty(),
+                SigSet::empty(),
+            ),
+        )?;
     }
     set.thread_unblock()?;
     // Core dumps of crum itself are not wanted.

@@ -10,7 +10,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn crum() -> Command {
@@ -18,7 +21,11 @@ fn crum() -> Command {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo).args(["build", "-q", "-p", "crum-interpose"]).current_dir(repo()).status().unwrap();
+        let st = Command::new(cargo)
+            .args(["build", "-q", "-p", "crum-interpose"])
+            .current_dir(repo())
+            .status()
+            .unwrap();
         assert!(st.success(), "building libcrum.so");
     });
     Command::new(env!("CARGO_BIN_EXE_crum"))
@@ -28,8 +35,14 @@ fn crum() -> Command {
 fn nvcc() -> PathBuf {
     static NVCC: OnceLock<PathBuf> = OnceLock::new();
     NVCC.get_or_init(|| {
-        let out = Command::new(repo().join("scripts/setup-cuda.sh")).output().expect("running setup-cuda.sh");
-        assert!(out.status.success(), "setup-cuda.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(repo().join("scripts/setup-cuda.sh"))
+            .output()
+            .expect("running setup-cuda.sh");
+        assert!(
+            out.status.success(),
+            "setup-cuda.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("bin/nvcc")
     })
     .clone()
@@ -38,10 +51,22 @@ fn nvcc() -> PathBuf {
 fn build(name: &str, extra: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run-smoke");
     std::fs::create_dir_all(&dir).unwrap();
-    let tag = if extra.is_empty() { String::new() } else { format!("-{}", extra.join("").replace(['-', ' '], "")) };
+    let tag = if extra.is_empty() {
+        String::new()
+    } else {
+        format!("-{}", extra.join("").replace(['-', ' '], ""))
+    };
     let exe = dir.join(format!("{name}{tag}"));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cuda").join(format!("{name}.cu"));
-    let st = Command::new(nvcc()).args(["-arch=sm_80", "-o"]).arg(&exe).arg(&src).args(extra).status().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/cuda")
+        .join(format!("{name}.cu"));
+    let st = Command::new(nvcc())
+        .args(["-arch=sm_80", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .unwrap();
     assert!(st.success(), "nvcc {name}");
     exe
 }
@@ -49,9 +74,17 @@ fn build(name: &str, extra: &[&str]) -> PathBuf {
 #[test]
 fn runtime_api_program_passes_on_the_emulated_device() {
     let exe = build("runtime", &["-cudart", "shared"]);
-    let out = crum().args(["run", "--device", "emu", "--"]).arg(&exe).output().unwrap();
+    let out = crum()
+        .args(["run", "--device", "emu", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("runtime: OK"), "{stdout}");
 }
 
@@ -67,7 +100,15 @@ fn statically_linked_runtime_is_refused_with_advice() {
 #[test]
 fn stdio_arguments_environment_and_exit_status_pass_through() {
     let mut child = crum()
-        .args(["run", "--", "sh", "-c", "read x; echo \"$x $1 $CRUM_RUN\"; echo err >&2; exit 7", "sh", "arg1"])
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo \"$x $1 $CRUM_RUN\"; echo err >&2; exit 7",
+            "sh",
+            "arg1",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -83,7 +124,10 @@ fn stdio_arguments_environment_and_exit_status_pass_through() {
 #[test]
 fn death_by_signal_is_reraised() {
     use std::os::unix::process::ExitStatusExt;
-    let st = crum().args(["run", "--", "sh", "-c", "kill -USR2 $$"]).status().unwrap();
+    let st = crum()
+        .args(["run", "--", "sh", "-c", "kill -USR2 $$"])
+        .status()
+        .unwrap();
     assert_eq!(st.signal(), Some(libc::SIGUSR2));
 }
 
@@ -92,7 +136,10 @@ fn device_cuda_without_gpu_is_a_clear_error() {
     if Path::new("/dev/nvidiactl").exists() {
         return; // a GPU machine: the cuda backend decides
     }
-    let out = crum().args(["run", "--device", "cuda", "--", "true"]).output().unwrap();
+    let out = crum()
+        .args(["run", "--device", "cuda", "--", "true"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no usable GPU"));
 }
@@ -100,14 +147,23 @@ fn device_cuda_without_gpu_is_a_clear_error() {
 #[test]
 fn killed_proxy_makes_cuda_calls_fail_instead_of_hanging() {
     let exe = build("spin", &["-cudart", "shared"]);
-    let mut child = crum().args(["run", "--device", "emu", "--"]).arg(&exe).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = crum()
+        .args(["run", "--device", "emu", "--"])
+        .arg(&exe)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     // The proxy is the child of `crum run` whose command line says `proxy`.
-    let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap();
+    let kids =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+            .unwrap();
     let proxy = kids
         .split_whitespace()
-        .find(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("proxy")))
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("proxy"))
+        })
         .expect("proxy process");
     Command::new("kill").args(["-9", proxy]).status().unwrap();
     let t0 = Instant::now();

@@ -39,10 +39,20 @@ thread_local! {
 pub fn init_logging() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let Ok(filter) = std::env::var("CRUM_LOG") else { return };
+        let Ok(filter) = std::env::var("CRUM_LOG") else {
+            return;
+        };
         let filter = tracing_subscriber::EnvFilter::new(filter);
-        let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
-        match std::env::var("CRUM_LOG_FILE").ok().and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok()) {
+        let b = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false);
+        match std::env::var("CRUM_LOG_FILE").ok().and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        }) {
             Some(f) => {
                 let _ = b.with_writer(Mutex::new(f)).try_init();
             }
@@ -55,10 +65,16 @@ pub fn init_logging() {
 
 fn connect() -> CudaResult<Conn> {
     init_logging();
-    let fd: i32 = match std::env::var(crum_wire::ENV_CHANNEL).ok().and_then(|v| v.parse().ok()) {
+    let fd: i32 = match std::env::var(crum_wire::ENV_CHANNEL)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         Some(fd) => fd,
         None => {
-            tracing::error!("not running under `crum run` (no {}): no CUDA device", crum_wire::ENV_CHANNEL);
+            tracing::error!(
+                "not running under `crum run` (no {}): no CUDA device",
+                crum_wire::ENV_CHANNEL
+            );
             return Err(cuda::ERROR_NO_DEVICE);
         }
     };
@@ -66,7 +82,8 @@ fn connect() -> CudaResult<Conn> {
         tracing::error!("cannot open the crum channel: {e}");
         cuda::ERROR_INITIALIZATION
     })?);
-    ch.wait_ready(Duration::from_secs(60)).map_err(|_| cuda::ERROR_DEVICES_UNAVAILABLE)?;
+    ch.wait_ready(Duration::from_secs(60))
+        .map_err(|_| cuda::ERROR_DEVICES_UNAVAILABLE)?;
     // One CUDA process per proxy: a second process that inherited the channel (a child the
     // program started) must not drive the first one's device state.
     let owner = ch.app_pid();
@@ -78,14 +95,30 @@ fn connect() -> CudaResult<Conn> {
     // The proxy is our sibling, not our parent: under Yama ptrace_scope=1 it may only read
     // our memory (cross-memory attach) if we name it. EINVAL without Yama is fine.
     // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_PTRACER, ch.proxy_pid() as libc::c_ulong, 0, 0, 0) };
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PTRACER,
+            ch.proxy_pid() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
     let mut overflow = ch.claim_lane().ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
-    let reply = overflow.call(&Request::Hello { pid: std::process::id() }).map_err(chan_err)?;
+    let reply = overflow
+        .call(&Request::Hello {
+            pid: std::process::id(),
+        })
+        .map_err(chan_err)?;
     if reply.status != 0 {
         return Err(reply.status);
     }
     let proxy_pid = ch.proxy_pid();
-    Ok(Conn { ch, overflow: Mutex::new(overflow), proxy_pid })
+    Ok(Conn {
+        ch,
+        overflow: Mutex::new(overflow),
+        proxy_pid,
+    })
 }
 
 fn conn() -> CudaResult<&'static Conn> {
@@ -172,20 +205,27 @@ fn reserve_window() -> CudaResult<()> {
             crum_wire::DEVICE_VA_BASE as *mut libc::c_void,
             crum_wire::DEVICE_VA_SIZE as usize,
             libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | libc::MAP_NORESERVE
+                | libc::MAP_FIXED_NOREPLACE,
             -1,
             0,
         )
     };
     if p as u64 != crum_wire::DEVICE_VA_BASE {
-        tracing::error!("the device address window {:#x} is taken in this process", crum_wire::DEVICE_VA_BASE);
+        tracing::error!(
+            "the device address window {:#x} is taken in this process",
+            crum_wire::DEVICE_VA_BASE
+        );
         return Err(cuda::ERROR_INITIALIZATION);
     }
     Ok(())
 }
 
 fn in_window(addr: u64, len: u64) -> bool {
-    addr >= crum_wire::DEVICE_VA_BASE && addr.saturating_add(len) <= crum_wire::DEVICE_VA_BASE + crum_wire::DEVICE_VA_SIZE
+    addr >= crum_wire::DEVICE_VA_BASE
+        && addr.saturating_add(len) <= crum_wire::DEVICE_VA_BASE + crum_wire::DEVICE_VA_SIZE
 }
 
 /// Map the proxy's shared memory `memfd` at `addr` (managed and pinned memory).
@@ -199,12 +239,22 @@ pub fn map_shared(addr: u64, len: u64, memfd: i32) -> CudaResult<()> {
     // SAFETY: NUL-terminated path.
     let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
     if fd < 0 {
-        tracing::error!("cannot open the proxy's shared memory {path}: {}", std::io::Error::last_os_error());
+        tracing::error!(
+            "cannot open the proxy's shared memory {path}: {}",
+            std::io::Error::last_os_error()
+        );
         return Err(cuda::ERROR_MEMORY_ALLOCATION);
     }
     // SAFETY: see module docs: inside our own window reservation.
     let p = unsafe {
-        libc::mmap(addr as *mut libc::c_void, span as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0)
+        libc::mmap(
+            addr as *mut libc::c_void,
+            span as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            0,
+        )
     };
     // SAFETY: closing the descriptor we opened; the mapping keeps the memory alive.
     unsafe { libc::close(fd) };
@@ -249,7 +299,8 @@ pub fn start_callback_thread() -> CudaResult<()> {
                         if func != 0 {
                             // SAFETY: `func` is the host function pointer the application
                             // passed to cudaLaunchHostFunc/cudaStreamAddCallback (module docs).
-                            let f: HostFn = unsafe { std::mem::transmute::<usize, HostFn>(func as usize) };
+                            let f: HostFn =
+                                unsafe { std::mem::transmute::<usize, HostFn>(func as usize) };
                             // SAFETY: as above; called with the application's own argument.
                             unsafe { f(data as *mut libc::c_void) };
                         }

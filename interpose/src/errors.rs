@@ -21,7 +21,9 @@ static STICKY: AtomicU32 = AtomicU32::new(0);
 
 /// Record an error as this thread's last error (and as sticky when it is).
 pub fn record(code: u32) {
-    if code == 0 {
+    // cudaErrorNotReady (a query's "not yet") is a result, not an error: CUDA does not
+    // make it the last error.
+    if code == 0 || code == cuda::ERROR_NOT_READY {
         return;
     }
     if cuda::is_sticky(code) {
@@ -77,7 +79,10 @@ pub fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
 /// An API crum does not implement: `cudaErrorNotSupported`, its name logged once.
 pub fn unsupported(name: &'static str) -> u32 {
     static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let first = SEEN.lock().map(|mut g| g.get_or_insert_with(HashSet::new).insert(name)).unwrap_or(false);
+    let first = SEEN
+        .lock()
+        .map(|mut g| g.get_or_insert_with(HashSet::new).insert(name))
+        .unwrap_or(false);
     if first {
         crate::client::init_logging();
         tracing::warn!(api = name, "CUDA runtime API not supported by crum");
@@ -102,6 +107,16 @@ mod tests {
         record(cuda::ERROR_INVALID_VALUE);
         assert_eq!(peek_last(), cuda::ERROR_INVALID_VALUE);
         assert_eq!(take_last(), cuda::ERROR_INVALID_VALUE);
+        assert_eq!(take_last(), 0);
+    }
+
+    #[test]
+    fn not_ready_is_not_recorded_as_last_error() {
+        take_last();
+        assert_eq!(
+            guard("cudaStreamQuery", || Err(cuda::ERROR_NOT_READY)),
+            cuda::ERROR_NOT_READY
+        );
         assert_eq!(take_last(), 0);
     }
 

@@ -10,10 +10,10 @@
 #![deny(unsafe_code)]
 
 mod abi_gen;
+mod agent_hook;
 pub mod api;
 pub mod client;
 pub mod errors;
 pub mod ffi;
 pub mod managed;
 pub mod state;
-mod agent_hook;

@@ -109,7 +109,13 @@ fn per_thread_stream() -> CudaResult<u64> {
     if cur != 0 {
         return Ok(cur);
     }
-    let Body::Value(h) = call(&Request::StreamCreate { flags: 0, priority: 0 })? else { return Err(cuda::ERROR_UNKNOWN) };
+    let Body::Value(h) = call(&Request::StreamCreate {
+        flags: 0,
+        priority: 0,
+    })?
+    else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
     let _ = PER_THREAD_STREAM.try_with(|c| c.set(h));
     Ok(h)
 }
@@ -122,11 +128,19 @@ pub fn find_alloc(addr: u64) -> Option<(u64, AllocRec)> {
 }
 
 pub fn add_alloc(addr: u64, len: u64, kind: MemKind, flags: u32) {
-    state().allocs.write().unwrap_or_else(|p| p.into_inner()).insert(addr, AllocRec { len, kind, flags });
+    state()
+        .allocs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(addr, AllocRec { len, kind, flags });
 }
 
 pub fn remove_alloc(addr: u64) -> Option<AllocRec> {
-    state().allocs.write().unwrap_or_else(|p| p.into_inner()).remove(&addr)
+    state()
+        .allocs
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&addr)
 }
 
 /// Whether the proxy can reach `[addr, addr+len)` directly: device, managed or pinned memory
@@ -135,20 +149,37 @@ pub fn is_device_visible(addr: u64, len: u64) -> bool {
     find_alloc(addr).is_some_and(|(b, r)| addr.saturating_add(len) <= b + r.len.max(1))
 }
 
-/// Whether `addr` is device memory proper (not host-accessible).
+/// Whether `addr` is device memory proper (not host-accessible): a device allocation, or any
+/// address in the device window that is not a managed/pinned mapping (module variables and
+/// stale pointers live there too; the window is PROT_NONE in this process).
 pub fn is_device(addr: u64) -> bool {
-    find_alloc(addr).is_some_and(|(_, r)| r.kind == MemKind::Device)
+    match find_alloc(addr) {
+        Some((_, r)) => r.kind == MemKind::Device,
+        None => (crum_wire::DEVICE_VA_BASE..crum_wire::DEVICE_VA_BASE + crum_wire::DEVICE_VA_SIZE).contains(&addr),
+    }
 }
 
 /// The kernel registered for host stub `host_fun`, with its attributes (fetched on first use).
 pub fn function(host_fun: usize) -> CudaResult<(Arc<FuncRec>, FuncInfo)> {
-    let rec = state().funcs.read().unwrap_or_else(|p| p.into_inner()).get(&host_fun).cloned().ok_or(cuda::ERROR_INVALID_DEVICE_FUNCTION)?;
+    let rec = state()
+        .funcs
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&host_fun)
+        .cloned()
+        .ok_or(cuda::ERROR_INVALID_DEVICE_FUNCTION)?;
     let mut g = rec.info.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(i) = &*g {
         return Ok((rec.clone(), i.clone()));
     }
     let module = module_id(rec.module)?;
-    let Body::Func(info) = call(&Request::GetFunction { module, name: rec.name.clone() })? else { return Err(cuda::ERROR_UNKNOWN) };
+    let Body::Func(info) = call(&Request::GetFunction {
+        module,
+        name: rec.name.clone(),
+    })?
+    else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
     *g = Some(info.clone());
     drop(g);
     Ok((rec, info))
@@ -160,12 +191,29 @@ pub fn module_id(idx: usize) -> CudaResult<u64> {
 
 /// Device address and size of a module variable given its host shadow address.
 pub fn symbol(host_var: usize) -> CudaResult<(u64, u64)> {
-    let rec = state().vars.read().unwrap_or_else(|p| p.into_inner()).get(&host_var).cloned().ok_or(cuda::ERROR_INVALID_SYMBOL)?;
+    let rec = state()
+        .vars
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&host_var)
+        .cloned()
+        .ok_or(cuda::ERROR_INVALID_SYMBOL)?;
     if let Some(&a) = rec.addr.get() {
         return Ok((a, rec.size));
     }
     let module = module_id(rec.module)?;
-    let Body::Pair(addr, size) = call(&Request::GetSymbol { module, name: rec.name.clone() })? else { return Err(cuda::ERROR_UNKNOWN) };
+    let Body::Pair(addr, size) = call(&Request::GetSymbol {
+        module,
+        name: rec.name.clone(),
+    })?
+    else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
+    // Module variables live in device memory the program never allocated itself: record
+    // them so copies and pointer attributes know what they are.
+    if find_alloc(addr).is_none() {
+        add_alloc(addr, size, MemKind::Device, 0);
+    }
     let _ = rec.addr.set(addr);
     Ok((addr, size))
 }

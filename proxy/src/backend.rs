@@ -32,7 +32,10 @@ pub const LEGACY_STREAM: StreamId = StreamId(0);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
     #[error("{op} is not supported by the {backend} backend")]
-    Unsupported { backend: &'static str, op: &'static str },
+    Unsupported {
+        backend: &'static str,
+        op: &'static str,
+    },
     #[error("{}", cuda::description(*.0))]
     Cuda(u32),
 }
@@ -188,7 +191,13 @@ pub trait Backend: Send + Sync {
         let _ = (func, attr, value);
         unsupported(self.name(), "cudaFuncSetAttribute")
     }
-    fn launch(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>) -> Result<()> {
+    fn launch(
+        &self,
+        stream: StreamId,
+        func: FuncId,
+        dims: LaunchDims,
+        params: Vec<u8>,
+    ) -> Result<()> {
         let _ = (stream, func, dims, params);
         unsupported(self.name(), "kernel launch")
     }
@@ -196,7 +205,15 @@ pub trait Backend: Send + Sync {
         let _ = (stream, op);
         unsupported(self.name(), "cudaMemcpy")
     }
-    fn memset(&self, stream: StreamId, dst: u64, pitch: u64, value: u8, width: u64, height: u64) -> Result<()> {
+    fn memset(
+        &self,
+        stream: StreamId,
+        dst: u64,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+    ) -> Result<()> {
         let _ = (stream, dst, pitch, value, width, height);
         unsupported(self.name(), "cudaMemset")
     }

@@ -25,18 +25,25 @@ const CHUNK: usize = 1 << 30;
 const PARALLEL_MIN: usize = 8 << 20;
 
 fn workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4)
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
 }
 
 /// Split `len` bytes into `n` page-aligned pieces: (offset, length).
 fn pieces(len: usize, n: usize) -> Vec<(usize, usize)> {
     let per = len.div_ceil(n).next_multiple_of(4096);
-    (0..len).step_by(per.max(1)).map(|o| (o, per.min(len - o))).collect()
+    (0..len)
+        .step_by(per.max(1))
+        .map(|o| (o, per.min(len - o)))
+        .collect()
 }
 
 impl AppMemory {
     pub fn new(pid: u32) -> AppMemory {
-        AppMemory { pid: pid as libc::pid_t }
+        AppMemory {
+            pid: pid as libc::pid_t,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -57,8 +64,14 @@ impl AppMemory {
             rest = tail;
         }
         std::thread::scope(|s| {
-            let handles: Vec<_> = parts.into_iter().map(|(a, b)| s.spawn(move || self.read_one(a, b))).collect();
-            handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("copy thread panicked"))))
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|(a, b)| s.spawn(move || self.read_one(a, b)))
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("copy thread panicked")))
+            })
         })
     }
 
@@ -71,9 +84,14 @@ impl AppMemory {
         std::thread::scope(|s| {
             let handles: Vec<_> = pieces(data.len(), n)
                 .into_iter()
-                .map(|(off, len)| s.spawn(move || self.write_one(addr + off as u64, &data[off..off + len])))
+                .map(|(off, len)| {
+                    s.spawn(move || self.write_one(addr + off as u64, &data[off..off + len]))
+                })
                 .collect();
-            handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("copy thread panicked"))))
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("copy thread panicked")))
+            })
         })
     }
 
@@ -81,12 +99,22 @@ impl AppMemory {
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(CHUNK);
-            let local = libc::iovec { iov_base: buf[done..].as_mut_ptr().cast(), iov_len: n };
-            let remote = libc::iovec { iov_base: (addr + done as u64) as *mut libc::c_void, iov_len: n };
+            let local = libc::iovec {
+                iov_base: buf[done..].as_mut_ptr().cast(),
+                iov_len: n,
+            };
+            let remote = libc::iovec {
+                iov_base: (addr + done as u64) as *mut libc::c_void,
+                iov_len: n,
+            };
             // SAFETY: `local` describes `n` writable bytes of `buf`; see module docs.
             let r = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
             if r <= 0 {
-                return Err(if r == 0 { io::Error::from(io::ErrorKind::UnexpectedEof) } else { io::Error::last_os_error() });
+                return Err(if r == 0 {
+                    io::Error::from(io::ErrorKind::UnexpectedEof)
+                } else {
+                    io::Error::last_os_error()
+                });
             }
             done += r as usize;
         }
@@ -97,12 +125,22 @@ impl AppMemory {
         let mut done = 0;
         while done < data.len() {
             let n = (data.len() - done).min(CHUNK);
-            let local = libc::iovec { iov_base: data[done..].as_ptr() as *mut libc::c_void, iov_len: n };
-            let remote = libc::iovec { iov_base: (addr + done as u64) as *mut libc::c_void, iov_len: n };
+            let local = libc::iovec {
+                iov_base: data[done..].as_ptr() as *mut libc::c_void,
+                iov_len: n,
+            };
+            let remote = libc::iovec {
+                iov_base: (addr + done as u64) as *mut libc::c_void,
+                iov_len: n,
+            };
             // SAFETY: `local` describes `n` readable bytes of `data`; see module docs.
             let r = unsafe { libc::process_vm_writev(self.pid, &local, 1, &remote, 1, 0) };
             if r <= 0 {
-                return Err(if r == 0 { io::Error::from(io::ErrorKind::UnexpectedEof) } else { io::Error::last_os_error() });
+                return Err(if r == 0 {
+                    io::Error::from(io::ErrorKind::UnexpectedEof)
+                } else {
+                    io::Error::last_os_error()
+                });
             }
             done += r as usize;
         }
@@ -129,7 +167,9 @@ mod tests {
     #[test]
     fn large_transfers_split_over_threads_arrive_intact() {
         let app = AppMemory::new(std::process::id());
-        let src: Vec<u8> = (0..(PARALLEL_MIN * 2 + 12345)).map(|i| (i % 251) as u8).collect();
+        let src: Vec<u8> = (0..(PARALLEL_MIN * 2 + 12345))
+            .map(|i| (i % 251) as u8)
+            .collect();
         let mut dst = vec![0u8; src.len()];
         app.read(src.as_ptr() as u64, &mut dst).unwrap();
         assert!(dst == src);

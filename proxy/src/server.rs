@@ -57,7 +57,13 @@ fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
 
 impl Server {
     pub fn new(channel: Arc<Channel>, backend: Arc<dyn Backend>) -> Arc<Server> {
-        Arc::new(Server { channel, backend, app: Mutex::new(None), deferred: AtomicU32::new(0), callbacks: Callbacks::default() })
+        Arc::new(Server {
+            channel,
+            backend,
+            app: Mutex::new(None),
+            deferred: AtomicU32::new(0),
+            callbacks: Callbacks::default(),
+        })
     }
 
     /// Serve until `keep_going` returns false.
@@ -67,7 +73,10 @@ impl Server {
             for lane in self.channel.accept_lanes(Duration::from_millis(100)) {
                 let s = self.clone();
                 let name = format!("crum-lane-{}", lane.index());
-                if let Err(e) = std::thread::Builder::new().name(name).spawn(move || s.serve_lane(lane)) {
+                if let Err(e) = std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || s.serve_lane(lane))
+                {
                     tracing::error!("cannot start a lane thread: {e}");
                 }
             }
@@ -101,11 +110,12 @@ impl Server {
                 }
             };
             let syncing = is_syncing(&req);
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req)))
-                .unwrap_or_else(|_| {
-                    tracing::error!("request handler panicked");
-                    Err(cuda::ERROR_UNKNOWN)
-                });
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req)))
+                    .unwrap_or_else(|_| {
+                        tracing::error!("request handler panicked");
+                        Err(cuda::ERROR_UNKNOWN)
+                    });
             if inc.wants_reply {
                 lane.reply(&self.finish(result, syncing));
             } else if let Err(c) = result {
@@ -115,7 +125,9 @@ impl Server {
     }
 
     fn defer(&self, c: u32) {
-        let _ = self.deferred.compare_exchange(0, c, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self
+            .deferred
+            .compare_exchange(0, c, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     fn finish(&self, result: std::result::Result<Body, u32>, syncing: bool) -> Reply {
@@ -141,7 +153,11 @@ impl Server {
     }
 
     fn app(&self) -> std::result::Result<Arc<AppMemory>, u32> {
-        self.app.lock().unwrap().clone().ok_or(cuda::ERROR_INITIALIZATION)
+        self.app
+            .lock()
+            .unwrap()
+            .clone()
+            .ok_or(cuda::ERROR_INITIALIZATION)
     }
 
     fn host_side_pinned(&self, addr: u64, len: u64) -> bool {
@@ -166,54 +182,140 @@ impl Server {
             Request::MemGetInfo => code(b.mem_info()).map(|(f, t)| Body::Pair(f, t)),
             Request::Malloc { size, kind } => {
                 if size == 0 {
-                    return Ok(Body::Alloc { addr: 0, memfd: None });
+                    return Ok(Body::Alloc {
+                        addr: 0,
+                        memfd: None,
+                    });
                 }
-                code(b.malloc(size, kind)).map(|a| Body::Alloc { addr: a.addr, memfd: a.memfd })
+                code(b.malloc(size, kind)).map(|a| Body::Alloc {
+                    addr: a.addr,
+                    memfd: a.memfd,
+                })
             }
             Request::Free { addr } => code(b.free(addr)).map(|_| Body::None),
-            Request::HostRegister { addr, len } => code(b.host_register(addr, len)).map(|_| Body::None),
+            Request::HostRegister { addr, len } => {
+                code(b.host_register(addr, len)).map(|_| Body::None)
+            }
             Request::HostUnregister { addr } => code(b.host_unregister(addr)).map(|_| Body::None),
             Request::LoadModule { addr, len } => {
                 if len < 16 || len > MAX_MODULE {
                     return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
                 }
                 let mut image = vec![0u8; len as usize];
-                self.app()?.read(addr, &mut image).map_err(|_| cuda::ERROR_INVALID_KERNEL_IMAGE)?;
+                self.app()?
+                    .read(addr, &mut image)
+                    .map_err(|_| cuda::ERROR_INVALID_KERNEL_IMAGE)?;
                 code(b.load_module(&image)).map(|m| Body::Value(m.0))
             }
-            Request::UnloadModule { module } => code(b.unload_module(ModuleId(module))).map(|_| Body::None),
-            Request::GetFunction { module, name } => code(b.function(ModuleId(module), &name)).map(Body::Func),
-            Request::GetSymbol { module, name } => code(b.symbol(ModuleId(module), &name)).map(|(a, s)| Body::Pair(a, s)),
-            Request::ManagedVar { module, name } => {
-                code(b.managed_var(ModuleId(module), &name)).map(|a| Body::Alloc { addr: a.addr, memfd: a.memfd })
+            Request::UnloadModule { module } => {
+                code(b.unload_module(ModuleId(module))).map(|_| Body::None)
             }
-            Request::FuncSetAttribute { func, attr, value } => code(b.func_set_attribute(FuncId(func), attr, value)).map(|_| Body::None),
-            Request::Launch { func, grid, block, shared, stream, cooperative, params } => {
-                let dims = LaunchDims { grid, block, shared, cooperative };
+            Request::GetFunction { module, name } => {
+                code(b.function(ModuleId(module), &name)).map(Body::Func)
+            }
+            Request::GetSymbol { module, name } => {
+                code(b.symbol(ModuleId(module), &name)).map(|(a, s)| Body::Pair(a, s))
+            }
+            Request::ManagedVar { module, name } => code(b.managed_var(ModuleId(module), &name))
+                .map(|a| Body::Alloc {
+                    addr: a.addr,
+                    memfd: a.memfd,
+                }),
+            Request::FuncSetAttribute { func, attr, value } => {
+                code(b.func_set_attribute(FuncId(func), attr, value)).map(|_| Body::None)
+            }
+            Request::Launch {
+                func,
+                grid,
+                block,
+                shared,
+                stream,
+                cooperative,
+                params,
+            } => {
+                let dims = LaunchDims {
+                    grid,
+                    block,
+                    shared,
+                    cooperative,
+                };
                 code(b.launch(StreamId(stream), FuncId(func), dims, params)).map(|_| Body::None)
             }
-            Request::Memcpy { dst, src, len, kind, stream, sync } => {
-                self.copy(CopyArgs { dst, dpitch: len, src, spitch: len, width: len, height: 1, kind, stream, sync })
-            }
-            Request::Memcpy2D { dst, dpitch, src, spitch, width, height, kind, stream, sync } => {
+            Request::Memcpy {
+                dst,
+                src,
+                len,
+                kind,
+                stream,
+                sync,
+            } => self.copy(CopyArgs {
+                dst,
+                dpitch: len,
+                src,
+                spitch: len,
+                width: len,
+                height: 1,
+                kind,
+                stream,
+                sync,
+            }),
+            Request::Memcpy2D {
+                dst,
+                dpitch,
+                src,
+                spitch,
+                width,
+                height,
+                kind,
+                stream,
+                sync,
+            } => {
                 if dpitch < width || spitch < width {
                     return Err(cuda::ERROR_INVALID_PITCH_VALUE);
                 }
-                self.copy(CopyArgs { dst, dpitch, src, spitch, width, height, kind, stream, sync })
+                self.copy(CopyArgs {
+                    dst,
+                    dpitch,
+                    src,
+                    spitch,
+                    width,
+                    height,
+                    kind,
+                    stream,
+                    sync,
+                })
             }
-            Request::Memset { dst, value, len, stream, sync } => {
+            Request::Memset {
+                dst,
+                value,
+                len,
+                stream,
+                sync,
+            } => {
                 code(b.memset(StreamId(stream), dst, len, value, len, 1))?;
                 self.sync_if(sync, stream)
             }
-            Request::Memset2D { dst, pitch, value, width, height, stream, sync } => {
+            Request::Memset2D {
+                dst,
+                pitch,
+                value,
+                width,
+                height,
+                stream,
+                sync,
+            } => {
                 if pitch < width {
                     return Err(cuda::ERROR_INVALID_PITCH_VALUE);
                 }
                 code(b.memset(StreamId(stream), dst, pitch, value, width, height))?;
                 self.sync_if(sync, stream)
             }
-            Request::StreamCreate { flags, priority } => code(b.stream_create(flags, priority)).map(|s| Body::Value(s.0)),
-            Request::StreamDestroy { stream } => code(b.stream_destroy(StreamId(stream))).map(|_| Body::None),
+            Request::StreamCreate { flags, priority } => {
+                code(b.stream_create(flags, priority)).map(|s| Body::Value(s.0))
+            }
+            Request::StreamDestroy { stream } => {
+                code(b.stream_destroy(StreamId(stream))).map(|_| Body::None)
+            }
             Request::StreamQuery { stream } => {
                 if code(b.stream_query(StreamId(stream)))? {
                     Ok(Body::None)
@@ -221,11 +323,19 @@ impl Server {
                     Err(cuda::ERROR_NOT_READY)
                 }
             }
-            Request::StreamSync { stream } => code(b.stream_sync(StreamId(stream))).map(|_| Body::None),
-            Request::StreamWaitEvent { stream, event } => code(b.stream_wait_event(StreamId(stream), EventId(event))).map(|_| Body::None),
+            Request::StreamSync { stream } => {
+                code(b.stream_sync(StreamId(stream))).map(|_| Body::None)
+            }
+            Request::StreamWaitEvent { stream, event } => {
+                code(b.stream_wait_event(StreamId(stream), EventId(event))).map(|_| Body::None)
+            }
             Request::EventCreate { flags } => code(b.event_create(flags)).map(|e| Body::Value(e.0)),
-            Request::EventDestroy { event } => code(b.event_destroy(EventId(event))).map(|_| Body::None),
-            Request::EventRecord { event, stream } => code(b.event_record(EventId(event), StreamId(stream))).map(|_| Body::None),
+            Request::EventDestroy { event } => {
+                code(b.event_destroy(EventId(event))).map(|_| Body::None)
+            }
+            Request::EventRecord { event, stream } => {
+                code(b.event_record(EventId(event), StreamId(stream))).map(|_| Body::None)
+            }
             Request::EventQuery { event } => {
                 if code(b.event_query(EventId(event)))? {
                     Ok(Body::None)
@@ -234,19 +344,34 @@ impl Server {
                 }
             }
             Request::EventSync { event } => code(b.event_sync(EventId(event))).map(|_| Body::None),
-            Request::EventElapsed { start, end } => code(b.event_elapsed(EventId(start), EventId(end))).map(Body::Float),
+            Request::EventElapsed { start, end } => {
+                code(b.event_elapsed(EventId(start), EventId(end))).map(Body::Float)
+            }
             Request::HostFunc { stream, func, data } => {
                 let id = self.callbacks.next.fetch_add(1, Ordering::Relaxed) + 1;
                 let me = self.clone();
-                code(b.host_func(StreamId(stream), Box::new(move || me.run_callback(id, func, data)))).map(|_| Body::None)
+                code(b.host_func(
+                    StreamId(stream),
+                    Box::new(move || me.run_callback(id, func, data)),
+                ))
+                .map(|_| Body::None)
             }
             Request::WaitCallback => {
                 let mut q = self.callbacks.queue.lock().unwrap();
                 loop {
                     if let Some(c) = q.pop_front() {
-                        return Ok(Body::Callback { id: c.id, func: c.func, data: c.data });
+                        return Ok(Body::Callback {
+                            id: c.id,
+                            func: c.func,
+                            data: c.data,
+                        });
                     }
-                    q = self.callbacks.ready.wait_timeout(q, Duration::from_millis(200)).unwrap().0;
+                    q = self
+                        .callbacks
+                        .ready
+                        .wait_timeout(q, Duration::from_millis(200))
+                        .unwrap()
+                        .0;
                 }
             }
             Request::CallbackDone { id } => {
@@ -280,7 +405,12 @@ impl Server {
         if a.width == 0 || a.height == 0 {
             return Ok(Body::None);
         }
-        let span = |pitch: u64| pitch.checked_mul(a.height - 1).and_then(|x| x.checked_add(a.width)).ok_or(cuda::ERROR_INVALID_VALUE);
+        let span = |pitch: u64| {
+            pitch
+                .checked_mul(a.height - 1)
+                .and_then(|x| x.checked_add(a.width))
+                .ok_or(cuda::ERROR_INVALID_VALUE)
+        };
         let (sspan, dspan) = (span(a.spitch)?, span(a.dpitch)?);
         let mut sync = a.sync;
         let mut src = Endpoint::Addr(a.src);
@@ -297,7 +427,8 @@ impl Server {
                         for row in 0..a.height {
                             let w = a.width as usize;
                             let off = row as usize * w;
-                            app.read(a.src + row * a.spitch, &mut buf[off..off + w]).map_err(|_| cuda::ERROR_INVALID_VALUE)?;
+                            app.read(a.src + row * a.spitch, &mut buf[off..off + w])
+                                .map_err(|_| cuda::ERROR_INVALID_VALUE)?;
                         }
                         src = Endpoint::Staged(Arc::new(buf));
                     }
@@ -307,19 +438,39 @@ impl Server {
                 _ => {}
             }
         }
-        let spitch = if let Endpoint::Staged(_) = src { a.width } else { a.spitch };
-        let op = CopyOp { dst: a.dst, dpitch: a.dpitch, src, spitch, width: a.width, height: a.height };
+        let spitch = if let Endpoint::Staged(_) = src {
+            a.width
+        } else {
+            a.spitch
+        };
+        let op = CopyOp {
+            dst: a.dst,
+            dpitch: a.dpitch,
+            src,
+            spitch,
+            width: a.width,
+            height: a.height,
+        };
         code(b.memcpy(StreamId(a.stream), op))?;
         self.sync_if(sync, a.stream)
     }
 
     fn run_callback(&self, id: u64, func: u64, data: u64) {
         self.callbacks.done.lock().unwrap().insert(id, false);
-        self.callbacks.queue.lock().unwrap().push_back(PendingCall { id, func, data });
+        self.callbacks
+            .queue
+            .lock()
+            .unwrap()
+            .push_back(PendingCall { id, func, data });
         self.callbacks.ready.notify_one();
         let mut d = self.callbacks.done.lock().unwrap();
         while !d.get(&id).copied().unwrap_or(true) {
-            d = self.callbacks.finished.wait_timeout(d, Duration::from_millis(200)).unwrap().0;
+            d = self
+                .callbacks
+                .finished
+                .wait_timeout(d, Duration::from_millis(200))
+                .unwrap()
+                .0;
         }
         d.remove(&id);
     }
@@ -341,14 +492,26 @@ struct CopyArgs {
 /// their reply carries device printf output).
 fn is_syncing(r: &Request) -> bool {
     match r {
-        Request::DeviceSync | Request::StreamSync { .. } | Request::EventSync { .. } | Request::DeviceReset | Request::Flush | Request::Free { .. } => true,
-        Request::Memcpy { sync, .. } | Request::Memcpy2D { sync, .. } | Request::Memset { sync, .. } | Request::Memset2D { sync, .. } => *sync,
+        Request::DeviceSync
+        | Request::StreamSync { .. }
+        | Request::EventSync { .. }
+        | Request::DeviceReset
+        | Request::Flush
+        | Request::Free { .. } => true,
+        Request::Memcpy { sync, .. }
+        | Request::Memcpy2D { sync, .. }
+        | Request::Memset { sync, .. }
+        | Request::Memset2D { sync, .. } => *sync,
         _ => false,
     }
 }
 
 /// Run the proxy on `channel` with `backend` until `keep_going` says stop.
-pub fn serve(channel: Arc<Channel>, backend: Arc<dyn Backend>, keep_going: &dyn Fn() -> bool) -> Result<()> {
+pub fn serve(
+    channel: Arc<Channel>,
+    backend: Arc<dyn Backend>,
+    keep_going: &dyn Fn() -> bool,
+) -> Result<()> {
     let server = Server::new(channel, backend);
     server.run(keep_going);
     Ok(())
@@ -363,13 +526,18 @@ mod tests {
 
     fn start() -> (Arc<Channel>, ClientLane, Arc<AtomicBool>) {
         let ch = Arc::new(Channel::create().unwrap());
-        let emu: Arc<dyn Backend> = Arc::new(Emu::with_window(crate::emu::memory::tests::window(), 1 << 34).unwrap());
+        let emu: Arc<dyn Backend> =
+            Arc::new(Emu::with_window(crate::emu::memory::tests::window(), 1 << 34).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         let (c2, s2) = (ch.clone(), stop.clone());
         std::thread::spawn(move || serve(c2, emu, &|| !s2.load(Ordering::SeqCst)));
         ch.wait_ready(Duration::from_secs(5)).unwrap();
         let mut lane = ch.claim_lane().unwrap();
-        let r = lane.call(&Request::Hello { pid: std::process::id() }).unwrap();
+        let r = lane
+            .call(&Request::Hello {
+                pid: std::process::id(),
+            })
+            .unwrap();
         assert_eq!(r.status, 0);
         (ch, lane, stop)
     }
@@ -377,14 +545,48 @@ mod tests {
     #[test]
     fn bad_requests_get_error_codes_and_the_proxy_keeps_serving() {
         let (_ch, mut lane, stop) = start();
-        assert_eq!(lane.call(&Request::Free { addr: 0xdead }).unwrap().status, cuda::ERROR_INVALID_VALUE);
-        assert_eq!(lane.call(&Request::StreamSync { stream: 77 }).unwrap().status, cuda::ERROR_INVALID_RESOURCE_HANDLE);
-        assert_eq!(lane.call(&Request::EventElapsed { start: 1, end: 2 }).unwrap().status, cuda::ERROR_INVALID_RESOURCE_HANDLE);
-        let r = lane.call(&Request::LoadModule { addr: 8, len: 1 << 40 }).unwrap();
+        assert_eq!(
+            lane.call(&Request::Free { addr: 0xdead }).unwrap().status,
+            cuda::ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            lane.call(&Request::StreamSync { stream: 77 })
+                .unwrap()
+                .status,
+            cuda::ERROR_INVALID_RESOURCE_HANDLE
+        );
+        assert_eq!(
+            lane.call(&Request::EventElapsed { start: 1, end: 2 })
+                .unwrap()
+                .status,
+            cuda::ERROR_INVALID_RESOURCE_HANDLE
+        );
+        let r = lane
+            .call(&Request::LoadModule {
+                addr: 8,
+                len: 1 << 40,
+            })
+            .unwrap();
         assert_eq!(r.status, cuda::ERROR_INVALID_KERNEL_IMAGE);
-        let r = lane.call(&Request::Memcpy { dst: 0x10, src: 0x20, len: 64, kind: CopyKind::HostToDevice, stream: 0, sync: true }).unwrap();
-        assert_ne!(r.status, 0, "copy between unmapped application addresses fails");
-        assert_eq!(lane.call(&Request::DeviceSync).unwrap().status, 0, "still serving");
+        let r = lane
+            .call(&Request::Memcpy {
+                dst: 0x10,
+                src: 0x20,
+                len: 64,
+                kind: CopyKind::HostToDevice,
+                stream: 0,
+                sync: true,
+            })
+            .unwrap();
+        assert_ne!(
+            r.status, 0,
+            "copy between unmapped application addresses fails"
+        );
+        assert_eq!(
+            lane.call(&Request::DeviceSync).unwrap().status,
+            0,
+            "still serving"
+        );
         stop.store(true, Ordering::SeqCst);
         std::mem::forget(lane);
     }
@@ -392,7 +594,14 @@ mod tests {
     #[test]
     fn pipelined_error_surfaces_at_the_next_call() {
         let (_ch, mut lane, stop) = start();
-        lane.send(&Request::Memset { dst: 0x1234, value: 0, len: 8, stream: 0, sync: false }).unwrap();
+        lane.send(&Request::Memset {
+            dst: 0x1234,
+            value: 0,
+            len: 8,
+            stream: 0,
+            sync: false,
+        })
+        .unwrap();
         let r = lane.call(&Request::MemGetInfo).unwrap();
         assert_eq!(r.status, 0);
         assert_eq!(r.deferred, cuda::ERROR_INVALID_VALUE);
@@ -405,13 +614,46 @@ mod tests {
     #[test]
     fn copies_move_application_bytes_through_device_memory() {
         let (_ch, mut lane, stop) = start();
-        let Body::Alloc { addr, .. } = lane.call(&Request::Malloc { size: 4096, kind: AllocKind::Device }).unwrap().body else { panic!() };
+        let Body::Alloc { addr, .. } = lane
+            .call(&Request::Malloc {
+                size: 4096,
+                kind: AllocKind::Device,
+            })
+            .unwrap()
+            .body
+        else {
+            panic!()
+        };
         let src: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
         let mut dst = vec![0u8; 4096];
         let kind = CopyKind::HostToDevice;
-        assert_eq!(lane.call(&Request::Memcpy { dst: addr, src: src.as_ptr() as u64, len: 4096, kind, stream: 0, sync: true }).unwrap().status, 0);
+        assert_eq!(
+            lane.call(&Request::Memcpy {
+                dst: addr,
+                src: src.as_ptr() as u64,
+                len: 4096,
+                kind,
+                stream: 0,
+                sync: true
+            })
+            .unwrap()
+            .status,
+            0
+        );
         let kind = CopyKind::DeviceToHost;
-        assert_eq!(lane.call(&Request::Memcpy { dst: dst.as_mut_ptr() as u64, src: addr, len: 4096, kind, stream: 0, sync: true }).unwrap().status, 0);
+        assert_eq!(
+            lane.call(&Request::Memcpy {
+                dst: dst.as_mut_ptr() as u64,
+                src: addr,
+                len: 4096,
+                kind,
+                stream: 0,
+                sync: true
+            })
+            .unwrap()
+            .status,
+            0
+        );
         assert!(std::hint::black_box(&dst) == &src);
         stop.store(true, Ordering::SeqCst);
         std::mem::forget(lane);
@@ -420,14 +662,46 @@ mod tests {
     #[test]
     fn async_copy_from_pageable_memory_is_staged_at_the_call() {
         let (_ch, mut lane, stop) = start();
-        let Body::Alloc { addr, .. } = lane.call(&Request::Malloc { size: 64, kind: AllocKind::Device }).unwrap().body else { panic!() };
-        let Body::Value(s) = lane.call(&Request::StreamCreate { flags: 0, priority: 0 }).unwrap().body else { panic!() };
+        let Body::Alloc { addr, .. } = lane
+            .call(&Request::Malloc {
+                size: 64,
+                kind: AllocKind::Device,
+            })
+            .unwrap()
+            .body
+        else {
+            panic!()
+        };
+        let Body::Value(s) = lane
+            .call(&Request::StreamCreate {
+                flags: 0,
+                priority: 0,
+            })
+            .unwrap()
+            .body
+        else {
+            panic!()
+        };
         let mut src = vec![1u8; 64];
-        let req = Request::Memcpy { dst: addr, src: src.as_ptr() as u64, len: 64, kind: CopyKind::HostToDevice, stream: s, sync: false };
+        let req = Request::Memcpy {
+            dst: addr,
+            src: src.as_ptr() as u64,
+            len: 64,
+            kind: CopyKind::HostToDevice,
+            stream: s,
+            sync: false,
+        };
         assert_eq!(lane.call(&req).unwrap().status, 0);
         src.fill(2); // the application reuses its buffer right after the call returns
         let mut back = vec![0u8; 64];
-        let req = Request::Memcpy { dst: back.as_mut_ptr() as u64, src: addr, len: 64, kind: CopyKind::DeviceToHost, stream: s, sync: true };
+        let req = Request::Memcpy {
+            dst: back.as_mut_ptr() as u64,
+            src: addr,
+            len: 64,
+            kind: CopyKind::DeviceToHost,
+            stream: s,
+            sync: true,
+        };
         assert_eq!(lane.call(&req).unwrap().status, 0);
         assert!(std::hint::black_box(&back).iter().all(|&b| b == 1));
         stop.store(true, Ordering::SeqCst);

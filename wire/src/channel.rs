@@ -99,18 +99,37 @@ const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
 const _: () = assert!(std::mem::size_of::<LaneCtl>() <= CTL);
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: `word` is a valid, aligned u32 for the duration of the call; FUTEX_WAIT only
     // reads it and returns on mismatch, wake, timeout or signal (all fine for our loops).
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
     }
 }
 
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: `word` is a valid aligned u32; FUTEX_WAKE does not access memory beyond it.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -170,12 +189,20 @@ impl Channel {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `st` is a valid out-pointer.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as usize) < SIZE {
-            return Err(ChannelError::Setup("channel descriptor is not a crum channel".into()));
+            return Err(ChannelError::Setup(
+                "channel descriptor is not a crum channel".into(),
+            ));
         }
-        let ch = Channel::map(fd).map_err(|e| ChannelError::Setup(format!("mapping the channel: {e}")))?;
+        let ch = Channel::map(fd)
+            .map_err(|e| ChannelError::Setup(format!("mapping the channel: {e}")))?;
         let h = ch.header();
-        if h.magic.load(Acquire) != MAGIC || h.version.load(Relaxed) != VERSION || h.lanes.load(Relaxed) as usize != LANES {
-            return Err(ChannelError::Setup("channel header mismatch (different crum version?)".into()));
+        if h.magic.load(Acquire) != MAGIC
+            || h.version.load(Relaxed) != VERSION
+            || h.lanes.load(Relaxed) as usize != LANES
+        {
+            return Err(ChannelError::Setup(
+                "channel header mismatch (different crum version?)".into(),
+            ));
         }
         Ok(ch)
     }
@@ -184,7 +211,14 @@ impl Channel {
         // SAFETY: mapping a descriptor we own with its full size; MAP_SHARED so both
         // processes see the same pages.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -265,7 +299,9 @@ impl Channel {
             _ => {
                 let pid = h.proxy_pid.load(Acquire) as libc::pid_t;
                 // SAFETY: kill with signal 0 only checks for existence/permission.
-                pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH))
+                pid > 0
+                    && (unsafe { libc::kill(pid, 0) } == 0
+                        || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH))
             }
         }
     }
@@ -279,7 +315,11 @@ impl Channel {
                 let h = self.header();
                 h.epoch.fetch_add(1, SeqCst);
                 futex_wake(&h.epoch);
-                return Some(ClientLane { ch: self.clone(), lane: i, want });
+                return Some(ClientLane {
+                    ch: self.clone(),
+                    lane: i,
+                    want,
+                });
             }
         }
         None
@@ -302,9 +342,13 @@ impl Channel {
         (0..LANES)
             .filter(|&i| {
                 let c = self.ctl(i);
-                c.claimed.load(Acquire) == 1 && c.served.compare_exchange(0, 1, AcqRel, Relaxed).is_ok()
+                c.claimed.load(Acquire) == 1
+                    && c.served.compare_exchange(0, 1, AcqRel, Relaxed).is_ok()
             })
-            .map(|i| ServerLane { ch: self.clone(), lane: i })
+            .map(|i| ServerLane {
+                ch: self.clone(),
+                lane: i,
+            })
             .collect()
     }
 }
@@ -333,7 +377,11 @@ impl ClientLane {
         }
         let head = c.head.load(Relaxed);
         let pos = (head % RING as u64) as usize;
-        let waste = if RING - pos < MAX_MSG + 8 { RING - pos } else { 0 };
+        let waste = if RING - pos < MAX_MSG + 8 {
+            RING - pos
+        } else {
+            0
+        };
         let need = (waste + MAX_MSG + 8) as u64;
         // Wait for the server to free enough space (rare: the ring holds many requests).
         let t0 = Instant::now();
@@ -513,7 +561,10 @@ impl ServerLane {
         let payload = unsafe { std::slice::from_raw_parts(ring.add(pos + 8), len) };
         let request = msg::decode::<Request>(payload);
         c.tail.store(tail + (consumed + rec) as u64, Release);
-        Ok(Incoming { request, wants_reply: flags & FLAG_REPLY != 0 })
+        Ok(Incoming {
+            request,
+            wants_reply: flags & FLAG_REPLY != 0,
+        })
     }
 
     /// Write the reply to the last request that wanted one.
@@ -523,7 +574,8 @@ impl ServerLane {
         let dst = unsafe { std::slice::from_raw_parts_mut(self.ch.reply_area(self.lane), REPLY) };
         let len = match msg::encode_into(r, dst) {
             Some(n) => n,
-            None => msg::encode_into(&Reply::err(crate::cuda::ERROR_UNKNOWN), dst).expect("small reply fits"),
+            None => msg::encode_into(&Reply::err(crate::cuda::ERROR_UNKNOWN), dst)
+                .expect("small reply fits"),
         };
         c.resp_len.store(len as u32, Release);
         c.resp_seq.fetch_add(1, SeqCst);

@@ -71,12 +71,20 @@ errors! {
 
 /// The symbolic name (`cudaGetErrorName`).
 pub fn name(code: u32) -> &'static str {
-    TABLE.iter().rev().find(|e| e.0 == code).map_or("cudaErrorUnknown", |e| e.1)
+    TABLE
+        .iter()
+        .rev()
+        .find(|e| e.0 == code)
+        .map_or("cudaErrorUnknown", |e| e.1)
 }
 
 /// The description (`cudaGetErrorString`).
 pub fn description(code: u32) -> &'static str {
-    TABLE.iter().rev().find(|e| e.0 == code).map_or("unrecognized error code", |e| e.2)
+    TABLE
+        .iter()
+        .rev()
+        .find(|e| e.0 == code)
+        .map_or("unrecognized error code", |e| e.2)
 }
 
 /// Errors after which the context is unusable: every later call returns the same error.

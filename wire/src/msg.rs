@@ -36,50 +36,155 @@ pub type Dim3 = [u32; 3];
 #[derive(Debug, Clone, PartialEq, Encode, Decode)]
 pub enum Request {
     /// First message of a lane: the application's pid (for cross-memory attach).
-    Hello { pid: u32 },
+    Hello {
+        pid: u32,
+    },
     /// The thread owning this lane is gone; the proxy frees the lane.
     Close,
     DeviceProps,
     MemGetInfo,
-    Malloc { size: u64, kind: AllocKind },
-    Free { addr: u64 },
+    Malloc {
+        size: u64,
+        kind: AllocKind,
+    },
+    Free {
+        addr: u64,
+    },
     /// `cudaHostRegister`: the application range is page-locked (async copies read it late).
-    HostRegister { addr: u64, len: u64 },
-    HostUnregister { addr: u64 },
+    HostRegister {
+        addr: u64,
+        len: u64,
+    },
+    HostUnregister {
+        addr: u64,
+    },
     /// Load a fat binary that the proxy reads from the application at `addr..addr+len`.
-    LoadModule { addr: u64, len: u64 },
-    UnloadModule { module: u64 },
-    GetFunction { module: u64, name: String },
-    GetSymbol { module: u64, name: String },
+    LoadModule {
+        addr: u64,
+        len: u64,
+    },
+    UnloadModule {
+        module: u64,
+    },
+    GetFunction {
+        module: u64,
+        name: String,
+    },
+    GetSymbol {
+        module: u64,
+        name: String,
+    },
     /// Turn a module variable into managed memory (`__managed__`); replies `Alloc`.
-    ManagedVar { module: u64, name: String },
-    FuncSetAttribute { func: u64, attr: u32, value: i32 },
-    Launch { func: u64, grid: Dim3, block: Dim3, shared: u32, stream: u64, cooperative: bool, params: Vec<u8> },
+    ManagedVar {
+        module: u64,
+        name: String,
+    },
+    FuncSetAttribute {
+        func: u64,
+        attr: u32,
+        value: i32,
+    },
+    Launch {
+        func: u64,
+        grid: Dim3,
+        block: Dim3,
+        shared: u32,
+        stream: u64,
+        cooperative: bool,
+        params: Vec<u8>,
+    },
     /// 1-D copy; `sync` copies complete before the reply (legacy-stream semantics apply).
-    Memcpy { dst: u64, src: u64, len: u64, kind: CopyKind, stream: u64, sync: bool },
-    Memcpy2D { dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u64, kind: CopyKind, stream: u64, sync: bool },
-    Memset { dst: u64, value: u8, len: u64, stream: u64, sync: bool },
-    Memset2D { dst: u64, pitch: u64, value: u8, width: u64, height: u64, stream: u64, sync: bool },
-    StreamCreate { flags: u32, priority: i32 },
-    StreamDestroy { stream: u64 },
-    StreamQuery { stream: u64 },
-    StreamSync { stream: u64 },
-    StreamWaitEvent { stream: u64, event: u64 },
-    EventCreate { flags: u32 },
-    EventDestroy { event: u64 },
-    EventRecord { event: u64, stream: u64 },
-    EventQuery { event: u64 },
-    EventSync { event: u64 },
-    EventElapsed { start: u64, end: u64 },
+    Memcpy {
+        dst: u64,
+        src: u64,
+        len: u64,
+        kind: CopyKind,
+        stream: u64,
+        sync: bool,
+    },
+    Memcpy2D {
+        dst: u64,
+        dpitch: u64,
+        src: u64,
+        spitch: u64,
+        width: u64,
+        height: u64,
+        kind: CopyKind,
+        stream: u64,
+        sync: bool,
+    },
+    Memset {
+        dst: u64,
+        value: u8,
+        len: u64,
+        stream: u64,
+        sync: bool,
+    },
+    Memset2D {
+        dst: u64,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+        stream: u64,
+        sync: bool,
+    },
+    StreamCreate {
+        flags: u32,
+        priority: i32,
+    },
+    StreamDestroy {
+        stream: u64,
+    },
+    StreamQuery {
+        stream: u64,
+    },
+    StreamSync {
+        stream: u64,
+    },
+    StreamWaitEvent {
+        stream: u64,
+        event: u64,
+    },
+    EventCreate {
+        flags: u32,
+    },
+    EventDestroy {
+        event: u64,
+    },
+    EventRecord {
+        event: u64,
+        stream: u64,
+    },
+    EventQuery {
+        event: u64,
+    },
+    EventSync {
+        event: u64,
+    },
+    EventElapsed {
+        start: u64,
+        end: u64,
+    },
     /// Run `func(data)` in the application when the stream reaches this point.
-    HostFunc { stream: u64, func: u64, data: u64 },
+    HostFunc {
+        stream: u64,
+        func: u64,
+        data: u64,
+    },
     /// Sent by the application's callback thread: block until a host function is due.
     WaitCallback,
-    CallbackDone { id: u64 },
+    CallbackDone {
+        id: u64,
+    },
     DeviceSync,
     DeviceReset,
-    TexCreate { desc: TexDesc },
-    TexDestroy { tex: u64 },
+    TexCreate {
+        desc: TexDesc,
+    },
+    TexDestroy {
+        tex: u64,
+    },
     /// Returns and clears the deferred (pipelined) error and pending printf output.
     Flush,
 }
@@ -161,10 +266,17 @@ pub enum Body {
     Float(f32),
     /// A new allocation; `memfd` is the proxy's descriptor number of the shared mapping behind
     /// managed and pinned memory (opened by the application through `/proc/<proxy>/fd/<n>`).
-    Alloc { addr: u64, memfd: Option<i32> },
+    Alloc {
+        addr: u64,
+        memfd: Option<i32>,
+    },
     Props(DeviceProps),
     Func(FuncInfo),
-    Callback { id: u64, func: u64, data: u64 },
+    Callback {
+        id: u64,
+        func: u64,
+        data: u64,
+    },
 }
 
 /// A reply to a synchronous request.
@@ -181,10 +293,20 @@ pub struct Reply {
 
 impl Reply {
     pub fn ok(body: Body) -> Reply {
-        Reply { status: 0, deferred: 0, printf: Vec::new(), body }
+        Reply {
+            status: 0,
+            deferred: 0,
+            printf: Vec::new(),
+            body,
+        }
     }
     pub fn err(status: u32) -> Reply {
-        Reply { status, deferred: 0, printf: Vec::new(), body: Body::None }
+        Reply {
+            status,
+            deferred: 0,
+            printf: Vec::new(),
+            body: Body::None,
+        }
     }
 }
 
@@ -207,7 +329,10 @@ impl Request {
 }
 
 pub(crate) fn config() -> impl bincode::config::Config {
-    bincode::config::standard().with_little_endian().with_variable_int_encoding().with_limit::<{ 1 << 24 }>()
+    bincode::config::standard()
+        .with_little_endian()
+        .with_variable_int_encoding()
+        .with_limit::<{ 1 << 24 }>()
 }
 
 /// Encode into `dst`; returns the length, or None if it does not fit.

@@ -11,11 +11,45 @@ use crate::msg::*;
 fn arb_request() -> impl Strategy<Value = Request> {
     prop_oneof![
         any::<u32>().prop_map(|pid| Request::Hello { pid }),
-        (any::<u64>(), 0u64..1 << 40).prop_map(|(size, a)| Request::Malloc { size: size ^ a, kind: AllocKind::Device }),
-        (any::<u64>(), any::<[u32; 3]>(), any::<[u32; 3]>(), any::<u32>(), any::<u64>(), any::<bool>(), proptest::collection::vec(any::<u8>(), 0..4096))
-            .prop_map(|(func, grid, block, shared, stream, cooperative, params)| Request::Launch { func, grid, block, shared, stream, cooperative, params }),
-        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
-            .prop_map(|(dst, src, len, stream, sync)| Request::Memcpy { dst, src, len, kind: CopyKind::DeviceToHost, stream, sync }),
+        (any::<u64>(), 0u64..1 << 40).prop_map(|(size, a)| Request::Malloc {
+            size: size ^ a,
+            kind: AllocKind::Device
+        }),
+        (
+            any::<u64>(),
+            any::<[u32; 3]>(),
+            any::<[u32; 3]>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<bool>(),
+            proptest::collection::vec(any::<u8>(), 0..4096)
+        )
+            .prop_map(|(func, grid, block, shared, stream, cooperative, params)| {
+                Request::Launch {
+                    func,
+                    grid,
+                    block,
+                    shared,
+                    stream,
+                    cooperative,
+                    params,
+                }
+            }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>()
+        )
+            .prop_map(|(dst, src, len, stream, sync)| Request::Memcpy {
+                dst,
+                src,
+                len,
+                kind: CopyKind::DeviceToHost,
+                stream,
+                sync
+            }),
         (any::<u64>(), ".{0,200}").prop_map(|(module, name)| Request::GetFunction { module, name }),
         any::<u64>().prop_map(|stream| Request::StreamSync { stream }),
     ]
@@ -94,7 +128,17 @@ fn ring_wraps_many_times_without_losing_messages() {
     for i in 0..5000u64 {
         let params = vec![7u8; (i % 3000) as usize];
         expect += params.len() as u64;
-        client.send(&Request::Launch { func: i, grid: [1; 3], block: [1; 3], shared: 0, stream: 0, cooperative: false, params }).unwrap();
+        client
+            .send(&Request::Launch {
+                func: i,
+                grid: [1; 3],
+                block: [1; 3],
+                shared: 0,
+                stream: 0,
+                cooperative: false,
+                params,
+            })
+            .unwrap();
     }
     assert_eq!(t.join().unwrap(), expect);
     std::mem::forget(client);
@@ -122,7 +166,10 @@ fn released_lane_can_be_claimed_again() {
     let idx = client.index();
     let mut server = ch.accept_lanes(std::time::Duration::ZERO).pop().unwrap();
     drop(client);
-    assert!(matches!(server.recv(&|| true).unwrap().request, Ok(Request::Close)));
+    assert!(matches!(
+        server.recv(&|| true).unwrap().request,
+        Ok(Request::Close)
+    ));
     server.release();
     let again = ch.claim_lane().unwrap();
     assert_eq!(again.index(), idx);

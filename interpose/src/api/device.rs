@@ -83,7 +83,9 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrMemoryPoolsSupported => 0,
         cudaDevAttrMaxTexture1DWidth => 131072,
         cudaDevAttrMaxTexture2DWidth | cudaDevAttrMaxTexture2DHeight => 131072,
-        cudaDevAttrMaxTexture3DWidth | cudaDevAttrMaxTexture3DHeight | cudaDevAttrMaxTexture3DDepth => 16384,
+        cudaDevAttrMaxTexture3DWidth
+        | cudaDevAttrMaxTexture3DHeight
+        | cudaDevAttrMaxTexture3DDepth => 16384,
         cudaDevAttrSingleToDoublePrecisionPerfRatio => 2,
         _ => return Err(cuda::ERROR_INVALID_VALUE),
     })
@@ -98,11 +100,19 @@ fn fill_props(prop: *mut u8) -> CudaResult<()> {
     }
     set_field(prop, CUDADEVICEPROP_UUID, p.uuid);
     set_field(prop, CUDADEVICEPROP_TOTALGLOBALMEM, p.total_mem as usize);
-    set_field(prop, CUDADEVICEPROP_SHAREDMEMPERBLOCK, p.shared_per_block as usize);
+    set_field(
+        prop,
+        CUDADEVICEPROP_SHAREDMEMPERBLOCK,
+        p.shared_per_block as usize,
+    );
     set_field(prop, CUDADEVICEPROP_REGSPERBLOCK, p.regs_per_block);
     set_field(prop, CUDADEVICEPROP_WARPSIZE, p.warp_size);
     set_field(prop, CUDADEVICEPROP_MEMPITCH, i32::MAX as usize);
-    set_field(prop, CUDADEVICEPROP_MAXTHREADSPERBLOCK, p.max_threads_per_block);
+    set_field(
+        prop,
+        CUDADEVICEPROP_MAXTHREADSPERBLOCK,
+        p.max_threads_per_block,
+    );
     set_field(prop, CUDADEVICEPROP_MAXTHREADSDIM, p.max_block);
     set_field(prop, CUDADEVICEPROP_MAXGRIDSIZE, p.max_grid);
     set_field(prop, CUDADEVICEPROP_TOTALCONSTMEM, p.const_mem as usize);
@@ -115,26 +125,50 @@ fn fill_props(prop: *mut u8) -> CudaResult<()> {
     set_field(prop, CUDADEVICEPROP_MAXTEXTURE1D, 131072i32);
     set_field(prop, CUDADEVICEPROP_MAXTEXTURE2D, [131072i32, 65536]);
     set_field(prop, CUDADEVICEPROP_MAXTEXTURE3D, [16384i32, 16384, 16384]);
-    set_field(prop, CUDADEVICEPROP_CONCURRENTKERNELS, p.concurrent_kernels as i32);
+    set_field(
+        prop,
+        CUDADEVICEPROP_CONCURRENTKERNELS,
+        p.concurrent_kernels as i32,
+    );
     set_field(prop, CUDADEVICEPROP_PCIBUSID, p.pci_bus_id);
     set_field(prop, CUDADEVICEPROP_ASYNCENGINECOUNT, 2i32);
     set_field(prop, CUDADEVICEPROP_UNIFIEDADDRESSING, 1i32);
     set_field(prop, CUDADEVICEPROP_MEMORYBUSWIDTH, p.mem_bus_width);
     set_field(prop, CUDADEVICEPROP_L2CACHESIZE, p.l2_bytes);
-    set_field(prop, CUDADEVICEPROP_MAXTHREADSPERMULTIPROCESSOR, p.max_threads_per_sm);
+    set_field(
+        prop,
+        CUDADEVICEPROP_MAXTHREADSPERMULTIPROCESSOR,
+        p.max_threads_per_sm,
+    );
     set_field(prop, CUDADEVICEPROP_STREAMPRIORITIESSUPPORTED, 1i32);
     set_field(prop, CUDADEVICEPROP_GLOBALL1CACHESUPPORTED, 1i32);
     set_field(prop, CUDADEVICEPROP_LOCALL1CACHESUPPORTED, 1i32);
-    set_field(prop, CUDADEVICEPROP_SHAREDMEMPERMULTIPROCESSOR, p.shared_per_sm as usize);
+    set_field(
+        prop,
+        CUDADEVICEPROP_SHAREDMEMPERMULTIPROCESSOR,
+        p.shared_per_sm as usize,
+    );
     set_field(prop, CUDADEVICEPROP_REGSPERMULTIPROCESSOR, p.regs_per_sm);
     set_field(prop, CUDADEVICEPROP_MANAGEDMEMORY, p.managed as i32);
     set_field(prop, CUDADEVICEPROP_CONCURRENTMANAGEDACCESS, 1i32);
     set_field(prop, CUDADEVICEPROP_COMPUTEPREEMPTIONSUPPORTED, 1i32);
     set_field(prop, CUDADEVICEPROP_CANUSEHOSTPOINTERFORREGISTEREDMEM, 1i32);
-    set_field(prop, CUDADEVICEPROP_COOPERATIVELAUNCH, p.cooperative_launch as i32);
-    set_field(prop, CUDADEVICEPROP_SHAREDMEMPERBLOCKOPTIN, p.shared_per_block_optin as usize);
+    set_field(
+        prop,
+        CUDADEVICEPROP_COOPERATIVELAUNCH,
+        p.cooperative_launch as i32,
+    );
+    set_field(
+        prop,
+        CUDADEVICEPROP_SHAREDMEMPERBLOCKOPTIN,
+        p.shared_per_block_optin as usize,
+    );
     set_field(prop, CUDADEVICEPROP_DIRECTMANAGEDMEMACCESSFROMHOST, 1i32);
-    set_field(prop, CUDADEVICEPROP_MAXBLOCKSPERMULTIPROCESSOR, p.max_blocks_per_sm);
+    set_field(
+        prop,
+        CUDADEVICEPROP_MAXBLOCKSPERMULTIPROCESSOR,
+        p.max_blocks_per_sm,
+    );
     set_field(prop, CUDADEVICEPROP_RESERVEDSHAREDMEMPERBLOCK, 1024usize);
     set_field(prop, CUDADEVICEPROP_HOSTREGISTERSUPPORTED, 1i32);
     Ok(())
@@ -156,13 +190,15 @@ fn default_limit(limit: u32) -> Option<u64> {
 
 #[no_mangle]
 pub extern "C" fn cudaGetErrorString(code: u32) -> *const c_char {
-    static STRINGS: std::sync::OnceLock<std::collections::HashMap<u32, std::ffi::CString>> = std::sync::OnceLock::new();
+    static STRINGS: std::sync::OnceLock<std::collections::HashMap<u32, std::ffi::CString>> =
+        std::sync::OnceLock::new();
     intern(&STRINGS, code, cuda::description)
 }
 
 #[no_mangle]
 pub extern "C" fn cudaGetErrorName(code: u32) -> *const c_char {
-    static NAMES: std::sync::OnceLock<std::collections::HashMap<u32, std::ffi::CString>> = std::sync::OnceLock::new();
+    static NAMES: std::sync::OnceLock<std::collections::HashMap<u32, std::ffi::CString>> =
+        std::sync::OnceLock::new();
     intern(&NAMES, code, cuda::name)
 }
 
@@ -173,9 +209,14 @@ fn intern(
     f: fn(u32) -> &'static str,
 ) -> *const c_char {
     let map = cell.get_or_init(|| {
-        (0..1100u32).chain([u32::MAX]).map(|c| (c, std::ffi::CString::new(f(c)).unwrap_or_default())).collect()
+        (0..1100u32)
+            .chain([u32::MAX])
+            .map(|c| (c, std::ffi::CString::new(f(c)).unwrap_or_default()))
+            .collect()
     });
-    map.get(&code).or_else(|| map.get(&u32::MAX)).map_or(std::ptr::null(), |s| s.as_ptr())
+    map.get(&code)
+        .or_else(|| map.get(&u32::MAX))
+        .map_or(std::ptr::null(), |s| s.as_ptr())
 }
 
 #[no_mangle]
@@ -200,7 +241,13 @@ pub struct ChannelFormatDesc {
 }
 
 #[no_mangle]
-pub extern "C" fn cudaCreateChannelDesc(x: i32, y: i32, z: i32, w: i32, f: u32) -> ChannelFormatDesc {
+pub extern "C" fn cudaCreateChannelDesc(
+    x: i32,
+    y: i32,
+    z: i32,
+    w: i32,
+    f: u32,
+) -> ChannelFormatDesc {
     ChannelFormatDesc { x, y, z, w, f }
 }
 
@@ -354,7 +401,11 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
             let p: u64 = field(res, CUDARESOURCEDESC_RES_PITCH2D_PITCHINBYTES)?;
             (base, chan, w, h, p)
         }
-        _ => return Err(crate::errors::unsupported("cudaCreateTextureObject (CUDA arrays)")),
+        _ => {
+            return Err(crate::errors::unsupported(
+                "cudaCreateTextureObject (CUDA arrays)",
+            ))
+        }
     };
     if !is_device_visible(base, 1) {
         return Err(cuda::ERROR_INVALID_VALUE);
@@ -365,7 +416,12 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
         height,
         depth: 1,
         pitch,
-        bits: [chan[0] as u32, chan[1] as u32, chan[2] as u32, chan[3] as u32],
+        bits: [
+            chan[0] as u32,
+            chan[1] as u32,
+            chan[2] as u32,
+            chan[3] as u32,
+        ],
         format_kind: chan[4] as u32,
         address_mode: field(tdesc, CUDATEXTUREDESC_ADDRESSMODE)?,
         filter_mode: field(tdesc, CUDATEXTUREDESC_FILTERMODE)?,

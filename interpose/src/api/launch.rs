@@ -28,12 +28,20 @@ static LAZY: Mutex<Vec<Arc<LazyModule>>> = Mutex::new(Vec::new());
 
 /// The proxy module for registration index `idx`, loading it on first use.
 pub fn load(idx: usize) -> CudaResult<u64> {
-    let m = LAZY.lock().unwrap_or_else(|p| p.into_inner()).get(idx).cloned().ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)?;
+    let m = LAZY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(idx)
+        .cloned()
+        .ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)?;
     *m.id.get_or_init(|| {
         if m.len == 0 {
             return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
         }
-        match call(&Request::LoadModule { addr: m.addr, len: m.len })? {
+        match call(&Request::LoadModule {
+            addr: m.addr,
+            len: m.len,
+        })? {
             Body::Value(id) => Ok(id),
             _ => Err(cuda::ERROR_UNKNOWN),
         }
@@ -42,13 +50,21 @@ pub fn load(idx: usize) -> CudaResult<u64> {
 
 /// Size of the fat binary the nvcc wrapper points to (0 when it is not one we understand).
 fn fatbin_extent(wrapper: *const u8) -> (u64, u64) {
-    let Ok(magic) = field::<u32>(wrapper, 0) else { return (0, 0) };
-    let Ok(data) = field::<u64>(wrapper, 8) else { return (0, 0) };
+    let Ok(magic) = field::<u32>(wrapper, 0) else {
+        return (0, 0);
+    };
+    let Ok(data) = field::<u64>(wrapper, 8) else {
+        return (0, 0);
+    };
     if magic != FATBIN_WRAPPER_MAGIC || data == 0 {
         return (0, 0);
     }
     let head = data as *const u8;
-    match (field::<u32>(head, 0), field::<u16>(head, 6), field::<u64>(head, 8)) {
+    match (
+        field::<u32>(head, 0),
+        field::<u16>(head, 6),
+        field::<u64>(head, 8),
+    ) {
         (Ok(FATBIN_MAGIC), Ok(hsize), Ok(size)) => (data, hsize as u64 + size),
         _ => (0, 0),
     }
@@ -66,7 +82,11 @@ pub extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c
     let r = std::panic::catch_unwind(|| {
         let (addr, len) = fatbin_extent(fat_cubin as *const u8);
         let mut g = LAZY.lock().unwrap_or_else(|p| p.into_inner());
-        g.push(Arc::new(LazyModule { addr, len, id: OnceLock::new() }));
+        g.push(Arc::new(LazyModule {
+            addr,
+            len,
+            id: OnceLock::new(),
+        }));
         let idx = g.len() - 1;
         // The handle is a heap cell holding index + 1 (never freed: modules live as long as
         // the program, and the generated code keeps the handle in a static).
@@ -97,9 +117,19 @@ pub extern "C" fn __cudaRegisterFunction(
     _wsize: *mut i32,
 ) {
     let _ = std::panic::catch_unwind(|| {
-        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else { return };
-        let rec = Arc::new(FuncRec { module, name, info: Mutex::new(None) });
-        state().funcs.write().unwrap_or_else(|p| p.into_inner()).insert(host_fun as usize, rec);
+        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else {
+            return;
+        };
+        let rec = Arc::new(FuncRec {
+            module,
+            name,
+            info: Mutex::new(None),
+        });
+        state()
+            .funcs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(host_fun as usize, rec);
     });
 }
 
@@ -115,9 +145,20 @@ pub extern "C" fn __cudaRegisterVar(
     _global: i32,
 ) {
     let _ = std::panic::catch_unwind(|| {
-        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else { return };
-        let rec = Arc::new(VarRec { module, name, size: size as u64, addr: OnceLock::new() });
-        state().vars.write().unwrap_or_else(|p| p.into_inner()).insert(host_var as usize, rec);
+        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else {
+            return;
+        };
+        let rec = Arc::new(VarRec {
+            module,
+            name,
+            size: size as u64,
+            addr: OnceLock::new(),
+        });
+        state()
+            .vars
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(host_var as usize, rec);
     });
 }
 
@@ -133,14 +174,29 @@ pub extern "C" fn __cudaRegisterManagedVar(
     _global: i32,
 ) {
     let _ = std::panic::catch_unwind(|| {
-        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else { return };
-        let rec = Arc::new(VarRec { module, name: name.clone(), size: size as u64, addr: OnceLock::new() });
-        state().vars.write().unwrap_or_else(|p| p.into_inner()).insert(host_var_ptr as usize, rec.clone());
+        let (Ok(module), Some(name)) = (handle_index(handle), cstr(device_name)) else {
+            return;
+        };
+        let rec = Arc::new(VarRec {
+            module,
+            name: name.clone(),
+            size: size as u64,
+            addr: OnceLock::new(),
+        });
+        state()
+            .vars
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(host_var_ptr as usize, rec.clone());
         // The host code reaches a __managed__ variable through *host_var_ptr: point it at a
         // managed allocation shared with the proxy, holding the variable's initial value.
         let r: CudaResult<()> = (|| {
             let id = load(module)?;
-            let Body::Alloc { addr, memfd: Some(fd) } = call(&Request::ManagedVar { module: id, name })? else {
+            let Body::Alloc {
+                addr,
+                memfd: Some(fd),
+            } = call(&Request::ManagedVar { module: id, name })?
+            else {
                 return Err(cuda::ERROR_UNKNOWN);
             };
             map_shared(addr, size as u64, fd)?;
@@ -155,7 +211,12 @@ pub extern "C" fn __cudaRegisterManagedVar(
 }
 
 #[no_mangle]
-pub extern "C" fn __cudaRegisterHostVar(_h: *mut *mut c_void, _s: *const c_char, _n: *const c_char, _v: *mut c_void) {
+pub extern "C" fn __cudaRegisterHostVar(
+    _h: *mut *mut c_void,
+    _s: *const c_char,
+    _n: *const c_char,
+    _v: *mut c_void,
+) {
     crate::errors::unsupported("__cudaRegisterHostVar");
 }
 
@@ -170,8 +231,18 @@ pub extern "C" fn __cudaInitModule(_handle: *mut *mut c_void) -> c_char {
 }
 
 #[no_mangle]
-pub extern "C" fn __cudaPushCallConfiguration(grid: Dim3, block: Dim3, shared: usize, stream: *mut c_void) -> u32 {
-    let cfg = CallConfig { grid: grid.arr(), block: block.arr(), shared, stream: stream as u64 };
+pub extern "C" fn __cudaPushCallConfiguration(
+    grid: Dim3,
+    block: Dim3,
+    shared: usize,
+    stream: *mut c_void,
+) -> u32 {
+    let cfg = CallConfig {
+        grid: grid.arr(),
+        block: block.arr(),
+        shared,
+        stream: stream as u64,
+    };
     match CONFIGS.try_with(|c| c.borrow_mut().push(cfg)) {
         Ok(()) => 0,
         Err(_) => cuda::ERROR_UNKNOWN,
@@ -179,10 +250,23 @@ pub extern "C" fn __cudaPushCallConfiguration(grid: Dim3, block: Dim3, shared: u
 }
 
 #[no_mangle]
-pub extern "C" fn __cudaPopCallConfiguration(grid: *mut Dim3, block: *mut Dim3, shared: *mut usize, stream: *mut c_void) -> u32 {
+pub extern "C" fn __cudaPopCallConfiguration(
+    grid: *mut Dim3,
+    block: *mut Dim3,
+    shared: *mut usize,
+    stream: *mut c_void,
+) -> u32 {
     guard("__cudaPopCallConfiguration", || {
-        let cfg = CONFIGS.try_with(|c| c.borrow_mut().pop()).ok().flatten().ok_or(cuda::ERROR_MISSING_CONFIGURATION)?;
-        let d = |a: [u32; 3]| Dim3 { x: a[0], y: a[1], z: a[2] };
+        let cfg = CONFIGS
+            .try_with(|c| c.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .ok_or(cuda::ERROR_MISSING_CONFIGURATION)?;
+        let d = |a: [u32; 3]| Dim3 {
+            x: a[0],
+            y: a[1],
+            z: a[2],
+        };
         out(grid, d(cfg.grid))?;
         out(block, d(cfg.block))?;
         out(shared, cfg.shared)?;
@@ -192,13 +276,27 @@ pub extern "C" fn __cudaPopCallConfiguration(grid: *mut Dim3, block: *mut Dim3, 
 
 /// Validate and queue one launch.
 #[allow(clippy::too_many_arguments)]
-pub fn launch(host_fun: usize, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: u64, ptsz: bool, cooperative: bool) -> CudaResult<()> {
+pub fn launch(
+    host_fun: usize,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: u64,
+    ptsz: bool,
+    cooperative: bool,
+) -> CudaResult<()> {
     let (_, info) = function(host_fun)?;
     let p = props()?;
     let (g, b) = (grid.arr(), block.arr());
     let threads: u64 = b.iter().map(|&x| x as u64).product();
-    let bad = |d: &[u32; 3], m: &[i32; 3]| d.iter().zip(m).any(|(&x, &l)| x == 0 || x as i64 > l as i64);
-    if bad(&g, &p.max_grid) || bad(&b, &p.max_block) || threads > info.max_threads_per_block as u64 {
+    let bad = |d: &[u32; 3], m: &[i32; 3]| {
+        d.iter()
+            .zip(m)
+            .any(|(&x, &l)| x == 0 || x as i64 > l as i64)
+    };
+    if bad(&g, &p.max_grid) || bad(&b, &p.max_block) || threads > info.max_threads_per_block as u64
+    {
         return Err(cuda::ERROR_INVALID_CONFIGURATION);
     }
     if shared as u64 > info.max_dynamic_shared as u64 {
@@ -215,7 +313,15 @@ pub fn launch(host_fun: usize, grid: Dim3, block: Dim3, args: *mut *mut c_void, 
         params[off..off + size].copy_from_slice(bytes(argp, size)?);
     }
     let stream = resolve_stream(stream, ptsz)?;
-    send(&Request::Launch { func: info.handle, grid: g, block: b, shared: shared as u32, stream, cooperative, params })
+    send(&Request::Launch {
+        func: info.handle,
+        grid: g,
+        block: b,
+        shared: shared as u32,
+        stream,
+        cooperative,
+        params,
+    })
 }
 
 crate::export! {
@@ -313,13 +419,26 @@ fn occupancy(func: *const c_void, block_size: i32, dynamic_smem: usize) -> CudaR
     let warps = (block_size + p.warp_size - 1) / p.warp_size;
     let by_threads = p.max_threads_per_sm / (warps * p.warp_size);
     let smem = info.shared_bytes + dynamic_smem as u64;
-    let by_smem = if smem == 0 { i32::MAX } else { (p.shared_per_sm / (smem + 1024)) as i32 };
+    let by_smem = if smem == 0 {
+        i32::MAX
+    } else {
+        (p.shared_per_sm / (smem + 1024)) as i32
+    };
     let regs = (info.num_regs.max(1) * warps * p.warp_size).max(1);
     let by_regs = p.regs_per_sm / regs;
-    Ok(p.max_blocks_per_sm.min(by_threads).min(by_smem).min(by_regs).max(0))
+    Ok(p.max_blocks_per_sm
+        .min(by_threads)
+        .min(by_smem)
+        .min(by_regs)
+        .max(0))
 }
 
-fn launch_ex(config: *const u8, func: *const c_void, args: *mut *mut c_void, ptsz: bool) -> CudaResult<()> {
+fn launch_ex(
+    config: *const u8,
+    func: *const c_void,
+    args: *mut *mut c_void,
+    ptsz: bool,
+) -> CudaResult<()> {
     let grid: Dim3 = field(config, CUDALAUNCHCONFIG_T_GRIDDIM)?;
     let block: Dim3 = field(config, CUDALAUNCHCONFIG_T_BLOCKDIM)?;
     let shared: usize = field(config, CUDALAUNCHCONFIG_T_DYNAMICSMEMBYTES)?;
@@ -334,5 +453,14 @@ fn launch_ex(config: *const u8, func: *const c_void, args: *mut *mut c_void, pts
             cooperative = field::<i32>(a, CUDALAUNCHATTRIBUTE_ST_VAL)? != 0;
         }
     }
-    launch(func as usize, grid, block, args, shared, stream, ptsz, cooperative)
+    launch(
+        func as usize,
+        grid,
+        block,
+        args,
+        shared,
+        stream,
+        ptsz,
+        cooperative,
+    )
 }

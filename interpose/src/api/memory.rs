@@ -30,7 +30,9 @@ const PITCH_ALIGN: u64 = 512;
 
 fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64> {
     crate::client::ensure()?;
-    let Body::Alloc { addr, memfd } = call(&Request::Malloc { size, kind })? else { return Err(cuda::ERROR_UNKNOWN) };
+    let Body::Alloc { addr, memfd } = call(&Request::Malloc { size, kind })? else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
     if addr == 0 {
         return Ok(0);
     }
@@ -88,7 +90,17 @@ fn wire_kind(k: u32) -> CopyKind {
 
 /// One (possibly 2-D) copy on `stream` (already resolved); `sync` as cudaMemcpy.
 #[allow(clippy::too_many_arguments)]
-pub fn copy(dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u64, kind: u32, stream: u64, sync: bool) -> CudaResult<()> {
+pub fn copy(
+    dst: u64,
+    dpitch: u64,
+    src: u64,
+    spitch: u64,
+    width: u64,
+    height: u64,
+    kind: u32,
+    stream: u64,
+    sync: bool,
+) -> CudaResult<()> {
     crate::client::ensure()?;
     if width == 0 || height == 0 {
         return Ok(());
@@ -101,7 +113,9 @@ pub fn copy(dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u6
     }
     let k = direction(dst, src, kind)?;
     let span = |p: u64| p * (height - 1) + width;
-    let host_ok = |a: u64, p: u64| !is_device(a) && (find_alloc(a).is_none() || is_device_visible(a, span(p)));
+    let host_ok = |a: u64, p: u64| {
+        !is_device(a) && (find_alloc(a).is_none() || is_device_visible(a, span(p)))
+    };
     if k == H2H || (host_ok(dst, dpitch) && host_ok(src, spitch)) {
         // Both sides are mapped here: wait for the stream, then copy locally.
         call(&Request::StreamSync { stream })?;
@@ -117,9 +131,26 @@ pub fn copy(dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u6
         _ => true,
     };
     let req = if height == 1 {
-        Request::Memcpy { dst, src, len: width, kind: wire_kind(k), stream, sync }
+        Request::Memcpy {
+            dst,
+            src,
+            len: width,
+            kind: wire_kind(k),
+            stream,
+            sync,
+        }
     } else {
-        Request::Memcpy2D { dst, dpitch, src, spitch, width, height, kind: wire_kind(k), stream, sync }
+        Request::Memcpy2D {
+            dst,
+            dpitch,
+            src,
+            spitch,
+            width,
+            height,
+            kind: wire_kind(k),
+            stream,
+            sync,
+        }
     };
     if sync || !host_pinned {
         call(&req).map(|_| ())
@@ -135,7 +166,14 @@ fn check_device_range(addr: u64, len: u64) -> CudaResult<()> {
     }
 }
 
-fn memset(dst: u64, pitch: u64, value: i32, width: u64, height: u64, stream: u64) -> CudaResult<()> {
+fn memset(
+    dst: u64,
+    pitch: u64,
+    value: i32,
+    width: u64,
+    height: u64,
+    stream: u64,
+) -> CudaResult<()> {
     crate::client::ensure()?;
     if width == 0 || height == 0 {
         return Ok(());
@@ -146,16 +184,33 @@ fn memset(dst: u64, pitch: u64, value: i32, width: u64, height: u64, stream: u64
     check_device_range(dst, pitch * (height - 1) + width)?;
     let value = value as u8;
     let req = if height == 1 {
-        Request::Memset { dst, value, len: width, stream, sync: false }
+        Request::Memset {
+            dst,
+            value,
+            len: width,
+            stream,
+            sync: false,
+        }
     } else {
-        Request::Memset2D { dst, pitch, value, width, height, stream, sync: false }
+        Request::Memset2D {
+            dst,
+            pitch,
+            value,
+            width,
+            height,
+            stream,
+            sync: false,
+        }
     };
     send(&req)
 }
 
 fn symbol_range(sym: *const c_void, count: usize, offset: usize) -> CudaResult<u64> {
     let (addr, size) = symbol(sym as usize)?;
-    if (offset as u64).checked_add(count as u64).is_none_or(|end| end > size) {
+    if (offset as u64)
+        .checked_add(count as u64)
+        .is_none_or(|end| end > size)
+    {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
     Ok(addr + offset as u64)
@@ -439,15 +494,28 @@ mod tests {
         assert_eq!(direction(dev + 8, host, DEFAULT), Ok(H2D));
         assert_eq!(direction(host, dev, DEFAULT), Ok(D2H));
         assert_eq!(direction(dev, dev + 64, DEFAULT), Ok(D2D));
-        assert_eq!(direction(host, managed, DEFAULT), Ok(H2H), "managed memory is host-accessible");
-        assert_eq!(direction(host, host, 7), Err(cuda::ERROR_INVALID_MEMCPY_DIRECTION));
+        assert_eq!(
+            direction(host, managed, DEFAULT),
+            Ok(H2H),
+            "managed memory is host-accessible"
+        );
+        assert_eq!(
+            direction(host, host, 7),
+            Err(cuda::ERROR_INVALID_MEMCPY_DIRECTION)
+        );
     }
 
     #[test]
     fn memset_outside_any_allocation_is_invalid_value() {
-        assert_eq!(check_device_range(0x2200_0000_0000, 16), Err(cuda::ERROR_INVALID_VALUE));
+        assert_eq!(
+            check_device_range(0x2200_0000_0000, 16),
+            Err(cuda::ERROR_INVALID_VALUE)
+        );
         add_alloc(0x2200_0000_0000, 100, MemKind::Device, 0);
         assert_eq!(check_device_range(0x2200_0000_0000, 100), Ok(()));
-        assert_eq!(check_device_range(0x2200_0000_0000 + 50, 51), Err(cuda::ERROR_INVALID_VALUE));
+        assert_eq!(
+            check_device_range(0x2200_0000_0000 + 50, 51),
+            Err(cuda::ERROR_INVALID_VALUE)
+        );
     }
 }

@@ -11,4 +11,3 @@ pub mod stream;
 mod unsupported {
     include!(concat!(env!("OUT_DIR"), "/unsupported.rs"));
 }
-

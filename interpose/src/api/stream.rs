@@ -23,8 +23,14 @@ fn create_stream(s: *mut *mut c_void, flags: u32, priority: i32) -> CudaResult<(
         return Err(cuda::ERROR_INVALID_VALUE);
     }
     let priority = priority.clamp(PRIO_GREATEST, PRIO_LEAST);
-    let Body::Value(h) = call(&Request::StreamCreate { flags, priority })? else { return Err(cuda::ERROR_UNKNOWN) };
-    state().streams.lock().unwrap_or_else(|p| p.into_inner()).insert(h, (flags, priority));
+    let Body::Value(h) = call(&Request::StreamCreate { flags, priority })? else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
+    state()
+        .streams
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(h, (flags, priority));
     out(s, h as *mut c_void)
 }
 
@@ -48,7 +54,11 @@ fn host_func(stream: *mut c_void, func: u64, data: u64, ptsz: bool) -> CudaResul
     }
     start_callback_thread()?;
     let s = resolve_stream(stream as u64, ptsz)?;
-    send(&Request::HostFunc { stream: s, func, data })
+    send(&Request::HostFunc {
+        stream: s,
+        func,
+        data,
+    })
 }
 
 fn record(event: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()> {
@@ -56,7 +66,10 @@ fn record(event: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()>
         return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
     }
     let s = resolve_stream(stream as u64, ptsz)?;
-    send(&Request::EventRecord { event: event as u64, stream: s })
+    send(&Request::EventRecord {
+        event: event as u64,
+        stream: s,
+    })
 }
 
 crate::export! {

@@ -1,52 +1,377 @@
-//! Modules and kernels on the emulated device — waiting for the `crum-ptx` engine API; until
-//! it lands, module loading reports `Unsupported` (the full version is kernels.rs.pending).
+//! Modules and kernels on the emulated device: PTX from the fat binary, parsed once by
+//! `crum-ptx`; module-scope variables allocated in device memory with their initializers;
+//! launches validated like the CUDA runtime does and run by the interpreter.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 
-use crum_wire::{DeviceProps, FuncInfo, TexDesc};
+use crum_ptx::{DeviceMemory, LaunchConfig, Region};
+use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo, TexDesc};
 
 use super::memory::Vram;
 use super::Shared;
 use crate::backend::{Allocation, BackendError, LaunchDims, Result};
 
-fn unsupported<T>() -> Result<T> {
-    Err(BackendError::Unsupported { backend: "emu", op: "kernels (PTX engine not built yet)" })
+struct Loaded {
+    module: crum_ptx::Module,
+    /// name → (device address, size)
+    symbols: Mutex<HashMap<String, (u64, u64)>>,
 }
 
-pub struct Job;
+struct Func {
+    module: Arc<Loaded>,
+    name: String,
+    info: FuncInfo,
+    max_dynamic_shared: AtomicI32,
+}
 
-pub struct Kernels;
+/// A validated launch, ready to run on a stream.
+pub struct Job {
+    func: Arc<Func>,
+    cfg: LaunchConfig,
+    params: Vec<u8>,
+}
+
+/// Loaded modules and their kernels.
+pub struct Kernels {
+    modules: Mutex<HashMap<u64, Arc<Loaded>>>,
+    funcs: Mutex<HashMap<u64, Arc<Func>>>,
+    by_name: Mutex<HashMap<(u64, String), u64>>,
+    globals: Mutex<HashSet<u64>>,
+    pool: Mutex<Option<crum_ptx::Pool>>,
+}
+
+fn err(code: u32) -> BackendError {
+    BackendError::Cuda(code)
+}
+
+/// `cudaFuncAttributeMaxDynamicSharedMemorySize`.
+const ATTR_MAX_DYNAMIC_SHARED: u32 = 8;
+/// `cudaFuncAttributePreferredSharedMemoryCarveout`.
+const ATTR_CARVEOUT: u32 = 9;
 
 impl Kernels {
     pub fn new() -> Kernels {
-        Kernels
+        Kernels {
+            modules: Mutex::default(),
+            funcs: Mutex::default(),
+            by_name: Mutex::default(),
+            globals: Mutex::default(),
+            pool: Mutex::new(None),
+        }
     }
-    pub fn load(&self, _id: u64, _image: &[u8], _vram: &Vram) -> Result<()> {
-        unsupported()
+
+    pub fn load(&self, id: u64, image: &[u8], vram: &Vram) -> Result<()> {
+        let images = crum_ptx::fatbin::extract_ptx(image).map_err(|e| {
+            tracing::error!("cannot load the program's kernels: {e}");
+            err(cuda::ERROR_NO_KERNEL_IMAGE)
+        })?;
+        let ptx = crum_ptx::fatbin::best_ptx(&images).ok_or_else(|| {
+            tracing::error!("the program carries no PTX; rebuild with PTX, e.g. -arch=sm_80");
+            err(cuda::ERROR_NO_KERNEL_IMAGE)
+        })?;
+        let module = crum_ptx::Module::parse(&ptx.ptx).map_err(|e| {
+            tracing::error!("cannot parse the program's PTX: {e}");
+            err(cuda::ERROR_INVALID_PTX)
+        })?;
+        let mut symbols = HashMap::new();
+        for g in module.globals() {
+            let (addr, _) = vram.alloc(g.size.max(1), AllocKind::Device).map_err(err)?;
+            // SAFETY: `addr` is a fresh allocation of at least `g.size` bytes, mapped RW here;
+            // `init.len() == size` per the crum-ptx contract (checked by `min`).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    g.init.as_ptr(),
+                    addr as *mut u8,
+                    g.init.len().min(g.size as usize),
+                )
+            };
+            self.globals.lock().unwrap().insert(addr);
+            symbols.insert(g.name.clone(), (addr, g.size));
+        }
+        self.modules.lock().unwrap().insert(
+            id,
+            Arc::new(Loaded {
+                module,
+                symbols: Mutex::new(symbols),
+            }),
+        );
+        Ok(())
     }
-    pub fn unload(&self, _id: u64, _vram: &Vram) -> Result<()> {
-        unsupported()
+
+    pub fn unload(&self, id: u64, vram: &Vram) -> Result<()> {
+        let m = self
+            .modules
+            .lock()
+            .unwrap()
+            .remove(&id)
+            .ok_or(err(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
+        self.funcs
+            .lock()
+            .unwrap()
+            .retain(|_, f| !Arc::ptr_eq(&f.module, &m));
+        self.by_name
+            .lock()
+            .unwrap()
+            .retain(|(mid, _), _| *mid != id);
+        for &(addr, _) in m.symbols.lock().unwrap().values() {
+            self.globals.lock().unwrap().remove(&addr);
+            let _ = vram.free(addr);
+        }
+        Ok(())
     }
-    pub fn is_global(&self, _addr: u64) -> bool {
-        false
+
+    pub fn is_global(&self, addr: u64) -> bool {
+        self.globals.lock().unwrap().contains(&addr)
     }
-    pub fn function(&self, _m: u64, _n: &str, _h: impl FnOnce() -> u64, _p: &DeviceProps) -> Result<FuncInfo> {
-        unsupported()
+
+    fn module(&self, id: u64) -> Result<Arc<Loaded>> {
+        self.modules
+            .lock()
+            .unwrap()
+            .get(&id)
+            .cloned()
+            .ok_or(err(cuda::ERROR_INVALID_RESOURCE_HANDLE))
     }
-    pub fn symbol(&self, _m: u64, _n: &str) -> Result<(u64, u64)> {
-        unsupported()
+
+    pub fn function(
+        &self,
+        module: u64,
+        name: &str,
+        new_handle: impl FnOnce() -> u64,
+        props: &DeviceProps,
+    ) -> Result<FuncInfo> {
+        if let Some(h) = self
+            .by_name
+            .lock()
+            .unwrap()
+            .get(&(module, name.to_string()))
+        {
+            if let Some(f) = self.funcs.lock().unwrap().get(h) {
+                let mut info = f.info.clone();
+                info.max_dynamic_shared = f.max_dynamic_shared.load(Ordering::Relaxed);
+                return Ok(info);
+            }
+        }
+        let m = self.module(module)?;
+        let k = m
+            .module
+            .kernel(name)
+            .ok_or(err(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
+        let handle = new_handle();
+        let max_threads = k
+            .max_threads_per_block
+            .map_or(props.max_threads_per_block, |t| {
+                (t as i32).min(props.max_threads_per_block)
+            });
+        let default_dyn =
+            (props.shared_per_block as i64 - k.static_shared_bytes as i64).max(0) as i32;
+        let info = FuncInfo {
+            handle,
+            params: k.params.iter().map(|p| (p.offset, p.size)).collect(),
+            param_bytes: k.param_bytes,
+            shared_bytes: k.static_shared_bytes,
+            local_bytes: k.local_bytes,
+            const_bytes: 0,
+            max_threads_per_block: max_threads,
+            num_regs: k.num_regs as i32,
+            ptx_version: 80,
+            binary_version: 80,
+            max_dynamic_shared: default_dyn,
+        };
+        let f = Func {
+            module: m,
+            name: name.to_string(),
+            info: info.clone(),
+            max_dynamic_shared: AtomicI32::new(default_dyn),
+        };
+        self.funcs.lock().unwrap().insert(handle, Arc::new(f));
+        self.by_name
+            .lock()
+            .unwrap()
+            .insert((module, name.to_string()), handle);
+        Ok(info)
     }
-    pub fn make_managed(&self, _m: u64, _n: &str, _v: &Vram) -> Result<Allocation> {
-        unsupported()
+
+    pub fn symbol(&self, module: u64, name: &str) -> Result<(u64, u64)> {
+        let m = self.module(module)?;
+        let s = m.symbols.lock().unwrap();
+        s.get(name).copied().ok_or(err(cuda::ERROR_INVALID_SYMBOL))
     }
-    pub fn set_attribute(&self, _f: u64, _a: u32, _v: i32, _p: &DeviceProps) -> Result<()> {
-        unsupported()
+
+    /// Re-home a module variable in managed memory, keeping its current contents.
+    pub fn make_managed(&self, module: u64, name: &str, vram: &Vram) -> Result<Allocation> {
+        let m = self.module(module)?;
+        let mut s = m.symbols.lock().unwrap();
+        let (old, size) = *s.get(name).ok_or(err(cuda::ERROR_INVALID_SYMBOL))?;
+        if vram
+            .lookup(old)
+            .is_some_and(|r| r.kind == AllocKind::Managed)
+        {
+            return Err(err(cuda::ERROR_INVALID_VALUE));
+        }
+        let (addr, memfd) = vram.alloc(size.max(1), AllocKind::Managed).map_err(err)?;
+        // SAFETY: both are live allocations of at least `size` bytes mapped here; distinct.
+        unsafe { std::ptr::copy_nonoverlapping(old as *const u8, addr as *mut u8, size as usize) };
+        let mut g = self.globals.lock().unwrap();
+        g.remove(&old);
+        g.insert(addr);
+        let _ = vram.free(old);
+        s.insert(name.to_string(), (addr, size));
+        Ok(Allocation { addr, memfd })
     }
-    pub fn prepare(&self, _f: u64, _d: LaunchDims, _p: Vec<u8>, _pr: &DeviceProps) -> Result<Job> {
-        unsupported()
+
+    pub fn set_attribute(
+        &self,
+        func: u64,
+        attr: u32,
+        value: i32,
+        props: &DeviceProps,
+    ) -> Result<()> {
+        let f = self
+            .funcs
+            .lock()
+            .unwrap()
+            .get(&func)
+            .cloned()
+            .ok_or(err(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
+        match attr {
+            ATTR_MAX_DYNAMIC_SHARED => {
+                let limit = props.shared_per_block_optin as i64 - f.info.shared_bytes as i64;
+                if value < 0 || value as i64 > limit {
+                    return Err(err(cuda::ERROR_INVALID_VALUE));
+                }
+                f.max_dynamic_shared.store(value, Ordering::Relaxed);
+                Ok(())
+            }
+            ATTR_CARVEOUT => Ok(()),
+            _ => Err(err(cuda::ERROR_INVALID_VALUE)),
+        }
+    }
+
+    /// Validate a launch as the runtime does before anything is queued.
+    pub fn prepare(
+        &self,
+        func: u64,
+        dims: LaunchDims,
+        params: Vec<u8>,
+        props: &DeviceProps,
+    ) -> Result<Job> {
+        let f = self
+            .funcs
+            .lock()
+            .unwrap()
+            .get(&func)
+            .cloned()
+            .ok_or(err(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
+        let threads = dims.block.iter().map(|&d| d as u64).product::<u64>();
+        let bad_block = dims
+            .block
+            .iter()
+            .zip(props.max_block)
+            .any(|(&d, m)| d == 0 || d as i64 > m as i64);
+        let bad_grid = dims
+            .grid
+            .iter()
+            .zip(props.max_grid)
+            .any(|(&d, m)| d == 0 || d as i64 > m as i64);
+        if bad_block || bad_grid || threads > f.info.max_threads_per_block as u64 {
+            return Err(err(cuda::ERROR_INVALID_CONFIGURATION));
+        }
+        if dims.shared as i64 > f.max_dynamic_shared.load(Ordering::Relaxed) as i64 {
+            return Err(err(cuda::ERROR_INVALID_VALUE));
+        }
+        if params.len() != f.info.param_bytes as usize {
+            return Err(err(cuda::ERROR_INVALID_VALUE));
+        }
+        let cfg = LaunchConfig {
+            grid: dims.grid,
+            block: dims.block,
+            dynamic_shared_bytes: dims.shared,
+            cooperative: dims.cooperative,
+        };
+        Ok(Job {
+            func: f,
+            cfg,
+            params,
+        })
+    }
+
+    fn with_pool<R>(&self, f: impl FnOnce(&crum_ptx::Pool) -> R) -> R {
+        // Launches are serialized: the interpreter already uses every core for one grid.
+        let mut g = self.pool.lock().unwrap();
+        f(g.get_or_insert_with(crum_ptx::Pool::for_machine))
     }
 }
 
-pub fn run(_shared: &Shared, _job: Job, _t: &HashMap<u64, TexDesc>) -> std::result::Result<(), u32> {
-    Err(crum_wire::cuda::ERROR_NOT_SUPPORTED)
+/// The device memory as the interpreter sees it.
+struct Mem<'a> {
+    shared: &'a Shared,
+    textures: &'a HashMap<u64, TexDesc>,
+}
+
+impl DeviceMemory for Mem<'_> {
+    fn region(&self, addr: u64) -> Option<Region> {
+        let r = self.shared.vram.lookup(addr)?;
+        Some(Region {
+            base: r.base,
+            len: r.len,
+            host: r.base as *mut u8,
+        })
+    }
+
+    fn texture(&self, handle: u64) -> Option<crum_ptx::TextureDesc> {
+        self.textures.get(&handle).map(super::kernels::texture_desc)
+    }
+}
+
+/// Wire texture description → the interpreter's.
+pub(crate) fn texture_desc(d: &TexDesc) -> crum_ptx::TextureDesc {
+    crum_ptx::TextureDesc::from_parts(
+        d.base,
+        d.width,
+        d.height,
+        d.depth,
+        d.pitch,
+        d.bits,
+        d.format_kind,
+        d.address_mode,
+        d.filter_mode,
+        d.read_mode,
+        d.normalized,
+    )
+}
+
+/// Run a prepared launch (on a stream worker).
+pub fn run(
+    shared: &Shared,
+    job: Job,
+    textures: &HashMap<u64, TexDesc>,
+) -> std::result::Result<(), u32> {
+    let mem = Mem { shared, textures };
+    let syms = job.func.module.symbols.lock().unwrap().clone();
+    let lookup = |name: &str| syms.get(name).map(|s| s.0);
+    let r = shared.kernels.with_pool(|pool| {
+        crum_ptx::launch(
+            &job.func.module.module,
+            &job.func.name,
+            &job.cfg,
+            &job.params,
+            &lookup,
+            &mem,
+            pool,
+        )
+    });
+    match r {
+        Ok(out) => {
+            shared.append_printf(&out.printf);
+            Ok(())
+        }
+        Err(e) => {
+            shared.append_printf(e.printf());
+            tracing::debug!(kernel = %job.func.name, "kernel failed: {e}");
+            Err(e.cuda_error())
+        }
+    }
 }

@@ -64,7 +64,16 @@ pub struct Range {
 
 fn map_fixed(addr: u64, len: u64, prot: i32, flags: i32, fd: i32) -> io::Result<()> {
     // SAFETY: see module docs: [addr, addr+len) lies inside our own reservation.
-    let p = unsafe { libc::mmap(addr as *mut libc::c_void, len as usize, prot, flags | libc::MAP_FIXED, fd, 0) };
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len as usize,
+            prot,
+            flags | libc::MAP_FIXED,
+            fd,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         Err(io::Error::last_os_error())
     } else {
@@ -82,7 +91,10 @@ impl Vram {
                 base as *mut libc::c_void,
                 size as usize,
                 libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
                 -1,
                 0,
             )
@@ -98,7 +110,12 @@ impl Vram {
         }
         let mut inner = Inner::default();
         inner.free.insert(base, size);
-        Ok(Vram { base, size, capacity, inner: RwLock::new(inner) })
+        Ok(Vram {
+            base,
+            size,
+            capacity,
+            inner: RwLock::new(inner),
+        })
     }
 
     pub fn capacity(&self) -> u64 {
@@ -111,7 +128,10 @@ impl Vram {
 
     /// Allocate `len` bytes; returns the device address and, for shared kinds, the memfd.
     pub fn alloc(&self, len: u64, kind: AllocKind) -> Result<(u64, Option<i32>), u32> {
-        let span = len.max(1).checked_next_multiple_of(GRANULE).ok_or(crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
+        let span = len
+            .max(1)
+            .checked_next_multiple_of(GRANULE)
+            .ok_or(crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
         let mut g = self.inner.write().unwrap();
         if g.used + span > self.capacity {
             return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
@@ -126,8 +146,14 @@ impl Vram {
         };
         let memfd = match kind {
             AllocKind::Device => {
-                map_fixed(start, span, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1)
-                    .map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
+                map_fixed(
+                    start,
+                    span,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                )
+                .map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
                 None
             }
             AllocKind::Managed | AllocKind::PinnedHost => {
@@ -142,14 +168,26 @@ impl Vram {
                 if unsafe { libc::ftruncate(fd.as_raw_fd(), span as libc::off_t) } != 0 {
                     return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
                 }
-                map_fixed(start, span, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd())
-                    .map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
+                map_fixed(
+                    start,
+                    span,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                )
+                .map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
                 Some(fd)
             }
         };
         if span >= HUGE {
             // SAFETY: advice on our own fresh mapping; failure only means no huge pages.
-            unsafe { libc::madvise(start as *mut libc::c_void, span as usize, libc::MADV_HUGEPAGE) };
+            unsafe {
+                libc::madvise(
+                    start as *mut libc::c_void,
+                    span as usize,
+                    libc::MADV_HUGEPAGE,
+                )
+            };
         }
         g.free.remove(&fstart);
         if start > fstart {
@@ -160,16 +198,33 @@ impl Vram {
         }
         g.used += span;
         let raw = memfd.as_ref().map(|f| f.as_raw_fd());
-        g.allocs.insert(start, Alloc { len, span, kind, _memfd: memfd });
+        g.allocs.insert(
+            start,
+            Alloc {
+                len,
+                span,
+                kind,
+                _memfd: memfd,
+            },
+        );
         Ok((start, raw))
     }
 
     /// Free the allocation that starts at `addr`.
     pub fn free(&self, addr: u64) -> Result<AllocKind, u32> {
         let mut g = self.inner.write().unwrap();
-        let a = g.allocs.remove(&addr).ok_or(crum_wire::cuda::ERROR_INVALID_VALUE)?;
+        let a = g
+            .allocs
+            .remove(&addr)
+            .ok_or(crum_wire::cuda::ERROR_INVALID_VALUE)?;
         // Back to a PROT_NONE reservation: releases the pages, keeps the window ours.
-        let _ = map_fixed(addr, a.span, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1);
+        let _ = map_fixed(
+            addr,
+            a.span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        );
         g.used -= a.span;
         let (mut start, mut len) = (addr, a.span);
         if let Some((&ps, &pl)) = g.free.range(..start).next_back() {
@@ -199,7 +254,11 @@ impl Vram {
         }
         let g = self.inner.read().unwrap();
         let (&b, a) = g.allocs.range(..=addr).next_back()?;
-        (addr < b + a.len).then_some(Range { base: b, len: a.len, kind: a.kind })
+        (addr < b + a.len).then_some(Range {
+            base: b,
+            len: a.len,
+            kind: a.kind,
+        })
     }
 
     /// Whether `[addr, addr+len)` lies inside one allocation.
@@ -215,7 +274,9 @@ impl Vram {
 
     pub fn register(&self, addr: u64, len: u64) -> Result<(), u32> {
         let mut g = self.inner.write().unwrap();
-        let end = addr.checked_add(len).ok_or(crum_wire::cuda::ERROR_INVALID_VALUE)?;
+        let end = addr
+            .checked_add(len)
+            .ok_or(crum_wire::cuda::ERROR_INVALID_VALUE)?;
         if let Some((&b, &l)) = g.registered.range(..end).next_back() {
             if b + l > addr {
                 return Err(crum_wire::cuda::ERROR_HOST_MEMORY_ALREADY_REGISTERED);
@@ -226,12 +287,21 @@ impl Vram {
     }
 
     pub fn unregister(&self, addr: u64) -> Result<(), u32> {
-        self.inner.write().unwrap().registered.remove(&addr).map(|_| ()).ok_or(crum_wire::cuda::ERROR_HOST_MEMORY_NOT_REGISTERED)
+        self.inner
+            .write()
+            .unwrap()
+            .registered
+            .remove(&addr)
+            .map(|_| ())
+            .ok_or(crum_wire::cuda::ERROR_HOST_MEMORY_NOT_REGISTERED)
     }
 
     pub fn is_registered(&self, addr: u64, len: u64) -> bool {
         let g = self.inner.read().unwrap();
-        g.registered.range(..=addr).next_back().is_some_and(|(&b, &l)| addr.saturating_add(len) <= b + l)
+        g.registered
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, &l)| addr.saturating_add(len) <= b + l)
     }
 }
 
@@ -289,7 +359,10 @@ pub(crate) mod tests {
     #[test]
     fn over_capacity_fails_with_memory_allocation() {
         let v = Vram::new(window(), 1 << 32, 1 << 20).unwrap();
-        assert_eq!(v.alloc(2 << 20, AllocKind::Device), Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION));
+        assert_eq!(
+            v.alloc(2 << 20, AllocKind::Device),
+            Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION)
+        );
     }
 
     #[test]
@@ -302,7 +375,9 @@ pub(crate) mod tests {
     fn free_ranges_coalesce() {
         let base = window();
         let v = Vram::new(base, 1 << 32, 1 << 30).unwrap();
-        let a: Vec<u64> = (0..3).map(|_| v.alloc(GRANULE, AllocKind::Device).unwrap().0).collect();
+        let a: Vec<u64> = (0..3)
+            .map(|_| v.alloc(GRANULE, AllocKind::Device).unwrap().0)
+            .collect();
         v.free(a[0]).unwrap();
         v.free(a[2]).unwrap();
         v.free(a[1]).unwrap();
@@ -318,7 +393,11 @@ pub(crate) mod tests {
         let (big, _) = v.alloc(HUGE, AllocKind::Device).unwrap();
         assert_eq!(big % HUGE, 0);
         let (small, _) = v.alloc(100, AllocKind::Device).unwrap();
-        assert_eq!(small, base + GRANULE, "the gap before the aligned block is reused");
+        assert_eq!(
+            small,
+            base + GRANULE,
+            "the gap before the aligned block is reused"
+        );
     }
 
     #[test]

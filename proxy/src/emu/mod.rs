@@ -42,16 +42,21 @@ pub struct Shared {
 impl Shared {
     fn report(&self, code: u32) {
         if cuda::is_sticky(code) {
-            let _ = self.sticky.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+            let _ = self
+                .sticky
+                .compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
         }
-        let _ = self.async_err.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self
+            .async_err
+            .compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     fn app(&self) -> Result<&Arc<AppMemory>> {
-        self.app.get().ok_or(BackendError::Cuda(cuda::ERROR_INITIALIZATION))
+        self.app
+            .get()
+            .ok_or(BackendError::Cuda(cuda::ERROR_INITIALIZATION))
     }
 
-    #[allow(dead_code)] // called by kernel launches (kernels.rs with the PTX engine)
     pub(crate) fn append_printf(&self, bytes: &[u8]) {
         if !bytes.is_empty() {
             self.printf.lock().unwrap().extend_from_slice(bytes);
@@ -72,7 +77,11 @@ impl Shared {
                     match dst {
                         // SAFETY: `dst` is inside a live allocation for `w` bytes (checked).
                         Some(p) => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, w) },
-                        None => self.app().map_err(|e| e.code())?.write(d, src).map_err(|_| bad)?,
+                        None => self
+                            .app()
+                            .map_err(|e| e.code())?
+                            .write(d, src)
+                            .map_err(|_| bad)?,
                     }
                 }
                 (Endpoint::Addr(s0), dst) => {
@@ -84,12 +93,18 @@ impl Shared {
                         (None, Some(dp)) => {
                             // SAFETY: `dp` is inside a live allocation for `w` bytes.
                             let buf = unsafe { std::slice::from_raw_parts_mut(dp, w) };
-                            self.app().map_err(|e| e.code())?.read(s, buf).map_err(|_| bad)?;
+                            self.app()
+                                .map_err(|e| e.code())?
+                                .read(s, buf)
+                                .map_err(|_| bad)?;
                         }
                         (Some(sp), None) => {
                             // SAFETY: `sp` is inside a live allocation for `w` bytes.
                             let buf = unsafe { std::slice::from_raw_parts(sp, w) };
-                            self.app().map_err(|e| e.code())?.write(d, buf).map_err(|_| bad)?;
+                            self.app()
+                                .map_err(|e| e.code())?
+                                .write(d, buf)
+                                .map_err(|_| bad)?;
                         }
                         (None, None) => {
                             let app = self.app().map_err(|e| e.code())?;
@@ -164,18 +179,31 @@ impl Emu {
     }
 
     fn stream(&self, id: StreamId) -> Result<Arc<Stream>> {
-        self.streams.lock().unwrap().get(&id.0).cloned().ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
+        self.streams
+            .lock()
+            .unwrap()
+            .get(&id.0)
+            .cloned()
+            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
     }
 
     fn event(&self, id: EventId) -> Result<Arc<Event>> {
-        self.events.lock().unwrap().get(&id.0).cloned().ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
+        self.events
+            .lock()
+            .unwrap()
+            .get(&id.0)
+            .cloned()
+            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
     }
 
     /// Enqueue on a stream with the implicit dependencies of the legacy default stream:
     /// legacy work waits for every blocking stream, blocking-stream work waits for legacy work.
     fn submit(&self, id: StreamId, run: JobFn) -> Result<(Arc<Stream>, u64)> {
         let streams = self.streams.lock().unwrap();
-        let s = streams.get(&id.0).cloned().ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
+        let s = streams
+            .get(&id.0)
+            .cloned()
+            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
         let mut deps = Vec::new();
         if id == LEGACY_STREAM {
             for t in streams.values().filter(|t| t.id != 0 && !t.nonblocking) {
@@ -242,7 +270,13 @@ impl Backend for Emu {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { name: "emu", shared_host_mappings: true, cooperative_launch: true, textures: true, fixed_addresses: true }
+        Capabilities {
+            name: "emu",
+            shared_host_mappings: true,
+            cooperative_launch: true,
+            textures: true,
+            fixed_addresses: true,
+        }
     }
 
     fn device_props(&self) -> DeviceProps {
@@ -259,14 +293,22 @@ impl Backend for Emu {
     }
 
     fn malloc(&self, size: u64, kind: AllocKind) -> Result<Allocation> {
-        let (addr, memfd) = self.shared.vram.alloc(size, kind).map_err(BackendError::Cuda)?;
+        let (addr, memfd) = self
+            .shared
+            .vram
+            .alloc(size, kind)
+            .map_err(BackendError::Cuda)?;
         Ok(Allocation { addr, memfd })
     }
 
     fn free(&self, addr: u64) -> Result<()> {
         // cudaFree synchronizes the device: nothing may still be using the memory.
         self.device_sync_inner();
-        self.shared.vram.free(addr).map(|_| ()).map_err(BackendError::Cuda)
+        self.shared
+            .vram
+            .free(addr)
+            .map(|_| ())
+            .map_err(BackendError::Cuda)
     }
 
     fn owns(&self, addr: u64, len: u64) -> Option<AllocKind> {
@@ -274,11 +316,17 @@ impl Backend for Emu {
     }
 
     fn host_register(&self, addr: u64, len: u64) -> Result<()> {
-        self.shared.vram.register(addr, len).map_err(BackendError::Cuda)
+        self.shared
+            .vram
+            .register(addr, len)
+            .map_err(BackendError::Cuda)
     }
 
     fn host_unregister(&self, addr: u64) -> Result<()> {
-        self.shared.vram.unregister(addr).map_err(BackendError::Cuda)
+        self.shared
+            .vram
+            .unregister(addr)
+            .map_err(BackendError::Cuda)
     }
 
     fn is_registered(&self, addr: u64, len: u64) -> bool {
@@ -297,7 +345,9 @@ impl Backend for Emu {
     }
 
     fn function(&self, module: ModuleId, name: &str) -> Result<FuncInfo> {
-        self.shared.kernels.function(module.0, name, || self.handle(), &self.props)
+        self.shared
+            .kernels
+            .function(module.0, name, || self.handle(), &self.props)
     }
 
     fn symbol(&self, module: ModuleId, name: &str) -> Result<(u64, u64)> {
@@ -305,24 +355,44 @@ impl Backend for Emu {
     }
 
     fn managed_var(&self, module: ModuleId, name: &str) -> Result<Allocation> {
-        self.shared.kernels.make_managed(module.0, name, &self.shared.vram)
+        self.shared
+            .kernels
+            .make_managed(module.0, name, &self.shared.vram)
     }
 
     fn func_set_attribute(&self, func: FuncId, attr: u32, value: i32) -> Result<()> {
-        self.shared.kernels.set_attribute(func.0, attr, value, &self.props)
+        self.shared
+            .kernels
+            .set_attribute(func.0, attr, value, &self.props)
     }
 
-    fn launch(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>) -> Result<()> {
-        let job = self.shared.kernels.prepare(func.0, dims, params, &self.props)?;
+    fn launch(
+        &self,
+        stream: StreamId,
+        func: FuncId,
+        dims: LaunchDims,
+        params: Vec<u8>,
+    ) -> Result<()> {
+        let job = self
+            .shared
+            .kernels
+            .prepare(func.0, dims, params, &self.props)?;
         let shared = self.shared.clone();
         let textures: Arc<HashMap<u64, TexDesc>> = Arc::new(self.textures.lock().unwrap().clone());
-        self.submit(stream, Box::new(move || kernels::run(&shared, job, &textures)))?;
+        self.submit(
+            stream,
+            Box::new(move || kernels::run(&shared, job, &textures)),
+        )?;
         Ok(())
     }
 
     fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
         // Validate what can be validated now: device-window addresses must be allocations.
-        let span = |pitch: u64| pitch.checked_mul(op.height.saturating_sub(1)).and_then(|x| x.checked_add(op.width));
+        let span = |pitch: u64| {
+            pitch
+                .checked_mul(op.height.saturating_sub(1))
+                .and_then(|x| x.checked_add(op.width))
+        };
         let (dspan, sspan) = (span(op.dpitch), span(op.spitch));
         let (Some(dspan), Some(sspan)) = (dspan, sspan) else {
             return Err(BackendError::Cuda(cuda::ERROR_INVALID_VALUE));
@@ -344,21 +414,40 @@ impl Backend for Emu {
         Ok(())
     }
 
-    fn memset(&self, stream: StreamId, dst: u64, pitch: u64, value: u8, width: u64, height: u64) -> Result<()> {
+    fn memset(
+        &self,
+        stream: StreamId,
+        dst: u64,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+    ) -> Result<()> {
         if width == 0 || height == 0 {
             return Ok(());
         }
-        let span = pitch.checked_mul(height - 1).and_then(|x| x.checked_add(width)).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))?;
+        let span = pitch
+            .checked_mul(height - 1)
+            .and_then(|x| x.checked_add(width))
+            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))?;
         self.check_device(dst, span)?;
         let shared = self.shared.clone();
-        self.submit(stream, Box::new(move || {
-            shared.vram.contains(dst, span).ok_or(cuda::ERROR_INVALID_VALUE)?;
-            for row in 0..height {
-                // SAFETY: the whole span lies in a live allocation (checked just above).
-                unsafe { std::ptr::write_bytes((dst + row * pitch) as *mut u8, value, width as usize) };
-            }
-            Ok(())
-        }))?;
+        self.submit(
+            stream,
+            Box::new(move || {
+                shared
+                    .vram
+                    .contains(dst, span)
+                    .ok_or(cuda::ERROR_INVALID_VALUE)?;
+                for row in 0..height {
+                    // SAFETY: the whole span lies in a live allocation (checked just above).
+                    unsafe {
+                        std::ptr::write_bytes((dst + row * pitch) as *mut u8, value, width as usize)
+                    };
+                }
+                Ok(())
+            }),
+        )?;
         Ok(())
     }
 
@@ -373,7 +462,12 @@ impl Backend for Emu {
         if stream == LEGACY_STREAM {
             return Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE));
         }
-        let s = self.streams.lock().unwrap().remove(&stream.0).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
+        let s = self
+            .streams
+            .lock()
+            .unwrap()
+            .remove(&stream.0)
+            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
         s.shutdown();
         Ok(())
     }
@@ -405,33 +499,48 @@ impl Backend for Emu {
     }
 
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
-        self.submit(stream, Box::new(move || {
-            call();
-            Ok(())
-        }))?;
+        self.submit(
+            stream,
+            Box::new(move || {
+                call();
+                Ok(())
+            }),
+        )?;
         Ok(())
     }
 
     fn event_create(&self, flags: u32) -> Result<EventId> {
         let id = self.handle();
-        let e = Event { blocking_sync: flags & 1 != 0, timing: flags & 2 == 0, rec: Mutex::new(None) };
+        let e = Event {
+            blocking_sync: flags & 1 != 0,
+            timing: flags & 2 == 0,
+            rec: Mutex::new(None),
+        };
         let _ = e.blocking_sync;
         self.events.lock().unwrap().insert(id, Arc::new(e));
         Ok(EventId(id))
     }
 
     fn event_destroy(&self, event: EventId) -> Result<()> {
-        self.events.lock().unwrap().remove(&event.0).map(|_| ()).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
+        self.events
+            .lock()
+            .unwrap()
+            .remove(&event.0)
+            .map(|_| ())
+            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
     }
 
     fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
         let e = self.event(event)?;
         let stamp = Arc::new(OnceLock::new());
         let st = stamp.clone();
-        let (s, seq) = self.submit(stream, Box::new(move || {
-            let _ = st.set(Instant::now());
-            Ok(())
-        }))?;
+        let (s, seq) = self.submit(
+            stream,
+            Box::new(move || {
+                let _ = st.set(Instant::now());
+                Ok(())
+            }),
+        )?;
         *e.rec.lock().unwrap() = Some((s, seq, stamp));
         Ok(())
     }
@@ -462,10 +571,16 @@ impl Backend for Emu {
             if !s.reached(seq) {
                 return Err(BackendError::Cuda(cuda::ERROR_NOT_READY));
             }
-            t.get().copied().ok_or(BackendError::Cuda(cuda::ERROR_NOT_READY))
+            t.get()
+                .copied()
+                .ok_or(BackendError::Cuda(cuda::ERROR_NOT_READY))
         };
         let (ta, tb) = (stamp(&a)?, stamp(&b)?);
-        let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
+        let ms = if tb >= ta {
+            (tb - ta).as_secs_f64() * 1e3
+        } else {
+            -((ta - tb).as_secs_f64() * 1e3)
+        };
         Ok(ms as f32)
     }
 
@@ -476,7 +591,14 @@ impl Backend for Emu {
 
     fn device_reset(&self) -> Result<()> {
         self.device_sync_inner();
-        let ids: Vec<u64> = self.streams.lock().unwrap().keys().copied().filter(|&k| k != 0).collect();
+        let ids: Vec<u64> = self
+            .streams
+            .lock()
+            .unwrap()
+            .keys()
+            .copied()
+            .filter(|&k| k != 0)
+            .collect();
         for id in ids {
             let _ = self.stream_destroy(StreamId(id));
         }
@@ -499,7 +621,12 @@ impl Backend for Emu {
     }
 
     fn texture_destroy(&self, tex: u64) -> Result<()> {
-        self.textures.lock().unwrap().remove(&tex).map(|_| ()).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))
+        self.textures
+            .lock()
+            .unwrap()
+            .remove(&tex)
+            .map(|_| ())
+            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))
     }
 
     fn take_async_error(&self) -> Option<u32> {

@@ -37,8 +37,19 @@ pub struct Stream {
 
 impl Stream {
     /// Create a stream and start its worker; `on_error` receives job failures.
-    pub fn spawn(id: u64, nonblocking: bool, priority: i32, on_error: Arc<dyn Fn(u32) + Send + Sync>) -> Arc<Stream> {
-        let s = Arc::new(Stream { id, nonblocking, priority, state: Mutex::default(), cv: Condvar::new() });
+    pub fn spawn(
+        id: u64,
+        nonblocking: bool,
+        priority: i32,
+        on_error: Arc<dyn Fn(u32) + Send + Sync>,
+    ) -> Arc<Stream> {
+        let s = Arc::new(Stream {
+            id,
+            nonblocking,
+            priority,
+            state: Mutex::default(),
+            cv: Condvar::new(),
+        });
         let w = s.clone();
         std::thread::Builder::new()
             .name(format!("crum-stream-{id:x}"))
@@ -134,10 +145,13 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         for i in 0..100 {
             let l = log.clone();
-            s.submit(vec![], Box::new(move || {
-                l.lock().unwrap().push(i);
-                Ok(())
-            }));
+            s.submit(
+                vec![],
+                Box::new(move || {
+                    l.lock().unwrap().push(i);
+                    Ok(())
+                }),
+            );
         }
         s.drain();
         assert_eq!(*log.lock().unwrap(), (0..100).collect::<Vec<_>>());
@@ -150,17 +164,23 @@ mod tests {
         let b = Stream::spawn(2, false, 0, noerr());
         let flag = Arc::new(AtomicU32::new(0));
         let f = flag.clone();
-        let seq = a.submit(vec![], Box::new(move || {
-            std::thread::sleep(std::time::Duration::from_millis(30));
-            f.store(1, Ordering::SeqCst);
-            Ok(())
-        }));
+        let seq = a.submit(
+            vec![],
+            Box::new(move || {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                f.store(1, Ordering::SeqCst);
+                Ok(())
+            }),
+        );
         let seen = Arc::new(AtomicU32::new(99));
         let (f, s2) = (flag.clone(), seen.clone());
-        b.submit(vec![(a.clone(), seq)], Box::new(move || {
-            s2.store(f.load(Ordering::SeqCst), Ordering::SeqCst);
-            Ok(())
-        }));
+        b.submit(
+            vec![(a.clone(), seq)],
+            Box::new(move || {
+                s2.store(f.load(Ordering::SeqCst), Ordering::SeqCst);
+                Ok(())
+            }),
+        );
         b.drain();
         assert_eq!(seen.load(Ordering::SeqCst), 1);
     }
