@@ -390,8 +390,9 @@ impl<'a, 'l> Block<'a, 'l> {
                         };
                         let mask = if matches!(mop, Opd::None) { u32::MAX } else { self.val(t, mop) as u32 };
                         let members = mask & live;
-                        if members & waiting != members {
-                            continue; // someone has not arrived yet
+                        let same_pc = (0..lanes).filter(|&j| members & (1 << j) != 0).all(|j| threads[w0 + j].pc == t.pc);
+                        if members & waiting != members || !same_pc {
+                            continue; // someone has not arrived (here) yet
                         }
                         members | (1 << i)
                     }

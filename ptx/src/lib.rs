@@ -11,6 +11,7 @@ pub mod fatbin;
 mod api;
 mod exec;
 mod fp;
+mod hostmem;
 mod ir;
 mod mem;
 mod parse;
@@ -18,3 +19,4 @@ mod printf;
 mod tex;
 
 pub use api::*;
+pub use hostmem::HostMemory;

@@ -1,0 +1,281 @@
+//! Real CUDA C kernels compiled by nvcc, run through the engine, checked against results
+//! computed here on the CPU.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::*;
+use crum_ptx::{HostMemory, LaunchConfig, LaunchError, Module};
+
+fn basic() -> &'static Module {
+    static M: OnceLock<Module> = OnceLock::new();
+    M.get_or_init(|| module("basic"))
+}
+fn reduce() -> &'static Module {
+    static M: OnceLock<Module> = OnceLock::new();
+    M.get_or_init(|| module("reduce"))
+}
+fn mathfn() -> &'static Module {
+    static M: OnceLock<Module> = OnceLock::new();
+    M.get_or_init(|| module("mathfn"))
+}
+
+#[test]
+fn vector_add_matches_cpu() {
+    let n = 1000;
+    let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let b: Vec<f32> = (0..n).map(|i| 3.0 - i as f32).collect();
+    let mut mem = HostMemory::new();
+    let (pa, pb, pc) = (mem.alloc_bytes(&f32s(&a)), mem.alloc_bytes(&f32s(&b)), mem.alloc(4 * n as u64));
+    run(basic(), &mut mem, "vector_add", &cfg(4, 256), &Args::new().ptr(pa).ptr(pb).ptr(pc).i32(n)).unwrap();
+    let c = to_f32s(&mem.read(pc, 4 * n as usize));
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    assert_eq!(c, want);
+}
+
+#[test]
+fn tiled_matmul_with_shared_memory_matches_cpu() {
+    let n = 40usize;
+    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5) % 11) as f32 * 0.25).collect();
+    let mut mem = HostMemory::new();
+    let (pa, pb, pc) = (mem.alloc_bytes(&f32s(&a)), mem.alloc_bytes(&f32s(&b)), mem.alloc(4 * (n * n) as u64));
+    let g = n.div_ceil(16) as u32;
+    let c = LaunchConfig { grid: [g, g, 1], block: [16, 16, 1], dynamic_shared_bytes: 0, cooperative: false };
+    run(basic(), &mut mem, "matmul_tiled", &c, &Args::new().ptr(pa).ptr(pb).ptr(pc).i32(n as i32)).unwrap();
+    let got = to_f32s(&mem.read(pc, 4 * n * n));
+    for r in 0..n {
+        for col in 0..n {
+            let want: f32 = (0..n).map(|k| a[r * n + k] * b[k * n + col]).sum();
+            assert!((got[r * n + col] - want).abs() < 1e-3, "C[{r}][{col}] = {} want {want}", got[r * n + col]);
+        }
+    }
+}
+
+#[test]
+fn f64_stencil_matches_cpu() {
+    let n = 300;
+    let x: Vec<f64> = (0..n).map(|i| (i as f64 * 0.1).sin()).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&f64s(&x)), mem.alloc(8 * n as u64));
+    run(basic(), &mut mem, "stencil_f64", &cfg(3, 128), &Args::new().ptr(pi).ptr(po).i32(n)).unwrap();
+    let got = to_f64s(&mem.read(po, 8 * n as usize));
+    for i in 0..n as usize {
+        let want = if i > 0 && i < n as usize - 1 { 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1] } else { x[i] };
+        assert_eq!(got[i], want, "i={i}");
+    }
+}
+
+#[test]
+fn struct_passed_by_value_reaches_the_kernel() {
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(4 * 10);
+    let k = basic().kernels().find(|k| k.name == "struct_by_value").unwrap();
+    assert_eq!(k.params.len(), 2);
+    let mut s = Vec::new();
+    s.extend_from_slice(&10i32.to_le_bytes());
+    s.extend_from_slice(&1.5f32.to_le_bytes());
+    s.extend_from_slice(&0.25f64.to_le_bytes());
+    s.extend_from_slice(&i32s(&[0, 0, 4]));
+    s.extend_from_slice(&[0; 4]);
+    let args = Args::new().bytes(&s, 8).ptr(out);
+    assert_eq!(args.0.len() as u32, k.param_bytes);
+    run(basic(), &mut mem, "struct_by_value", &cfg(1, 32), &args).unwrap();
+    let got = to_f32s(&mem.read(out, 40));
+    let want: Vec<f32> = (0..10).map(|i| (i as f32 * 1.5) as f32 + 0.25 + 4.0).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn constant_table_and_device_variable_are_read() {
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(4 * 20);
+    run(basic(), &mut mem, "const_table", &cfg(1, 32), &Args::new().ptr(out).i32(20)).unwrap();
+    let fib = [1, 1, 2, 3, 5, 8, 13, 21];
+    let want: Vec<i32> = (0..20).map(|i| fib[i % 8] + 100).collect();
+    assert_eq!(to_i32s(&mem.read(out, 80)), want);
+}
+
+#[test]
+fn out_of_bounds_store_fails_with_illegal_address() {
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(64);
+    let e = run(basic(), &mut mem, "out_of_bounds", &cfg(1, 32), &Args::new().ptr(out)).unwrap_err();
+    assert!(matches!(e.kind(), LaunchError::IllegalAddress { .. }), "{e:?}");
+    assert_eq!(e.cuda_error(), 700);
+}
+
+#[test]
+fn dynamic_shared_memory_reverses_each_block() {
+    let n = 128;
+    let x: Vec<i32> = (0..n).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(4 * n as u64));
+    let c = LaunchConfig { grid: [2, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 64 * 4, cooperative: false };
+    run(basic(), &mut mem, "dyn_shared", &c, &Args::new().ptr(pi).ptr(po)).unwrap();
+    let want: Vec<i32> = (0..n).map(|i| (i / 64) * 64 + 63 - i % 64).collect();
+    assert_eq!(to_i32s(&mem.read(po, 4 * n as usize)), want);
+}
+
+#[test]
+fn dynamic_shared_memory_overrun_is_illegal_address() {
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc(4 * 64), mem.alloc(4 * 64));
+    // Too little dynamic shared memory for 64 ints.
+    let c = LaunchConfig { grid: [1, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 16, cooperative: false };
+    let e = run(basic(), &mut mem, "dyn_shared", &c, &Args::new().ptr(pi).ptr(po)).unwrap_err();
+    assert!(matches!(e.kind(), LaunchError::IllegalAddress { .. }), "{e:?}");
+}
+
+#[test]
+fn shuffle_reduction_sums_each_block() {
+    let n = 1024;
+    let x: Vec<f32> = (0..n).map(|i| (i % 17) as f32).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&f32s(&x)), mem.alloc(4 * 4));
+    run(reduce(), &mut mem, "reduce_shfl", &cfg(4, 256), &Args::new().ptr(pi).ptr(po).i32(n)).unwrap();
+    let got = to_f32s(&mem.read(po, 16));
+    for b in 0..4 {
+        let want: f32 = x[b * 256..(b + 1) * 256].iter().sum();
+        assert_eq!(got[b], want);
+    }
+}
+
+#[test]
+fn atomic_reduction_sums_across_blocks() {
+    let n = 5000;
+    let x: Vec<i32> = (0..n).map(|i| i % 97 - 40).collect();
+    let mut mem = HostMemory::new();
+    let (pi, ps) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(4));
+    run(reduce(), &mut mem, "reduce_atomic", &cfg(20, 256), &Args::new().ptr(pi).ptr(ps).i32(n)).unwrap();
+    assert_eq!(to_i32s(&mem.read(ps, 4))[0], x.iter().sum::<i32>());
+}
+
+#[test]
+fn block_prefix_scan_matches_cpu() {
+    let n = 256;
+    let x: Vec<i32> = (0..n).map(|i| (i * 31 % 7) - 3).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(4 * n as u64));
+    run(reduce(), &mut mem, "scan_block", &cfg(1, 256), &Args::new().ptr(pi).ptr(po).i32(n)).unwrap();
+    let want: Vec<i32> = x.iter().scan(0, |s, v| {
+        *s += v;
+        Some(*s)
+    }).collect();
+    assert_eq!(to_i32s(&mem.read(po, 4 * n as usize)), want);
+}
+
+#[test]
+fn shared_memory_histogram_matches_cpu() {
+    let n = 10_000;
+    let data: Vec<u8> = (0..n).map(|i| ((i * 7919) % 251) as u8).collect();
+    let mut mem = HostMemory::new();
+    let (pd, pb) = (mem.alloc_bytes(&data), mem.alloc(64 * 4));
+    run(reduce(), &mut mem, "histogram", &cfg(8, 128), &Args::new().ptr(pd).ptr(pb).i32(n as i32)).unwrap();
+    let mut want = [0i32; 64];
+    for d in &data {
+        want[(*d % 64) as usize] += 1;
+    }
+    assert_eq!(to_i32s(&mem.read(pb, 256)), want);
+}
+
+#[test]
+fn every_atomic_operation_matches_sequential_semantics() {
+    let mut mem = HostMemory::new();
+    let pi = mem.alloc_bytes(&i32s(&[0, 0, -1, 0, 0, 0, 0]));
+    let pu = mem.alloc_bytes(&i32s(&[0, 0]));
+    let pf = mem.alloc(4);
+    let pd = mem.alloc(8);
+    run(reduce(), &mut mem, "atomics_all", &cfg(1, 64), &Args::new().ptr(pi).ptr(pu).ptr(pf).ptr(pd)).unwrap();
+    let i = to_i32s(&mem.read(pi, 28));
+    assert_eq!(i[0], -63);
+    assert_eq!(i[1], 63);
+    assert_eq!(i[2], i32::MIN); // every bit 0..30 cleared
+    assert_eq!(i[3], i32::MAX);
+    assert_eq!(i[4], (0..64).fold(0, |a, t| a ^ t));
+    assert_eq!(i[5], 7);
+    assert_eq!(i[6], 1); // thread 0 wins the CAS from 0 (threads run in order)
+    let u = to_i32s(&mem.read(pu, 8));
+    assert_eq!(u[0], 64 % 10); // inc wraps at 9
+    // dec from 0: 0→9, then counts down and wraps (64 steps).
+    let mut d = 0u32;
+    for _ in 0..64 {
+        d = if d == 0 || d > 9 { 9 } else { d - 1 };
+    }
+    assert_eq!(u[1] as u32, d);
+    assert_eq!(to_f32s(&mem.read(pf, 4))[0], 32.0);
+    assert_eq!(to_f64s(&mem.read(pd, 8))[0], 16.0);
+}
+
+#[test]
+fn warp_vote_shuffle_match_and_redux_follow_cuda() {
+    let x: Vec<i32> = (0..32).map(|i| if i % 3 == 0 { -i } else { i * 2 }).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(32 * 9 * 4));
+    run(reduce(), &mut mem, "warp_ops", &cfg(1, 32), &Args::new().ptr(pi).ptr(po)).unwrap();
+    let o: Vec<u32> = to_i32s(&mem.read(po, 32 * 9 * 4)).into_iter().map(|v| v as u32).collect();
+    let ballot = (0..32).filter(|&i| x[i] > 0).fold(0u32, |m, i| m | 1 << i);
+    let sum = x.iter().fold(0u32, |a, &v| a.wrapping_add(v as u32));
+    for t in 0..32usize {
+        let r = &o[t * 9..t * 9 + 9];
+        assert_eq!(r[0], ballot, "ballot t={t}");
+        assert_eq!(r[1], 1);
+        assert_eq!(r[2], 0);
+        assert_eq!(r[3], if t % 2 == 0 { 0x5555_5555 } else { 0 }, "activemask t={t}");
+        let m = (0..32).filter(|&j| x[j] % 4 == x[t] % 4).fold(0u32, |m, j| m | 1 << j);
+        assert_eq!(r[4], m, "match t={t}");
+        assert_eq!(r[5] as i32, if t >= 3 { x[t - 3] } else { x[t] }, "shfl up t={t}");
+        assert_eq!(r[6] as i32, x[t ^ 5]);
+        assert_eq!(r[7] as i32, x[7]);
+        assert_eq!(r[8], sum);
+    }
+}
+
+#[test]
+fn math_library_calls_match_libm() {
+    let n = 64;
+    let x: Vec<f64> = (0..n).map(|i| 0.1 + i as f64 * 0.37).collect();
+    let mut mem = HostMemory::new();
+    let (px, po, pf) = (mem.alloc_bytes(&f64s(&x)), mem.alloc(8 * 3 * n as u64), mem.alloc(4 * 2 * n as u64));
+    run(mathfn(), &mut mem, "math_fns", &cfg(2, 32), &Args::new().ptr(px).ptr(po).ptr(pf).i32(n)).unwrap();
+    let got = to_f64s(&mem.read(po, 8 * 3 * n as usize));
+    let gotf = to_f32s(&mem.read(pf, 4 * 2 * n as usize));
+    for i in 0..n as usize {
+        let rel = |a: f64, b: f64| (a - b).abs() <= 1e-14 * b.abs().max(1e-300);
+        assert!(rel(got[3 * i], x[i].powf(2.5)), "pow {} vs {}", got[3 * i], x[i].powf(2.5));
+        assert!((got[3 * i + 1] - (x[i] * 1000.0).sin()).abs() < 1e-14, "sin {} vs {}", got[3 * i + 1], (x[i] * 1000.0).sin());
+        assert!(rel(got[3 * i + 2], x[i].exp()));
+        let xf = x[i] as f32;
+        assert!((gotf[2 * i] - (xf * 100.0).sin()).abs() < 1e-5, "sinf {} vs {}", gotf[2 * i], (xf * 100.0).sin());
+        assert!((gotf[2 * i + 1] - xf.powf(1.5)).abs() <= 1e-5 * xf.powf(1.5));
+    }
+}
+
+#[test]
+fn device_printf_formats_like_cuda_in_block_order() {
+    let mut mem = HostMemory::new();
+    let out = run(mathfn(), &mut mem, "say_hello", &cfg(2, 2), &Args::new().i32(42)).unwrap();
+    let text = String::from_utf8(out.printf).unwrap();
+    let want: String = (0..2)
+        .flat_map(|b| (0..2).map(move |t| format!("block {b} thread {t} k=42 pi=3.142 str 1.2e+04|7   |ff\n")))
+        .collect();
+    assert_eq!(text, want);
+}
+
+#[test]
+fn failed_device_assert_reports_assert_error_and_message() {
+    let mut mem = HostMemory::new();
+    let e = run(mathfn(), &mut mem, "failing_assert", &cfg(1, 1), &Args::new().i32(3)).unwrap_err();
+    assert_eq!(e.cuda_error(), 710);
+    assert!(String::from_utf8_lossy(e.printf()).contains("Assertion `v > 10` failed"), "{e:?}");
+    run(mathfn(), &mut mem, "failing_assert", &cfg(1, 1), &Args::new().i32(30)).unwrap();
+}
+
+#[test]
+fn trap_fails_the_launch_with_launch_failure() {
+    let mut mem = HostMemory::new();
+    let e = run(mathfn(), &mut mem, "trapping", &cfg(1, 4), &Args::new().i32(3)).unwrap_err();
+    assert_eq!(e.cuda_error(), 719);
+    run(mathfn(), &mut mem, "trapping", &cfg(1, 4), &Args::new().i32(2)).unwrap();
+}
