@@ -38,6 +38,7 @@ use crate::threads;
 
 /// How the interposer plugs external (device) state into checkpoints.
 #[derive(Clone, Copy)]
+#[allow(clippy::type_complexity)] // the agreed interface (API-CONTRACTS.md)
 pub struct Hooks {
     /// Before threads are stopped: hold new CUDA calls at the gate, drain in-flight calls.
     pub quiesce: fn() -> Result<(), String>,
@@ -145,6 +146,22 @@ impl Config {
         };
         let sync = get("CRUM_CKPT_SYNC").is_some_and(|v| v == "1");
         Ok(Config { dir, interval, keep, signal, sync })
+    }
+}
+
+/// Takes a checkpoint now, from the calling thread, which plays the agent's part: every
+/// other thread of the process is stopped while the image of the whole process is taken.
+/// `sync` writes the image before the threads resume instead of in a forked child. Returns
+/// the image path. For tools and tests; programs under `crum run` use the agent thread. If
+/// the image is restarted, this call returns there too (with `dir`).
+pub fn checkpoint_now(dir: &Path, sync: bool) -> Result<PathBuf, String> {
+    threads::probe_libc()?;
+    threads::install_handler()?;
+    let cfg = Config { dir: dir.to_path_buf(), interval: None, keep: 0, signal: None, sync };
+    match checkpoint(&cfg, dir) {
+        Outcome::Written(p) => Ok(p),
+        Outcome::Failed(e) => Err(e),
+        Outcome::Restarted => Ok(dir.to_path_buf()),
     }
 }
 

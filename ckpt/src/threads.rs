@@ -355,8 +355,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
         }
         // Wait for every signalled thread.
         let n = NSLOTS.load(Acquire);
-        for i in 1..n {
-            let slot = &SLOTS[i];
+        for slot in SLOTS.iter().take(n).skip(1) {
             while slot.state.load(Acquire) == SIGNALLED {
                 let tid = slot.tid.load(Relaxed);
                 if !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
@@ -486,8 +485,7 @@ pub extern "C" fn restored_main(main_slot: u64) {
         | libc::CLONE_SYSVSEM | libc::CLONE_SETTLS | libc::CLONE_PARENT_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;
     let n = NSLOTS.load(Acquire);
     let off = TID_OFFSET.load(Relaxed) as u64;
-    for i in 0..n {
-        let s = &SLOTS[i];
+    for (i, s) in SLOTS.iter().enumerate().take(n) {
         if i == main || s.tid.load(Relaxed) <= 0 {
             continue;
         }

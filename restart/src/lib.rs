@@ -132,10 +132,8 @@ fn check_files(st: &ProcessState) -> Result<(), RestartError> {
                     return Err(changed("changed"));
                 }
             }
-            FdKind::CharDev { path } => {
-                if !Path::new(path).exists() {
-                    return Err(RestartError::Unsupported { fd: f.fd, what: format!("device {path} does not exist here") });
-                }
+            FdKind::CharDev { path } if !Path::new(path).exists() => {
+                return Err(RestartError::Unsupported { fd: f.fd, what: format!("device {path} does not exist here") });
             }
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
             _ => {}

@@ -1,0 +1,106 @@
+//! The checkpoint engine inside a live process (no restart): threads running, sleeping and
+//! blocked in `read` are stopped and resumed without noticing, the hooks run in order, and
+//! the image holds the process description, the hook's section and the memory. One test per
+//! binary: stopping "every other thread" must not meet other tests' threads.
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crum_ckpt::agent::{checkpoint_now, set_hooks, Hooks};
+use crum_ckpt::image::ImageReader;
+use crum_ckpt::state::{ProcessState, SECTION_PROCESS};
+
+static ORDER: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+static SPINS: AtomicU64 = AtomicU64::new(0);
+static SLEEPS: AtomicU64 = AtomicU64::new(0);
+static EINTRS: AtomicUsize = AtomicUsize::new(0);
+static STOP: AtomicBool = AtomicBool::new(false);
+static MARKER: AtomicU64 = AtomicU64::new(0x5eed_cafe_f00d_d00d);
+
+fn order(what: &'static str) {
+    ORDER.lock().unwrap().push(what);
+}
+
+#[test]
+fn checkpoint_of_a_live_process_stops_and_resumes_threads_and_writes_a_complete_image() {
+    set_hooks(Hooks {
+        quiesce: || {
+            order("quiesce");
+            Ok(())
+        },
+        collect: || {
+            order("collect");
+            Ok(vec![("test-device".to_string(), b"device state".to_vec())])
+        },
+        resume: || order("resume"),
+        restore: |_| Ok(()),
+    });
+    let spinner = std::thread::spawn(|| {
+        while !STOP.load(Relaxed) {
+            SPINS.fetch_add(1, Relaxed);
+            std::hint::spin_loop();
+        }
+    });
+    let sleeper = std::thread::spawn(|| {
+        while !STOP.load(Relaxed) {
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: 30_000_000 };
+            // SAFETY: nanosleep with a live request and no remainder pointer.
+            if unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) } != 0 {
+                EINTRS.fetch_add(1, Relaxed);
+            }
+            SLEEPS.fetch_add(1, Relaxed);
+        }
+    });
+    let mut p = [0i32; 2];
+    // SAFETY: pipe writes two fds into the array.
+    assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+    let rfd = p[0];
+    let reader = std::thread::spawn(move || {
+        let mut b = [0u8; 16];
+        // SAFETY: read into a live buffer.
+        let n = unsafe { libc::read(rfd, b.as_mut_ptr() as *mut libc::c_void, b.len()) };
+        (n, b)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+
+    let dir = tempfile::tempdir().unwrap();
+    let forked = checkpoint_now(dir.path(), false).expect("forked checkpoint");
+    let synced = checkpoint_now(dir.path(), true).expect("synchronous checkpoint");
+    let spins = SPINS.load(Relaxed);
+    let sleeps = SLEEPS.load(Relaxed);
+    std::thread::sleep(Duration::from_millis(150));
+
+    // Threads go on: the spinner spins, the sleeper sleeps without EINTR, the reader reads.
+    assert!(SPINS.load(Relaxed) > spins, "the spinning thread did not resume");
+    assert!(SLEEPS.load(Relaxed) > sleeps, "the sleeping thread did not resume");
+    // SAFETY: write a live buffer to our pipe.
+    assert_eq!(unsafe { libc::write(p[1], b"ping".as_ptr() as *const libc::c_void, 4) }, 4);
+    let (n, b) = reader.join().unwrap();
+    assert_eq!((n, &b[..4]), (4, &b"ping"[..]), "the thread blocked in read(2) lost its call");
+    STOP.store(true, Relaxed);
+    spinner.join().unwrap();
+    sleeper.join().unwrap();
+    assert_eq!(EINTRS.load(Relaxed), 0, "nanosleep returned EINTR after a checkpoint");
+    assert_eq!(
+        *ORDER.lock().unwrap(),
+        ["quiesce", "collect", "resume", "quiesce", "collect", "resume"],
+        "hooks ran out of order"
+    );
+
+    for img in [forked, synced] {
+        let mut r = ImageReader::open(&img).unwrap();
+        let st = ProcessState::decode(&r.section(SECTION_PROCESS).unwrap().unwrap()).unwrap();
+        // SAFETY: getpid cannot fail.
+        assert_eq!(st.pid, unsafe { libc::getpid() });
+        assert!(st.threads.len() >= 5, "threads missing from the image: {:?}", st.threads);
+        assert_eq!(st.threads.iter().filter(|t| t.is_agent).count(), 1);
+        assert!(st.specials.iter().any(|s| s.name == "[vdso]"));
+        assert_eq!(r.section("test-device").unwrap().as_deref(), Some(&b"device state"[..]));
+        // The memory holds this test's static at its address.
+        let addr = MARKER.as_ptr() as u64;
+        let idx = r.regions().iter().position(|g| g.start <= addr && addr < g.start + g.len).expect("region of a static");
+        let data = r.read_region(idx).unwrap();
+        let off = (addr - r.regions()[idx].start) as usize;
+        assert_eq!(u64::from_ne_bytes(data[off..off + 8].try_into().unwrap()), MARKER.load(Relaxed));
+    }
+}
