@@ -559,9 +559,17 @@ fn read_props(dev: Device) -> DResult<DeviceProps> {
     })
 }
 
-/// The PTX text of a module image, when it carries it uncompressed (plain PTX, or a fat
-/// binary whose PTX entry is not compressed). Used only for the parameter-layout fallback.
+/// The PTX text of a module image, for the parameter-layout fallback: the highest-architecture
+/// PTX of a fat binary (decompressed by `crum_ptx::fatbin`), else PTX text found as is (plain
+/// PTX, or an uncompressed fat binary entry).
 fn ptx_text(image: &[u8]) -> Option<String> {
+    if image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
+        if let Ok(images) = crum_ptx::fatbin::extract_ptx(image) {
+            if let Some(best) = crum_ptx::fatbin::best_ptx(&images) {
+                return Some(best.ptx.clone());
+            }
+        }
+    }
     let start = image.windows(8).position(|w| w == b".version")?;
     let end = image[start..].iter().position(|&b| b == 0).map_or(image.len(), |e| start + e);
     std::str::from_utf8(&image[start..end]).ok().map(str::to_string)
@@ -610,7 +618,7 @@ impl Backend for Cuda {
         self.sync_result(driver::ctx_synchronize())?;
         // Lock order: planner, then tables (as `place` takes them).
         let mut planner = self.planner.lock().unwrap();
-        let a = self.tables.lock().unwrap().allocs.remove(&addr).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_POINTER))?;
+        let a = self.tables.lock().unwrap().allocs.remove(&addr).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))?;
         match a.region {
             Region::Managed => driver::mem_free(addr).map_err(|c| self.err(Op::Other, c)),
             Region::Pinned { .. } => {
@@ -963,6 +971,39 @@ impl Backend for Cuda {
         }
         let stream = driver::stream_create(true, 0).map_err(|c| self.err(Op::Other, c))?;
         self.fill_in(&stream, regions, &targets, source).map(|_| out)
+    }
+}
+
+impl Drop for Cuda {
+    /// Give everything back to the driver, so that another instance (a restart in the same
+    /// process, as in the tests) can map the same addresses.
+    fn drop(&mut self) {
+        if driver::ctx_set_current(&self.ctx).is_err() {
+            return;
+        }
+        CURRENT.with(|c| c.set(self.ctx.raw()));
+        let _ = driver::ctx_synchronize();
+        let mut t = self.tables.lock().unwrap();
+        t.streams.clear();
+        t.events.clear();
+        for (addr, a) in std::mem::take(&mut t.allocs) {
+            match a.region {
+                Region::Managed => {
+                    let _ = driver::mem_free(addr);
+                }
+                Region::Pinned { .. } => {
+                    let _ = driver::host_unregister(addr);
+                    pinned_unmap(addr, a.len.next_multiple_of(4096));
+                }
+                Region::Device => {}
+            }
+        }
+        for (_, m) in std::mem::take(&mut t.mappings) {
+            let _ = driver::unmap(m);
+        }
+        for (_, m) in t.modules.drain() {
+            let _ = driver::module_unload(m.module);
+        }
     }
 }
 

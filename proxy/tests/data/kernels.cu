@@ -1,0 +1,53 @@
+// Kernels of the backend conformance suite (proxy/tests/conformance.rs).
+// Regenerate the committed binaries after editing (from the repository root):
+//   eval "$(scripts/setup-cuda.sh --env)"
+//   nvcc -fatbin -arch=sm_80 proxy/tests/data/kernels.cu -o proxy/tests/data/kernels.fatbin
+//   nvcc -ptx -arch=sm_80 proxy/tests/data/kernels.cu -o proxy/tests/data/kernels.ptx
+#include <cuda_runtime.h>
+
+struct Mixed {
+    char c;
+    double d;
+    int i;
+};
+
+__device__ int counter;
+__device__ float table[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+
+// Every kind of parameter: integers of each width, float, double, a struct with padding and a
+// vector type; the kernel writes each back as 64-bit words.
+extern "C" __global__ void kinds(unsigned long long *out, char c, short s, int i, long long l,
+                                 float f, double d, Mixed m, float4 v) {
+    out[0] = (unsigned long long)(long long)c;
+    out[1] = (unsigned long long)(long long)s;
+    out[2] = (unsigned long long)(long long)i;
+    out[3] = (unsigned long long)l;
+    out[4] = __float_as_uint(f);
+    out[5] = (unsigned long long)__double_as_longlong(d);
+    out[6] = (unsigned long long)(long long)m.c;
+    out[7] = (unsigned long long)__double_as_longlong(m.d);
+    out[8] = (unsigned long long)(long long)m.i;
+    out[9] = __float_as_uint(v.x) | ((unsigned long long)__float_as_uint(v.w) << 32);
+}
+
+extern "C" __global__ void fill(float *p, int n, float v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v + i;
+}
+
+extern "C" __global__ void reverse_shared(int *out) {
+    extern __shared__ int sh[];
+    sh[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = sh[blockDim.x - 1 - threadIdx.x];
+}
+
+extern "C" __global__ void bump() { atomicAdd(&counter, 1); }
+
+extern "C" __global__ void scale_table(float k) { table[threadIdx.x] *= k; }
+
+// Adds one to every element: run after a copy to check ordering on a stream.
+extern "C" __global__ void incr(int *p, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] += 1;
+}
