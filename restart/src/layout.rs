@@ -65,7 +65,8 @@ pub enum MapError {
 }
 
 /// Maps every region at its address, fills it from the image and sets its protection.
-pub fn map_regions(plan: &mut Plan) -> Result<(), MapError> {
+/// `progress` is told the bytes filled so far.
+pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapError> {
     let regions = plan.reader.regions().to_vec();
     for r in &regions {
         let name = r.name_lossy();
@@ -109,11 +110,14 @@ pub fn map_regions(plan: &mut Plan) -> Result<(), MapError> {
             return Err(MapError::Other(RestartError::Sys { what: format!("mapping {:#x}+{:#x} {name}", r.start, r.len), source: err }));
         }
     }
+    let mut done = 0;
     for (i, r) in regions.iter().enumerate() {
         if r.has_data && r.flags & REGION_SHARED_FILE == 0 {
             // SAFETY: the fresh, writable mapping created above covers exactly this range.
             let dst = unsafe { std::slice::from_raw_parts_mut(r.start as *mut u8, r.len as usize) };
             plan.reader.read_region_into_zeroed(i, dst).map_err(|e| MapError::Other(e.into()))?;
+            done += r.len;
+            progress(done);
         }
         if r.flags & REGION_SHARED_FILE == 0 {
             // SAFETY: our mapping; only its protection changes.

@@ -157,8 +157,28 @@ pub fn restart(dir: &Path) -> Result<std::convert::Infallible, RestartError> {
     restore(plan, attempt)
 }
 
+/// A progress bar on a terminal for images of at least this many bytes of memory.
+const PROGRESS_MIN: u64 = 256 << 20;
+
 fn restore(mut plan: Plan, attempt: u32) -> Result<std::convert::Infallible, RestartError> {
-    match layout::map_regions(&mut plan) {
+    use std::io::IsTerminal;
+    let total: u64 = plan.reader.regions().iter().filter(|r| r.has_data).map(|r| r.len).sum();
+    // Drawn only when asked to (no ticker thread: this process must be single-threaded when
+    // it becomes the program), and cleared before anything of the program runs.
+    let bar = if total >= PROGRESS_MIN && std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("restoring {bytes}/{total_bytes} [{bar:30}] {bytes_per_sec}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mapped = layout::map_regions(&mut plan, &|n| bar.set_position(n));
+    bar.finish_and_clear();
+    drop(bar);
+    match mapped {
         Ok(()) => {}
         Err(layout::MapError::Collision(detail)) => {
             if attempt + 1 >= MAX_ATTEMPTS {
