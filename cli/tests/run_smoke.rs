@@ -89,6 +89,26 @@ fn runtime_api_program_passes_on_the_emulated_device() {
 }
 
 #[test]
+fn kernels_run_with_symbols_streams_printf_and_error_codes() {
+    let exe = build("kernels", &["-cudart", "shared"]);
+    let out = crum()
+        .args(["run", "--device", "emu", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Device printf arrives at the synchronization, in block order, before later output.
+    let hello = stdout.find("hello from block 0 tag 7\nhello from block 1 tag 7\n");
+    let ok = stdout.find("kernels: OK");
+    assert!(hello.is_some() && ok.is_some() && hello < ok, "{stdout}");
+}
+
+#[test]
 fn statically_linked_runtime_is_refused_with_advice() {
     let exe = build("runtime", &["-cudart", "static"]);
     let out = crum().args(["run", "--"]).arg(&exe).output().unwrap();

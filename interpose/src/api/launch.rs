@@ -205,7 +205,13 @@ pub extern "C" fn __cudaRegisterManagedVar(
             out(host_var_ptr, addr as *mut c_void)
         })();
         if let Err(c) = r {
+            // The module could not be loaded (its kernels fail with the same error at every
+            // launch). Point the variable at zeroed host memory so host code touching it does
+            // not crash before the program can report the error.
             tracing::error!(code = c, "cannot set up a __managed__ variable");
+            // SAFETY: calloc returns zeroed memory or NULL; it is never freed (like the var).
+            let fallback = unsafe { libc::calloc(1, size.max(1)) };
+            let _ = out(host_var_ptr, fallback);
         }
     });
 }

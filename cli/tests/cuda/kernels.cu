@@ -1,0 +1,96 @@
+// Kernels through crum on the emulated device: launches, module variables (__constant__,
+// __device__) via the symbol APIs, managed and
+// pinned memory used by kernels, device printf at synchronization, a multi-stream pipeline
+// with events, launch-configuration errors, and a sticky illegal-address error last.
+// Prints "kernels: OK" on success.
+#include <cstdio>
+#include <cstring>
+#include <cuda_runtime.h>
+
+static int failures = 0;
+#define CHECK(cond) do { if (!(cond)) { printf("FAIL line %d: %s\n", __LINE__, #cond); failures++; } } while (0)
+#define OK(x) CHECK((x) == cudaSuccess)
+
+__constant__ float scale;
+__device__ int counter;
+
+__global__ void saxpy(int n, float a, const float *x, float *y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * scale * x[i] + y[i];
+}
+
+__global__ void count(int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(&counter, 1);
+}
+
+__global__ void hello(int tag) {
+  if (threadIdx.x == 0) printf("hello from block %d tag %d\n", blockIdx.x, tag);
+}
+
+__global__ void poke(int *p) { *p = 1; }
+
+int main() {
+  const int n = 10000;
+  float *x, *y;
+  OK(cudaMallocManaged(&x, n * sizeof(float)));
+  OK(cudaMallocHost(&y, n * sizeof(float)));
+  for (int i = 0; i < n; i++) { x[i] = i; y[i] = 1; }
+  float s = 2.0f;
+  OK(cudaMemcpyToSymbol(scale, &s, sizeof s));
+  float *dy; OK(cudaMalloc(&dy, n * sizeof(float)));
+  OK(cudaMemcpy(dy, y, n * sizeof(float), cudaMemcpyHostToDevice));
+  saxpy<<<(n + 255) / 256, 256>>>(n, 3.0f, x, dy);
+  OK(cudaGetLastError());
+  OK(cudaMemcpy(y, dy, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; i += 101) CHECK(y[i] == 6.0f * i + 1);
+
+  // Module variables.
+  count<<<40, 256>>>(n);
+  OK(cudaDeviceSynchronize());
+  int c = 0; OK(cudaMemcpyFromSymbol(&c, counter, sizeof c));
+  CHECK(c == n);
+  void *addr; OK(cudaGetSymbolAddress(&addr, counter));
+  size_t sz; OK(cudaGetSymbolSize(&sz, counter)); CHECK(sz == sizeof(int));
+
+  // printf appears at synchronization, in order.
+  hello<<<2, 32>>>(7);
+  OK(cudaDeviceSynchronize());
+  fflush(stdout);
+
+  // Pipeline: two streams, chunks copied in, computed, copied out; events order them.
+  cudaStream_t st[2]; cudaEvent_t done[2];
+  for (int k = 0; k < 2; k++) { OK(cudaStreamCreate(&st[k])); OK(cudaEventCreate(&done[k])); }
+  const int chunk = n / 2;
+  for (int i = 0; i < n; i++) y[i] = 1;
+  for (int k = 0; k < 2; k++) {
+    OK(cudaMemcpyAsync(dy + k * chunk, y + k * chunk, chunk * sizeof(float), cudaMemcpyHostToDevice, st[k]));
+    saxpy<<<(chunk + 127) / 128, 128, 0, st[k]>>>(chunk, 1.0f, x + k * chunk, dy + k * chunk);
+    OK(cudaMemcpyAsync(y + k * chunk, dy + k * chunk, chunk * sizeof(float), cudaMemcpyDeviceToHost, st[k]));
+    OK(cudaEventRecord(done[k], st[k]));
+  }
+  OK(cudaStreamWaitEvent(st[0], done[1], 0));
+  OK(cudaStreamSynchronize(st[0]));
+  for (int i = 0; i < n; i += 97) CHECK(y[i] == 2.0f * i + 1);
+
+  // Attributes and occupancy.
+  cudaFuncAttributes fa; OK(cudaFuncGetAttributes(&fa, saxpy)); CHECK(fa.maxThreadsPerBlock >= 256);
+  int blocks = 0; OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, saxpy, 256, 0)); CHECK(blocks > 0);
+
+  // Launch errors are reported at the launch, and are not sticky.
+  saxpy<<<1, 2048>>>(n, 1.0f, x, dy);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  saxpy<<<1, 1, 1 << 20>>>(n, 1.0f, x, dy);
+  CHECK(cudaGetLastError() != cudaSuccess);
+  OK(cudaDeviceSynchronize());
+
+  // An illegal address is sticky: every later call reports it.
+  poke<<<1, 1>>>((int *)0x10);
+  CHECK(cudaDeviceSynchronize() == cudaErrorIllegalAddress);
+  CHECK(cudaMemcpy(y, dy, 4, cudaMemcpyDeviceToHost) == cudaErrorIllegalAddress);
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+
+  if (failures) { printf("kernels: %d failures\n", failures); return 1; }
+  printf("kernels: OK\n");
+  return 0;
+}
