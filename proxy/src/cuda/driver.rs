@@ -186,7 +186,30 @@ pub fn granularity(dev: Device) -> DResult<u64> {
     Ok(g as u64)
 }
 
-/// Device memory mapped at a fixed address.
+/// Reserve the virtual range `[addr, addr+len)` for device memory with
+/// [`cuMemAddressReserve`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html),
+/// giving `addr` as the hint and checking that the driver honoured it (it may place the
+/// range elsewhere when the address is taken). `addr` and `len` must be multiples of the
+/// allocation granularity.
+pub fn reserve_exact(addr: u64, len: u64) -> Result<(), MapError> {
+    let mut got: sys::CUdeviceptr = 0;
+    // SAFETY: out-pointer to a local; flags must be 0.
+    ck(unsafe { sys::cuMemAddressReserve(&mut got, len as usize, 0, addr, 0) }).map_err(MapError::Driver)?;
+    if got != addr {
+        // SAFETY: releasing the reservation just made, with nothing mapped in it.
+        let _ = unsafe { sys::cuMemAddressFree(got, len as usize) };
+        return Err(MapError::Moved { got });
+    }
+    Ok(())
+}
+
+/// `cuMemAddressFree` of a range reserved by [`reserve_exact`] (everything in it unmapped).
+pub fn release_reservation(addr: u64, len: u64) -> DResult<()> {
+    // SAFETY: the caller reserved exactly this range and unmapped everything in it.
+    ck(unsafe { sys::cuMemAddressFree(addr, len as usize) })
+}
+
+/// Physical device memory mapped inside a reserved range.
 #[derive(Debug)]
 pub struct Mapping {
     pub addr: u64,
@@ -194,7 +217,7 @@ pub struct Mapping {
     handle: sys::CUmemGenericAllocationHandle,
 }
 
-/// Why a fixed mapping failed.
+/// Why a fixed reservation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MapError {
     /// The driver placed the reservation elsewhere (the address is taken in this process).
@@ -202,39 +225,25 @@ pub enum MapError {
     Driver(u32),
 }
 
-/// Reserve `[addr, addr+len)` ([`cuMemAddressReserve`] with `addr` as the hint, checked),
-/// create physical memory ([`cuMemCreate`]), map it ([`cuMemMap`]) and make it read-write
-/// for the device ([`cuMemSetAccess`]). All or nothing: on failure everything done is undone.
+/// Back `[addr, addr+len)` (inside a range reserved by [`reserve_exact`], granularity-aligned)
+/// with new physical memory: [`cuMemCreate`] (pinned device memory), [`cuMemMap`], and
+/// [`cuMemSetAccess`] read-write for the device. All or nothing: on failure what was done is
+/// undone.
 ///
-/// [`cuMemAddressReserve`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
 /// [`cuMemCreate`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
 /// [`cuMemMap`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
 /// [`cuMemSetAccess`]: https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html
-pub fn map_fixed(dev: Device, addr: u64, len: u64) -> Result<Mapping, MapError> {
-    let mut got: sys::CUdeviceptr = 0;
-    // SAFETY: out-pointer to a local; `len` and `addr` are granularity multiples (planner).
-    ck(unsafe { sys::cuMemAddressReserve(&mut got, len as usize, 0, addr, 0) }).map_err(MapError::Driver)?;
-    let undo_reserve = |got: u64| {
-        // SAFETY: releasing the reservation we just made, nothing mapped in it.
-        let _ = unsafe { sys::cuMemAddressFree(got, len as usize) };
-    };
-    if got != addr {
-        undo_reserve(got);
-        return Err(MapError::Moved { got });
-    }
+pub fn map_in(dev: Device, addr: u64, len: u64) -> DResult<Mapping> {
     let prop = alloc_prop(dev);
     let mut handle = 0;
     // SAFETY: valid prop and out-pointer; flags must be 0.
-    if let Err(e) = ck(unsafe { sys::cuMemCreate(&mut handle, len as usize, &prop, 0) }) {
-        undo_reserve(addr);
-        return Err(MapError::Driver(e));
-    }
-    // SAFETY: `handle` is a fresh allocation of `len` bytes, `addr..addr+len` is our reservation.
+    ck(unsafe { sys::cuMemCreate(&mut handle, len as usize, &prop, 0) })?;
+    // SAFETY: `handle` is a fresh allocation of `len` bytes; the range lies in our reservation
+    // and nothing is mapped there (planner contract).
     if let Err(e) = ck(unsafe { sys::cuMemMap(addr, len as usize, 0, handle, 0) }) {
-        // SAFETY: releasing the handle we created.
+        // SAFETY: releasing the handle just created.
         let _ = unsafe { sys::cuMemRelease(handle) };
-        undo_reserve(addr);
-        return Err(MapError::Driver(e));
+        return Err(e);
     }
     // SAFETY: zeroed CUmemAccessDesc is valid; fields set below.
     let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
@@ -242,25 +251,24 @@ pub fn map_fixed(dev: Device, addr: u64, len: u64) -> Result<Mapping, MapError> 
     access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     // SAFETY: the range is mapped (just above); one descriptor.
     if let Err(e) = ck(unsafe { sys::cuMemSetAccess(addr, len as usize, &access, 1) }) {
-        // SAFETY: undoing our own map, handle and reservation in reverse order.
+        // SAFETY: undoing our own map and handle, in reverse order.
         unsafe {
             let _ = sys::cuMemUnmap(addr, len as usize);
             let _ = sys::cuMemRelease(handle);
         }
-        undo_reserve(addr);
-        return Err(MapError::Driver(e));
+        return Err(e);
     }
     Ok(Mapping { addr, len, handle })
 }
 
-/// Undo [`map_fixed`]: `cuMemUnmap`, `cuMemRelease`, `cuMemAddressFree`. The caller has made
-/// sure the device no longer uses the range (`cudaFree` synchronizes).
+/// Undo [`map_in`]: `cuMemUnmap`, then `cuMemRelease` (the physical memory is freed once
+/// unmapped). The range stays reserved. The caller has made sure the device no longer uses
+/// it (`cudaFree` synchronizes).
 pub fn unmap(m: Mapping) -> DResult<()> {
-    // SAFETY: `m` came from `map_fixed` and is consumed, so this happens once.
+    // SAFETY: `m` came from `map_in` and is consumed, so this happens once.
     unsafe {
         ck(sys::cuMemUnmap(m.addr, m.len as usize))?;
-        ck(sys::cuMemRelease(m.handle))?;
-        ck(sys::cuMemAddressFree(m.addr, m.len as usize))
+        ck(sys::cuMemRelease(m.handle))
     }
 }
 

@@ -197,11 +197,22 @@ struct Tables {
     events: HashMap<u64, EventRec>,
 }
 
+/// Address planners of the two halves of the window.
+struct Planners {
+    device: Planner,
+    pinned: Planner,
+}
+
 /// The `cuda` backend.
 pub struct Cuda {
     dev: Device,
     ctx: driver::Context,
-    planner: Mutex<Planner>,
+    planner: Mutex<Planners>,
+    /// The whole window `[base, base+size)`: device memory in the lower half (reserved from
+    /// the driver in one piece), pinned host memory in the upper half.
+    window: (u64, u64),
+    /// The range reserved with `cuMemAddressReserve` (released on drop).
+    reserved: (u64, u64),
     tables: Mutex<Tables>,
     shared: Arc<Shared>,
     next_handle: AtomicU64,
@@ -234,10 +245,24 @@ impl Cuda {
             return Err(ProbeError::Driver { call: "cuMemGetAllocationGranularity", code: 1, name: format!("granularity {granule:#x} does not divide the window") });
         }
         let props = read_props(dev).map_err(drv("cuDeviceGetAttribute"))?;
+        // Device memory: the lower half of the window, at most four times the device's memory
+        // (address space for fragmentation), reserved in one piece now, so that nothing the
+        // driver allocates for itself later (module variables, local memory) can land where
+        // the planner will put an allocation, and so that a restarted proxy either gets the
+        // whole range back or fails at once with a clear reason.
+        let half = (size / 2).next_multiple_of(granule).min(size);
+        let dev_size = half.min((props.total_mem.saturating_mul(4)).next_multiple_of(granule)).max(granule);
+        driver::reserve_exact(base, dev_size).map_err(|e| match e {
+            driver::MapError::Moved { got } => ProbeError::Window { base, got },
+            driver::MapError::Driver(code) => drv("cuMemAddressReserve")(code),
+        })?;
+        let pinned = Planner::new(base + half, size - half, granule);
         Ok(Cuda {
             dev,
             ctx,
-            planner: Mutex::new(Planner::new(base, size, granule)),
+            planner: Mutex::new(Planners { device: Planner::new(base, dev_size, granule), pinned }),
+            window: (base, size),
+            reserved: (base, dev_size),
             tables: Mutex::default(),
             shared: Arc::new(Shared {
                 app: OnceLock::new(),
@@ -303,7 +328,7 @@ impl Cuda {
     }
 
     fn in_window(&self, addr: u64) -> bool {
-        self.planner.lock().unwrap().in_window(addr)
+        addr >= self.window.0 && addr - self.window.0 < self.window.1
     }
 
     /// Place `len` bytes of `kind` at a planner address (`at`: a recorded one, for restart).
@@ -322,11 +347,12 @@ impl Cuda {
             self.tables.lock().unwrap().allocs.insert(addr, Alloc { len, region: Region::Managed });
             return Ok(Allocation { addr, memfd: None });
         }
-        let own = kind == AllocKind::PinnedHost;
-        let mut planner = self.planner.lock().unwrap();
+        let pinned = kind == AllocKind::PinnedHost;
+        let mut planners = self.planner.lock().unwrap();
+        let planner = if pinned { &mut planners.pinned } else { &mut planners.device };
         let placed = match at {
-            Some(a) => planner.place_at(a, len, own),
-            None => planner.alloc(len, own),
+            Some(a) => planner.place_at(a, len, pinned),
+            None => planner.alloc(len, pinned),
         }
         .map_err(|e| {
             tracing::warn!("device allocation of {len:#x} bytes: {e}");
@@ -340,14 +366,14 @@ impl Cuda {
             let memfd = match pinned_map(placed.addr, span) {
                 Ok(fd) => fd,
                 Err(e) => {
-                    undo(&mut planner);
+                    undo(planner);
                     tracing::warn!("pinned host allocation at {:#x}: {e}", placed.addr);
                     return Err(BackendError::Cuda(cuda::ERROR_MEMORY_ALLOCATION));
                 }
             };
             if let Err(c) = driver::host_register(placed.addr, span) {
                 pinned_unmap(placed.addr, span);
-                undo(&mut planner);
+                undo(planner);
                 return Err(self.err(Op::Other, c));
             }
             let fd = memfd.as_raw_fd();
@@ -356,20 +382,14 @@ impl Cuda {
         }
         let mut made = Vec::new();
         for c in &placed.new_chunks {
-            match driver::map_fixed(self.dev, c.addr, c.len) {
+            match driver::map_in(self.dev, c.addr, c.len) {
                 Ok(m) => made.push(m),
-                Err(e) => {
+                Err(code) => {
                     for m in made {
                         let _ = driver::unmap(m);
                     }
-                    undo(&mut planner);
-                    return Err(match e {
-                        driver::MapError::Moved { got } => {
-                            tracing::error!("the driver placed device memory at {got:#x} instead of {:#x}", c.addr);
-                            BackendError::Cuda(cuda::ERROR_MEMORY_ALLOCATION)
-                        }
-                        driver::MapError::Driver(code) => self.err(Op::Other, code),
-                    });
+                    undo(planner);
+                    return Err(self.err(Op::Other, code));
                 }
             }
         }
@@ -617,7 +637,7 @@ impl Backend for Cuda {
         // cudaFree synchronizes the device: nothing may still use the memory.
         self.sync_result(driver::ctx_synchronize())?;
         // Lock order: planner, then tables (as `place` takes them).
-        let mut planner = self.planner.lock().unwrap();
+        let mut planners = self.planner.lock().unwrap();
         let a = self.tables.lock().unwrap().allocs.remove(&addr).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))?;
         match a.region {
             Region::Managed => driver::mem_free(addr).map_err(|c| self.err(Op::Other, c)),
@@ -625,11 +645,11 @@ impl Backend for Cuda {
                 let span = a.len.next_multiple_of(4096);
                 let _ = driver::host_unregister(addr);
                 pinned_unmap(addr, span);
-                let _ = planner.free(addr);
+                let _ = planners.pinned.free(addr);
                 Ok(())
             }
             Region::Device => {
-                let released = planner.free(addr).map_err(|_| bad())?;
+                let released = planners.device.free(addr).map_err(|_| bad())?;
                 let mapping = released.and_then(|chunk| self.tables.lock().unwrap().mappings.remove(&chunk.addr));
                 match mapping {
                     Some(m) => driver::unmap(m).map_err(|c| self.err(Op::Other, c)),
@@ -1001,6 +1021,7 @@ impl Drop for Cuda {
         for (_, m) in std::mem::take(&mut t.mappings) {
             let _ = driver::unmap(m);
         }
+        let _ = driver::release_reservation(self.reserved.0, self.reserved.1);
         for (_, m) in t.modules.drain() {
             let _ = driver::module_unload(m.module);
         }
