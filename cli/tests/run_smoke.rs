@@ -109,6 +109,15 @@ fn kernels_run_with_symbols_streams_printf_and_error_codes() {
 }
 
 #[test]
+fn kernels_pass_with_the_per_thread_default_stream() {
+    // `--default-stream per-thread` routes through the `_ptsz`/`_ptds` entry points.
+    let exe = build("kernels", &["-cudart", "shared", "--default-stream", "per-thread"]);
+    let out = crum().args(["run", "--device", "emu", "--"]).arg(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("kernels: OK"), "{stdout}");
+}
+
+#[test]
 fn statically_linked_runtime_is_refused_with_advice() {
     let exe = build("runtime", &["-cudart", "static"]);
     let out = crum().args(["run", "--"]).arg(&exe).output().unwrap();

@@ -73,6 +73,21 @@ int main() {
   OK(cudaStreamSynchronize(st[0]));
   for (int i = 0; i < n; i += 97) CHECK(y[i] == 2.0f * i + 1);
 
+  // The public launch entry points (what CUDA 12 headers and libraries call).
+  for (int i = 0; i < n; i++) y[i] = 1;
+  OK(cudaMemcpy(dy, y, n * sizeof(float), cudaMemcpyHostToDevice));
+  {
+    int nn = n; float a = 1.0f; float *px = x, *py = dy;
+    void *args[] = {&nn, &a, &px, &py};
+    OK(cudaLaunchKernel((const void *)saxpy, dim3((n + 63) / 64), dim3(64), args, 0, 0));
+    OK(cudaLaunchCooperativeKernel((const void *)saxpy, dim3((n + 63) / 64), dim3(64), args, 0, 0));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((n + 127) / 128); cfg.blockDim = dim3(128);
+    OK(cudaLaunchKernelExC(&cfg, (const void *)saxpy, args));
+    OK(cudaMemcpy(y, dy, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i += 89) CHECK(y[i] == 3 * 2.0f * i + 1);
+  }
+
   // Attributes and occupancy.
   cudaFuncAttributes fa; OK(cudaFuncGetAttributes(&fa, saxpy)); CHECK(fa.maxThreadsPerBlock >= 256);
   int blocks = 0; OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, saxpy, 256, 0)); CHECK(blocks > 0);
