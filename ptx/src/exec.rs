@@ -1289,27 +1289,12 @@ impl<'a, 'l> Block<'a, 'l> {
                 let a = trunc(self.val(t, &i.a), bits);
                 let pos = (self.val(t, &i.b) & 0xff) as u32;
                 let len = (self.val(t, &i.c) & 0xff) as u32;
-                let r = if len == 0 {
-                    if ty.is_signed() && pos >= bits && sext(a, bits) < 0 {
-                        u64::MAX
-                    } else {
-                        0
-                    }
-                } else {
-                    let field = if pos >= bits { 0 } else { a >> pos };
-                    let len = len.min(bits);
-                    let f = trunc(field, len);
-                    if ty.is_signed() {
-                        let sbit = if pos + len - 1 >= bits { sext(a, bits) < 0 } else { (a >> (pos + len - 1)) & 1 != 0 };
-                        if sbit {
-                            f | !((1u64 << len) - 1).max(if len >= 64 { u64::MAX } else { 0 })
-                        } else {
-                            f
-                        }
-                    } else {
-                        f
-                    }
-                };
+                let msb = bits - 1;
+                // PTX: sign bit from a[min(pos+len-1, msb)], bits past the field are the sign.
+                let sbit = ty.is_signed() && len != 0 && (a >> (pos + len - 1).min(msb)) & 1 != 0;
+                let take = if pos > msb { 0 } else { len.min(bits - pos) };
+                let field = if take == 0 { 0 } else { trunc(a >> pos, take) };
+                let r = if sbit && take < 64 { field | (u64::MAX << take) } else { field };
                 self.set(t, &i.d, r, ty);
             }
             Op::Bfi => {
