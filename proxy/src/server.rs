@@ -707,4 +707,97 @@ mod tests {
         stop.store(true, Ordering::SeqCst);
         std::mem::forget(lane);
     }
+
+    use proptest::prelude::*;
+
+    /// Requests a buggy or hostile program could send (bounded sizes, so the test does not
+    /// commit gigabytes; no host functions, which would wait for a callback thread).
+    fn hostile() -> impl Strategy<Value = Request> {
+        let addr = prop_oneof![
+            Just(0u64),
+            any::<u64>(),
+            (0u64..1 << 20).prop_map(|o| crum_wire::DEVICE_VA_BASE + o),
+            // Low addresses: never mapped, so copies "to the application" fault harmlessly.
+            (0u64..1 << 20).prop_map(|o| 0x10 + o),
+        ];
+        let handle = prop_oneof![Just(0u64), 0x100u64..0x140, any::<u64>()];
+        let len = 0u64..1 << 16;
+        prop_oneof![
+            (len.clone(), 0u8..3).prop_map(|(size, k)| Request::Malloc {
+                size,
+                kind: [AllocKind::Device, AllocKind::Managed, AllocKind::PinnedHost][k as usize]
+            }),
+            addr.clone().prop_map(|addr| Request::Free { addr }),
+            (addr.clone(), addr.clone(), len.clone(), handle.clone(), any::<bool>()).prop_map(
+                |(dst, src, len, stream, sync)| Request::Memcpy {
+                    dst,
+                    src,
+                    len,
+                    kind: CopyKind::DeviceToDevice,
+                    stream,
+                    sync
+                }
+            ),
+            (addr.clone(), any::<u64>(), addr.clone(), any::<u64>(), 0u64..256, 0u64..64, handle.clone())
+                .prop_map(|(dst, dpitch, src, spitch, width, height, stream)| Request::Memcpy2D {
+                    dst,
+                    dpitch,
+                    src,
+                    spitch,
+                    width,
+                    height,
+                    kind: CopyKind::HostToDevice,
+                    stream,
+                    sync: true
+                }),
+            (addr.clone(), any::<u8>(), len.clone(), handle.clone())
+                .prop_map(|(dst, value, len, stream)| Request::Memset { dst, value, len, stream, sync: false }),
+            (addr.clone(), 0u64..1 << 20).prop_map(|(addr, len)| Request::LoadModule { addr, len }),
+            (handle.clone(), ".{0,20}").prop_map(|(module, name)| Request::GetFunction { module, name }),
+            (handle.clone(), ".{0,20}").prop_map(|(module, name)| Request::GetSymbol { module, name }),
+            (handle.clone(), any::<[u32; 3]>(), any::<[u32; 3]>(), any::<u32>(), handle.clone(), any::<bool>(), proptest::collection::vec(any::<u8>(), 0..64))
+                .prop_map(|(func, grid, block, shared, stream, cooperative, params)| Request::Launch {
+                    func,
+                    grid,
+                    block,
+                    shared,
+                    stream,
+                    cooperative,
+                    params
+                }),
+            (any::<u32>(), any::<i32>()).prop_map(|(flags, priority)| Request::StreamCreate { flags, priority }),
+            handle.clone().prop_map(|stream| Request::StreamDestroy { stream }),
+            handle.clone().prop_map(|stream| Request::StreamQuery { stream }),
+            handle.clone().prop_map(|stream| Request::StreamSync { stream }),
+            (handle.clone(), handle.clone()).prop_map(|(stream, event)| Request::StreamWaitEvent { stream, event }),
+            any::<u32>().prop_map(|flags| Request::EventCreate { flags }),
+            (handle.clone(), handle.clone()).prop_map(|(event, stream)| Request::EventRecord { event, stream }),
+            handle.clone().prop_map(|event| Request::EventSync { event }),
+            (handle.clone(), handle.clone()).prop_map(|(start, end)| Request::EventElapsed { start, end }),
+            any::<u64>().prop_map(|id| Request::CallbackDone { id }),
+            (addr.clone(), len).prop_map(|(addr, len)| Request::HostRegister { addr, len }),
+            addr.prop_map(|addr| Request::HostUnregister { addr }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn hostile_request_sequences_never_stop_the_proxy(reqs in proptest::collection::vec(hostile(), 1..40)) {
+            let (_ch, mut lane, stop) = start();
+            for r in &reqs {
+                if r.is_pipelined() {
+                    lane.send(r).unwrap();
+                } else {
+                    lane.call(r).unwrap();
+                }
+            }
+            let r = lane.call(&Request::DeviceSync).unwrap();
+            prop_assert!(r.status == 0 || r.status < 1000, "device sync answered");
+            let r = lane.call(&Request::MemGetInfo).unwrap();
+            prop_assert!(matches!(r.body, Body::Pair(..)) || r.status != 0);
+            stop.store(true, Ordering::SeqCst);
+            std::mem::forget(lane);
+        }
+    }
 }
