@@ -1,7 +1,8 @@
 // Kernels through crum on the emulated device: launches, module variables (__constant__,
 // __device__) via the symbol APIs, managed and
 // pinned memory used by kernels, device printf at synchronization, a multi-stream pipeline
-// with events, launch-configuration errors, and a sticky illegal-address error last.
+// with events, texture objects, launch-configuration errors, and a sticky illegal-address
+// error last.
 // Prints "kernels: OK" on success.
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,16 @@ __global__ void hello(int tag) {
 }
 
 __global__ void poke(int *p) { *p = 1; }
+
+__global__ void fetch1d(cudaTextureObject_t t, float *out, int n) {
+  int i = threadIdx.x;
+  if (i < n) out[i] = tex1Dfetch<float>(t, i) * 2;
+}
+
+__global__ void fetch2d(cudaTextureObject_t t, float *out, int w, int h) {
+  int x = threadIdx.x, y = threadIdx.y;
+  if (x < w && y < h) out[y * w + x] = tex2D<float>(t, x + 0.5f, y + 0.5f);
+}
 
 int main() {
   const int n = 10000;
@@ -86,6 +97,34 @@ int main() {
     OK(cudaLaunchKernelExC(&cfg, (const void *)saxpy, args));
     OK(cudaMemcpy(y, dy, n * sizeof(float), cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; i += 89) CHECK(y[i] == 3 * 2.0f * i + 1);
+  }
+
+  // Texture objects over linear and pitched memory.
+  {
+    float src[64], got[64];
+    for (int i = 0; i < 64; i++) src[i] = i * 1.5f;
+    float *lin; OK(cudaMalloc(&lin, sizeof src));
+    OK(cudaMemcpy(lin, src, sizeof src, cudaMemcpyHostToDevice));
+    cudaResourceDesc r = {};
+    r.resType = cudaResourceTypeLinear; r.res.linear.devPtr = lin;
+    r.res.linear.desc = cudaCreateChannelDesc<float>(); r.res.linear.sizeInBytes = sizeof src;
+    cudaTextureDesc td = {}; td.readMode = cudaReadModeElementType;
+    cudaTextureObject_t t1; OK(cudaCreateTextureObject(&t1, &r, &td, nullptr));
+    fetch1d<<<1, 64>>>(t1, dy, 64);
+    OK(cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) CHECK(got[i] == 2 * src[i]);
+    size_t tp; float *p2; OK(cudaMallocPitch((void **)&p2, &tp, 8 * sizeof(float), 8));
+    OK(cudaMemcpy2D(p2, tp, src, 8 * sizeof(float), 8 * sizeof(float), 8, cudaMemcpyHostToDevice));
+    cudaResourceDesc r2 = {};
+    r2.resType = cudaResourceTypePitch2D; r2.res.pitch2D.devPtr = p2;
+    r2.res.pitch2D.desc = cudaCreateChannelDesc<float>();
+    r2.res.pitch2D.width = 8; r2.res.pitch2D.height = 8; r2.res.pitch2D.pitchInBytes = tp;
+    cudaTextureObject_t t2; OK(cudaCreateTextureObject(&t2, &r2, &td, nullptr));
+    fetch2d<<<1, dim3(8, 8)>>>(t2, dy, 8, 8);
+    OK(cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) CHECK(got[i] == src[i]);
+    OK(cudaDestroyTextureObject(t1)); OK(cudaDestroyTextureObject(t2));
+    OK(cudaFree(lin)); OK(cudaFree(p2));
   }
 
   // Attributes and occupancy.
