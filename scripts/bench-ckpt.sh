@@ -151,4 +151,5 @@ END {
     printf "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\"/><text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n", pts, p[3], R-80, T+15*j, p[3], p[1] }
   for (i=2;i<=n;i++) printf "<text x=\"%.0f\" y=\"%d\">%s MiB</text>\n", L+s[i]/maxs*(R-L)-20, B+18, s[i]
   print "</svg>" }' "$TSV" > "$SVG"
+command -v rsvg-convert >/dev/null && rsvg-convert -o "${SVG%.svg}.png" "$SVG" || true
 echo "data: $TSV, $SIZES_TSV; plot: $SVG"
