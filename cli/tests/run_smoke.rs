@@ -111,10 +111,20 @@ fn kernels_run_with_symbols_streams_printf_and_error_codes() {
 #[test]
 fn kernels_pass_with_the_per_thread_default_stream() {
     // `--default-stream per-thread` routes through the `_ptsz`/`_ptds` entry points.
-    let exe = build("kernels", &["-cudart", "shared", "--default-stream", "per-thread"]);
-    let out = crum().args(["run", "--device", "emu", "--"]).arg(&exe).output().unwrap();
+    let exe = build(
+        "kernels",
+        &["-cudart", "shared", "--default-stream", "per-thread"],
+    );
+    let out = crum()
+        .args(["run", "--device", "emu", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("kernels: OK"), "{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("kernels: OK"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -148,6 +158,35 @@ fn stdio_arguments_environment_and_exit_status_pass_through() {
     assert_eq!(out.status.code(), Some(7));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello arg1 1\n");
     assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
+}
+
+#[test]
+fn checkpoint_options_reach_the_program_as_environment() {
+    let out = crum()
+        .args([
+            "run",
+            "--interval",
+            "10m",
+            "--keep",
+            "3",
+            "--on-signal",
+            "USR1",
+            "--dir",
+            "/tmp/imgs",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "echo $CRUM_CKPT_INTERVAL $CRUM_CKPT_KEEP $CRUM_CKPT_SIGNAL $CRUM_CKPT_DIR",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("600 3 {} /tmp/imgs\n", libc::SIGUSR1)
+    );
 }
 
 #[test]
