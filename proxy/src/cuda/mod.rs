@@ -595,6 +595,45 @@ fn ptx_text(image: &[u8]) -> Option<String> {
     std::str::from_utf8(&image[start..end]).ok().map(str::to_string)
 }
 
+/// Check that a module image is well formed before the driver parses it (the driver trusts
+/// the sizes in it; the image comes from the application and is untrusted): a fat binary whose
+/// header and entry sizes stay inside the image, a 64-bit ELF (cubin), or PTX text.
+fn check_image(image: &[u8]) -> std::result::Result<(), &'static str> {
+    let u16_at = |o: usize| image.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| image.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])));
+    let u64_at = |o: usize| image.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+    if u32_at(0) == Some(0xBA55_ED50) {
+        if u16_at(4) != Some(1) || u16_at(6) != Some(16) {
+            return Err("unknown fat binary version or header size");
+        }
+        let size = u64_at(8).ok_or("truncated fat binary header")?;
+        let end = size.checked_add(16).filter(|&e| e <= image.len() as u64).ok_or("fat binary larger than the image")? as usize;
+        let mut at = 16usize;
+        if at == end {
+            return Err("fat binary without entries");
+        }
+        while at < end {
+            let kind = u16_at(at).ok_or("truncated entry")?;
+            let hsize = u32_at(at + 4).ok_or("truncated entry")? as u64;
+            let psize = u64_at(at + 8).ok_or("truncated entry")?;
+            if !(kind == 1 || kind == 2) || hsize < 64 {
+                return Err("unknown fat binary entry");
+            }
+            let next = (at as u64).checked_add(hsize).and_then(|x| x.checked_add(psize)).filter(|&n| n <= end as u64).ok_or("fat binary entry past the end")?;
+            at = next as usize;
+        }
+        return Ok(());
+    }
+    if image.starts_with(b"\x7fELF") {
+        return if image.get(4) == Some(&2) && image.len() >= 64 { Ok(()) } else { Err("not a 64-bit ELF image") };
+    }
+    let text = image.split(|&b| b == 0).next().unwrap_or_default();
+    match std::str::from_utf8(text) {
+        Ok(t) if t.contains(".version") && t.contains(".target") => Ok(()),
+        _ => Err("neither a fat binary, a cubin nor PTX text"),
+    }
+}
+
 /// Runtime `cudaFuncAttribute` values that `cuFuncSetAttribute` accepts with the same number.
 fn settable_attr(attr: u32) -> Option<FA> {
     match attr {
@@ -690,6 +729,10 @@ impl Backend for Cuda {
 
     fn load_module(&self, image: &[u8]) -> Result<ModuleId> {
         self.bind()?;
+        if let Err(why) = check_image(image) {
+            tracing::warn!("refusing a module image: {why}");
+            return Err(BackendError::Cuda(cuda::ERROR_INVALID_KERNEL_IMAGE));
+        }
         let module = driver::module_load(image).map_err(|c| self.err(Op::ModuleLoad, c))?;
         let id = self.handle();
         self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: ptx_text(image) });
@@ -1151,6 +1194,27 @@ mod tests {
         let t = ptx_text(&fatbin).unwrap();
         assert!(t.starts_with(".version 8.0") && t.ends_with("ret; }"));
         assert_eq!(ptx_text(b"\x50\xed\x55\xba compressed bytes"), None);
+    }
+
+    #[test]
+    fn nvcc_fat_binary_passes_the_image_check() {
+        assert_eq!(check_image(include_bytes!("../../tests/data/kernels.fatbin")), Ok(()));
+        assert_eq!(check_image(b".version 8.0\n.target sm_80\n.entry k() { ret; }\0"), Ok(()));
+    }
+
+    #[test]
+    fn damaged_images_are_refused_before_the_driver_sees_them() {
+        let good = include_bytes!("../../tests/data/kernels.fatbin");
+        // Truncated: the header's size no longer fits.
+        assert!(check_image(&good[..good.len() - 1]).is_err());
+        // An entry whose payload size runs past the end.
+        let mut bad = good.to_vec();
+        bad[16 + 8..16 + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(check_image(&bad).is_err());
+        assert!(check_image(b"\x50\xed\x55\xba not a real fat binary at all").is_err());
+        assert!(check_image(b"\x7fELF\x01short").is_err());
+        assert!(check_image(b"random bytes").is_err());
+        assert!(check_image(&[]).is_err());
     }
 
     #[test]
