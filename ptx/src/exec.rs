@@ -346,10 +346,27 @@ impl<'a, 'l> Block<'a, 'l> {
             }
             let need = if want == 0 { live } else { want.min(live) };
             if arrived >= need {
-                for t in threads.iter_mut() {
-                    if matches!(t.st, St::Bar(i, _) if i == id) {
-                        t.st = St::Run;
+                let code = &self.l.prog.code;
+                let pred = |b: &Self, t: &Thread| {
+                    let i = &code[t.pc as usize];
+                    let o = if matches!(i.c, Opd::None) { &i.b } else { &i.c };
+                    b.val(t, o) & 1
+                };
+                let here = |t: &Thread| matches!(t.st, St::Bar(i, _) if i == id);
+                let popc = threads.iter().filter(|t| here(t)).map(|t| pred(self, t)).sum::<u64>();
+                for t in threads.iter_mut().filter(|t| here(t)) {
+                    let i = &code[t.pc as usize];
+                    if i.op == Op::BarRed {
+                        let r = match i.m.sub {
+                            Sub::Add => popc,
+                            Sub::And => (popc == arrived as u64) as u64,
+                            _ => (popc != 0) as u64,
+                        };
+                        let ty = if i.m.sub == Sub::Add { Ty::U32 } else { Ty::Pred };
+                        self.set(t, &i.d, r, ty);
                     }
+                    t.pc += 1;
+                    t.st = St::Run;
                 }
                 progressed = true;
             }
@@ -661,7 +678,7 @@ impl<'a, 'l> Block<'a, 'l> {
                 }
             }
             match self.step(t, inst) {
-                Ok(true) => t.pc += 1,
+                Ok(true) => t.pc = t.pc.wrapping_add(1),
                 Ok(false) => break Ok(()),
                 Err(e) => break Err(e),
             }
@@ -1180,10 +1197,17 @@ impl<'a, 'l> Block<'a, 'l> {
             }
             Op::Call => return self.call(t, i),
             Op::Bar => {
+                // The pc stays on the barrier; release moves it on.
                 let id = if matches!(i.a, Opd::None) { 0 } else { self.val(t, &i.a) as u32 };
                 let cnt = if matches!(i.b, Opd::None) { 0 } else { self.val(t, &i.b) as u32 };
                 t.st = St::Bar(id & 15, cnt);
-                t.pc += 1;
+                return Ok(false);
+            }
+            Op::BarRed => {
+                // bar.red.op d, id, [count,] pred
+                let id = self.val(t, &i.a) as u32;
+                let cnt = if matches!(i.c, Opd::None) { 0 } else { self.val(t, &i.b) as u32 };
+                t.st = St::Bar(id & 15, cnt);
                 return Ok(false);
             }
             Op::BarWarp | Op::Vote | Op::Shfl | Op::Activemask | Op::Match | Op::Redux => {

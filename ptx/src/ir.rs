@@ -195,6 +195,8 @@ pub(crate) enum Op {
     Exit,
     Call,
     Bar,
+    /// `bar.red.{popc,and,or}`: barrier plus a block-wide reduction of a predicate.
+    BarRed,
     BarWarp,
     Atom,
     Red,

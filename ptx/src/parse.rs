@@ -1076,7 +1076,9 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
         "bar" | "barrier" => {
             if w.contains(".warp") {
                 Op::BarWarp
-            } else if w.contains(".arrive") || w.contains(".red") {
+            } else if w.contains(".red") {
+                Op::BarRed
+            } else if w.contains(".arrive") {
                 unsupported(&mut inst, messages, format!("`{w}`"));
                 Op::Unsupported
             } else {
@@ -1183,6 +1185,8 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
             "min" => mm.sub = Sub::Min,
             "max" => mm.sub = Sub::Max,
             "inc" => mm.sub = Sub::Inc,
+            "popc" if inst.op == Op::BarRed => mm.sub = Sub::Add,
+            "red" if inst.op == Op::BarRed => {}
             "dec" => mm.sub = Sub::Dec,
             "exch" => mm.sub = Sub::Exch,
             "cas" => mm.sub = Sub::Cas,

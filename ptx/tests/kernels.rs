@@ -279,3 +279,28 @@ fn trap_fails_the_launch_with_launch_failure() {
     assert_eq!(e.cuda_error(), 719);
     run(mathfn(), &mut mem, "trapping", &cfg(1, 4), &Args::new().i32(2)).unwrap();
 }
+
+#[test]
+fn syncthreads_count_and_or_reduce_over_the_block() {
+    let x: Vec<i32> = (0..64).map(|i| if i % 4 == 0 { i } else { -i }).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(64 * 4));
+    run(reduce(), &mut mem, "bar_red", &cfg(1, 64), &Args::new().ptr(pi).ptr(po)).unwrap();
+    let count = x.iter().filter(|&&v| v > 0).count() as i32;
+    let or = x.iter().any(|&v| v > 5) as i32;
+    assert_eq!(to_i32s(&mem.read(po, 256)), vec![count * 100 + 10 + or; 64]);
+}
+
+#[test]
+fn clock_advances_and_lane_masks_match_lane() {
+    let mut mem = HostMemory::new();
+    let po = mem.alloc(64 * 3 * 8);
+    run(reduce(), &mut mem, "clocks", &cfg(1, 64), &Args::new().ptr(po)).unwrap();
+    let v: Vec<i64> = mem.read(po, 64 * 24).chunks(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    for t in 0..64usize {
+        assert!(v[t * 3] >= 0, "clock went backwards");
+        let lane = t % 32;
+        assert_eq!(v[t * 3 + 1] as u32, (1u32 << lane) - 1);
+        assert_eq!(v[t * 3 + 2] as u32, ((1u64 << (lane + 1)) - 1) as u32);
+    }
+}

@@ -83,3 +83,21 @@ extern "C" __global__ void warp_ops(const int* in, unsigned* out) {
     out[t * 9 + 7] = idx;
     out[t * 9 + 8] = r;
 }
+
+extern "C" __global__ void bar_red(const int* in, int* out) {
+    int c = __syncthreads_count(in[threadIdx.x] > 0);
+    int a = __syncthreads_and(in[threadIdx.x] > -1000);
+    int o = __syncthreads_or(in[threadIdx.x] > 5);
+    out[threadIdx.x] = c * 100 + a * 10 + o;
+}
+
+extern "C" __global__ void clocks(long long* out) {
+    long long a = clock64();
+    unsigned lt, le;
+    asm("mov.u32 %0, %%lanemask_lt;" : "=r"(lt));
+    asm("mov.u32 %0, %%lanemask_le;" : "=r"(le));
+    long long b = clock64();
+    out[threadIdx.x * 3 + 0] = b - a;
+    out[threadIdx.x * 3 + 1] = lt;
+    out[threadIdx.x * 3 + 2] = le;
+}

@@ -1,0 +1,273 @@
+//! Engine behaviours on hand-written PTX: grid-wide sync, refusal of oversized cooperative
+//! grids, deadlock detection, barriers with thread counts, calls with param blocks,
+//! misaligned accesses, and unsupported instructions failing only when executed; and
+//! texture fetches from nvcc-built kernels.
+
+mod common;
+
+use common::*;
+use crum_ptx::{launch, ChannelKind, AddressMode, HostMemory, LaunchConfig, LaunchError, Module, Pool, TextureDesc};
+
+const HEAD: &str = ".version 8.0\n.target sm_80\n.address_size 64\n";
+
+fn ptx(body: &str) -> Module {
+    Module::parse(&format!("{HEAD}{body}")).unwrap()
+}
+
+fn go(m: &Module, k: &str, c: LaunchConfig, params: &[u8], mem: &HostMemory, workers: usize) -> Result<crum_ptx::LaunchOutput, LaunchError> {
+    launch(m, k, &c, params, &|_| None, mem, &Pool::new(workers))
+}
+
+/// Every block adds 1 to a counter in the grid-sync workspace (`%envreg1/2`, as cooperative
+/// groups do), spins until all blocks have arrived, then writes what it saw.
+const GRID_SYNC: &str = r#"
+.visible .entry gs(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<2>;
+  mov.u32 %r1, %envreg1;
+  mov.u32 %r2, %envreg2;
+  mov.b64 %rd1, {%r1, %r2};
+  mov.u32 %r3, %nctaid.x;
+  bar.sync 0;
+  mov.u32 %r4, %tid.x;
+  setp.ne.s32 %p1, %r4, 0;
+  @%p1 bra WAIT;
+  atom.add.u32 %r5, [%rd1], 1;
+SPIN:
+  ld.volatile.u32 %r6, [%rd1];
+  setp.lt.u32 %p1, %r6, %r3;
+  @%p1 bra SPIN;
+WAIT:
+  bar.sync 0;
+  ld.volatile.u32 %r6, [%rd1];
+  ld.param.u64 %rd2, [out];
+  mov.u32 %r7, %ctaid.x;
+  mul.wide.u32 %rd3, %r7, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  @!%p1 st.u32 [%rd4], %r6;
+  ret;
+}
+"#;
+
+#[test]
+fn grid_sync_completes_when_all_blocks_are_resident() {
+    let m = ptx(GRID_SYNC);
+    assert!(m.kernel("gs").unwrap().uses_grid_sync);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(16);
+    let c = LaunchConfig { grid: [4, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 0, cooperative: true };
+    go(&m, "gs", c, &out.to_le_bytes(), &mem, 4).unwrap();
+    assert_eq!(to_i32s(&mem.read(out, 16)), vec![4; 4]);
+}
+
+#[test]
+fn cooperative_grid_larger_than_the_pool_is_refused() {
+    let m = ptx(GRID_SYNC);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(64);
+    let c = LaunchConfig { grid: [16, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, cooperative: true };
+    let e = go(&m, "gs", c, &out.to_le_bytes(), &mem, 2).unwrap_err();
+    assert_eq!(e, LaunchError::CooperativeTooLarge);
+    assert_eq!(e.cuda_error(), 720);
+}
+
+#[test]
+fn barrier_only_some_threads_reach_is_a_deadlock_error_not_a_hang() {
+    let m = ptx(r#"
+.visible .entry dl()
+{
+  .reg .b32 %r1;
+  .reg .pred %p1;
+  mov.u32 %r1, %tid.x;
+  setp.lt.u32 %p1, %r1, 32;
+  @%p1 bra OTHER;
+  bar.sync 1, 64;
+  ret;
+OTHER:
+  bar.sync 2, 64;
+  ret;
+}
+"#);
+    let mem = HostMemory::new();
+    let c = LaunchConfig { grid: [1, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 0, cooperative: false };
+    // Warp 0 waits at barrier 2, warp 1 at barrier 1, each for 64 threads: never completes.
+    let e = go(&m, "dl", c, &[], &mem, 1).unwrap_err();
+    assert!(matches!(e, LaunchError::Deadlock(_)), "{e:?}");
+}
+
+#[test]
+fn barrier_with_count_releases_when_count_threads_arrive() {
+    // Warps 0-1 meet at barrier 1 (64 threads); warp 2 never does.
+    let m = ptx(r#"
+.visible .entry bc(.param .u64 out)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  .reg .pred %p1;
+  mov.u32 %r1, %tid.x;
+  setp.ge.u32 %p1, %r1, 64;
+  @%p1 bra END;
+  bar.sync 1, 64;
+  ld.param.u64 %rd1, [out];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], 7;
+END:
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(96 * 4);
+    let c = LaunchConfig { grid: [1, 1, 1], block: [96, 1, 1], dynamic_shared_bytes: 0, cooperative: false };
+    go(&m, "bc", c, &out.to_le_bytes(), &mem, 1).unwrap();
+    let v = to_i32s(&mem.read(out, 96 * 4));
+    assert!(v[..64].iter().all(|&x| x == 7) && v[64..].iter().all(|&x| x == 0));
+}
+
+#[test]
+fn call_passes_params_and_returns_value_through_param_blocks() {
+    let m = ptx(r#"
+.func (.param .b32 ret) twice_plus(.param .b32 a, .param .b32 b)
+{
+  .reg .b32 %r<4>;
+  .local .align 4 .b8 depot[8];
+  ld.param.u32 %r1, [a];
+  ld.param.u32 %r2, [b];
+  mov.u64 %rd9, depot;
+  st.local.u32 [depot+4], %r1;
+  ld.local.u32 %r3, [depot+4];
+  shl.b32 %r3, %r3, 1;
+  add.s32 %r3, %r3, %r2;
+  st.param.b32 [ret], %r3;
+  ret;
+}
+.visible .entry caller(.param .u64 out)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  mov.u32 %r1, %tid.x;
+  {
+  .param .b32 p0;
+  st.param.b32 [p0], %r1;
+  .param .b32 p1;
+  st.param.b32 [p1], 100;
+  .param .b32 r0;
+  call.uni (r0), twice_plus, (p0, p1);
+  ld.param.b32 %r2, [r0];
+  }
+  ld.param.u64 %rd1, [out];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r2;
+  ret;
+}
+"#.replace("  mov.u64 %rd9, depot;\n", "").as_str());
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(32 * 4);
+    go(&m, "caller", cfg(1, 32), &out.to_le_bytes(), &mem, 1).unwrap();
+    assert_eq!(to_i32s(&mem.read(out, 128)), (0..32).map(|t| 2 * t + 100).collect::<Vec<_>>());
+}
+
+#[test]
+fn misaligned_global_access_reports_misaligned_address() {
+    let m = ptx(r#"
+.visible .entry mis(.param .u64 p)
+{
+  .reg .b64 %rd<3>;
+  .reg .b32 %r1;
+  ld.param.u64 %rd1, [p];
+  ld.global.u32 %r1, [%rd1+2];
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let a = mem.alloc(16);
+    let e = go(&m, "mis", cfg(1, 1), &a.to_le_bytes(), &mem, 1).unwrap_err();
+    assert_eq!(e.cuda_error(), 716);
+}
+
+#[test]
+fn unknown_instruction_fails_only_the_kernel_that_runs_it() {
+    let m = ptx(r#"
+.visible .entry good() { ret; }
+.visible .entry bad()
+{
+  .reg .b32 %r1;
+  frobnicate.b32 %r1, %r1;
+  ret;
+}
+"#);
+    let mem = HostMemory::new();
+    go(&m, "good", cfg(1, 1), &[], &mem, 1).unwrap();
+    let e = go(&m, "bad", cfg(1, 1), &[], &mem, 1).unwrap_err();
+    assert!(matches!(&e, LaunchError::Unsupported(s) if s.contains("frobnicate")), "{e:?}");
+    assert_eq!(e.cuda_error(), 801);
+}
+
+#[test]
+fn launch_of_missing_kernel_or_bad_shape_is_refused() {
+    let m = ptx(".visible .entry k() { ret; }\n");
+    let mem = HostMemory::new();
+    assert_eq!(go(&m, "nope", cfg(1, 1), &[], &mem, 1).unwrap_err().cuda_error(), 98);
+    assert_eq!(go(&m, "k", cfg(1, 2048), &[], &mem, 1).unwrap_err().cuda_error(), 9);
+}
+
+fn texture_module() -> Module {
+    module("texture")
+}
+
+#[test]
+fn tex1dfetch_reads_linear_memory_through_a_texture_object() {
+    let m = texture_module();
+    let mut mem = HostMemory::new();
+    let data: Vec<f32> = (0..16).map(|i| i as f32 * 1.5).collect();
+    let base = mem.alloc_bytes(&f32s(&data));
+    let desc = TextureDesc::from_parts(base, 16, 0, 0, 0, [32, 0, 0, 0], 2, [1, 1, 1], 0, 0, false);
+    mem.add_texture(0x77, desc);
+    let out = mem.alloc(4 * 20);
+    run(&m, &mut mem, "tex_fetch_1d", &cfg(1, 20), &Args::new().ptr(0x77).ptr(out).i32(20)).unwrap();
+    let got = to_f32s(&mem.read(out, 80));
+    for i in 0..20 {
+        // Out-of-range fetches read zero.
+        assert_eq!(got[i], if i < 16 { data[i] * 2.0 } else { 0.0 });
+    }
+}
+
+#[test]
+fn tex2d_point_and_linear_sampling_follow_cuda() {
+    let m = texture_module();
+    let (w, h) = (4u32, 3u32);
+    let data: Vec<f32> = (0..w * h).map(|i| i as f32).collect();
+    for linear in [false, true] {
+        let mut mem = HostMemory::new();
+        let base = mem.alloc_bytes(&f32s(&data));
+        let desc = TextureDesc {
+            base,
+            width: w as u64,
+            height: h as u64,
+            depth: 0,
+            pitch: 4 * w as u64,
+            bits: [32, 0, 0, 0],
+            kind: ChannelKind::Float,
+            address_mode: [AddressMode::Clamp; 3],
+            linear_filter: linear,
+            normalized_float: false,
+            normalized_coords: false,
+        };
+        mem.add_texture(5, desc);
+        let out = mem.alloc(4 * (w * h) as u64);
+        let c = LaunchConfig { grid: [1, 1, 1], block: [w, h, 1], dynamic_shared_bytes: 0, cooperative: false };
+        run(&m, &mut mem, "tex_2d", &c, &Args::new().ptr(5).ptr(out).i32(w as i32).i32(h as i32)).unwrap();
+        let got = to_f32s(&mem.read(out, 4 * (w * h) as usize));
+        for y in 0..h as usize {
+            for x in 0..w as usize {
+                let at = |xx: usize| data[y * w as usize + xx.min(w as usize - 1)];
+                // Second sample at x+1.0: point → texel x+1 (clamped); linear → halfway.
+                let second = if linear { (at(x) + at(x + 1)) / 2.0 } else { at(x + 1) };
+                assert_eq!(got[y * w as usize + x], at(x) + second * 1000.0, "x={x} y={y} linear={linear}");
+            }
+        }
+    }
+}

@@ -1,0 +1,10 @@
+// Texture fetches through texture objects.
+extern "C" __global__ void tex_fetch_1d(cudaTextureObject_t t, float* out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = tex1Dfetch<float>(t, i) * 2.0f;
+}
+
+extern "C" __global__ void tex_2d(cudaTextureObject_t t, float* out, int w, int h) {
+    int x = threadIdx.x, y = threadIdx.y;
+    if (x < w && y < h) out[y * w + x] = tex2D<float>(t, x + 0.5f, y + 0.5f) + tex2D<float>(t, x + 1.0f, y + 0.5f) * 1000.0f;
+}
