@@ -391,6 +391,37 @@ mod tests {
     }
 
     #[test]
+    #[allow(unsafe_code)]
+    fn fds_classifies_pipes_dups_devices_and_sockets() {
+        use std::os::fd::AsRawFd;
+        let mut p = [0i32; 2];
+        // SAFETY: plain fd-creating calls into live locals; every fd is closed below.
+        let (sock, dup, dn) = unsafe {
+            assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
+            assert_eq!(libc::write(p[1], b"hello".as_ptr() as *const libc::c_void, 5), 5);
+            (libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0), libc::dup(p[1]), std::fs::File::open("/dev/null").unwrap())
+        };
+        let mut own = Vec::new();
+        let list = fds(&[], None, &mut own);
+        let get = |fd: i32| list.iter().find(|f| f.fd == fd).unwrap_or_else(|| panic!("fd {fd} missing")).kind.clone();
+        assert!(matches!(get(p[0]), FdKind::Pipe { read: true, ref data, .. } if data == b"hello"));
+        assert!(matches!(get(p[1]), FdKind::Pipe { read: false, .. }));
+        assert_eq!(get(dup), FdKind::Dup { of: p[1] });
+        assert_eq!(get(dn.as_raw_fd()), FdKind::CharDev { path: "/dev/null".into() });
+        assert!(matches!(get(sock), FdKind::Unsupported { ref what } if what.starts_with("socket:[")));
+        // The buffered bytes are still in the pipe for the program.
+        let mut b = [0u8; 8];
+        // SAFETY: read into a live buffer, then close our fds.
+        unsafe {
+            assert_eq!(libc::read(p[0], b.as_mut_ptr() as *mut libc::c_void, 8), 5);
+            for fd in [p[0], p[1], sock, dup] {
+                libc::close(fd);
+            }
+        }
+        assert_eq!(&b[..5], b"hello");
+    }
+
+    #[test]
     fn parse_maps_rejects_garbage() {
         assert!(parse_maps("not a maps line").is_err());
     }

@@ -160,3 +160,84 @@ impl ProcessState {
         Ok(s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(regions: Vec<Region>, fds: Vec<FdState>) -> ProcessState {
+        ProcessState {
+            version: PROCESS_STATE_VERSION,
+            pid: 42,
+            pid_history: vec![7, 9],
+            exe: "/bin/x".into(),
+            cmdline: vec!["x".into(), "-v".into()],
+            cwd: "/tmp".into(),
+            regions,
+            specials: vec![Special { name: "[vdso]".into(), start: 0x7000, end: 0x9000 }],
+            threads: vec![ThreadInfo { tid: 42, slot: 1, fs_base: 0x1234, is_agent: false }],
+            entry: 0xdead,
+            restart_info: 0xbeef,
+            main_slot: 1,
+            main_stack: 0x8000,
+            fds,
+            sigactions: vec![SigAction { sig: 10, handler: 1, flags: 2, restorer: 3, mask: 4 }],
+            itimers: [(1, 2), (3, 4), (5, 6)],
+            start_brk: 0x10000,
+            brk: 0x20000,
+            rlimits: vec![(1, 2)],
+            umask: 0o022,
+        }
+    }
+
+    fn region() -> impl Strategy<Value = Region> {
+        (any::<u32>(), 1u64..1 << 20, 0u32..8, ".{0,40}", any::<bool>(), 0u8..3).prop_map(|(s, l, prot, name, d, k)| {
+            let start = (s as u64) << 12;
+            let kind = match k {
+                0 => RegionKind::Private,
+                1 => RegionKind::SharedAnon,
+                _ => RegionKind::SharedFile { path: name.clone(), offset: l },
+            };
+            Region { start, end: start + (l << 12), prot, kind, name, has_data: d, growsdown: !d }
+        })
+    }
+
+    fn fd() -> impl Strategy<Value = FdState> {
+        (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
+            let kind = match fd % 5 {
+                0 => FdKind::Pipe { id: flags as u64, read: true, data },
+                1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
+                2 => FdKind::Dup { of: fd / 2 },
+                3 => FdKind::Unsupported { what: path },
+                _ => FdKind::ControlListener,
+            };
+            FdState { fd, flags, kind }
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn process_state_round_trips(regions in proptest::collection::vec(region(), 0..20),
+                                     fds in proptest::collection::vec(fd(), 0..20)) {
+            let s = sample(regions, fds);
+            prop_assert_eq!(ProcessState::decode(&s.encode()).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn decode_rejects_other_versions_and_trailing_bytes() {
+        let mut s = sample(vec![], vec![]);
+        let mut b = s.encode();
+        b.push(0);
+        assert!(ProcessState::decode(&b).unwrap_err().contains("trailing"));
+        s.version = PROCESS_STATE_VERSION + 1;
+        assert!(ProcessState::decode(&s.encode()).unwrap_err().contains("not supported"));
+    }
+
+    #[test]
+    fn decode_rejects_truncated_bytes() {
+        let b = sample(vec![], vec![]).encode();
+        assert!(ProcessState::decode(&b[..b.len() / 2]).is_err());
+    }
+}

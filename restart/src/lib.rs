@@ -268,3 +268,95 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crum_ckpt::state::{FdState, ProcessState, PROCESS_STATE_VERSION};
+
+    fn state_with(fds: Vec<FdState>) -> ProcessState {
+        ProcessState {
+            version: PROCESS_STATE_VERSION,
+            pid: 1,
+            pid_history: vec![],
+            exe: String::new(),
+            cmdline: vec![],
+            cwd: "/".into(),
+            regions: vec![],
+            specials: vec![],
+            threads: vec![],
+            entry: 0,
+            restart_info: 0,
+            main_slot: 0,
+            main_stack: 0,
+            fds,
+            sigactions: vec![],
+            itimers: [(0, 0); 3],
+            start_brk: 0,
+            brk: 0,
+            rlimits: vec![],
+            umask: 0o022,
+        }
+    }
+
+    fn file_fd(path: &std::path::Path, flags: u32) -> FdState {
+        let (size, mtime_ns, dev, ino) = crum_ckpt::capture::file_identity(path.to_str().unwrap()).unwrap();
+        FdState {
+            fd: 7,
+            flags,
+            kind: FdKind::File { path: path.to_str().unwrap().into(), pos: 0, size, mtime_ns, dev, ino, dir: false },
+        }
+    }
+
+    #[test]
+    fn unchanged_files_pass_validation() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, "abc").unwrap();
+        assert!(check_files(&state_with(vec![file_fd(&p, libc::O_RDONLY as u32)])).is_ok());
+    }
+
+    #[test]
+    fn changed_read_only_file_is_refused_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("input");
+        std::fs::write(&p, "abc").unwrap();
+        let st = state_with(vec![file_fd(&p, libc::O_RDONLY as u32)]);
+        std::fs::write(&p, "abcd").unwrap();
+        let e = check_files(&st).unwrap_err().to_string();
+        assert!(e.contains("input") && e.contains("changed") && e.contains("fd 7"), "{e}");
+    }
+
+    #[test]
+    fn grown_writable_file_passes_but_shrunk_one_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        std::fs::write(&p, "abc").unwrap();
+        let st = state_with(vec![file_fd(&p, (libc::O_WRONLY | libc::O_APPEND) as u32)]);
+        std::fs::write(&p, "abcdef").unwrap();
+        assert!(check_files(&st).is_ok(), "a longer log is cut back at restart, not refused");
+        std::fs::write(&p, "a").unwrap();
+        let e = check_files(&st).unwrap_err().to_string();
+        assert!(e.contains("shrank"), "{e}");
+    }
+
+    #[test]
+    fn vanished_and_replaced_files_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("gone");
+        std::fs::write(&p, "abc").unwrap();
+        let st = state_with(vec![file_fd(&p, libc::O_RDONLY as u32)]);
+        std::fs::remove_file(&p).unwrap();
+        assert!(check_files(&st).unwrap_err().to_string().contains("vanished"));
+        std::fs::write(&p, "abc").unwrap();
+        let e = check_files(&st).unwrap_err().to_string();
+        assert!(e.contains("replaced") || e.contains("changed"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_descriptor_is_named() {
+        let st = state_with(vec![FdState { fd: 5, flags: 2, kind: FdKind::Unsupported { what: "socket:[99]".into() } }]);
+        let e = check_files(&st).unwrap_err().to_string();
+        assert_eq!(e, "cannot restore fd 5: socket:[99]");
+    }
+}
