@@ -36,10 +36,21 @@ fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64>
     if addr == 0 {
         return Ok(0);
     }
-    if let Some(fd) = memfd {
-        if let Err(e) = map_shared(addr, size, fd) {
+    match (memfd, kind) {
+        (Some(fd), _) => {
+            if let Err(e) = map_shared(addr, size, fd) {
+                let _ = call(&Request::Free { addr });
+                return Err(e);
+            }
+        }
+        (None, AllocKind::Device) => {}
+        (None, _) => {
+            // The backend cannot share this memory with us (a real GPU's managed memory):
+            // that needs the shadow-page mechanism (crate::managed), not built yet. Refuse
+            // rather than hand out an address the host cannot touch.
             let _ = call(&Request::Free { addr });
-            return Err(e);
+            crate::errors::unsupported("cudaMallocManaged on this device (shadow pages not built yet)");
+            return Err(cuda::ERROR_NOT_SUPPORTED);
         }
     }
     add_alloc(addr, size, mk, flags);
