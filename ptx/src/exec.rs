@@ -1445,7 +1445,13 @@ impl<'a, 'l> Block<'a, 'l> {
                 for (k, &(off, size)) in cs.args.iter().enumerate() {
                     let Some(&(dst, _)) = callee.param_offs.get(k) else { break };
                     let (src, dst, size) = (t.fb + off as usize, fb + dst as usize, size as usize);
-                    t.pframe.copy_within(src..src + size, dst);
+                    if src + size > t.pframe.len() || dst + size > t.pframe.len() {
+                        return Err(LaunchError::Unsupported(format!("call argument outside the param frame (PTX line {})", i.line)));
+                    }
+                    if src + size > t.pframe.len() || dst + size > t.pframe.len() {
+                return Err(LaunchError::Unsupported("return value outside the param frame".into()));
+            }
+            t.pframe.copy_within(src..src + size, dst);
                 }
                 t.frames.push(Frame { ret_pc: t.pc + 1, rb: t.rb as u32, fb: t.fb as u32, func: t.func, call: i.aux });
                 t.rb = rb;
@@ -1459,14 +1465,16 @@ impl<'a, 'l> Block<'a, 'l> {
                 let arg = |k: usize| -> u64 {
                     cs.args.get(k).map_or(0, |&(off, _)| {
                         let o = t.fb + off as usize;
-                        u64::from_le_bytes(t.pframe[o..o + 8].try_into().unwrap_or([0; 8]))
+                        t.pframe.get(o..o + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
                     })
                 };
                 let (fmt, args) = (arg(0), arg(1));
                 let n = crate::printf::vprintf(self, t, fmt, args)?;
                 if let Some(&(off, _)) = cs.rets.first() {
                     let o = t.fb + off as usize;
-                    t.pframe[o..o + 4].copy_from_slice(&(n as u32).to_le_bytes());
+                    if let Some(b) = t.pframe.get_mut(o..o + 4) {
+                        b.copy_from_slice(&(n as u32).to_le_bytes());
+                    }
                 }
                 Ok(true)
             }
@@ -1474,7 +1482,7 @@ impl<'a, 'l> Block<'a, 'l> {
                 let arg = |k: usize| -> u64 {
                     cs.args.get(k).map_or(0, |&(off, _)| {
                         let o = t.fb + off as usize;
-                        u64::from_le_bytes(t.pframe[o..o + 8].try_into().unwrap_or([0; 8]))
+                        t.pframe.get(o..o + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
                     })
                 };
                 let msg = crate::printf::read_cstr(self, t, arg(0)).unwrap_or_default();
@@ -1503,6 +1511,9 @@ impl<'a, 'l> Block<'a, 'l> {
         for (k, &(off, size)) in cs.rets.iter().enumerate() {
             let Some(&(src, _)) = callee.ret_offs.get(k) else { break };
             let (src, dst, size) = (t.fb + src as usize, fr.fb as usize + off as usize, size as usize);
+            if src + size > t.pframe.len() || dst + size > t.pframe.len() {
+                return Err(LaunchError::Unsupported("return value outside the param frame".into()));
+            }
             t.pframe.copy_within(src..src + size, dst);
         }
         t.pc = fr.ret_pc;

@@ -1332,4 +1332,73 @@ mod tests {
         assert_eq!(prog.globals[2].init, 1.0f32.to_bits().to_le_bytes());
         assert_eq!(prog.globals[1].space, StateSpace::Const);
     }
+    /// Every opcode form of tiers 1 and 2 of the nvcc 13.5 census
+    /// (`shared/reference/ptx-survey/tiers.txt`) decodes to a supported operation.
+    #[test]
+    fn every_tier1_and_tier2_form_decodes() {
+        const FORMS: &str = "abs.f32 abs.s32 add.f32 add.f64 add.s32 add.s64 and.b16 and.b32 and.b64 and.pred atom.global.add.u32 atom.global.or.b32 atom.shared.add.u32 atom.shared.or.b32 bar.sync bra bra.uni copysign.f32 cvt.f64.f32 cvt.rn.f32.f64 cvt.rn.f32.s32 cvt.rn.f32.u16 cvt.rn.f32.u32 cvt.rzi.s32.f32 cvt.rzi.u32.f32 cvt.s64.s32 cvt.sat.f32.f32 cvt.u32.u64 cvt.u64.u32 cvta.to.global.u64 div.rn.f32 div.s32 ex2.approx.ftz.f32 fma.rm.f32 fma.rn.f32 fma.rn.f64 ld.const.f32 ld.const.u32 ld.const.u64 ld.const.v2.u32 ld.global.f32 ld.global.s32 ld.global.u32 ld.global.u64 ld.global.u8 ld.param.f32 ld.param.u32 ld.param.u64 ld.shared.f32 ld.shared.u32 ld.shared.u8 ld.volatile.shared.u32 mad.lo.s32 max.s32 max.u32 min.s32 min.u32 mov.b32 mov.f32 mov.f64 mov.pred mov.u16 mov.u32 mov.u64 mul.f32 mul.f64 mul.hi.s32 mul.lo.s32 mul.lo.s64 mul.wide.s32 mul.wide.u16 mul.wide.u32 neg.f32 neg.s32 neg.s64 not.b32 not.pred or.b32 or.b64 or.pred rcp.approx.ftz.f32 rcp.rn.f32 rcp.rn.f64 rem.s32 ret selp.b32 selp.f32 selp.u16 selp.u32 setp.eq.b32 setp.eq.f32 setp.eq.s16 setp.eq.s32 setp.eq.s64 setp.ge.f32 setp.ge.s32 setp.ge.s64 setp.ge.u32 setp.geu.f32 setp.gt.f32 setp.gt.s32 setp.gt.u32 setp.le.f32 setp.le.s32 setp.le.u32 setp.leu.f32 setp.lt.f32 setp.lt.s32 setp.lt.s64 setp.lt.u32 setp.lt.u64 setp.ne.s16 setp.ne.s32 setp.ne.s64 shl.b32 shl.b64 shr.s32 shr.u32 shr.u64 sqrt.rn.f32 st.global.f32 st.global.u32 st.global.u64 st.global.u8 st.global.v4.f32 st.shared.f32 st.shared.u32 st.volatile.shared.u32 sub.f32 sub.f64 sub.s32 sub.s64 tex.1d.v4.f32.s32 vote.sync.all.pred vote.sync.any.pred xor.pred abs.f64 add.cc.u32 add.rn.f32 add.rn.f64 add.u64 addc.cc.u32 addc.u32 atom.global.and.b32 atom.global.cas.b32 atom.global.dec.u32 atom.global.exch.b32 atom.global.inc.u32 atom.global.max.s32 atom.global.min.s32 atom.global.xor.b32 bfi.b32 call.uni clz.b64 cvt.rn.f64.s32 cvt.rni.f32.f32 cvt.rni.s32.f64 cvt.rpi.f64.f64 cvt.rzi.f32.f32 cvt.rzi.f64.f64 cvt.rzi.s32.f64 cvt.s32.s8 cvt.u16.u32 cvt.u32.u16 div.approx.f32 div.rn.f64 fma.rz.f32 ld.const.f64 ld.global.f64 ld.global.nc.u64 ld.global.nc.v2.f64 ld.global.u16 ld.local.u64 ld.param.b32 ld.param.f64 ld.shared.f64 mad.lo.cc.u32 madc.hi.cc.u32 madc.hi.u32 madc.lo.cc.u32 min.f32 mov.b64 mul.hi.u32 mul.lo.u32 mul.rn.f32 mul.rn.f64 neg.f64 or.b16 prmt.b32 rcp.approx.ftz.f64 selp.b16 selp.b64 selp.f64 selp.u64 setp.eq.f64 setp.ge.f64 setp.gt.f64 setp.gt.s64 setp.gtu.f32 setp.gtu.f64 setp.le.s64 setp.lt.f64 setp.ltu.f32 setp.ltu.f64 setp.neu.f32 setp.neu.f64 shl.b16 sqrt.rn.f64 st.global.f64 st.global.u16 st.global.v2.u32 st.local.u64 st.param.b32 st.param.f64 st.shared.f64 st.shared.u64 sub.cc.u32 subc.cc.u32 subc.u32 tex.2d.v4.u32.f32 xor.b32";
+        let mut msgs = Vec::new();
+        for f in FORMS.split_whitespace() {
+            let i = decode_opcode(f, 1, &mut msgs).unwrap();
+            assert_ne!(i.op, Op::Unsupported, "{f}: {:?}", msgs.last());
+        }
+    }
+
+    const SAMPLE: &str = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+.global .align 4 .b8 tab[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+.extern .shared .align 16 .b8 dyn[];
+.func (.param .b32 r) f(.param .b32 a)
+{
+  .reg .b32 %r<3>;
+  ld.param.u32 %r1, [a];
+  st.param.b32 [r], %r1;
+  ret;
+}
+.visible .entry k(.param .u64 p, .param .align 8 .b8 s[16])
+.maxntid 128, 1, 1
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<9>;
+  .reg .f32 %f<3>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [p];
+  mov.u32 %r1, %tid.x;
+  setp.lt.and.s32 %p1|%p2, %r1, 4, %p1;
+  @!%p1 bra $L__BB0_2;
+  mov.f32 %f1, 0f3F800000;
+  { .param .b32 a0; st.param.b32 [a0], %r1; .param .b32 r0;
+  call.uni (r0), f, (a0); ld.param.b32 %r2, [r0]; }
+  mov.b64 %rd2, {%r1, %r2};
+  st.shared.u32 [dyn+4], %r2;
+$L__BB0_2:
+  ret;
+}
+"#;
+
+    #[test]
+    fn sample_with_calls_vectors_and_dynamic_shared_parses() {
+        let prog = parse_module(SAMPLE).unwrap();
+        assert_eq!(prog.kernels.len(), 1);
+        assert_eq!(prog.kernels[0].max_threads_per_block, Some(128));
+        assert_eq!(prog.globals[0].init, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(prog.calls.len(), 1);
+    }
+
+    proptest::proptest! {
+        /// Damaged PTX (bytes deleted or replaced) is an error or a module, never a panic.
+        #[test]
+        fn damaged_ptx_never_panics(cuts in proptest::collection::vec((0usize..2000, 0usize..6, proptest::prelude::any::<u8>()), 1..6)) {
+            let mut b = SAMPLE.as_bytes().to_vec();
+            for (at, len, c) in cuts {
+                let at = at % b.len();
+                let end = (at + len).min(b.len());
+                b.splice(at..end, [c]);
+            }
+            let text = String::from_utf8_lossy(&b);
+            let _ = parse_module(&text);
+        }
+    }
 }
