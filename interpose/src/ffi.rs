@@ -8,7 +8,11 @@
 //! NULL (CUDA returns cudaErrorInvalidValue for those) and otherwise rely on that contract,
 //! as the real runtime does. Struct layouts come from `abi_gen.rs`, measured from the CUDA 13
 //! headers.
-#![allow(unsafe_code)]
+//!
+//! These helpers are the one place where application pointers are dereferenced; they are safe
+//! functions taking raw pointers on purpose (like the `extern "C"` exports that call them),
+//! so `clippy::not_unsafe_ptr_arg_deref` is allowed here and nowhere else.
+#![allow(unsafe_code, clippy::not_unsafe_ptr_arg_deref)]
 
 use std::ffi::{c_char, CStr};
 

@@ -198,7 +198,7 @@ impl Server {
             }
             Request::HostUnregister { addr } => code(b.host_unregister(addr)).map(|_| Body::None),
             Request::LoadModule { addr, len } => {
-                if len < 16 || len > MAX_MODULE {
+                if !(16..=MAX_MODULE).contains(&len) {
                     return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
                 }
                 let mut image = vec![0u8; len as usize];
@@ -682,7 +682,7 @@ mod tests {
         else {
             panic!()
         };
-        let mut src = vec![1u8; 64];
+        let mut src = [1u8; 64];
         let req = Request::Memcpy {
             dst: addr,
             src: src.as_ptr() as u64,

@@ -186,6 +186,7 @@ impl Channel {
         // SAFETY: the caller hands us a descriptor number it owns (from CRUM_CHANNEL); if it
         // is not a channel the size and magic checks below reject it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: `stat` is plain old data; all-zero is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `st` is a valid out-pointer.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as usize) < SIZE {

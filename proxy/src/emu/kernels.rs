@@ -51,6 +51,12 @@ const ATTR_MAX_DYNAMIC_SHARED: u32 = 8;
 /// `cudaFuncAttributePreferredSharedMemoryCarveout`.
 const ATTR_CARVEOUT: u32 = 9;
 
+impl Default for Kernels {
+    fn default() -> Self {
+        Kernels::new()
+    }
+}
+
 impl Kernels {
     pub fn new() -> Kernels {
         Kernels {

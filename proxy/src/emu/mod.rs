@@ -120,10 +120,14 @@ impl Shared {
     }
 }
 
+/// Where an event was last recorded: the stream, the job's sequence number, and the
+/// completion time the job fills in.
+type Recorded = (Arc<Stream>, u64, Arc<OnceLock<Instant>>);
+
 struct Event {
     blocking_sync: bool,
     timing: bool,
-    rec: Mutex<Option<(Arc<Stream>, u64, Arc<OnceLock<Instant>>)>>,
+    rec: Mutex<Option<Recorded>>,
 }
 
 /// The emulated device.
