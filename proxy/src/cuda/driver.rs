@@ -118,8 +118,15 @@ pub fn device_total_mem(dev: Device) -> DResult<u64> {
 pub fn device_uuid(dev: Device) -> DResult<[u8; 16]> {
     // SAFETY: CUuuid is a plain byte array; zeroed is valid.
     let mut u: sys::CUuuid = unsafe { std::mem::zeroed() };
-    // SAFETY: out-pointer to a local.
-    ck(unsafe { sys::cuDeviceGetUuid(&mut u, dev.0) })?;
+    // SAFETY: out-pointer to a local. `_v2` (CUDA 11.4+) is what CUDA 13 headers call; the
+    // older entry point remains for older drivers.
+    ck(unsafe {
+        if has_symbol("cuDeviceGetUuid_v2") {
+            sys::cuDeviceGetUuid_v2(&mut u, dev.0)
+        } else {
+            sys::cuDeviceGetUuid(&mut u, dev.0)
+        }
+    })?;
     Ok(u.bytes.map(|b| b as u8))
 }
 

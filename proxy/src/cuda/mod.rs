@@ -194,6 +194,9 @@ struct Tables {
     modules: HashMap<u64, ModuleRec>,
     funcs: HashMap<u64, FuncRec>,
     streams: HashMap<u64, Arc<driver::Stream>>,
+    /// Per user stream, a private non-blocking stream that runs the application-side halves
+    /// of large staged copies, so they overlap with the DMA on the user stream.
+    io: HashMap<u64, Arc<driver::Stream>>,
     events: HashMap<u64, EventRec>,
 }
 
@@ -486,6 +489,92 @@ impl Cuda {
                     return Err(bad());
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The helper stream of user stream `id` (created on first use).
+    fn io_stream(&self, id: StreamId) -> Result<Arc<driver::Stream>> {
+        let mut t = self.tables.lock().unwrap();
+        if let Some(s) = t.io.get(&id.0) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(driver::stream_create(true, 0).map_err(|c| self.err(Op::Other, c))?);
+        t.io.insert(id.0, s.clone());
+        Ok(s)
+    }
+
+    /// Make `waiter` wait until `on` has reached this point (a throwaway event: the wait
+    /// captures it when enqueued, and the driver frees it once complete).
+    fn order(&self, on: &driver::Stream, waiter: &driver::Stream) -> Result<()> {
+        let e = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
+        driver::event_record(&e, on).map_err(|c| self.err(Op::Other, c))?;
+        driver::stream_wait_event(waiter, &e).map_err(|c| self.err(Op::Other, c))
+    }
+
+    /// A copy between the application's memory and backend memory larger than one staging
+    /// buffer, with the two halves of each piece on two streams so they overlap: the DMA of
+    /// piece k+1 on the user stream runs while a host function on the helper stream moves
+    /// piece k to or from the application. Events keep each piece's halves in order, and the
+    /// user stream continues only once the last piece is complete, so ordering with earlier
+    /// and later work is that of one copy on the user stream.
+    fn copy_pipelined(&self, id: StreamId, s: &driver::Stream, op: CopyOp, to_app: bool) -> Result<()> {
+        let Endpoint::Addr(src) = op.src else { return Err(bad()) };
+        let io = self.io_stream(id)?;
+        let shared = &self.shared;
+        if !to_app {
+            // The helper reads the application only once the user stream gets here.
+            self.order(s, &io)?;
+        }
+        for p in pieces::pieces(op.width, op.height, STAGE) {
+            let buf = shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
+            let n = p.bytes();
+            let soff = p.row0 * op.spitch + p.col0;
+            let doff = p.row0 * op.dpitch + p.col0;
+            let sh = shared.clone();
+            if to_app {
+                let r = driver::copy_2d(buf.addr(), p.cols, src + soff, op.spitch, p.cols, p.rows, s).map_err(|c| self.err(Op::Other, c));
+                if let Err(e) = r {
+                    shared.staging.give(buf);
+                    return Err(e);
+                }
+                self.order(s, &io)?;
+                let (dst, dpitch) = (op.dst + doff, op.dpitch);
+                driver::launch_host_func(&io, Box::new(move || {
+                    match sh.app.get() {
+                        Some(app) => {
+                            let data = buf.as_slice();
+                            for r in 0..p.rows {
+                                if app.write(dst + r * dpitch, &data[(r * p.cols) as usize..][..p.cols as usize]).is_err() {
+                                    sh.report(cuda::ERROR_INVALID_VALUE);
+                                    break;
+                                }
+                            }
+                        }
+                        None => sh.report(cuda::ERROR_INITIALIZATION),
+                    }
+                    sh.staging.give(buf);
+                }))
+                .map_err(|c| self.err(Op::Other, c))?;
+            } else {
+                let (from, spitch, bufaddr) = (src + soff, op.spitch, buf.addr());
+                driver::launch_host_func(&io, Box::new(move || {
+                    let Some(app) = sh.app.get() else { return sh.report(cuda::ERROR_INITIALIZATION) };
+                    let dst = stage_slice(bufaddr, n);
+                    for r in 0..p.rows {
+                        if app.read(from + r * spitch, &mut dst[(r * p.cols) as usize..][..p.cols as usize]).is_err() {
+                            return sh.report(cuda::ERROR_INVALID_VALUE);
+                        }
+                    }
+                }))
+                .map_err(|c| self.err(Op::Other, c))?;
+                self.order(&io, s)?;
+                self.enqueue_h2d(s, buf, op.dst + doff, op.dpitch, p)?;
+            }
+        }
+        if to_app {
+            // Later work on the user stream (and its synchronization) waits for the last write.
+            self.order(&io, s)?;
         }
         Ok(())
     }
@@ -844,8 +933,11 @@ impl Backend for Cuda {
                 if !src_dev && self.in_window(src) {
                     return Err(bad());
                 }
+                let multi = op.width.saturating_mul(op.height) > STAGE;
                 if src_dev && dst_dev {
                     self.copy_direct(&s, &op, src)
+                } else if multi && src_dev != dst_dev {
+                    self.copy_pipelined(stream, &s, op, src_dev)
                 } else {
                     self.copy_staged(&s, op, dst_dev, src_dev)
                 }
@@ -882,7 +974,9 @@ impl Backend for Cuda {
         self.bind()?;
         // The driver destroys the stream when the last lane using it lets go; queued work
         // still completes (cuStreamDestroy semantics).
-        self.tables.lock().unwrap().streams.remove(&stream.0).map(|_| ()).ok_or_else(handle_err)
+        let mut t = self.tables.lock().unwrap();
+        t.io.remove(&stream.0);
+        t.streams.remove(&stream.0).map(|_| ()).ok_or_else(handle_err)
     }
 
     fn stream_query(&self, stream: StreamId) -> Result<bool> {
@@ -982,6 +1076,7 @@ impl Backend for Cuda {
         }
         let mut t = self.tables.lock().unwrap();
         t.streams.clear();
+        t.io.clear();
         t.events.clear();
         t.registered.clear();
         self.shared.async_err.store(0, Ordering::SeqCst);
@@ -1048,6 +1143,7 @@ impl Drop for Cuda {
         let _ = driver::ctx_synchronize();
         let mut t = self.tables.lock().unwrap();
         t.streams.clear();
+        t.io.clear();
         t.events.clear();
         for (addr, a) in std::mem::take(&mut t.allocs) {
             match a.region {
