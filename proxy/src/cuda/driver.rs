@@ -615,8 +615,10 @@ pub fn launch_host_func(s: &Stream, work: HostWork) -> DResult<()> {
     // SAFETY: live stream; the trampoline takes ownership of `data` when it runs.
     let r = ck(unsafe { sys::cuLaunchHostFunc(s.0, Some(host_trampoline), data.cast()) });
     if r.is_err() {
-        // SAFETY: the driver did not take it; reclaim and drop.
-        drop(unsafe { Box::from_raw(data) });
+        // The driver did not take it. It is leaked, not dropped: it may own a staging buffer
+        // that work queued earlier on the stream still reads or writes, and freeing that
+        // would be a use after free. (The call fails only on a broken stream or context.)
+        let _ = data;
     }
     r
 }

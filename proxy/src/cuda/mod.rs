@@ -421,11 +421,11 @@ impl Cuda {
             match (&op.src, src_dev, dst_dev) {
                 (Endpoint::Staged(data), _, true) => {
                     // Staged bytes are packed (pitch = width).
+                    // (memcpy checked that `data` holds width × height bytes.)
                     let dst_rows = buf.as_mut_slice();
                     for r in 0..p.rows {
                         let from = ((p.row0 + r) * op.width + p.col0) as usize;
-                        let chunk = data.get(from..from + p.cols as usize).ok_or_else(bad)?;
-                        dst_rows[(r * p.cols) as usize..][..p.cols as usize].copy_from_slice(chunk);
+                        dst_rows[(r * p.cols) as usize..][..p.cols as usize].copy_from_slice(&data[from..from + p.cols as usize]);
                     }
                     self.enqueue_h2d(s, buf, op.dst + doff, op.dpitch, p)?;
                 }
@@ -434,7 +434,7 @@ impl Cuda {
                     // buffer that the device copy queued next reads (see `stage_slice`).
                     let (sh, src, spitch) = (shared.clone(), *src + soff, op.spitch);
                     let bufaddr = buf.addr();
-                    driver::launch_host_func(s, Box::new(move || {
+                    let queued = driver::launch_host_func(s, Box::new(move || {
                         let Some(app) = sh.app.get() else { return sh.report(cuda::ERROR_INITIALIZATION) };
                         let dst = stage_slice(bufaddr, n);
                         for r in 0..p.rows {
@@ -442,12 +442,18 @@ impl Cuda {
                                 return sh.report(cuda::ERROR_INVALID_VALUE);
                             }
                         }
-                    }))
-                    .map_err(|c| self.err(Op::Other, c))?;
+                    }));
+                    if let Err(c) = queued {
+                        shared.staging.give(buf);
+                        return Err(self.err(Op::Other, c));
+                    }
                     self.enqueue_h2d(s, buf, op.dst + doff, op.dpitch, p)?;
                 }
                 (Endpoint::Addr(src), true, false) => {
-                    driver::copy_2d(buf.addr(), p.cols, src + soff, op.spitch, p.cols, p.rows, s).map_err(|c| self.err(Op::Other, c))?;
+                    if let Err(c) = driver::copy_2d(buf.addr(), p.cols, src + soff, op.spitch, p.cols, p.rows, s) {
+                        shared.staging.give(buf);
+                        return Err(self.err(Op::Other, c));
+                    }
                     let (sh, dst, dpitch) = (shared.clone(), op.dst + doff, op.dpitch);
                     driver::launch_host_func(s, Box::new(move || {
                         match sh.app.get() {
@@ -568,7 +574,13 @@ impl Cuda {
                     }
                 }))
                 .map_err(|c| self.err(Op::Other, c))?;
-                self.order(&io, s)?;
+                if let Err(e) = self.order(&io, s) {
+                    // The read queued on the helper stream may still fill the buffer: it goes
+                    // back only through that stream.
+                    let sh = shared.clone();
+                    let _ = driver::launch_host_func(&io, Box::new(move || sh.staging.give(buf)));
+                    return Err(e);
+                }
                 self.enqueue_h2d(s, buf, op.dst + doff, op.dpitch, p)?;
             }
         }
@@ -581,9 +593,12 @@ impl Cuda {
 
     /// Device copy out of a filled staging buffer, then return the buffer to the pool.
     fn enqueue_h2d(&self, s: &driver::Stream, buf: HostBuf, dst: u64, dpitch: u64, p: pieces::Piece) -> Result<()> {
-        driver::copy_2d(dst, dpitch, buf.addr(), p.cols, p.cols, p.rows, s).map_err(|c| self.err(Op::Other, c))?;
+        let copied = driver::copy_2d(dst, dpitch, buf.addr(), p.cols, p.cols, p.rows, s);
+        // Even when the copy could not be queued, the buffer goes back only through the
+        // stream: a host function queued before may still be filling it.
         let sh = self.shared.clone();
-        driver::launch_host_func(s, Box::new(move || sh.staging.give(buf))).map_err(|c| self.err(Op::Other, c))
+        let released = driver::launch_host_func(s, Box::new(move || sh.staging.give(buf)));
+        copied.and(released).map_err(|c| self.err(Op::Other, c))
     }
 
     fn sync_result(&self, r: DResult<()>) -> Result<()> {
@@ -1201,16 +1216,40 @@ impl Cuda {
 
     /// Copy every region out through the staging buffers, `STAGES` copies in flight.
     fn drain_out(&self, s: &driver::Stream, regions: &[SavedRegion], sink: SaveSink<'_>) -> Result<()> {
+        let mut queue = VecDeque::new();
+        let r = self.drain_out_pieces(s, regions, sink, &mut queue);
+        self.settle(s, r.is_err(), queue);
+        r
+    }
+
+    /// After a snapshot or restore: on failure, let copies still moving into or out of the
+    /// queued buffers finish before the buffers go back to the pool.
+    fn settle(&self, s: &driver::Stream, failed: bool, queue: VecDeque<InFlight>) {
+        if failed {
+            let _ = driver::stream_sync(s);
+        }
+        for f in queue {
+            self.shared.staging.give(f.buf);
+        }
+    }
+
+    /// Take a staging buffer and an event for one piece (both or neither).
+    fn piece_slot(&self) -> Result<(HostBuf, driver::Event)> {
+        let done = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
+        let buf = self.shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
+        Ok((buf, done))
+    }
+
+    fn drain_out_pieces(&self, s: &driver::Stream, regions: &[SavedRegion], sink: SaveSink<'_>, queue: &mut VecDeque<InFlight>) -> Result<()> {
         let io = |e: std::io::Error| {
             tracing::error!("device snapshot: {e}");
             BackendError::Cuda(cuda::ERROR_UNKNOWN)
         };
-        let mut queue: VecDeque<InFlight> = VecDeque::new();
         let finish = |f: InFlight, sink: SaveSink<'_>| -> Result<()> {
-            driver::event_sync(&f.done).map_err(|c| self.err(Op::Other, c))?;
-            let r = sink(&regions[f.region], f.off, &f.buf.as_slice()[..f.len as usize]);
+            let synced = driver::event_sync(&f.done).map_err(|c| self.err(Op::Other, c));
+            let r = synced.and_then(|_| sink(&regions[f.region], f.off, &f.buf.as_slice()[..f.len as usize]).map_err(io));
             self.shared.staging.give(f.buf);
-            r.map_err(io)
+            r
         };
         for (i, r) in regions.iter().enumerate() {
             if r.kind == AllocKind::PinnedHost {
@@ -1224,11 +1263,14 @@ impl Cuda {
                     finish(queue.pop_front().expect("non-empty"), sink)?;
                 }
                 let len = STAGE.min(r.len - off);
-                let buf = self.shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
-                driver::copy_2d(buf.addr(), len, r.addr + off, len, len, 1, s).map_err(|c| self.err(Op::Other, c))?;
-                let done = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
-                driver::event_record(&done, s).map_err(|c| self.err(Op::Other, c))?;
+                let (buf, done) = self.piece_slot()?;
+                if let Err(c) = driver::copy_2d(buf.addr(), len, r.addr + off, len, len, 1, s) {
+                    self.shared.staging.give(buf);
+                    return Err(self.err(Op::Other, c));
+                }
+                let recorded = driver::event_record(&done, s);
                 queue.push_back(InFlight { buf, done, region: i, off, len });
+                recorded.map_err(|c| self.err(Op::Other, c))?;
                 off += len;
             }
         }
@@ -1240,15 +1282,21 @@ impl Cuda {
 
     /// Upload every region from `source` through the staging buffers, copies in flight.
     fn fill_in(&self, s: &driver::Stream, regions: &[SavedRegion], targets: &[u64], source: RestoreSource<'_>) -> Result<()> {
+        let mut queue = VecDeque::new();
+        let r = self.fill_in_pieces(s, regions, targets, source, &mut queue);
+        self.settle(s, r.is_err(), queue);
+        r
+    }
+
+    fn fill_in_pieces(&self, s: &driver::Stream, regions: &[SavedRegion], targets: &[u64], source: RestoreSource<'_>, queue: &mut VecDeque<InFlight>) -> Result<()> {
         let io = |e: std::io::Error| {
             tracing::error!("device restore: {e}");
             BackendError::Cuda(cuda::ERROR_UNKNOWN)
         };
-        let mut queue: VecDeque<InFlight> = VecDeque::new();
         let retire = |f: InFlight| -> Result<()> {
-            driver::event_sync(&f.done).map_err(|c| self.err(Op::Other, c))?;
+            let r = driver::event_sync(&f.done).map_err(|c| self.err(Op::Other, c));
             self.shared.staging.give(f.buf);
-            Ok(())
+            r
         };
         for (i, r) in regions.iter().enumerate() {
             let dst = targets[i];
@@ -1262,12 +1310,16 @@ impl Cuda {
                     retire(queue.pop_front().expect("non-empty"))?;
                 }
                 let len = STAGE.min(r.len - off);
-                let mut buf = self.shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
-                source(r, off, &mut buf.as_mut_slice()[..len as usize]).map_err(io)?;
-                driver::copy_2d(dst + off, len, buf.addr(), len, len, 1, s).map_err(|c| self.err(Op::Other, c))?;
-                let done = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
-                driver::event_record(&done, s).map_err(|c| self.err(Op::Other, c))?;
+                let (mut buf, done) = self.piece_slot()?;
+                let filled = source(r, off, &mut buf.as_mut_slice()[..len as usize]).map_err(io);
+                let queued = filled.and_then(|_| driver::copy_2d(dst + off, len, buf.addr(), len, len, 1, s).map_err(|c| self.err(Op::Other, c)));
+                if let Err(e) = queued {
+                    self.shared.staging.give(buf);
+                    return Err(e);
+                }
+                let recorded = driver::event_record(&done, s);
                 queue.push_back(InFlight { buf, done, region: i, off, len });
+                recorded.map_err(|c| self.err(Op::Other, c))?;
                 off += len;
             }
         }
