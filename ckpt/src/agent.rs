@@ -805,11 +805,17 @@ fn fix_curbrk() {
     }
 }
 
-/// Unmaps what the restorer left behind: every mapping that is not one of the image's.
+/// Unmaps what the restorer left behind: every mapping that is not one of the image's —
+/// except the one holding the process's argument strings, so that /proc/<pid>/cmdline (and
+/// `ps`) still show `crum restart <image>`.
 fn unmap_leftovers(kept: &[(u64, u64)]) {
     let Ok(maps) = capture::own_maps() else { return };
+    let arg_start = capture::arg_start();
     for m in &maps {
         if m.name == "[vsyscall]" || capture::SPECIAL_NAMES.contains(&m.name.as_str()) {
+            continue;
+        }
+        if (m.start..m.end).contains(&arg_start) {
             continue;
         }
         // Parts of [m.start, m.end) not covered by image regions.

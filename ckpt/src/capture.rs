@@ -162,18 +162,24 @@ pub fn umask() -> u32 {
     }
 }
 
+/// Field `n` (1-based, as in proc(5)) of /proc/self/stat, as a number.
+fn stat_field(n: usize) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after "pid (comm)" start at field 3.
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split(' ').nth(n - 3)?.trim().parse().ok()
+}
+
+/// Where the process's argument strings start (`arg_start`, field 48 of /proc/self/stat).
+pub fn arg_start() -> u64 {
+    stat_field(48).unwrap_or(0)
+}
+
 /// (start_brk, brk) of the process.
 pub fn brk() -> (u64, u64) {
     // SAFETY: brk(0) only reports the current break.
     let cur = unsafe { libc::syscall(libc::SYS_brk, 0) } as u64;
-    let start = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 2..];
-            // Field 47 (start_brk) is the 45th after "pid (comm)".
-            rest.split(' ').nth(44)?.parse().ok()
-        })
-        .unwrap_or(0);
+    let start = stat_field(47).unwrap_or(0);
     (start, cur)
 }
 
@@ -419,6 +425,14 @@ mod tests {
             }
         }
         assert_eq!(&b[..5], b"hello");
+    }
+
+    #[test]
+    fn arg_start_points_into_a_mapping_holding_the_command_line() {
+        let a = arg_start();
+        let maps = own_maps().unwrap();
+        assert!(maps.iter().any(|m| (m.start..m.end).contains(&a)), "arg_start {a:#x} is not mapped");
+        assert!(brk().0 > 0);
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub struct Slot {
     sleep_buf: [AtomicI64; 2],
     restart_stack_top: AtomicU64,
     pub is_agent: AtomicBool,
+    /// The thread's name (`/proc/self/task/<tid>/comm`, NUL-padded), restored by prctl.
+    name: [AtomicU64; 2],
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -73,6 +75,7 @@ const SLOT_INIT: Slot = Slot {
     sleep_buf: [AtomicI64::new(0), AtomicI64::new(0)],
     restart_stack_top: AtomicU64::new(0),
     is_agent: AtomicBool::new(false),
+    name: [AtomicU64::new(0), AtomicU64::new(0)],
 };
 
 pub static SLOTS: [Slot; MAX_THREADS] = [SLOT_INIT; MAX_THREADS];
@@ -307,6 +310,15 @@ fn thread_name(tid: i32) -> String {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+fn save_name(slot: &Slot, tid: i32) {
+    let mut b = [0u8; 16];
+    let n = thread_name(tid);
+    let len = n.len().min(15);
+    b[..len].copy_from_slice(&n.as_bytes()[..len]);
+    slot.name[0].store(u64::from_ne_bytes(b[..8].try_into().unwrap_or_default()), Relaxed);
+    slot.name[1].store(u64::from_ne_bytes(b[8..].try_into().unwrap_or_default()), Relaxed);
+}
+
 /// Stops every thread but the caller (the agent). On error all threads stopped so far are
 /// released again. Returns the number of slots used (the caller's slot included).
 pub fn stop_all(timeout: Duration) -> Result<usize, String> {
@@ -321,6 +333,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
     SLOTS[0].is_agent.store(true, Relaxed);
     SLOTS[0].state.store(STOPPED, Relaxed);
     record_kernel_state(&SLOTS[0]);
+    save_name(&SLOTS[0], me);
     NSLOTS.store(1, Release);
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
@@ -337,6 +350,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
                 return Err(format!("more than {MAX_THREADS} threads"));
             }
             let slot = &SLOTS[n];
+            save_name(slot, tid);
             let (nr, pc) = read_syscall(tid);
             slot.sys_nr.store(nr, Relaxed);
             slot.sys_pc.store(pc, Relaxed);
@@ -466,6 +480,10 @@ fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
         let head = slot.robust_head.load(Relaxed);
         if head != 0 {
             libc::syscall(libc::SYS_set_robust_list, head, slot.robust_len.load(Relaxed));
+        }
+        let name = [slot.name[0].load(Relaxed), slot.name[1].load(Relaxed)];
+        if name[0] != 0 {
+            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
         }
         let size = RSEQ_SIZE.load(Relaxed);
         if size != 0 {

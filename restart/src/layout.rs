@@ -13,6 +13,9 @@ use crum_ckpt::state::{ProcessState, REGION_GROWSDOWN, REGION_SHARED_ANON, REGIO
 
 use crate::{sys_err, Plan, RestartError};
 
+/// Regions at least this big are read with several threads.
+const PARALLEL_MIN: u64 = 64 << 20;
+
 /// Room kept free below the restorer's own stack so that it can still grow.
 const STACK_ROOM: u64 = 8 << 20;
 
@@ -110,12 +113,20 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapErr
             return Err(MapError::Other(RestartError::Sys { what: format!("mapping {:#x}+{:#x} {name}", r.start, r.len), source: err }));
         }
     }
+    // Every region is mapped by now, so the reader's helper threads (large regions only) get
+    // their stacks elsewhere; they are joined before each call returns.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let mut done = 0;
     for (i, r) in regions.iter().enumerate() {
         if r.has_data && r.flags & REGION_SHARED_FILE == 0 {
             // SAFETY: the fresh, writable mapping created above covers exactly this range.
             let dst = unsafe { std::slice::from_raw_parts_mut(r.start as *mut u8, r.len as usize) };
-            plan.reader.read_region_into_zeroed(i, dst).map_err(|e| MapError::Other(e.into()))?;
+            let res = if r.len >= PARALLEL_MIN {
+                plan.reader.read_region_into_zeroed_parallel(i, dst, threads)
+            } else {
+                plan.reader.read_region_into_zeroed(i, dst)
+            };
+            res.map_err(|e| MapError::Other(e.into()))?;
             done += r.len;
             progress(done);
         }
