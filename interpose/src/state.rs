@@ -155,7 +155,8 @@ pub fn is_device_visible(addr: u64, len: u64) -> bool {
 pub fn is_device(addr: u64) -> bool {
     match find_alloc(addr) {
         Some((_, r)) => r.kind == MemKind::Device,
-        None => (crum_wire::DEVICE_VA_BASE..crum_wire::DEVICE_VA_BASE + crum_wire::DEVICE_VA_SIZE).contains(&addr),
+        None => (crum_wire::DEVICE_VA_BASE..crum_wire::DEVICE_VA_BASE + crum_wire::DEVICE_VA_SIZE)
+            .contains(&addr),
     }
 }
 

@@ -1,7 +1,7 @@
 // Kernels through crum on the emulated device: launches, module variables (__constant__,
 // __device__) via the symbol APIs, managed and
 // pinned memory used by kernels, device printf at synchronization, a multi-stream pipeline
-// with events, texture objects, launch-configuration errors, and a sticky illegal-address
+// with events, texture objects (linear, pitched, CUDA arrays), launch-configuration errors, and a sticky illegal-address
 // error last.
 // Prints "kernels: OK" on success.
 #include <cstdio>
@@ -123,6 +123,20 @@ int main() {
     fetch2d<<<1, dim3(8, 8)>>>(t2, dy, 8, 8);
     OK(cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 64; i++) CHECK(got[i] == src[i]);
+    // The same through a CUDA array.
+    cudaChannelFormatDesc cd = cudaCreateChannelDesc<float>();
+    cudaArray_t arr; OK(cudaMallocArray(&arr, &cd, 8, 8));
+    OK(cudaMemcpy2DToArray(arr, 0, 0, src, 8 * sizeof(float), 8 * sizeof(float), 8, cudaMemcpyHostToDevice));
+    cudaResourceDesc r3 = {};
+    r3.resType = cudaResourceTypeArray; r3.res.array.array = arr;
+    cudaTextureObject_t t3; OK(cudaCreateTextureObject(&t3, &r3, &td, nullptr));
+    fetch2d<<<1, dim3(8, 8)>>>(t3, dy, 8, 8);
+    OK(cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) CHECK(got[i] == src[i]);
+    memset(got, 0, sizeof got);
+    OK(cudaMemcpy2DFromArray(got, 8 * sizeof(float), arr, 0, 0, 8 * sizeof(float), 8, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) CHECK(got[i] == src[i]);
+    OK(cudaDestroyTextureObject(t3)); OK(cudaFreeArray(arr));
     OK(cudaDestroyTextureObject(t1)); OK(cudaDestroyTextureObject(t2));
     OK(cudaFree(lin)); OK(cudaFree(p2));
   }

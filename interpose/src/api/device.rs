@@ -231,7 +231,7 @@ pub extern "C" fn cudaPeekAtLastError() -> u32 {
 
 /// `cudaChannelFormatDesc`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelFormatDesc {
     pub x: i32,
     pub y: i32,
@@ -401,9 +401,22 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
             let p: u64 = field(res, CUDARESOURCEDESC_RES_PITCH2D_PITCHINBYTES)?;
             (base, chan, w, h, p)
         }
+        0 => {
+            // res.array.array sits at the start of the union, like res.linear.devPtr.
+            let handle: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
+            let a = super::array::array(handle as *const c_void)?;
+            let d = a.desc;
+            (
+                a.base,
+                [d.x, d.y, d.z, d.w, d.f as i32],
+                a.width,
+                a.height,
+                a.pitch,
+            )
+        }
         _ => {
             return Err(crate::errors::unsupported(
-                "cudaCreateTextureObject (CUDA arrays)",
+                "cudaCreateTextureObject (mipmapped arrays)",
             ))
         }
     };

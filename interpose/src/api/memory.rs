@@ -49,7 +49,9 @@ fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64>
             // that needs the shadow-page mechanism (crate::managed), not built yet. Refuse
             // rather than hand out an address the host cannot touch.
             let _ = call(&Request::Free { addr });
-            crate::errors::unsupported("cudaMallocManaged on this device (shadow pages not built yet)");
+            crate::errors::unsupported(
+                "cudaMallocManaged on this device (shadow pages not built yet)",
+            );
             return Err(cuda::ERROR_NOT_SUPPORTED);
         }
     }

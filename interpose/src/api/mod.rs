@@ -1,6 +1,7 @@
 //! The exported CUDA runtime API, grouped by area. Every function decodes its arguments,
 //! calls safe code and returns a `cudaError_t` (see `ffi::export!`).
 
+pub mod array;
 pub mod device;
 pub mod launch;
 pub mod memory;

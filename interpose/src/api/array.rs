@@ -1,0 +1,362 @@
+//! CUDA arrays (`cudaMallocArray`, copies to and from them, texture objects over them),
+//! emulated as pitched device memory: an array handle is a heap record naming the
+//! allocation, its element format and its pitch. 1-D and 2-D arrays only (3-D arrays and
+//! mipmaps return cudaErrorNotSupported).
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use crum_wire::{cuda, AllocKind, Body, Request};
+
+use super::device::ChannelFormatDesc;
+use super::memory::copy;
+use crate::client::call;
+use crate::errors::CudaResult;
+use crate::ffi::*;
+use crate::state::*;
+
+/// Row alignment of arrays (as pitched allocations).
+const ROW_ALIGN: u64 = 512;
+
+/// One array: `height` rows of `width` elements of `elem` bytes, rows `pitch` apart.
+#[derive(Debug, Clone, Copy)]
+pub struct ArrayRec {
+    pub base: u64,
+    pub width: u64,
+    pub height: u64,
+    pub elem: u64,
+    pub pitch: u64,
+    pub desc: ChannelFormatDesc,
+    pub flags: u32,
+}
+
+/// Live arrays by handle (the handle is the address of a leaked record id; we hand out
+/// opaque numbers and look them up here, so a bad handle is an error, not a dereference).
+static ARRAYS: Mutex<Option<HashMap<u64, ArrayRec>>> = Mutex::new(None);
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x4000_0000);
+
+pub fn array(handle: *const c_void) -> CudaResult<ArrayRec> {
+    ARRAYS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&(handle as u64)).copied())
+        .ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)
+}
+
+fn elem_bytes(d: &ChannelFormatDesc) -> CudaResult<u64> {
+    let bits = [d.x, d.y, d.z, d.w];
+    if bits.iter().any(|&b| b < 0 || b % 8 != 0) || d.x == 0 {
+        return Err(cuda::ERROR_INVALID_CHANNEL_DESCRIPTOR);
+    }
+    Ok(bits.iter().map(|&b| b as u64 / 8).sum())
+}
+
+fn malloc_array(
+    out_handle: *mut *mut c_void,
+    desc: *const ChannelFormatDesc,
+    width: usize,
+    height: usize,
+    flags: u32,
+) -> CudaResult<()> {
+    let desc = read(desc)?;
+    let elem = elem_bytes(&desc)?;
+    if width == 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let rows = height.max(1) as u64;
+    let pitch = (width as u64 * elem).next_multiple_of(ROW_ALIGN);
+    crate::client::ensure()?;
+    let Body::Alloc { addr, .. } = call(&Request::Malloc {
+        size: pitch * rows,
+        kind: AllocKind::Device,
+    })?
+    else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
+    add_alloc(addr, pitch * rows, MemKind::Device, 0);
+    let h = NEXT.fetch_add(0x10, std::sync::atomic::Ordering::Relaxed);
+    let rec = ArrayRec {
+        base: addr,
+        width: width as u64,
+        height: rows,
+        elem,
+        pitch,
+        desc,
+        flags,
+    };
+    ARRAYS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(h, rec);
+    out(out_handle, h as *mut c_void)
+}
+
+/// Device address of byte `w_offset` in row `h_offset`, checking that `width` bytes of
+/// `height` rows fit.
+fn at(
+    a: &ArrayRec,
+    w_offset: usize,
+    h_offset: usize,
+    width: usize,
+    height: usize,
+) -> CudaResult<u64> {
+    let row_bytes = a.width * a.elem;
+    if w_offset as u64 + width as u64 > row_bytes || h_offset as u64 + height as u64 > a.height {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    Ok(a.base + h_offset as u64 * a.pitch + w_offset as u64)
+}
+
+/// A 1-D copy of `count` bytes into an array starting at (w_offset, h_offset), wrapping rows.
+fn to_array_linear(
+    a: &ArrayRec,
+    w_offset: usize,
+    h_offset: usize,
+    src: u64,
+    count: usize,
+    kind: u32,
+    stream: u64,
+    sync: bool,
+) -> CudaResult<()> {
+    let row_bytes = (a.width * a.elem) as usize;
+    let (mut w, mut h, mut done) = (w_offset, h_offset, 0usize);
+    while done < count {
+        let n = (row_bytes - w.min(row_bytes)).min(count - done);
+        let d = at(a, w, h, n, 1)?;
+        copy(
+            d,
+            n as u64,
+            src + done as u64,
+            n as u64,
+            n as u64,
+            1,
+            kind,
+            stream,
+            sync,
+        )?;
+        done += n;
+        w = 0;
+        h += 1;
+    }
+    Ok(())
+}
+
+fn from_array_linear(
+    dst: u64,
+    a: &ArrayRec,
+    w_offset: usize,
+    h_offset: usize,
+    count: usize,
+    kind: u32,
+    stream: u64,
+    sync: bool,
+) -> CudaResult<()> {
+    let row_bytes = (a.width * a.elem) as usize;
+    let (mut w, mut h, mut done) = (w_offset, h_offset, 0usize);
+    while done < count {
+        let n = (row_bytes - w.min(row_bytes)).min(count - done);
+        let s = at(a, w, h, n, 1)?;
+        copy(
+            dst + done as u64,
+            n as u64,
+            s,
+            n as u64,
+            n as u64,
+            1,
+            kind,
+            stream,
+            sync,
+        )?;
+        done += n;
+        w = 0;
+        h += 1;
+    }
+    Ok(())
+}
+
+crate::export! {
+    fn cudaMallocArray(handle: *mut *mut c_void, desc: *const ChannelFormatDesc, width: usize, height: usize, flags: u32) {
+        malloc_array(handle, desc, width, height, flags)
+    }
+    fn cudaFreeArray(handle: *mut c_void) {
+        if handle.is_null() {
+            return Ok(());
+        }
+        let a = array(handle)?;
+        call(&Request::Free { addr: a.base })?;
+        remove_alloc(a.base);
+        if let Some(m) = ARRAYS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            m.remove(&(handle as u64));
+        }
+        Ok(())
+    }
+    fn cudaGetChannelDesc(desc: *mut ChannelFormatDesc, handle: *const c_void) {
+        out(desc, array(handle)?.desc)
+    }
+    fn cudaArrayGetInfo(desc: *mut ChannelFormatDesc, extent: *mut [usize; 3], flags: *mut u32, handle: *mut c_void) {
+        let a = array(handle)?;
+        if !desc.is_null() {
+            out(desc, a.desc)?;
+        }
+        if !extent.is_null() {
+            let h = if a.height == 1 { 0 } else { a.height as usize };
+            out(extent, [a.width as usize, h, 0])?;
+        }
+        if !flags.is_null() {
+            out(flags, a.flags)?;
+        }
+        Ok(())
+    }
+    fn cudaMemcpy2DToArray(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) {
+        let a = array(dst)?;
+        let d = at(&a, w_offset, h_offset, width, height)?;
+        copy(d, a.pitch, src as u64, spitch as u64, width as u64, height as u64, kind, 0, true)
+    }
+    fn cudaMemcpy2DToArrayAsync(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) {
+        let a = array(dst)?;
+        let d = at(&a, w_offset, h_offset, width, height)?;
+        let s = resolve_stream(stream as u64, false)?;
+        copy(d, a.pitch, src as u64, spitch as u64, width as u64, height as u64, kind, s, false)
+    }
+    fn cudaMemcpy2DFromArray(dst: *mut c_void, dpitch: usize, src: *const c_void, w_offset: usize, h_offset: usize, width: usize, height: usize, kind: u32) {
+        let a = array(src)?;
+        let s = at(&a, w_offset, h_offset, width, height)?;
+        copy(dst as u64, dpitch as u64, s, a.pitch, width as u64, height as u64, kind, 0, true)
+    }
+    fn cudaMemcpy2DFromArrayAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, w_offset: usize, h_offset: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) {
+        let a = array(src)?;
+        let s = at(&a, w_offset, h_offset, width, height)?;
+        let st = resolve_stream(stream as u64, false)?;
+        copy(dst as u64, dpitch as u64, s, a.pitch, width as u64, height as u64, kind, st, false)
+    }
+    fn cudaMemcpyToArray(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, count: usize, kind: u32) {
+        let a = array(dst)?;
+        to_array_linear(&a, w_offset, h_offset, src as u64, count, kind, 0, true)
+    }
+    fn cudaMemcpyToArrayAsync(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, count: usize, kind: u32, stream: *mut c_void) {
+        let a = array(dst)?;
+        let s = resolve_stream(stream as u64, false)?;
+        to_array_linear(&a, w_offset, h_offset, src as u64, count, kind, s, false)
+    }
+    fn cudaMemcpyFromArray(dst: *mut c_void, src: *const c_void, w_offset: usize, h_offset: usize, count: usize, kind: u32) {
+        let a = array(src)?;
+        from_array_linear(dst as u64, &a, w_offset, h_offset, count, kind, 0, true)
+    }
+    fn cudaMemcpyFromArrayAsync(dst: *mut c_void, src: *const c_void, w_offset: usize, h_offset: usize, count: usize, kind: u32, stream: *mut c_void) {
+        let a = array(src)?;
+        let s = resolve_stream(stream as u64, false)?;
+        from_array_linear(dst as u64, &a, w_offset, h_offset, count, kind, s, false)
+    }
+    fn cudaMemcpy2DToArray_ptds(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) {
+        let a = array(dst)?;
+        let d = at(&a, w_offset, h_offset, width, height)?;
+        let s = resolve_stream(0, true)?;
+        copy(d, a.pitch, src as u64, spitch as u64, width as u64, height as u64, kind, s, true)
+    }
+    fn cudaMemcpy2DToArrayAsync_ptsz(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) {
+        let a = array(dst)?;
+        let d = at(&a, w_offset, h_offset, width, height)?;
+        let s = resolve_stream(stream as u64, true)?;
+        copy(d, a.pitch, src as u64, spitch as u64, width as u64, height as u64, kind, s, false)
+    }
+    fn cudaMemcpy2DFromArray_ptds(dst: *mut c_void, dpitch: usize, src: *const c_void, w_offset: usize, h_offset: usize, width: usize, height: usize, kind: u32) {
+        let a = array(src)?;
+        let s = at(&a, w_offset, h_offset, width, height)?;
+        let st = resolve_stream(0, true)?;
+        copy(dst as u64, dpitch as u64, s, a.pitch, width as u64, height as u64, kind, st, true)
+    }
+    fn cudaMemcpy2DFromArrayAsync_ptsz(dst: *mut c_void, dpitch: usize, src: *const c_void, w_offset: usize, h_offset: usize, width: usize, height: usize, kind: u32, stream: *mut c_void) {
+        let a = array(src)?;
+        let s = at(&a, w_offset, h_offset, width, height)?;
+        let st = resolve_stream(stream as u64, true)?;
+        copy(dst as u64, dpitch as u64, s, a.pitch, width as u64, height as u64, kind, st, false)
+    }
+    fn cudaMemcpyToArray_ptds(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, count: usize, kind: u32) {
+        let a = array(dst)?;
+        let s = resolve_stream(0, true)?;
+        to_array_linear(&a, w_offset, h_offset, src as u64, count, kind, s, true)
+    }
+    fn cudaMemcpyToArrayAsync_ptsz(dst: *mut c_void, w_offset: usize, h_offset: usize, src: *const c_void, count: usize, kind: u32, stream: *mut c_void) {
+        let a = array(dst)?;
+        let s = resolve_stream(stream as u64, true)?;
+        to_array_linear(&a, w_offset, h_offset, src as u64, count, kind, s, false)
+    }
+    fn cudaMemcpyFromArray_ptds(dst: *mut c_void, src: *const c_void, w_offset: usize, h_offset: usize, count: usize, kind: u32) {
+        let a = array(src)?;
+        let s = resolve_stream(0, true)?;
+        from_array_linear(dst as u64, &a, w_offset, h_offset, count, kind, s, true)
+    }
+    fn cudaMemcpyFromArrayAsync_ptsz(dst: *mut c_void, src: *const c_void, w_offset: usize, h_offset: usize, count: usize, kind: u32, stream: *mut c_void) {
+        let a = array(src)?;
+        let s = resolve_stream(stream as u64, true)?;
+        from_array_linear(dst as u64, &a, w_offset, h_offset, count, kind, s, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(width: u64, height: u64, elem: u64) -> ArrayRec {
+        let desc = ChannelFormatDesc {
+            x: (elem * 8) as i32,
+            y: 0,
+            z: 0,
+            w: 0,
+            f: 2,
+        };
+        ArrayRec {
+            base: 0x2300_0000_0000,
+            width,
+            height,
+            elem,
+            pitch: (width * elem).next_multiple_of(ROW_ALIGN),
+            desc,
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn element_size_comes_from_the_channel_bits() {
+        let d = ChannelFormatDesc {
+            x: 32,
+            y: 32,
+            z: 0,
+            w: 0,
+            f: 2,
+        };
+        assert_eq!(elem_bytes(&d), Ok(8));
+        let bad = ChannelFormatDesc {
+            x: 12,
+            y: 0,
+            z: 0,
+            w: 0,
+            f: 2,
+        };
+        assert_eq!(
+            elem_bytes(&bad),
+            Err(cuda::ERROR_INVALID_CHANNEL_DESCRIPTOR)
+        );
+    }
+
+    #[test]
+    fn offsets_address_rows_by_pitch_and_bounds_are_checked() {
+        let a = rec(100, 10, 4);
+        assert_eq!(at(&a, 8, 2, 16, 1), Ok(a.base + 2 * 512 + 8));
+        assert_eq!(at(&a, 0, 0, 400, 10), Ok(a.base));
+        assert_eq!(at(&a, 4, 0, 400, 1), Err(cuda::ERROR_INVALID_VALUE));
+        assert_eq!(at(&a, 0, 5, 4, 6), Err(cuda::ERROR_INVALID_VALUE));
+    }
+
+    #[test]
+    fn unknown_array_handle_is_invalid_resource_handle() {
+        assert_eq!(
+            array(0x1234 as *const c_void).map(|_| ()),
+            Err(cuda::ERROR_INVALID_RESOURCE_HANDLE)
+        );
+    }
+}
