@@ -111,6 +111,7 @@ fn at(
     Ok(a.base + h_offset as u64 * a.pitch + w_offset as u64)
 }
 
+#[allow(clippy::too_many_arguments)]
 /// A 1-D copy of `count` bytes into an array starting at (w_offset, h_offset), wrapping rows.
 fn to_array_linear(
     a: &ArrayRec,
@@ -145,6 +146,7 @@ fn to_array_linear(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn from_array_linear(
     dst: u64,
     a: &ArrayRec,
