@@ -571,7 +571,7 @@ impl<'a, 'l> Block<'a, 'l> {
     fn addr(&self, t: &Thread, o: &Opd) -> u64 {
         match *o {
             Opd::Addr(Base::Reg(r), off) => t.regs[t.rb + r as usize].wrapping_add(off as u64),
-            Opd::Addr(Base::None, off) => off as u64,
+            Opd::Addr(Base::None | Base::DynShared, off) => off as u64,
             Opd::Addr(Base::Global(g), off) => self.l.syms[g as usize].wrapping_add(off as u64),
             _ => self.val(t, o),
         }

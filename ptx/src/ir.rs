@@ -273,6 +273,8 @@ pub(crate) enum Base {
     Reg(u32),
     /// Module `.global`/`.const` variable: index into the launch's symbol table.
     Global(u32),
+    /// Start of dynamic shared memory; replaced by its offset once the module is parsed.
+    DynShared,
 }
 
 /// Operands.

@@ -278,10 +278,10 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
     let dyn_base = (b.shared_cur + 15) & !15;
     b.prog.shared_bytes = dyn_base;
     // Dynamic shared memory (`.extern .shared`) starts after all static shared memory.
-    let fix = |o: &mut Opd| match o {
-        Opd::Imm(v) if *v as i64 >= DYN_SHARED_MARK => *v = *v - DYN_SHARED_MARK as u64 + dyn_base,
-        Opd::Addr(Base::None, v) if *v >= DYN_SHARED_MARK => *v = *v - DYN_SHARED_MARK + dyn_base as i64,
-        _ => {}
+    let fix = |o: &mut Opd| {
+        if let Opd::Addr(Base::DynShared, v) = *o {
+            *o = Opd::Addr(Base::None, v.wrapping_add(dyn_base as i64));
+        }
     };
     for i in b.prog.code.iter_mut() {
         for o in [&mut i.d, &mut i.a, &mut i.b, &mut i.c, &mut i.e] {
@@ -923,9 +923,9 @@ impl Builder {
                 Sym::FParam(o) => Opd::Addr(Base::None, (FRAME_PARAM_BASE + o as u64) as i64),
                 Sym::Shared(o) => {
                     if o == u64::MAX {
-                        // Dynamic shared memory starts after all static shared memory; the
-                        // final offset is patched at launch via a marker.
-                        Opd::Addr(Base::None, DYN_SHARED_MARK)
+                        // Dynamic shared memory starts after all static shared memory, known
+                        // once every function is parsed (fixed up in `parse_module`).
+                        Opd::Addr(Base::DynShared, 0)
                     } else {
                         Opd::Addr(Base::None, o as i64)
                     }
@@ -935,6 +935,8 @@ impl Builder {
                 Sym::Label(pc) => Opd::Target(pc),
             };
             // Symbols as values (`mov.u64 %rd1, sym`) are plain numbers.
+            // (`Addr(DynShared)` stays an address operand; as a value it is fixed up into
+            // `Addr(None, off)`, which `val` reads as the plain number.)
             return Ok(match o {
                 Opd::Addr(Base::None, v) if !p.is_punct(']') && !p.is_punct('+') => Opd::Imm(v as u64),
                 o => o,
@@ -958,9 +960,6 @@ impl Builder {
         Err(format!("unknown operand `{w}`"))
     }
 }
-
-/// Marker offset for the dynamic shared memory base, replaced at launch.
-pub(crate) const DYN_SHARED_MARK: i64 = 0x7fff_0000_0000_0000;
 
 enum InitVal {
     Int(u64),

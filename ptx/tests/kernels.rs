@@ -304,3 +304,114 @@ fn clock_advances_and_lane_masks_match_lane() {
         assert_eq!(v[t * 3 + 2] as u32, ((1u64 << (lane + 1)) - 1) as u32);
     }
 }
+
+fn intrinsics() -> &'static Module {
+    static M: OnceLock<Module> = OnceLock::new();
+    M.get_or_init(|| module("intrinsics"))
+}
+
+#[test]
+fn double_math_library_matches_libm() {
+    let n = 64;
+    let x: Vec<f64> = (0..n).map(|i| 0.05 + i as f64 * 0.77).collect();
+    let mut mem = HostMemory::new();
+    let (px, po) = (mem.alloc_bytes(&f64s(&x)), mem.alloc(8 * 12 * n as u64));
+    run(intrinsics(), &mut mem, "double_math", &cfg(2, 32), &Args::new().ptr(px).ptr(po).i32(n)).unwrap();
+    let got = to_f64s(&mem.read(po, 8 * 12 * n as usize));
+    for i in 0..n as usize {
+        let v = x[i];
+        let want = [
+            v.ln(),
+            v.atan2(1.5),
+            v.cbrt(),
+            (v * 7.0) % 3.0,
+            (v / 4.0).tanh(),
+            erf(v / 32.0),
+            v.cos(),
+            v.sqrt(),
+            (v * 3.3).floor(),
+            v / (v + 3.0),
+            v.ln_1p(),
+            (v / 2.0).exp2(),
+        ];
+        for k in 0..12 {
+            let (g, w) = (got[12 * i + k], want[k]);
+            // The erf reference (a power series) is itself good to a few ulp only.
+            let tol = if k == 5 { 4e-15 } else { 4e-16 };
+            assert!((g - w).abs() <= tol * w.abs().max(1.0), "fn {k} at {v}: {g} vs {w}");
+        }
+    }
+}
+
+/// erf by its series (the reference; |x| < 1.6 here).
+fn erf(x: f64) -> f64 {
+    let mut sum = 0.0f64;
+    let mut term = x;
+    let mut k = 0;
+    while term.abs() > 1e-18 * sum.abs().max(1e-300) || k < 3 {
+        sum += term / (2 * k + 1) as f64;
+        k += 1;
+        term *= -x * x / k as f64;
+        if k > 200 {
+            break;
+        }
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+#[test]
+fn float_math_and_half_match_the_cpu_within_cuda_ulp_bounds() {
+    let n = 64;
+    let x: Vec<f32> = (0..n).map(|i| 0.1 + i as f32 * 0.61).collect();
+    let mut mem = HostMemory::new();
+    let (px, po) = (mem.alloc_bytes(&f32s(&x)), mem.alloc(4 * 8 * n as u64));
+    run(intrinsics(), &mut mem, "float_math", &cfg(2, 32), &Args::new().ptr(px).ptr(po).i32(n)).unwrap();
+    let got = to_f32s(&mem.read(po, 4 * 8 * n as usize));
+    for i in 0..n as usize {
+        let v = x[i];
+        let half = |f: f32| {
+            // f16 has 11 significant bits.
+            let e = f.abs().log2().floor();
+            let q = 2f32.powf(e - 10.0);
+            (f / q).round_ties_even() * q
+        };
+        let want = [v.ln(), (v / 4.0).exp(), (v / 8.0).tan(), v / 3.0, 1.0 / v.sqrt(), (v / 4.0).exp(), v.min(3.0) + v.max(1.0), half(v * 0.5)];
+        for k in 0..8 {
+            let (g, w) = (got[8 * i + k], want[k]);
+            assert!((g - w).abs() <= 4.0 * f32::EPSILON * w.abs().max(1.0), "fn {k} at {v}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn integer_intrinsics_match_rust() {
+    let n = 64u32;
+    let x: Vec<u32> = (0..n).map(|i| i.wrapping_mul(0x9E37_79B9) ^ (i << 7)).collect();
+    let mut mem = HostMemory::new();
+    let (px, po) = (mem.alloc_bytes(&i32s(&x.iter().map(|&v| v as i32).collect::<Vec<_>>())), mem.alloc(4 * 10 * n as u64));
+    run(intrinsics(), &mut mem, "int_intrinsics", &cfg(2, 32), &Args::new().ptr(px).ptr(po).i32(n as i32)).unwrap();
+    let got: Vec<u32> = to_i32s(&mem.read(po, 4 * 10 * n as usize)).into_iter().map(|v| v as u32).collect();
+    for i in 0..n as usize {
+        let v = x[i];
+        let perm = |a: u32, b: u32, s: u32| {
+            let bytes = ((b as u64) << 32 | a as u64).to_le_bytes();
+            (0..4).fold(0u32, |r, k| r | (bytes[((s >> (4 * k)) & 7) as usize] as u32) << (8 * k))
+        };
+        let sh = (i % 40) as u32 & 31;
+        let fl = ((((0xdead_beefu64) << 32 | v as u64) << sh) >> 32) as u32;
+        let d = if i == 7 { 3 } else { i as i64 - 7 };
+        let want = [
+            v.count_ones(),
+            v.leading_zeros(),
+            v.reverse_bits(),
+            if v == 0 { 0 } else { v.trailing_zeros() + 1 },
+            perm(v, 0x0123_4567, 0x5140),
+            fl,
+            (((v << 8) as i32) >> 8).wrapping_mul(77) as u32, // __mul24 is a signed 24-bit multiply
+            ((v as u64 * 0x9e37_79b9) >> 32) as u32,
+            ((v as i32 as i64) / d) as u32,
+            (v & 0xff).abs_diff(100) + 5,
+        ];
+        assert_eq!(&got[10 * i..10 * i + 10], &want, "i={i} v={v:#x}");
+    }
+}
