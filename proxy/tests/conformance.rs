@@ -276,6 +276,38 @@ fn events_order_work_between_streams(b: &dyn Backend) {
     assert!(got.chunks(4).all(|c| u32::from_le_bytes(c.try_into().unwrap()) == 0x0101_0102));
 }
 
+fn streams_events_and_host_functions_keep_order(b: &dyn Backend) {
+    let (hi, lo) = (need!(b.stream_create(1, -1)), need!(b.stream_create(0, 0)));
+    let n = (12 << 20) + 5; // more than one staging buffer
+    let src = pattern(n, 9);
+    let d = need!(b.malloc(n as u64, AllocKind::Device)).addr;
+    let (e0, e1) = (need!(b.event_create(0)), need!(b.event_create(0)));
+    need!(b.event_record(e0, hi));
+    need!(b.memcpy(hi, copy(d, src.as_ptr() as u64, n as u64)));
+    need!(b.event_record(e1, hi));
+    need!(b.stream_wait_event(lo, e1));
+    let mut back = vec![0u8; n];
+    let back_addr = back.as_mut_ptr() as u64;
+    let staged = Arc::new(src[..4096].to_vec());
+    need!(b.memcpy(lo, CopyOp { dst: d, dpitch: 4096, src: Endpoint::Staged(staged), spitch: 4096, width: 4096, height: 1 }));
+    need!(b.memcpy(lo, copy(back_addr, d, n as u64)));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    for tag in ["a", "b"] {
+        let o = order.clone();
+        need!(b.host_func(lo, Box::new(move || o.lock().unwrap().push(tag))));
+    }
+    need!(b.stream_sync(lo));
+    assert!(need!(b.stream_query(lo)) && need!(b.event_query(e1)));
+    need!(b.event_sync(e1));
+    assert!(need!(b.event_elapsed(e0, e1)) >= 0.0);
+    assert_eq!(*order.lock().unwrap(), vec!["a", "b"]);
+    assert!(back == src, "copies ordered across streams by the event");
+    need!(b.event_destroy(e0));
+    need!(b.stream_destroy(hi));
+    assert_eq!(b.stream_destroy(hi), Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
+    need!(b.free(d));
+}
+
 fn errors_are_reported_as_the_runtime_does(b: &dyn Backend) {
     assert_eq!(b.stream_destroy(StreamId(0xdead)), Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
     assert_eq!(b.event_record(EventId(0xdead), LEGACY_STREAM), Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
@@ -351,6 +383,7 @@ conformance!(emu, super::make_emu;
     module_variables_are_device_memory,
     host_functions_run_in_stream_order,
     events_order_work_between_streams,
+    streams_events_and_host_functions_keep_order,
     errors_are_reported_as_the_runtime_does,
 );
 
@@ -362,6 +395,7 @@ conformance!(gpu, super::make_cuda;
     module_variables_are_device_memory,
     host_functions_run_in_stream_order,
     events_order_work_between_streams,
+    streams_events_and_host_functions_keep_order,
     errors_are_reported_as_the_runtime_does,
 );
 
@@ -382,4 +416,47 @@ fn ptx_fallback_layout_matches_nvcc_output_and_the_ptx_engine() {
         }
         Err(e) => eprintln!("skipped the cross-check: the PTX engine cannot parse the test PTX yet: {e}"),
     }
+}
+
+/// Marks the child process of [`gpu_backend_plumbing_against_a_fake_driver`].
+const FAKE_DRIVER_ENV: &str = "CRUM_TEST_FAKE_CUDA";
+
+/// Where no GPU exists, the `gpu` cases that need no kernels still check the `cuda` backend's
+/// plumbing (window reservation, planner and mappings, staged and pipelined copies, pinned
+/// memory, snapshot/restore, release on drop) against a CPU stand-in for `libcuda.so`
+/// (`src/cuda/fake_libcuda.c`), in a child process whose library path finds it first.
+#[test]
+fn gpu_backend_plumbing_against_a_fake_driver() {
+    if std::env::var_os(FAKE_DRIVER_ENV).is_some() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("crum-fake-cuda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src/cuda/fake_libcuda.c");
+    let built = std::process::Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(dir.join("libcuda.so")).arg(src).status();
+    match built {
+        Ok(s) if s.success() => {}
+        other => {
+            eprintln!("skipped: cannot build the fake driver with cc ({other:?})");
+            return;
+        }
+    }
+    let cases = [
+        "gpu::copies_in_every_direction",
+        "gpu::allocations_are_distinct_and_tracked",
+        "gpu::streams_events_and_host_functions_keep_order",
+        "gpu::device_state_survives_save_and_restore",
+    ];
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "--nocapture"])
+        .args(cases)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env(FAKE_DRIVER_ENV, "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "gpu cases failed on the fake driver:\n{text}");
+    assert!(!text.contains("skipped"), "the fake driver was not used:\n{text}");
+    assert!(text.contains(&format!("{} passed", cases.len())), "{text}");
 }

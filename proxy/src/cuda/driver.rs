@@ -173,7 +173,8 @@ pub fn mem_get_info() -> DResult<(u64, u64)> {
 }
 
 fn alloc_prop(dev: Device) -> sys::CUmemAllocationProp {
-    // SAFETY: CUmemAllocationProp is a plain C struct; all-zero is its documented default.
+    // SAFETY: all-zero is a valid CUmemAllocationProp (its enums have 0 = INVALID variants,
+    // the rest are integers and a pointer) and is the documented default before setting fields.
     let mut p: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     p.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
@@ -252,7 +253,8 @@ pub fn map_in(dev: Device, addr: u64, len: u64) -> DResult<Mapping> {
         let _ = unsafe { sys::cuMemRelease(handle) };
         return Err(e);
     }
-    // SAFETY: zeroed CUmemAccessDesc is valid; fields set below.
+    // SAFETY: all-zero is a valid CUmemAccessDesc (location type 0 = INVALID, flags 0 =
+    // PROT_NONE); the fields are set below.
     let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
     access.location = prop.location;
     access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -570,16 +572,26 @@ pub fn copy_2d(dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height:
         // SAFETY: both ranges are live backend memory or page-locked staging (caller contract).
         return ck(unsafe { sys::cuMemcpyAsync(dst, src, width as usize, s.0) });
     }
-    // SAFETY: CUDA_MEMCPY2D is a plain C struct; zero is valid for every field.
-    let mut p: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-    p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
-    p.srcDevice = src;
-    p.srcPitch = spitch as usize;
-    p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
-    p.dstDevice = dst;
-    p.dstPitch = dpitch as usize;
-    p.WidthInBytes = width as usize;
-    p.Height = height as usize;
+    // Built field by field: the memory-type fields are Rust enums with no zero value, so the
+    // struct must not be zero-initialized.
+    let p = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: spitch as usize,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dpitch as usize,
+        WidthInBytes: width as usize,
+        Height: height as usize,
+    };
     // SAFETY: as above; the descriptor lives for the call.
     ck(unsafe { sys::cuMemcpy2DAsync_v2(&p, s.0) })
 }

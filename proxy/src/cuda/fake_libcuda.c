@@ -1,0 +1,213 @@
+/* A stand-in for libcuda.so, for testing the cuda backend's plumbing on machines without a
+ * GPU (proxy/tests/conformance.rs, test `gpu_backend_plumbing_against_a_fake_driver`).
+ *
+ * It implements, on the CPU, the driver entry points the backend uses for memory, copies,
+ * streams, events and host functions, following the CUDA Driver API's contracts where the
+ * backend depends on them: cuMemAddressReserve treats the address as a hint and places the
+ * range elsewhere when it is taken; cuMemMap maps physical memory (a memfd) into a reserved
+ * range; cuMemUnmap leaves the range reserved; copies take unified addresses. Work is done
+ * at once when it is queued, so every stream is trivially in order and host functions run
+ * inside cuLaunchHostFunc. Modules are not supported (CUDA_ERROR_NOT_SUPPORTED).
+ *
+ * Build: cc -shared -fPIC -o libcuda.so fake_libcuda.c
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef uint64_t CUdeviceptr;
+typedef void *CUcontext, *CUstream, *CUmodule, *CUfunction;
+typedef void (*CUhostFn)(void *);
+
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_SUPPORTED = 801, NOT_FOUND = 500 };
+
+static int ctx_token;
+
+CUresult cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
+CUresult cuDriverGetVersion(int *v) { *v = 12080; return OK; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return OK; }
+CUresult cuDeviceGet(CUdevice *d, int ordinal) { if (ordinal != 0) return 101; *d = 0; return OK; }
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+    (void)d;
+    strncpy(name, "crum fake driver", (size_t)len);
+    return OK;
+}
+CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
+    (void)d;
+    switch (attr) {
+    case 1: case 2: *v = 1024; break;        /* max threads per block, block dim x */
+    case 10: *v = 32; break;                 /* warp size */
+    case 16: *v = 4; break;                  /* multiprocessors */
+    case 75: *v = 8; break;                  /* compute capability major */
+    case 76: *v = 0; break;
+    default: *v = 1; break;                  /* every feature flag, including VMM (102) */
+    }
+    return OK;
+}
+CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return OK; }
+CUresult cuDeviceGetUuid(unsigned char *u, CUdevice d) { (void)d; memset(u, 7, 16); return OK; }
+CUresult cuDeviceGetUuid_v2(unsigned char *u, CUdevice d) { return cuDeviceGetUuid(u, d); }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = &ctx_token; return OK; }
+CUresult cuCtxSetCurrent(CUcontext c) { return c == &ctx_token ? OK : 201; }
+CUresult cuCtxSynchronize(void) { return OK; }
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)15 << 30; *t = (size_t)16 << 30; return OK; }
+
+#define GRANULE ((size_t)2 << 20)
+CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) {
+    (void)prop; (void)option;
+    *g = GRANULE;
+    return OK;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags) {
+    (void)align;
+    if (flags || size % GRANULE || addr % GRANULE) return INVALID_VALUE;
+    int f = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *p = mmap((void *)addr, size, PROT_NONE, addr ? f | MAP_FIXED_NOREPLACE : f, -1, 0);
+    if (p == MAP_FAILED) p = mmap(NULL, size, PROT_NONE, f, -1, 0); /* the hint was taken */
+    if (p == MAP_FAILED) return OUT_OF_MEMORY;
+    *ptr = (CUdeviceptr)p;
+    return OK;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { return munmap((void *)ptr, size) ? INVALID_VALUE : OK; }
+CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *prop, unsigned long long flags) {
+    (void)prop;
+    if (flags || size % GRANULE) return INVALID_VALUE;
+    int fd = memfd_create("fake-vram", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size)) return OUT_OF_MEMORY;
+    *handle = (unsigned long long)fd;
+    return OK;
+}
+CUresult cuMemRelease(unsigned long long handle) { return close((int)handle) ? INVALID_VALUE : OK; }
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags) {
+    if (flags || size % GRANULE || ptr % GRANULE) return INVALID_VALUE;
+    /* Real mappings start inaccessible until cuMemSetAccess. */
+    void *p = mmap((void *)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, (int)handle, (off_t)offset);
+    return p == MAP_FAILED ? INVALID_VALUE : OK;
+}
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
+    if (count != 1 || !desc) return INVALID_VALUE;
+    return mprotect((void *)ptr, size, PROT_READ | PROT_WRITE) ? INVALID_VALUE : OK;
+}
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    void *p = mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return p == MAP_FAILED ? INVALID_VALUE : OK;
+}
+
+static struct { void *p; size_t n; } managed[4096];
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned flags) {
+    (void)flags;
+    for (int i = 0; i < 4096; i++) {
+        if (!managed[i].p) {
+            void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) return OUT_OF_MEMORY;
+            managed[i].p = p;
+            managed[i].n = size;
+            *dptr = (CUdeviceptr)p;
+            return OK;
+        }
+    }
+    return OUT_OF_MEMORY;
+}
+CUresult cuMemFree_v2(CUdeviceptr d) {
+    for (int i = 0; i < 4096; i++) {
+        if (managed[i].p == (void *)d) {
+            munmap(managed[i].p, managed[i].n);
+            managed[i].p = NULL;
+            return OK;
+        }
+    }
+    return INVALID_VALUE;
+}
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { (void)flags; return p && n ? OK : INVALID_VALUE; }
+CUresult cuMemHostUnregister(void *p) { return p ? OK : INVALID_VALUE; }
+CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
+    (void)flags;
+    *pp = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+    return *pp ? OK : OUT_OF_MEMORY;
+}
+CUresult cuMemFreeHost(void *p) { free(p); return OK; }
+
+CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)m; (void)image; return NOT_SUPPORTED; }
+CUresult cuModuleUnload(CUmodule m) { (void)m; return NOT_SUPPORTED; }
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) { (void)f; (void)m; (void)n; return NOT_FOUND; }
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) { (void)p; (void)b; (void)m; (void)n; return NOT_FOUND; }
+
+struct stream { int live; };
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) {
+    (void)flags; (void)prio;
+    struct stream *st = calloc(1, sizeof *st);
+    st->live = 1;
+    *s = st;
+    return OK;
+}
+CUresult cuStreamDestroy_v2(CUstream s) { if (!s) return INVALID_VALUE; free(s); return OK; }
+CUresult cuStreamQuery(CUstream s) { (void)s; return OK; }
+CUresult cuStreamSynchronize(CUstream s) { (void)s; return OK; }
+
+struct event { int recorded; double t; };
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return OK; }
+CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
+CUresult cuEventRecord(void *e, CUstream s) {
+    (void)s;
+    struct event *ev = e;
+    ev->recorded = 1;
+    ev->t = now_ms();
+    return OK;
+}
+CUresult cuEventQuery(void *e) { (void)e; return OK; }
+CUresult cuEventSynchronize(void *e) { (void)e; return OK; }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
+    *ms = (float)(((struct event *)b)->t - ((struct event *)a)->t);
+    return OK;
+}
+CUresult cuStreamWaitEvent(CUstream s, void *e, unsigned flags) { (void)s; return e && !flags ? OK : INVALID_VALUE; }
+CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) { (void)s; fn(data); return OK; }
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+    (void)s;
+    memmove((void *)dst, (const void *)src, n);
+    return OK;
+}
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) {
+    (void)s;
+    if (c->srcMemoryType != 4 || c->dstMemoryType != 4) return NOT_SUPPORTED; /* unified only */
+    if (c->srcPitch < c->WidthInBytes || c->dstPitch < c->WidthInBytes) return INVALID_VALUE;
+    for (size_t r = 0; r < c->Height; r++) {
+        memmove((char *)(c->dstDevice + (c->dstY + r) * c->dstPitch + c->dstXInBytes),
+                (const char *)(c->srcDevice + (c->srcY + r) * c->srcPitch + c->srcXInBytes), c->WidthInBytes);
+    }
+    return OK;
+}
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { (void)s; memset((void *)d, v, n); return OK; }
+CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+    (void)s;
+    for (size_t r = 0; r < h; r++) memset((char *)(d + r * pitch), v, w);
+    return OK;
+}
