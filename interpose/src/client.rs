@@ -30,6 +30,13 @@ struct Conn {
 
 static CONN: OnceLock<CudaResult<Conn>> = OnceLock::new();
 static GONE: AtomicBool = AtomicBool::new(false);
+/// Set in a child created by fork(): it shares our lanes' memory, so it must not use them
+/// (CUDA, too, refuses a forked child with cudaErrorInitializationError).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn after_fork_in_child() {
+    FORKED.store(true, Ordering::SeqCst);
+}
 
 thread_local! {
     static LANE: RefCell<Option<ClientLane>> = const { RefCell::new(None) };
@@ -104,6 +111,8 @@ fn connect() -> CudaResult<Conn> {
             0,
         )
     };
+    // SAFETY: registers a handler that only stores to an atomic (async-signal-safe).
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     let mut overflow = ch.claim_lane().ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
     let reply = overflow
         .call(&Request::Hello {
@@ -124,6 +133,9 @@ fn connect() -> CudaResult<Conn> {
 fn conn() -> CudaResult<&'static Conn> {
     if GONE.load(Ordering::Relaxed) {
         return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
+    }
+    if FORKED.load(Ordering::Relaxed) {
+        return Err(cuda::ERROR_INITIALIZATION);
     }
     CONN.get_or_init(connect).as_ref().map_err(|&e| e)
 }
