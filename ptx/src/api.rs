@@ -307,3 +307,32 @@ pub fn launch(
 ) -> Result<LaunchOutput, LaunchError> {
     crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn modules_and_pools_can_be_shared_between_threads() {
+        send_sync::<Module>();
+        send_sync::<Pool>();
+        send_sync::<LaunchError>();
+    }
+
+    #[test]
+    fn launch_errors_map_to_cuda_error_codes() {
+        assert_eq!(LaunchError::IllegalAddress { addr: 1 }.cuda_error(), 700);
+        assert_eq!(LaunchError::MisalignedAddress { addr: 1 }.cuda_error(), 716);
+        assert_eq!(LaunchError::Trap.cuda_error(), 719);
+        assert_eq!(LaunchError::Assert.cuda_error(), 710);
+        assert_eq!(LaunchError::InvalidConfig(String::new()).cuda_error(), 9);
+        assert_eq!(LaunchError::TooManyResources(String::new()).cuda_error(), 701);
+        assert_eq!(LaunchError::CooperativeTooLarge.cuda_error(), 720);
+        assert_eq!(LaunchError::KernelNotFound(String::new()).cuda_error(), 98);
+        assert_eq!(LaunchError::Unsupported(String::new()).cuda_error(), 801);
+        let e = LaunchError::WithPrintf { source: Box::new(LaunchError::Assert), printf: b"x".to_vec() };
+        assert_eq!((e.cuda_error(), e.printf(), e.kind()), (710, &b"x"[..], &LaunchError::Assert));
+    }
+}

@@ -17,7 +17,7 @@ use crate::api::{DeviceMemory, LaunchError, Region};
 /// A small cache of the regions a block touched, so lookups stay off the hot path.
 pub(crate) struct Regions<'a> {
     mem: &'a dyn DeviceMemory,
-    cache: [Option<Region>; 4],
+    cache: [Option<Region>; 8],
     next: usize,
     /// Extra engine-owned region (grid-sync workspace), checked before the device's.
     pub(crate) extra: Option<Region>,
@@ -25,7 +25,7 @@ pub(crate) struct Regions<'a> {
 
 impl<'a> Regions<'a> {
     pub(crate) fn new(mem: &'a dyn DeviceMemory) -> Self {
-        Regions { mem, cache: [None; 4], next: 0, extra: None }
+        Regions { mem, cache: [None; 8], next: 0, extra: None }
     }
 
     pub(crate) fn mem(&self) -> &'a dyn DeviceMemory {

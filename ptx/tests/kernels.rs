@@ -415,3 +415,34 @@ fn integer_intrinsics_match_rust() {
         assert_eq!(&got[10 * i..10 * i + 10], &want, "i={i} v={v:#x}");
     }
 }
+
+#[test]
+fn control_flow_local_arrays_calls_and_recursion_match_cpu() {
+    let m = module("control");
+    let n = 64;
+    let x: Vec<i32> = (0..n).map(|i| (i * 7919) % 1013 - 300).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(8 * 5 * n as u64));
+    run(&m, &mut mem, "control", &cfg(2, 32), &Args::new().ptr(pi).ptr(po).i32(n)).unwrap();
+    let got: Vec<i64> = mem.read(po, 8 * 5 * n as usize).chunks(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    for i in 0..n as usize {
+        let v = x[i];
+        let arr: Vec<i32> = (0..16).map(|k| v.wrapping_mul(k) - (k >> 1)).collect();
+        let mut s = arr[(v & 15) as usize] as i64 + arr[((v >> 4) & 15) as usize] as i64;
+        match v % 5 {
+            0 => s += 100,
+            1 | -1 if v % 5 == 1 => s *= 3,
+            2 => s -= 7,
+            3 => s = -s,
+            _ => s ^= 0x55,
+        }
+        let k = i as i64 + 1;
+        let pa = ((v as i64) << 20) * k + 3;
+        let pb = (v ^ (i as i32 + 1)) as i64;
+        let q = (v as i64 * 1_000_003) / k % 97;
+        let c = (v.wrapping_mul(13) as u8) as i64;
+        let h = (v.wrapping_mul(-7) as i16) as i64;
+        let fact: u64 = (1..=(i % 15) as u64).product::<u64>().max(1);
+        assert_eq!(&got[5 * i..5 * i + 5], &[s, pa + pb, q, c + h, fact as i64], "i={i} v={v}");
+    }
+}
