@@ -42,6 +42,7 @@ struct Frame {
     ret_pc: u32,
     rb: u32,
     fb: u32,
+    lb: u32,
     func: u32,
     call: u32,
 }
@@ -52,6 +53,9 @@ pub(crate) struct Thread {
     rb: usize,
     pframe: Vec<u8>,
     fb: usize,
+    /// `.local` memory: one frame per active call, `lb` is the current one's start.
+    local: Vec<u8>,
+    lb: usize,
     func: u32,
     frames: Vec<Frame>,
     st: St,
@@ -84,8 +88,6 @@ pub(crate) struct Block<'a, 'l> {
     regions: Regions<'a>,
     pub(crate) ctaid: [u32; 3],
     shared: Vec<u8>,
-    local: Vec<u8>,
-    local_bytes: usize,
     pub(crate) printf: Vec<u8>,
     insts: u64,
     nthreads: u32,
@@ -149,8 +151,6 @@ pub(crate) fn launch(
             regions: Regions::new(mem),
             ctaid: [0; 3],
             shared: Vec::new(),
-            local: Vec::new(),
-            local_bytes: prog.local_bytes as usize,
             printf: Vec::new(),
             insts: 0,
             nthreads: nthreads as u32,
@@ -271,8 +271,6 @@ impl<'a, 'l> Block<'a, 'l> {
         let shared_len = prog.shared_bytes as usize + l.cfg.dynamic_shared_bytes as usize;
         self.shared.clear();
         self.shared.resize(shared_len, 0);
-        self.local.clear();
-        self.local.resize(self.local_bytes * n, 0);
         threads.truncate(n);
         while threads.len() < n {
             threads.push(Thread {
@@ -281,6 +279,8 @@ impl<'a, 'l> Block<'a, 'l> {
                 rb: 0,
                 pframe: Vec::new(),
                 fb: 0,
+                local: Vec::new(),
+                lb: 0,
                 func: 0,
                 frames: Vec::new(),
                 st: St::Run,
@@ -297,6 +297,9 @@ impl<'a, 'l> Block<'a, 'l> {
             t.pframe.clear();
             t.pframe.resize(f.frame_bytes as usize, 0);
             t.fb = 0;
+            t.local.clear();
+            t.local.resize(f.local_bytes as usize, 0);
+            t.lb = 0;
             t.func = l.func;
             t.frames.clear();
             t.st = St::Run;
@@ -572,6 +575,7 @@ impl<'a, 'l> Block<'a, 'l> {
         match *o {
             Opd::Addr(Base::Reg(r), off) => t.regs[t.rb + r as usize].wrapping_add(off as u64),
             Opd::Addr(Base::None | Base::DynShared, off) => off as u64,
+            Opd::Addr(Base::Local, off) => (t.lb as u64).wrapping_add(off as u64),
             Opd::Addr(Base::Global(g), off) => self.l.syms[g as usize].wrapping_add(off as u64),
             _ => self.val(t, o),
         }
@@ -589,10 +593,7 @@ impl<'a, 'l> Block<'a, 'l> {
         match space {
             Space::Global | Space::Const => self.regions.read(addr, size),
             Space::Shared => rd_slice(&self.shared, addr, size),
-            Space::Local => {
-                let lb = self.local_bytes;
-                rd_slice(&self.local[t.lin as usize * lb..(t.lin as usize + 1) * lb], addr, size)
-            }
+            Space::Local => rd_slice(&t.local, addr, size),
             Space::Param => {
                 if addr >= FRAME_PARAM_BASE {
                     rd_slice(&t.pframe[t.fb..], addr - FRAME_PARAM_BASE, size)
@@ -615,10 +616,7 @@ impl<'a, 'l> Block<'a, 'l> {
         match space {
             Space::Global | Space::Const => self.regions.write(addr, size, v),
             Space::Shared => wr_slice(&mut self.shared, addr, size, v),
-            Space::Local => {
-                let lb = self.local_bytes;
-                wr_slice(&mut self.local[t.lin as usize * lb..(t.lin as usize + 1) * lb], addr, size, v)
-            }
+            Space::Local => wr_slice(&mut t.local, addr, size, v),
             Space::Param => {
                 if addr >= FRAME_PARAM_BASE {
                     let fb = t.fb;
@@ -1429,13 +1427,17 @@ impl<'a, 'l> Block<'a, 'l> {
         let cs = &prog.calls[i.aux as usize];
         match cs.target {
             CallTarget::Func(f) => {
-                if t.frames.len() >= 64 {
-                    return Err(LaunchError::Unsupported("call depth over 64".into()));
+                if t.frames.len() >= 1024 {
+                    return Err(LaunchError::Unsupported("call depth over 1024".into()));
                 }
                 let cur = &prog.funcs[t.func as usize];
                 let callee = &prog.funcs[f as usize];
                 let rb = t.rb + cur.nregs as usize;
                 let fb = t.fb + cur.frame_bytes as usize;
+                let lb = t.lb + cur.local_bytes as usize;
+                if t.local.len() < lb + callee.local_bytes as usize {
+                    t.local.resize(lb + callee.local_bytes as usize, 0);
+                }
                 if t.regs.len() < rb + callee.nregs as usize {
                     t.regs.resize(rb + callee.nregs as usize, 0);
                 }
@@ -1453,9 +1455,10 @@ impl<'a, 'l> Block<'a, 'l> {
             }
             t.pframe.copy_within(src..src + size, dst);
                 }
-                t.frames.push(Frame { ret_pc: t.pc + 1, rb: t.rb as u32, fb: t.fb as u32, func: t.func, call: i.aux });
+                t.frames.push(Frame { ret_pc: t.pc + 1, rb: t.rb as u32, fb: t.fb as u32, lb: t.lb as u32, func: t.func, call: i.aux });
                 t.rb = rb;
                 t.fb = fb;
+                t.lb = lb;
                 t.func = f;
                 t.pc = callee.entry;
                 // Keep running: a call is not a scheduling point.
@@ -1519,6 +1522,7 @@ impl<'a, 'l> Block<'a, 'l> {
         t.pc = fr.ret_pc;
         t.rb = fr.rb as usize;
         t.fb = fr.fb as usize;
+        t.lb = fr.lb as usize;
         t.func = fr.func;
         Ok(false_continue(t))
     }

@@ -275,6 +275,8 @@ pub(crate) enum Base {
     Global(u32),
     /// Start of dynamic shared memory; replaced by its offset once the module is parsed.
     DynShared,
+    /// The current call's `.local` frame (offset relative to it).
+    Local,
 }
 
 /// Operands.
@@ -395,6 +397,8 @@ pub(crate) struct Func {
     pub(crate) nregs: u32,
     /// Bytes of this function's param frame (formals, then call-sequence params).
     pub(crate) frame_bytes: u32,
+    /// Bytes of this function's `.local` frame (its depots), allocated per call.
+    pub(crate) local_bytes: u64,
     /// Offsets in the frame of the formal return values and parameters.
     pub(crate) ret_offs: Vec<(u32, u32)>,
     pub(crate) param_offs: Vec<(u32, u32)>,
@@ -415,6 +419,6 @@ pub(crate) struct Program {
     pub(crate) messages: Vec<String>,
     /// Static shared memory of the module (module-scope and function-scope `.shared`).
     pub(crate) shared_bytes: u64,
-    /// Per-thread local bytes of all functions (static layout; no recursion).
+    /// Per-thread local bytes of all functions together (a bound without recursion).
     pub(crate) local_bytes: u64,
 }

@@ -572,6 +572,7 @@ impl Builder {
                     entry: u32::MAX,
                     nregs: 0,
                     frame_bytes: off,
+                    local_bytes: 0,
                     ret_offs,
                     param_offs,
                 });
@@ -649,6 +650,8 @@ impl Builder {
         let mut nregs = 0u32;
         let f = &self.prog.funcs[fi as usize];
         let mut frame = f.frame_bytes;
+        // Each call gets its own `.local` frame; offsets are relative to it.
+        let mut local_cur = 0u64;
         for (n, off, _) in &self.formals[fi as usize] {
             names.insert(n.clone(), Sym::FParam(*off));
         }
@@ -698,8 +701,8 @@ impl Builder {
                         frame += d.size() as u32;
                     }
                     Some(".local") => {
-                        let off = self.local_cur.div_ceil(al) * al;
-                        self.local_cur = off + d.size();
+                        let off = local_cur.div_ceil(al) * al;
+                        local_cur = off + d.size();
                         names.insert(d.name.clone(), Sym::Local(off));
                     }
                     Some(".shared") => {
@@ -734,6 +737,8 @@ impl Builder {
         f.entry = entry;
         f.nregs = nregs + 1; // + the carry flag
         f.frame_bytes = frame;
+        f.local_bytes = local_cur.div_ceil(16) * 16;
+        self.local_cur += f.local_bytes;
         if let Some(k) = self.kernel_of[fi as usize] {
             if self.prog.kernels[k].num_regs == 0 {
                 self.prog.kernels[k].num_regs = nregs.min(255);
@@ -930,7 +935,7 @@ impl Builder {
                         Opd::Addr(Base::None, o as i64)
                     }
                 }
-                Sym::Local(o) => Opd::Addr(Base::None, o as i64),
+                Sym::Local(o) => Opd::Addr(Base::Local, o as i64),
                 Sym::Global(g) => Opd::GlobalSym(g),
                 Sym::Label(pc) => Opd::Target(pc),
             };

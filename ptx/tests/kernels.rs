@@ -446,3 +446,45 @@ fn control_flow_local_arrays_calls_and_recursion_match_cpu() {
         assert_eq!(&got[5 * i..5 * i + 5], &[s, pa + pb, q, c + h, fact as i64], "i={i} v={v}");
     }
 }
+
+#[test]
+fn divergent_half_warp_shuffles_with_partial_masks_match_cpu() {
+    let x: Vec<i32> = (0..64).map(|i| i * 3 - 50).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(64 * 4));
+    run(reduce(), &mut mem, "half_warps", &cfg(1, 64), &Args::new().ptr(pi).ptr(po)).unwrap();
+    let got = to_i32s(&mem.read(po, 256));
+    for t in 0..64usize {
+        let seg = t / 16 * 16;
+        let sum: i32 = x[seg..seg + 16].iter().sum();
+        if t % 32 < 16 {
+            // shfl.down within 16 lanes: lane 0 of the segment holds the sum.
+            if t % 16 == 0 {
+                assert_eq!(got[t], sum, "t={t}");
+            }
+        } else {
+            // butterfly: every lane holds the segment sum.
+            assert_eq!(got[t], sum, "t={t}");
+        }
+    }
+}
+
+#[test]
+fn recursive_function_with_local_array_gets_a_frame_per_call() {
+    fn rsum(n: i32, seed: i32) -> i32 {
+        let buf: Vec<i32> = (0..8).map(|k| seed.wrapping_mul(k) + n).collect();
+        let v = buf[((seed + n) & 7) as usize];
+        if n == 0 {
+            v
+        } else {
+            v + rsum(n - 1, seed + 1)
+        }
+    }
+    let m = module("control");
+    let x: Vec<i32> = (0..32).map(|i| i * 37 % 101).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(32 * 4));
+    run(&m, &mut mem, "recursive_locals", &cfg(1, 32), &Args::new().ptr(pi).ptr(po)).unwrap();
+    let want: Vec<i32> = x.iter().map(|&v| rsum(v & 15, v)).collect();
+    assert_eq!(to_i32s(&mem.read(po, 128)), want);
+}

@@ -13,6 +13,19 @@ __device__ __noinline__ unsigned long long fact(int n) {
     return n <= 1 ? 1ull : n * fact(n - 1);
 }
 
+__device__ __noinline__ int rsum(int n, int seed) {
+    int buf[8];
+    for (int k = 0; k < 8; ++k) buf[k] = seed * k + n;
+    int idx = (seed + n) & 7;
+    if (n == 0) return buf[idx];
+    return buf[idx] + rsum(n - 1, seed + 1);
+}
+
+extern "C" __global__ void recursive_locals(const int* in, int* out) {
+    int t = threadIdx.x;
+    out[t] = rsum(in[t] & 15, in[t]);
+}
+
 extern "C" __global__ void control(const int* in, long long* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;

@@ -101,3 +101,15 @@ extern "C" __global__ void clocks(long long* out) {
     out[threadIdx.x * 3 + 1] = lt;
     out[threadIdx.x * 3 + 2] = le;
 }
+
+// Half-warp reductions with partial member masks inside divergent code.
+extern "C" __global__ void half_warps(const int* in, int* out) {
+    int t = threadIdx.x;
+    int v = in[t];
+    if ((t & 31) < 16) {
+        for (int off = 8; off > 0; off /= 2) v += __shfl_down_sync(0x0000ffff, v, off, 16);
+    } else {
+        for (int off = 8; off > 0; off /= 2) v += __shfl_xor_sync(0xffff0000, v, off, 16);
+    }
+    out[t] = v;
+}
