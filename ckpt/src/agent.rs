@@ -206,12 +206,10 @@ fn start(cfg: Result<Config, String>) -> Result<(), String> {
         install_trigger(sig, tx.clone())?;
     }
     let ctl_tx = tx.clone();
-    let exit_path = server.path().to_path_buf();
     std::thread::Builder::new()
         .name("crum-control".into())
         .spawn(move || control_loop(server, ctl_tx))
         .map_err(|e| format!("cannot start the control thread: {e}"))?;
-    let _ = exit_path;
     std::thread::Builder::new()
         .name("crum-agent".into())
         .spawn(move || engine_loop(cfg, rx, tx))

@@ -68,7 +68,7 @@ impl Plan {
 /// Opens and checks an image and everything a restart of it needs; starts nothing.
 pub fn validate(dir: &Path) -> Result<Plan, RestartError> {
     let dir = std::fs::canonicalize(dir).map_err(|_| ImageError::Missing { path: dir.to_path_buf() })?;
-    let mut reader = ImageReader::open_for_restore(&dir, &[SECTION_PROCESS])?;
+    let reader = ImageReader::open_for_restore(&dir, &[SECTION_PROCESS])?;
     let bytes = reader
         .section(SECTION_PROCESS)?
         .ok_or_else(|| ImageError::MissingSection { name: SECTION_PROCESS.to_string() })?;
@@ -78,7 +78,6 @@ pub fn validate(dir: &Path) -> Result<Plan, RestartError> {
     if !Path::new(&state.cwd).is_dir() {
         return Err(RestartError::Invalid(format!("working directory {} no longer exists", state.cwd)));
     }
-    let _ = &mut reader;
     Ok(Plan { reader, state, dir })
 }
 
