@@ -89,6 +89,8 @@ pub(crate) struct Block<'a, 'l> {
     pub(crate) ctaid: [u32; 3],
     shared: Vec<u8>,
     pub(crate) printf: Vec<u8>,
+    /// `bar.arrive` arrivals per barrier id not yet consumed by a release.
+    arrivals: [u32; 16],
     insts: u64,
     nthreads: u32,
 }
@@ -152,6 +154,7 @@ pub(crate) fn launch(
             ctaid: [0; 3],
             shared: Vec::new(),
             printf: Vec::new(),
+            arrivals: [0; 16],
             insts: 0,
             nthreads: nthreads as u32,
         };
@@ -271,6 +274,7 @@ impl<'a, 'l> Block<'a, 'l> {
         let shared_len = prog.shared_bytes as usize + l.cfg.dynamic_shared_bytes as usize;
         self.shared.clear();
         self.shared.resize(shared_len, 0);
+        self.arrivals = [0; 16];
         threads.truncate(n);
         while threads.len() < n {
             threads.push(Thread {
@@ -347,8 +351,9 @@ impl<'a, 'l> Block<'a, 'l> {
             if arrived == 0 {
                 continue;
             }
-            let need = if want == 0 { live } else { want.min(live) };
-            if arrived >= need {
+            let need = if want == 0 { live } else { want.min(live + self.arrivals[id as usize]) };
+            if arrived + self.arrivals[id as usize] >= need {
+                self.arrivals[id as usize] = 0;
                 let code = &self.l.prog.code;
                 let pred = |b: &Self, t: &Thread| {
                     let i = &code[t.pc as usize];
@@ -1200,6 +1205,10 @@ impl<'a, 'l> Block<'a, 'l> {
                 let cnt = if matches!(i.b, Opd::None) { 0 } else { self.val(t, &i.b) as u32 };
                 t.st = St::Bar(id & 15, cnt);
                 return Ok(false);
+            }
+            Op::BarArrive => {
+                let id = self.val(t, &i.a) as u32 & 15;
+                self.arrivals[id as usize] += 1;
             }
             Op::BarRed => {
                 // bar.red.op d, id, [count,] pred

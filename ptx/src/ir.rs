@@ -197,6 +197,8 @@ pub(crate) enum Op {
     Bar,
     /// `bar.red.{popc,and,or}`: barrier plus a block-wide reduction of a predicate.
     BarRed,
+    /// `bar.arrive id, count`: count toward a barrier without waiting.
+    BarArrive,
     BarWarp,
     Atom,
     Red,

@@ -848,7 +848,7 @@ impl Builder {
             Op::Bra => {
                 inst.a = take();
             }
-            Op::Bar | Op::BarWarp | Op::Ret | Op::Exit | Op::Trap | Op::Nop => {
+            Op::Bar | Op::BarArrive | Op::BarWarp | Op::Ret | Op::Exit | Op::Trap | Op::Nop => {
                 inst.a = take();
                 inst.b = take();
             }
@@ -1083,8 +1083,7 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
             } else if w.contains(".red") {
                 Op::BarRed
             } else if w.contains(".arrive") {
-                unsupported(&mut inst, messages, format!("`{w}`"));
-                Op::Unsupported
+                Op::BarArrive
             } else {
                 Op::Bar
             }
@@ -1191,6 +1190,7 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
             "inc" => mm.sub = Sub::Inc,
             "popc" if inst.op == Op::BarRed => mm.sub = Sub::Add,
             "red" if inst.op == Op::BarRed => {}
+            "arrive" if inst.op == Op::BarArrive => {}
             "dec" => mm.sub = Sub::Dec,
             "exch" => mm.sub = Sub::Exch,
             "cas" => mm.sub = Sub::Cas,

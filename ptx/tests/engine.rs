@@ -271,3 +271,45 @@ fn tex2d_point_and_linear_sampling_follow_cuda() {
         }
     }
 }
+
+#[test]
+fn bar_arrive_lets_producers_signal_consumers_without_waiting() {
+    // Warp 1 produces into shared memory and arrives at barrier 1; warp 0 waits there
+    // (count 64) and then consumes.
+    let m = ptx(r#"
+.visible .entry pc(.param .u64 out)
+{
+  .shared .align 4 .b8 buf[128];
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<4>;
+  .reg .pred %p1;
+  mov.u32 %r1, %tid.x;
+  setp.lt.u32 %p1, %r1, 32;
+  @%p1 bra CONSUME;
+  sub.u32 %r2, %r1, 32;
+  shl.b32 %r3, %r2, 2;
+  mov.u32 %r4, buf;
+  add.u32 %r4, %r4, %r3;
+  mul.lo.u32 %r5, %r2, 10;
+  st.shared.u32 [%r4], %r5;
+  bar.arrive 1, 64;
+  ret;
+CONSUME:
+  bar.sync 1, 64;
+  shl.b32 %r3, %r1, 2;
+  mov.u32 %r4, buf;
+  add.u32 %r4, %r4, %r3;
+  ld.shared.u32 %r5, [%r4];
+  ld.param.u64 %rd1, [out];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(32 * 4);
+    let c = LaunchConfig { grid: [1, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 0, cooperative: false };
+    go(&m, "pc", c, &out.to_le_bytes(), &mem, 1).unwrap();
+    assert_eq!(to_i32s(&mem.read(out, 128)), (0..32).map(|i| i * 10).collect::<Vec<_>>());
+}
