@@ -7,7 +7,7 @@
  * range elsewhere when it is taken; cuMemMap maps physical memory (a memfd) into a reserved
  * range; cuMemUnmap leaves the range reserved; copies take unified addresses. Work is done
  * at once when it is queued, so every stream is trivially in order and host functions run
- * inside cuLaunchHostFunc. Modules are not supported (CUDA_ERROR_NOT_SUPPORTED).
+ * inside cuLaunchHostFunc. Kernels are the conformance suite's, written in C (below).
  *
  * Build: cc -shared -fPIC -o libcuda.so fake_libcuda.c
  */
@@ -134,10 +134,107 @@ CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
 }
 CUresult cuMemFreeHost(void *p) { free(p); return OK; }
 
-CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)m; (void)image; return NOT_SUPPORTED; }
-CUresult cuModuleUnload(CUmodule m) { (void)m; return NOT_SUPPORTED; }
-CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) { (void)f; (void)m; (void)n; return NOT_FOUND; }
-CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) { (void)p; (void)b; (void)m; (void)n; return NOT_FOUND; }
+/* Modules: any image loads; its kernels are the conformance suite's (tests/data/kernels.cu),
+ * implemented here on the CPU, with their parameter layouts as cuFuncGetParamInfo reports
+ * them, so the launch path (layout, packing, kernelParams) is checked end to end. */
+struct func { const char *name; int nparams; size_t off[9], size[9]; };
+static struct func funcs[] = {
+    {"kinds", 9, {0, 8, 10, 12, 16, 24, 32, 40, 64}, {8, 1, 2, 4, 8, 4, 8, 24, 16}},
+    {"fill", 3, {0, 8, 12}, {8, 4, 4}},
+    {"reverse_shared", 1, {0}, {8}},
+    {"bump", 0, {0}, {0}},
+    {"scale_table", 1, {0}, {4}},
+    {"incr", 2, {0, 8}, {8, 4}},
+};
+static int module_token;
+static int counter;
+static float table[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+
+CUresult cuModuleLoadData(CUmodule *m, const void *image) { if (!image) return INVALID_VALUE; *m = &module_token; return OK; }
+CUresult cuModuleUnload(CUmodule m) { return m == &module_token ? OK : 400; }
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) {
+    if (m != &module_token) return 400;
+    for (size_t i = 0; i < sizeof funcs / sizeof funcs[0]; i++) {
+        if (!strcmp(funcs[i].name, n)) { *f = &funcs[i]; return OK; }
+    }
+    return NOT_FOUND;
+}
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) {
+    if (m != &module_token) return 400;
+    if (!strcmp(n, "counter")) { *p = (CUdeviceptr)&counter; *b = sizeof counter; return OK; }
+    if (!strcmp(n, "table")) { *p = (CUdeviceptr)table; *b = sizeof table; return OK; }
+    return NOT_FOUND;
+}
+/* Built with -DNO_PARAM_INFO it stands for a driver older than 12.4 (PTX fallback). */
+#ifndef NO_PARAM_INFO
+CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size) {
+    struct func *fn = f;
+    if (i >= (size_t)fn->nparams) return INVALID_VALUE;
+    *off = fn->off[i];
+    if (size) *size = fn->size[i];
+    return OK;
+}
+#endif
+CUresult cuFuncGetAttribute(int *v, int attr, CUfunction f) {
+    (void)f;
+    *v = attr == 0 ? 1024 : attr == 5 || attr == 6 ? 80 : 0;
+    return OK;
+}
+CUresult cuFuncSetAttribute(CUfunction f, int attr, int v) { (void)f; (void)attr; return v < 0 ? INVALID_VALUE : OK; }
+
+#define ARG(type, i) (*(type *)kp[i])
+static uint64_t bits32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static uint64_t bits64(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+struct mixed { char c; double d; int i; };
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void **kp, void **extra) {
+    (void)s;
+    struct func *fn = f;
+    if (extra || !gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return INVALID_VALUE;
+    if (fn->nparams && !kp) return INVALID_VALUE;
+    size_t threads = (size_t)gx * bx;
+    if (!strcmp(fn->name, "kinds")) {
+        uint64_t *out = ARG(uint64_t *, 0);
+        struct mixed m;
+        float v[4];
+        memcpy(&m, kp[7], sizeof m);
+        memcpy(v, kp[8], sizeof v);
+        out[0] = (uint64_t)(int64_t)ARG(signed char, 1);
+        out[1] = (uint64_t)(int64_t)ARG(short, 2);
+        out[2] = (uint64_t)(int64_t)ARG(int, 3);
+        out[3] = (uint64_t)ARG(long long, 4);
+        out[4] = bits32(ARG(float, 5));
+        out[5] = bits64(ARG(double, 6));
+        out[6] = (uint64_t)(int64_t)m.c;
+        out[7] = bits64(m.d);
+        out[8] = (uint64_t)(int64_t)m.i;
+        out[9] = bits32(v[0]) | bits32(v[3]) << 32;
+    } else if (!strcmp(fn->name, "fill")) {
+        float *p = ARG(float *, 0);
+        int n = ARG(int, 1);
+        for (size_t i = 0; i < threads; i++) if ((int)i < n) p[i] = ARG(float, 2) + (float)i;
+    } else if (!strcmp(fn->name, "reverse_shared")) {
+        if (shared < bx * sizeof(int)) return 700; /* out of bounds shared access */
+        int *out = ARG(int *, 0);
+        for (unsigned t = 0; t < bx; t++) out[t] = (int)(bx - 1 - t);
+    } else if (!strcmp(fn->name, "bump")) {
+        counter += (int)threads;
+    } else if (!strcmp(fn->name, "scale_table")) {
+        for (unsigned t = 0; t < bx && t < 4; t++) table[t] *= ARG(float, 0);
+    } else if (!strcmp(fn->name, "incr")) {
+        int *p = ARG(int *, 0);
+        int n = ARG(int, 1);
+        for (size_t i = 0; i < threads; i++) if ((int)i < n) p[i] += 1;
+    } else {
+        return 400;
+    }
+    return OK;
+}
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shared, CUstream s, void **kp) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, kp, NULL);
+}
 
 struct stream { int live; };
 CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) {
