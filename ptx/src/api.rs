@@ -38,6 +38,16 @@ impl Module {
     pub fn globals(&self) -> &[GlobalVar] {
         &self.prog.globals
     }
+
+    /// The `.target` architecture, e.g. 80 for `sm_80` (`cudaFuncAttributes::ptxVersion`).
+    pub fn target_arch(&self) -> Option<u32> {
+        self.prog.target
+    }
+
+    /// The PTX ISA version of `.version major.minor`.
+    pub fn ptx_isa_version(&self) -> Option<(u32, u32)> {
+        self.prog.version
+    }
 }
 
 /// What a backend needs to know about a kernel.

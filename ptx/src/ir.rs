@@ -421,6 +421,10 @@ pub(crate) struct Program {
     pub(crate) messages: Vec<String>,
     /// Static shared memory of the module (module-scope and function-scope `.shared`).
     pub(crate) shared_bytes: u64,
+    /// `.version major.minor` of the PTX text.
+    pub(crate) version: Option<(u32, u32)>,
+    /// `.target sm_XX` number (e.g. 80).
+    pub(crate) target: Option<u32>,
     /// Per-thread local bytes of all functions together (a bound without recursion).
     pub(crate) local_bytes: u64,
 }

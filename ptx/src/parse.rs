@@ -307,6 +307,17 @@ impl Builder {
         };
         match w.as_str() {
             ".version" | ".target" | ".address_size" | ".file" | ".loc" | ".section" => {
+                if w == ".version" {
+                    if let Some(v) = p.peek_word() {
+                        let (a, b) = v.split_once('.').unwrap_or((v, "0"));
+                        self.prog.version = a.parse().ok().zip(b.parse().ok());
+                    }
+                } else if w == ".target" {
+                    if let Some(v) = p.peek_word() {
+                        let digits: String = v.trim_start_matches("sm_").chars().take_while(char::is_ascii_digit).collect();
+                        self.prog.target = digits.parse().ok();
+                    }
+                }
                 if p.line() == line {
                     p.skip_line();
                 }
@@ -1385,6 +1396,7 @@ $L__BB0_2:
     #[test]
     fn sample_with_calls_vectors_and_dynamic_shared_parses() {
         let prog = parse_module(SAMPLE).unwrap();
+        assert_eq!((prog.version, prog.target), (Some((8, 0)), Some(80)));
         assert_eq!(prog.kernels.len(), 1);
         assert_eq!(prog.kernels[0].max_threads_per_block, Some(128));
         assert_eq!(prog.globals[0].init, [1, 2, 3, 4, 5, 6, 7, 8]);
