@@ -128,6 +128,17 @@ fn kernels_pass_with_the_per_thread_default_stream() {
 }
 
 #[test]
+fn device_output_of_unsynchronized_work_appears_at_exit() {
+    let exe = build("exit_flush", &["-cudart", "shared"]);
+    let out = crum().args(["run", "--device", "emu", "--"]).arg(&exe).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "host first\ndevice says hi 0\ndevice says hi 1\n"
+    );
+}
+
+#[test]
 fn statically_linked_runtime_is_refused_with_advice() {
     let exe = build("runtime", &["-cudart", "static"]);
     let out = crum().args(["run", "--"]).arg(&exe).output().unwrap();

@@ -140,6 +140,11 @@ fn conn() -> CudaResult<&'static Conn> {
     CONN.get_or_init(connect).as_ref().map_err(|&e| e)
 }
 
+/// Whether this process has connected (without connecting).
+pub fn connected() -> bool {
+    matches!(CONN.get(), Some(Ok(_))) && !GONE.load(Ordering::Relaxed) && !FORKED.load(Ordering::Relaxed)
+}
+
 /// Whether the channel is up (connecting on first use).
 pub fn ensure() -> CudaResult<()> {
     conn().map(|_| ())

@@ -7,7 +7,7 @@
 //! asynchronous errors at the next call); synchronizing calls return them as their status.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -44,6 +44,8 @@ pub struct Server {
     app: Mutex<Option<Arc<AppMemory>>>,
     deferred: AtomicU32,
     callbacks: Callbacks,
+    /// Requests being handled right now (all lanes).
+    busy: AtomicUsize,
 }
 
 fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
@@ -63,6 +65,7 @@ impl Server {
             app: Mutex::new(None),
             deferred: AtomicU32::new(0),
             callbacks: Callbacks::default(),
+            busy: AtomicUsize::new(0),
         })
     }
 
@@ -85,6 +88,7 @@ impl Server {
 
     fn serve_lane(self: Arc<Self>, mut lane: ServerLane) {
         let alive = || true;
+        let lane_index = lane.index();
         loop {
             let inc = match lane.recv(&alive) {
                 Ok(i) => i,
@@ -110,12 +114,14 @@ impl Server {
                 }
             };
             let syncing = is_syncing(&req);
+            self.busy.fetch_add(1, Ordering::SeqCst);
             let result =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req)))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req, lane_index)))
                     .unwrap_or_else(|_| {
                         tracing::error!("request handler panicked");
                         Err(cuda::ERROR_UNKNOWN)
                     });
+            self.busy.fetch_sub(1, Ordering::SeqCst);
             if inc.wants_reply {
                 lane.reply(&self.finish(result, syncing));
             } else if let Err(c) = result {
@@ -164,7 +170,7 @@ impl Server {
         self.backend.owns(addr, len).is_some() || self.backend.is_registered(addr, len)
     }
 
-    fn handle(self: &Arc<Self>, req: Request) -> std::result::Result<Body, u32> {
+    fn handle(self: &Arc<Self>, req: Request, lane: usize) -> std::result::Result<Body, u32> {
         let b = &*self.backend;
         match req {
             Request::Hello { pid } => {
@@ -389,7 +395,25 @@ impl Server {
             Request::DeviceReset => code(b.device_reset()).map(|_| Body::None),
             Request::TexCreate { desc } => code(b.texture_create(&desc)).map(Body::Value),
             Request::TexDestroy { tex } => code(b.texture_destroy(tex)).map(|_| Body::None),
-            Request::Flush => Ok(Body::None),
+            // Program exit (context teardown): first let every other lane's queued requests
+            // reach the device (the exiting program's threads sent them before this), then
+            // finish device work so its printf output and errors are delivered.
+            Request::Flush => {
+                let t0 = std::time::Instant::now();
+                let quiet = || !self.channel.any_pending(lane) && self.busy.load(Ordering::SeqCst) <= 1;
+                // Quiet twice in a row: a request just read but not yet counted as busy is
+                // caught by the second look.
+                while t0.elapsed() < Duration::from_secs(2) {
+                    if quiet() {
+                        std::thread::sleep(Duration::from_micros(200));
+                        if quiet() {
+                            break;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                code(b.device_sync()).map(|_| Body::None)
+            }
         }
     }
 

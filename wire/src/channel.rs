@@ -275,6 +275,14 @@ impl Channel {
         self.header().app_pid.load(Acquire)
     }
 
+    /// Whether any claimed lane other than `except` holds requests not yet read.
+    pub fn any_pending(&self, except: usize) -> bool {
+        (0..LANES).filter(|&i| i != except).any(|i| {
+            let c = self.ctl(i);
+            c.claimed.load(Acquire) == 1 && c.head.load(Acquire) != c.tail.load(Acquire)
+        })
+    }
+
     pub fn proxy_pid(&self) -> u32 {
         self.header().proxy_pid.load(Acquire)
     }

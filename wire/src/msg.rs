@@ -185,7 +185,8 @@ pub enum Request {
     TexDestroy {
         tex: u64,
     },
-    /// Returns and clears the deferred (pipelined) error and pending printf output.
+    /// At program exit: finish device work, return the deferred error and pending printf
+    /// output.
     Flush,
 }
 

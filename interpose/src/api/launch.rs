@@ -100,7 +100,17 @@ pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: *mut *mut c_void) {}
 
 #[no_mangle]
 pub extern "C" fn __cudaUnregisterFatBinary(_handle: *mut *mut c_void) {
-    // Runs from atexit: the proxy drops everything when the program ends anyway.
+    // Runs from atexit, once per module: like CUDA's context teardown, let queued device work
+    // finish so its printf output reaches stdout; the proxy drops everything else when the
+    // program ends.
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let _ = std::panic::catch_unwind(|| {
+        ONCE.call_once(|| {
+            if crate::client::connected() {
+                let _ = call(&Request::Flush);
+            }
+        })
+    });
 }
 
 #[no_mangle]
