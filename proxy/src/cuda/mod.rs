@@ -27,6 +27,7 @@ pub mod errors;
 pub mod params;
 pub mod pieces;
 pub mod planner;
+pub mod printf;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -154,6 +155,8 @@ struct Shared {
     async_err: AtomicU32,
     sticky: AtomicU32,
     staging: Staging,
+    /// Device printf output, when stdout is captured ([`Cuda::capture_printf`]).
+    printf: OnceLock<printf::Capture>,
 }
 
 impl Shared {
@@ -233,8 +236,25 @@ fn handle_err() -> BackendError {
 
 impl Cuda {
     /// Open device 0 with its allocations in the agreed device window.
+    /// This is the proxy's constructor: it also captures the process's standard output, where
+    /// the driver writes device `printf` output, so that it reaches the application's own
+    /// stdout in order (see [`Cuda::capture_printf`]).
     pub fn open() -> std::result::Result<Cuda, ProbeError> {
-        Cuda::with_window(crum_wire::DEVICE_VA_BASE, crum_wire::DEVICE_VA_SIZE)
+        let c = Cuda::with_window(crum_wire::DEVICE_VA_BASE, crum_wire::DEVICE_VA_SIZE)?;
+        if let Err(e) = c.capture_printf() {
+            tracing::warn!("device printf output will go to the proxy's stdout: {e}");
+        }
+        Ok(c)
+    }
+
+    /// Route this process's standard output (fd 1), where the driver prints device `printf`
+    /// output at synchronization points, into [`printf::Capture`], which
+    /// [`Backend::take_printf`] drains (the server returns it with the synchronizing reply).
+    pub fn capture_printf(&self) -> std::io::Result<()> {
+        if self.shared.printf.get().is_none() {
+            let _ = self.shared.printf.set(printf::Capture::start(1)?);
+        }
+        Ok(())
     }
 
     /// Open device 0 with its allocations in `[base, base+size)` (granularity-aligned).
@@ -272,6 +292,7 @@ impl Cuda {
                 async_err: AtomicU32::new(0),
                 sticky: AtomicU32::new(0),
                 staging: Staging { free: Mutex::new((Vec::new(), 0)), cv: Condvar::new() },
+                printf: OnceLock::new(),
             }),
             next_handle: AtomicU64::new(0x100),
             props,
@@ -1110,6 +1131,10 @@ impl Backend for Cuda {
 
     fn sticky_error(&self) -> Option<u32> {
         Some(self.shared.sticky.load(Ordering::SeqCst)).filter(|&c| c != 0)
+    }
+
+    fn take_printf(&self, max: usize) -> Vec<u8> {
+        self.shared.printf.get().map(|c| c.take(max)).unwrap_or_default()
     }
 
     fn snapshot(&self, sink: SaveSink<'_>) -> Result<Vec<SavedRegion>> {
