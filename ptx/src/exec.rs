@@ -144,7 +144,9 @@ pub(crate) fn launch(
         stop: AtomicBool::new(false),
     };
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Vec<u8>, Option<LaunchError>)>> = Mutex::new(Vec::new());
+    // (block index, printf output, failure) of blocks that printed or failed.
+    type BlockResult = (usize, Vec<u8>, Option<LaunchError>);
+    let results: Mutex<Vec<BlockResult>> = Mutex::new(Vec::new());
     let total_insts = std::sync::atomic::AtomicU64::new(0);
     let workers = (pool.threads as u64).min(nblocks) as usize;
     let work = || {
@@ -1564,11 +1566,11 @@ fn simd2(a: u64, b: u64, f: impl Fn(u64, u64) -> u64) -> u64 {
 /// Which state space a generic address points into, and the offset there.
 #[inline]
 pub(crate) fn generic(addr: u64) -> (Space, u64) {
-    if addr >= SHARED_WIN && addr < SHARED_WIN + WIN_SIZE {
+    if (SHARED_WIN..SHARED_WIN + WIN_SIZE).contains(&addr) {
         (Space::Shared, addr - SHARED_WIN)
-    } else if addr >= LOCAL_WIN && addr < LOCAL_WIN + WIN_SIZE {
+    } else if (LOCAL_WIN..LOCAL_WIN + WIN_SIZE).contains(&addr) {
         (Space::Local, addr - LOCAL_WIN)
-    } else if addr >= PARAM_WIN && addr < PARAM_WIN + WIN_SIZE {
+    } else if (PARAM_WIN..PARAM_WIN + WIN_SIZE).contains(&addr) {
         (Space::Param, addr - PARAM_WIN)
     } else {
         (Space::Generic, addr)
@@ -1581,7 +1583,7 @@ fn rd_slice(s: &[u8], addr: u64, size: u32) -> R<u64> {
     if addr > usize::MAX as u64 || a.checked_add(size as usize).is_none_or(|e| e > s.len()) {
         return Err(LaunchError::IllegalAddress { addr });
     }
-    if size > 1 && addr % size as u64 != 0 {
+    if size > 1 && !addr.is_multiple_of(size as u64) {
         return Err(LaunchError::MisalignedAddress { addr });
     }
     let mut b = [0u8; 8];
@@ -1595,7 +1597,7 @@ fn wr_slice(s: &mut [u8], addr: u64, size: u32, v: u64) -> R<()> {
     if addr > usize::MAX as u64 || a.checked_add(size as usize).is_none_or(|e| e > s.len()) {
         return Err(LaunchError::IllegalAddress { addr });
     }
-    if size > 1 && addr % size as u64 != 0 {
+    if size > 1 && !addr.is_multiple_of(size as u64) {
         return Err(LaunchError::MisalignedAddress { addr });
     }
     s[a..a + size as usize].copy_from_slice(&v.to_le_bytes()[..size as usize]);

@@ -77,7 +77,7 @@ fn directed(rnd: Rnd) -> bool {
 
 pub(crate) fn add32(a: f32, b: f32, rnd: Rnd) -> f32 {
     let r = a + b;
-    if !directed(rnd) || !r.is_finite() && !(a.is_finite() && b.is_finite()) {
+    if !directed(rnd) || !a.is_finite() || !b.is_finite() {
         return r;
     }
     // TwoSum: the exact error of the rounded sum.
@@ -88,7 +88,7 @@ pub(crate) fn add32(a: f32, b: f32, rnd: Rnd) -> f32 {
 
 pub(crate) fn mul32(a: f32, b: f32, rnd: Rnd) -> f32 {
     let r = a * b;
-    if !directed(rnd) || !(a.is_finite() && b.is_finite()) {
+    if !directed(rnd) || !a.is_finite() || !b.is_finite() {
         return r;
     }
     // The product of two f32 is exact in f64.
@@ -124,7 +124,7 @@ pub(crate) fn sqrt32(a: f32, rnd: Rnd) -> f32 {
 
 pub(crate) fn add64(a: f64, b: f64, rnd: Rnd) -> f64 {
     let r = a + b;
-    if !directed(rnd) || !(a.is_finite() && b.is_finite()) {
+    if !directed(rnd) || !a.is_finite() || !b.is_finite() {
         return r;
     }
     let bb = r - a;
@@ -134,7 +134,7 @@ pub(crate) fn add64(a: f64, b: f64, rnd: Rnd) -> f64 {
 
 pub(crate) fn mul64(a: f64, b: f64, rnd: Rnd) -> f64 {
     let r = a * b;
-    if !directed(rnd) || !(a.is_finite() && b.is_finite()) {
+    if !directed(rnd) || !a.is_finite() || !b.is_finite() {
         return r;
     }
     adjust64(r, sign(a.mul_add(b, -r)), rnd)

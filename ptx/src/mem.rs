@@ -35,7 +35,7 @@ impl<'a> Regions<'a> {
     /// Host pointer for `size` bytes at device address `addr`, bounds- and alignment-checked.
     #[inline]
     pub(crate) fn ptr(&mut self, addr: u64, size: u64) -> Result<*mut u8, LaunchError> {
-        if size > 1 && addr % size.min(16) != 0 {
+        if size > 1 && !addr.is_multiple_of(size.min(16)) {
             return Err(LaunchError::MisalignedAddress { addr });
         }
         for r in self.cache.iter().flatten() {
@@ -80,7 +80,7 @@ impl<'a> Regions<'a> {
     /// Returns the old value.
     pub(crate) fn atomic(&mut self, addr: u64, size: u32, f: &dyn Fn(u64) -> Option<u64>) -> Result<u64, LaunchError> {
         let p = self.ptr(addr, size as u64)?;
-        if addr % size as u64 != 0 {
+        if !addr.is_multiple_of(size as u64) {
             return Err(LaunchError::MisalignedAddress { addr });
         }
         match size {

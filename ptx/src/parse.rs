@@ -365,8 +365,7 @@ impl Builder {
     /// `[.align N] [.ptr...] .type [.vN] name[dims]` or `%r<100>` forms.
     fn decl(p: &mut P) -> Result<Decl, ParseError> {
         let mut d = Decl::default();
-        loop {
-            let Some(w) = p.peek_word().map(str::to_string) else { break };
+        while let Some(w) = p.peek_word().map(str::to_string) {
             if !w.starts_with('.') {
                 break;
             }
@@ -448,7 +447,7 @@ impl Builder {
                     self.dyn_shared_syms.push(d.name.clone());
                     self.globals_map.insert(d.name, Sym::Shared(u64::MAX));
                 } else {
-                    let off = (self.shared_cur + align as u64 - 1) / align as u64 * align as u64;
+                    let off = self.shared_cur.div_ceil(align as u64) * align as u64;
                     self.shared_cur = off + size;
                     self.globals_map.insert(d.name, Sym::Shared(off));
                 }

@@ -40,7 +40,7 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
         for k in 0..dims {
             u[k] = f.get(k).copied().unwrap_or(0.0) * if desc.normalized_coords { ext[k] as f32 } else { 1.0 };
         }
-        if desc.linear_filter && desc.kind == ChannelKind::Float || desc.linear_filter && desc.normalized_float {
+        if desc.linear_filter && (desc.kind == ChannelKind::Float || desc.normalized_float) {
             // Linear filtering: weights from the coordinate minus 0.5, 8-bit fixed point
             // fraction like the hardware.
             let mut base = [0i64; 3];

@@ -68,6 +68,10 @@ fn run(m: &Module, inputs: &[[u64; 3]]) -> Vec<u64> {
 }
 
 type Ref = Box<dyn Fn(u64, u64, u64) -> u64>;
+/// Rounding-mode name and its reference rounding function.
+type Mode = (&'static str, fn(f64) -> f64);
+/// Comparison name and its predicate on an ordering.
+type CmpRef = (&'static str, fn(std::cmp::Ordering) -> bool);
 
 /// Run every (body, reference) pair on the same random inputs.
 fn family(cases: Vec<(String, Ref)>, strat: impl Strategy<Value = [u64; 3]> + Clone) {
@@ -320,7 +324,7 @@ fn float_64bit_arithmetic_matches_rust() {
 #[test]
 fn compares_follow_ordered_and_unordered_semantics() {
     let mut ops: Vec<(String, Ref)> = Vec::new();
-    let cmps: [(&str, fn(std::cmp::Ordering) -> bool); 6] = [
+    let cmps: [CmpRef; 6] = [
         ("eq", |o| o.is_eq()),
         ("ne", |o| o.is_ne()),
         ("lt", |o| o.is_lt()),
@@ -338,7 +342,7 @@ fn compares_follow_ordered_and_unordered_semantics() {
             f32::from_bits(a as u32).partial_cmp(&f32::from_bits(b as u32)).is_none_or(f) as u64
         })));
     }
-    ops.push(("setp.lt.and.s32 %p|%q, %ra, %rb, %pc;\n  selp.u64 %d, 1, 0, %q;".into(), Box::new(|a, b, c| (!((a as u32 as i32) < (b as u32 as i32)) && c as u32 != 0) as u64)));
+    ops.push(("setp.lt.and.s32 %p|%q, %ra, %rb, %pc;\n  selp.u64 %d, 1, 0, %q;".into(), Box::new(|a, b, c| (((a as u32 as i32) >= (b as u32 as i32)) && c as u32 != 0) as u64)));
     ops.push(("setp.num.f32 %p, %fa, %fb;\n  selp.u64 %d, 1, 0, %p;".into(), Box::new(|a, b, _| (!f32::from_bits(a as u32).is_nan() && !f32::from_bits(b as u32).is_nan()) as u64)));
     ops.push(("setp.gt.u64 %p, %a, %b;\n  selp.u64 %d, 1, 0, %p;".into(), Box::new(|a, b, _| (a > b) as u64)));
     let strat = prop_oneof![f32_bits(), u32s()];
@@ -349,7 +353,7 @@ fn compares_follow_ordered_and_unordered_semantics() {
 fn conversions_round_and_saturate_like_ptx() {
     let mut ops: Vec<(String, Ref)> = Vec::new();
     let sat_i32 = |x: f64| if x.is_nan() { 0 } else { x.clamp(i32::MIN as f64, i32::MAX as f64) as i32 };
-    let modes: [(&str, fn(f64) -> f64); 4] = [("rni", f64::round_ties_even), ("rzi", f64::trunc), ("rmi", f64::floor), ("rpi", f64::ceil)];
+    let modes: [Mode; 4] = [("rni", f64::round_ties_even), ("rzi", f64::trunc), ("rmi", f64::floor), ("rpi", f64::ceil)];
     for (m, f) in modes {
         ops.push((format!("cvt.{m}.s32.f32 %rd, %fa;\n  {ST32}"), Box::new(move |a, _, _| sat_i32(f(f32::from_bits(a as u32) as f64)) as u32 as u64)));
         ops.push((format!("cvt.{m}.u32.f32 %rd, %fa;\n  {ST32}"), Box::new(move |a, _, _| {

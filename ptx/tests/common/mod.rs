@@ -79,7 +79,7 @@ impl Args {
         Args(Vec::new())
     }
     fn put(mut self, b: &[u8], align: usize) -> Args {
-        while self.0.len() % align != 0 {
+        while !self.0.len().is_multiple_of(align) {
             self.0.push(0);
         }
         self.0.extend_from_slice(b);
