@@ -15,3 +15,8 @@ extern "C" fn crum_agent_ctor() {
 #[used]
 #[link_section = ".init_array"]
 static AGENT_CTOR: extern "C" fn() = crum_agent_ctor;
+
+/// libcrum's allocator: the system's, except for the checkpoint agent while the program's
+/// threads are stopped (see `crum_ckpt::alloc`: a stopped thread may hold a malloc lock).
+#[global_allocator]
+static CRUM_ALLOC: crum_ckpt::alloc::CrumAlloc = crum_ckpt::alloc::CrumAlloc;

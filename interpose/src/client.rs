@@ -142,7 +142,9 @@ fn conn() -> CudaResult<&'static Conn> {
 
 /// Whether this process has connected (without connecting).
 pub fn connected() -> bool {
-    matches!(CONN.get(), Some(Ok(_))) && !GONE.load(Ordering::Relaxed) && !FORKED.load(Ordering::Relaxed)
+    matches!(CONN.get(), Some(Ok(_)))
+        && !GONE.load(Ordering::Relaxed)
+        && !FORKED.load(Ordering::Relaxed)
 }
 
 /// Whether the channel is up (connecting on first use).

@@ -64,6 +64,25 @@ int main() {
   OK(cudaMemcpy2D(back, 100 * 4, dp, pitch, 100 * 4, 37, cudaMemcpyDeviceToHost));
   CHECK(memcmp(h, back, 100 * 4 * 37) == 0);
 
+  // 3-D: pitched allocation, memset, copy a 16x4x3 float volume in and out.
+  {
+    const int W = 16, H = 4, D = 3;
+    cudaExtent ext = make_cudaExtent(W * sizeof(float), H, D);
+    cudaPitchedPtr vol; OK(cudaMalloc3D(&vol, ext)); CHECK(vol.pitch >= W * sizeof(float));
+    OK(cudaMemset3D(vol, 0, ext));
+    cudaMemcpy3DParms in = {};
+    in.srcPtr = make_cudaPitchedPtr(h, W * sizeof(float), W, H); in.dstPtr = vol; in.extent = ext;
+    in.kind = cudaMemcpyHostToDevice;
+    OK(cudaMemcpy3D(&in));
+    memset(back, 0, W * H * D * sizeof(float));
+    cudaMemcpy3DParms outp = {};
+    outp.srcPtr = vol; outp.dstPtr = make_cudaPitchedPtr(back, W * sizeof(float), W, H); outp.extent = ext;
+    outp.kind = cudaMemcpyDeviceToHost;
+    OK(cudaMemcpy3D(&outp));
+    CHECK(memcmp(h, back, W * H * D * sizeof(float)) == 0);
+    OK(cudaFree(vol.ptr));
+  }
+
   // Managed and pinned memory are visible on the host directly.
   int *m; OK(cudaMallocManaged(&m, 4096)); m[0] = 41;
   int *pin; OK(cudaHostAlloc(&pin, 4096, cudaHostAllocDefault)); pin[0] = 1;

@@ -362,3 +362,124 @@ mod tests {
         );
     }
 }
+
+/// `cudaPitchedPtr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PitchedPtr {
+    pub ptr: u64,
+    pub pitch: usize,
+    pub xsize: usize,
+    pub ysize: usize,
+}
+
+/// `cudaExtent` (width in bytes for linear memory, in elements for arrays).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Extent {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+/// One side of a 3-D copy as (base of slice 0 at the position, row pitch, slice pitch,
+/// bytes per width unit).
+fn side(
+    p: *const u8,
+    arr_off: usize,
+    pos_off: usize,
+    ptr_off: usize,
+) -> CudaResult<(u64, u64, u64, u64)> {
+    let arr: u64 = field(p, arr_off)?;
+    let pos: [usize; 3] = field(p, pos_off)?;
+    if arr != 0 {
+        let a = array(arr as *const c_void)?;
+        if pos[2] != 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let base = a.base + pos[1] as u64 * a.pitch + pos[0] as u64 * a.elem;
+        return Ok((base, a.pitch, a.pitch * a.height, a.elem));
+    }
+    let pp: PitchedPtr = field(p, ptr_off)?;
+    let slice = pp.pitch as u64 * pp.ysize as u64;
+    let base = pp.ptr + pos[2] as u64 * slice + pos[1] as u64 * pp.pitch as u64 + pos[0] as u64;
+    Ok((base, pp.pitch as u64, slice, 1))
+}
+
+fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
+    use crate::abi_gen::*;
+    let (s, spitch, sslice, selem) = side(
+        p,
+        CUDAMEMCPY3DPARMS_SRCARRAY,
+        CUDAMEMCPY3DPARMS_SRCPOS,
+        CUDAMEMCPY3DPARMS_SRCPTR,
+    )?;
+    let (d, dpitch, dslice, delem) = side(
+        p,
+        CUDAMEMCPY3DPARMS_DSTARRAY,
+        CUDAMEMCPY3DPARMS_DSTPOS,
+        CUDAMEMCPY3DPARMS_DSTPTR,
+    )?;
+    let ext: Extent = field(p, CUDAMEMCPY3DPARMS_EXTENT)?;
+    let kind: u32 = field(p, CUDAMEMCPY3DPARMS_KIND)?;
+    // Width is in elements when an array is involved, else in bytes.
+    let width = ext.width as u64 * selem.max(delem);
+    for z in 0..ext.depth.max(1) as u64 {
+        copy(
+            d + z * dslice,
+            dpitch,
+            s + z * sslice,
+            spitch,
+            width,
+            ext.height.max(1) as u64,
+            kind,
+            stream,
+            sync,
+        )?;
+    }
+    Ok(())
+}
+
+crate::export! {
+    fn cudaMalloc3D(pitched: *mut PitchedPtr, extent: Extent) {
+        let pitch = (extent.width.max(1) as u64).next_multiple_of(ROW_ALIGN);
+        let size = pitch * extent.height.max(1) as u64 * extent.depth.max(1) as u64;
+        crate::client::ensure()?;
+        let Body::Alloc { addr, .. } = call(&Request::Malloc { size, kind: AllocKind::Device })? else {
+            return Err(cuda::ERROR_UNKNOWN);
+        };
+        add_alloc(addr, size, MemKind::Device, 0);
+        out(pitched, PitchedPtr { ptr: addr, pitch: pitch as usize, xsize: extent.width, ysize: extent.height })
+    }
+    fn cudaMemcpy3D(p: *const u8) {
+        memcpy3d(p, 0, true)
+    }
+    fn cudaMemcpy3D_ptds(p: *const u8) {
+        let s = resolve_stream(0, true)?;
+        memcpy3d(p, s, true)
+    }
+    fn cudaMemcpy3DAsync(p: *const u8, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, false)?;
+        memcpy3d(p, s, false)
+    }
+    fn cudaMemcpy3DAsync_ptsz(p: *const u8, stream: *mut c_void) {
+        let s = resolve_stream(stream as u64, true)?;
+        memcpy3d(p, s, false)
+    }
+    fn cudaMemset3D(pitched: PitchedPtr, value: i32, extent: Extent) {
+        let slice = pitched.pitch as u64 * pitched.ysize as u64;
+        for z in 0..extent.depth as u64 {
+            let req = Request::Memset2D {
+                dst: pitched.ptr + z * slice,
+                pitch: pitched.pitch as u64,
+                value: value as u8,
+                width: extent.width as u64,
+                height: extent.height as u64,
+                stream: 0,
+                sync: false,
+            };
+            crate::client::send(&req)?;
+        }
+        Ok(())
+    }
+}
