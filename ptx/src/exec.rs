@@ -323,9 +323,9 @@ impl<'a, 'l> Block<'a, 'l> {
             if threads.iter().all(|t| t.st == St::Done) {
                 return Ok(());
             }
-            let w = self.resolve_warps(threads)?;
+            let w = self.resolve_warps(threads, false)?;
             let b = self.resolve_barriers(threads);
-            if !w && !b && !any_run {
+            if !w && !b && !any_run && !self.resolve_warps(threads, true)? {
                 let t = threads.iter().find(|t| t.st != St::Done).map(|t| t.pc).unwrap_or(0);
                 let line = prog.code.get(t as usize).map_or(0, |i| i.line);
                 return Err(LaunchError::Deadlock(format!("threads wait forever (PTX line {line})")));
@@ -384,8 +384,10 @@ impl<'a, 'l> Block<'a, 'l> {
         progressed
     }
 
-    /// Complete warp operations whose member lanes have all arrived.
-    fn resolve_warps(&mut self, threads: &mut [Thread]) -> R<bool> {
+    /// Complete warp operations whose member lanes have all arrived at the same
+    /// instruction; `relaxed` (used only when nothing else can progress) also accepts
+    /// members waiting at the same operation elsewhere (`if (c) shfl(..) else shfl(..)`).
+    fn resolve_warps(&mut self, threads: &mut [Thread], relaxed: bool) -> R<bool> {
         let code = &self.l.prog.code;
         let mut progressed = false;
         for w0 in (0..threads.len()).step_by(32) {
@@ -417,7 +419,10 @@ impl<'a, 'l> Block<'a, 'l> {
                         };
                         let mask = if matches!(mop, Opd::None) { u32::MAX } else { self.val(t, mop) as u32 };
                         let members = mask & live;
-                        let same_pc = (0..lanes).filter(|&j| members & (1 << j) != 0).all(|j| threads[w0 + j].pc == t.pc);
+                        let same_pc = (0..lanes).filter(|&j| members & (1 << j) != 0).all(|j| {
+                            let o = &code[threads[w0 + j].pc as usize];
+                            threads[w0 + j].pc == t.pc || relaxed && o.op == inst.op && o.m.sub == inst.m.sub
+                        });
                         if members & waiting != members || !same_pc {
                             continue; // someone has not arrived (here) yet
                         }

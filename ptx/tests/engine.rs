@@ -313,3 +313,39 @@ CONSUME:
     go(&m, "pc", c, &out.to_le_bytes(), &mem, 1).unwrap();
     assert_eq!(to_i32s(&mem.read(out, 128)), (0..32).map(|i| i * 10).collect::<Vec<_>>());
 }
+
+#[test]
+fn same_shuffle_in_both_branches_of_a_divergent_if_completes_together() {
+    // Odd lanes shuffle %r2, even lanes %r3, at two different shfl instructions with the
+    // full mask: they exchange as one warp operation.
+    let m = ptx(r#"
+.visible .entry div(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  .reg .pred %p1;
+  mov.u32 %r1, %tid.x;
+  mul.lo.u32 %r2, %r1, 10;
+  mul.lo.u32 %r3, %r1, 100;
+  and.b32 %r4, %r1, 1;
+  setp.eq.u32 %p1, %r4, 1;
+  @%p1 bra ODD;
+  shfl.sync.bfly.b32 %r5, %r3, 1, 31, -1;
+  bra.uni DONE;
+ODD:
+  shfl.sync.bfly.b32 %r5, %r2, 1, 31, -1;
+DONE:
+  ld.param.u64 %rd1, [out];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(32 * 4);
+    go(&m, "div", cfg(1, 32), &out.to_le_bytes(), &mem, 1).unwrap();
+    // Lane t reads lane t^1's source: even lanes get (t+1)*10, odd lanes (t-1)*100.
+    let want: Vec<i32> = (0..32).map(|t| if t % 2 == 0 { (t + 1) * 10 } else { (t - 1) * 100 }).collect();
+    assert_eq!(to_i32s(&mem.read(out, 128)), want);
+}
