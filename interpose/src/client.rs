@@ -25,6 +25,9 @@ struct Conn {
     ch: Arc<Channel>,
     /// Shared lane for threads that find no free lane (and for calls during thread exit).
     overflow: Mutex<ClientLane>,
+    /// Reserved for the host-callback thread (claimed up front: it blocks in WaitCallback and
+    /// must never have to share the overflow lane).
+    callbacks: Mutex<Option<ClientLane>>,
     proxy_pid: u32,
 }
 
@@ -114,6 +117,7 @@ fn connect() -> CudaResult<Conn> {
     // SAFETY: registers a handler that only stores to an atomic (async-signal-safe).
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     let mut overflow = ch.claim_lane().ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
+    let callbacks = ch.claim_lane();
     let reply = overflow
         .call(&Request::Hello {
             pid: std::process::id(),
@@ -126,6 +130,7 @@ fn connect() -> CudaResult<Conn> {
     Ok(Conn {
         ch,
         overflow: Mutex::new(overflow),
+        callbacks: Mutex::new(callbacks),
         proxy_pid,
     })
 }
@@ -200,6 +205,10 @@ fn forward_printf(bytes: &[u8]) {
 /// A synchronous call: the reply's body, or its `cudaError_t`.
 pub fn call(req: &Request) -> CudaResult<Body> {
     let reply = with_lane(&mut |l| l.call(req))?.map_err(chan_err)?;
+    finish(reply)
+}
+
+fn finish(reply: crum_wire::Reply) -> CudaResult<Body> {
     forward_printf(&reply.printf);
     if reply.deferred != 0 {
         record(reply.deferred);
@@ -309,11 +318,21 @@ pub type HostFn = unsafe extern "C" fn(*mut libc::c_void);
 pub fn start_callback_thread() -> CudaResult<()> {
     static STARTED: OnceLock<CudaResult<()>> = OnceLock::new();
     *STARTED.get_or_init(|| {
-        conn()?;
+        let c = conn()?;
+        let mut lane = c
+            .callbacks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
         std::thread::Builder::new()
             .name("crum-callbacks".into())
-            .spawn(|| loop {
-                match call(&Request::WaitCallback) {
+            .spawn(move || loop {
+                let reply = lane
+                    .call(&Request::WaitCallback)
+                    .map_err(chan_err)
+                    .and_then(finish);
+                match reply {
                     Ok(Body::Callback { id, func, data }) => {
                         if func != 0 {
                             // SAFETY: `func` is the host function pointer the application
@@ -323,7 +342,7 @@ pub fn start_callback_thread() -> CudaResult<()> {
                             // SAFETY: as above; called with the application's own argument.
                             unsafe { f(data as *mut libc::c_void) };
                         }
-                        let _ = send(&Request::CallbackDone { id });
+                        let _ = lane.send(&Request::CallbackDone { id });
                     }
                     Ok(_) => {}
                     Err(_) => return,
