@@ -308,6 +308,40 @@ fn streams_events_and_host_functions_keep_order(b: &dyn Backend) {
     need!(b.free(d));
 }
 
+/// Copies from and to registered (page-locked) application memory happen when the stream
+/// reaches them: a host function queued before a copy changes what it copies, and one queued
+/// after it sees what it wrote.
+fn registered_memory_is_copied_in_stream_order(b: &dyn Backend) {
+    let s = need!(b.stream_create(1, 0));
+    let n = (9 << 20) + 3; // more than one staging buffer
+    let mut host = vec![1u8; n];
+    let addr = host.as_mut_ptr() as u64;
+    need!(b.host_register(addr, n as u64));
+    assert!(b.is_registered(addr + 10, 100));
+    assert_eq!(b.host_register(addr + 4096, 10), Err(BackendError::Cuda(cuda::ERROR_HOST_MEMORY_ALREADY_REGISTERED)));
+    let d = need!(b.malloc(n as u64, AllocKind::Device)).addr;
+    need!(b.host_func(s, Box::new(move || {
+        // SAFETY: `host` outlives the stream synchronization below and nothing else touches
+        // it until then; this runs on the stream before the copy that reads it.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 2, n) }
+    })));
+    need!(b.memcpy(s, copy(d, addr, n as u64)));
+    need!(b.memset(s, d, 0, 3, 1000, 1));
+    need!(b.memcpy(s, copy(addr, d, n as u64)));
+    let seen = Arc::new(Mutex::new((0u8, 0u8)));
+    let seen2 = seen.clone();
+    need!(b.host_func(s, Box::new(move || {
+        // SAFETY: as above; this runs after the copy back has completed.
+        let v = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+        *seen2.lock().unwrap() = (v[0], v[n - 1]);
+    })));
+    need!(b.stream_sync(s));
+    assert_eq!(*seen.lock().unwrap(), (3, 2));
+    assert!(host[..1000].iter().all(|&x| x == 3) && host[1000..].iter().all(|&x| x == 2));
+    need!(b.host_unregister(addr));
+    assert_eq!(b.host_unregister(addr), Err(BackendError::Cuda(cuda::ERROR_HOST_MEMORY_NOT_REGISTERED)));
+}
+
 fn errors_are_reported_as_the_runtime_does(b: &dyn Backend) {
     assert_eq!(b.stream_destroy(StreamId(0xdead)), Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
     assert_eq!(b.event_record(EventId(0xdead), LEGACY_STREAM), Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
@@ -384,6 +418,7 @@ conformance!(emu, super::make_emu;
     host_functions_run_in_stream_order,
     events_order_work_between_streams,
     streams_events_and_host_functions_keep_order,
+    registered_memory_is_copied_in_stream_order,
     errors_are_reported_as_the_runtime_does,
 );
 
@@ -396,6 +431,7 @@ conformance!(gpu, super::make_cuda;
     host_functions_run_in_stream_order,
     events_order_work_between_streams,
     streams_events_and_host_functions_keep_order,
+    registered_memory_is_copied_in_stream_order,
     errors_are_reported_as_the_runtime_does,
 );
 
@@ -434,7 +470,7 @@ fn gpu_backend_plumbing_against_a_fake_driver() {
     }
     let Some(text) = run_on_fake_driver(&[], &["gpu::"]) else { return };
     let passed = text.lines().filter(|l| l.starts_with("test gpu::") && l.ends_with("... ok")).count();
-    assert!(passed >= 10, "only {passed} gpu cases ran:\n{text}");
+    assert!(passed >= 11, "only {passed} gpu cases ran:\n{text}");
 }
 
 /// The same against a fake of a driver older than CUDA 12.4 (no `cuFuncGetParamInfo`): kernel
