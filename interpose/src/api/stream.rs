@@ -139,6 +139,24 @@ crate::export! {
         let (_, p) = *g.get(&h).ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)?;
         out(priority, p)
     }
+    fn cudaStreamGetFlags_ptsz(stream: *mut c_void, flags: *mut u32) {
+        let h = stream as u64;
+        if h <= STREAM_PER_THREAD {
+            return out(flags, 0);
+        }
+        let g = state().streams.lock().unwrap_or_else(|p| p.into_inner());
+        let (f, _) = *g.get(&h).ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)?;
+        out(flags, f)
+    }
+    fn cudaStreamGetPriority_ptsz(stream: *mut c_void, priority: *mut i32) {
+        let h = stream as u64;
+        if h <= STREAM_PER_THREAD {
+            return out(priority, 0);
+        }
+        let g = state().streams.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, p) = *g.get(&h).ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)?;
+        out(priority, p)
+    }
     fn cudaDeviceGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) {
         if !least.is_null() {
             out(least, PRIO_LEAST)?;
