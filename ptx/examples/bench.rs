@@ -64,4 +64,27 @@ fn main() {
             rate / one
         );
     }
+
+    // Many small blocks: vector add of 4M floats in blocks of 256 threads.
+    let n = 1u32 << 22;
+    let bufs: Vec<u64> = (0..3).map(|_| mem.alloc(4 * n as u64)).collect();
+    let mut params = Vec::new();
+    for b in &bufs {
+        params.extend_from_slice(&b.to_le_bytes());
+    }
+    params.extend_from_slice(&(n as i32).to_le_bytes());
+    let cfg = LaunchConfig { grid: [n / 256, 1, 1], block: [256, 1, 1], dynamic_shared_bytes: 0, cooperative: false };
+    println!("kernel: vadd, {} blocks x 256 threads", n / 256);
+    for workers in [1, cores] {
+        let pool = Pool::new(workers);
+        let t = Instant::now();
+        let r = launch(&module, "vadd", &cfg, &params, &|_| None, &mem, &pool).unwrap();
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "{workers} worker(s): {:.3} s = {:.1} M elements/s, {:.1} M instructions/s",
+            s,
+            n as f64 / s / 1e6,
+            r.instructions as f64 / s / 1e6
+        );
+    }
 }

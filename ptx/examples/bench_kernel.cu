@@ -9,3 +9,9 @@ extern "C" __global__ void busy(float* out, int iters) {
     }
     out[i] = a + (float)(h & 1);
 }
+
+// Memory-bound kernel with many small blocks: launch and block set-up overhead.
+extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
