@@ -338,6 +338,15 @@ fn registered_memory_is_copied_in_stream_order(b: &dyn Backend) {
     need!(b.stream_sync(s));
     assert_eq!(*seen.lock().unwrap(), (3, 2));
     assert!(host[..1000].iter().all(|&x| x == 3) && host[1000..].iter().all(|&x| x == 2));
+    // The same with a copy smaller than one staging buffer.
+    need!(b.host_func(s, Box::new(move || {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 9, 64) }
+    })));
+    need!(b.memcpy(s, copy(d + 4096, addr, 64)));
+    need!(b.memcpy(s, copy(addr + 64, d + 4096, 64)));
+    need!(b.stream_sync(s));
+    assert!(host[..128].iter().all(|&x| x == 9));
     need!(b.host_unregister(addr));
     assert_eq!(b.host_unregister(addr), Err(BackendError::Cuda(cuda::ERROR_HOST_MEMORY_NOT_REGISTERED)));
 }

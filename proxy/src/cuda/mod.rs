@@ -520,6 +520,79 @@ impl Cuda {
         Ok(())
     }
 
+    /// A synchronous copy between pageable application memory and backend memory, done from
+    /// this thread as CUDA does it: for host to device, the stream's earlier work completes
+    /// first ("a stream sync is performed before the copy is initiated"), then each piece is
+    /// read from the application into a staging buffer and copied; for device to host, each
+    /// piece is copied into a staging buffer and written to the application once its copy has
+    /// completed, and the call returns when all are done. Up to `STAGES` pieces are in flight,
+    /// so the DMA of one piece overlaps the cross-memory copy of another, and no host
+    /// function is involved (they cost tens of microseconds each).
+    fn copy_sync(&self, s: &driver::Stream, op: CopyOp, to_app: bool) -> Result<()> {
+        let Endpoint::Addr(src) = op.src else { return Err(bad()) };
+        let app = self.shared.app.get().cloned().ok_or(BackendError::Cuda(cuda::ERROR_INITIALIZATION))?;
+        if !to_app {
+            // Wait for the stream's earlier work (an event on it carries the implicit waits
+            // of the legacy stream), so whatever it writes to the source is there to read.
+            let e = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
+            driver::event_record(&e, s).map_err(|c| self.err(Op::Other, c))?;
+            driver::event_sync(&e).map_err(|c| self.err(Op::Other, c))?;
+        }
+        let mut queue = VecDeque::new();
+        let r = self.copy_sync_pieces(s, &op, src, to_app, &app, &mut queue);
+        self.settle(s, r.is_err(), queue);
+        r
+    }
+
+    fn copy_sync_pieces(&self, s: &driver::Stream, op: &CopyOp, src: u64, to_app: bool, app: &AppMemory, queue: &mut VecDeque<InFlight>) -> Result<()> {
+        let ps = pieces::pieces(op.width, op.height, STAGE);
+        // Finish the oldest piece in flight: wait for its copy, then (device to host) write it
+        // to the application.
+        let retire = |f: InFlight| -> Result<()> {
+            let synced = driver::event_sync(&f.done).map_err(|c| self.err(Op::Other, c));
+            let r = synced.and_then(|_| {
+                if !to_app {
+                    return Ok(());
+                }
+                let p = ps[f.region];
+                let data = f.buf.as_slice();
+                for r in 0..p.rows {
+                    let at = op.dst + (p.row0 + r) * op.dpitch + p.col0;
+                    app.write(at, &data[(r * p.cols) as usize..][..p.cols as usize]).map_err(|_| bad())?;
+                }
+                Ok(())
+            });
+            self.shared.staging.give(f.buf);
+            r
+        };
+        for (i, p) in ps.iter().enumerate() {
+            if queue.len() >= STAGES {
+                retire(queue.pop_front().expect("non-empty"))?;
+            }
+            let (mut buf, done) = self.piece_slot()?;
+            let soff = p.row0 * op.spitch + p.col0;
+            let doff = p.row0 * op.dpitch + p.col0;
+            let queued = if to_app {
+                driver::copy_2d(buf.addr(), p.cols, src + soff, op.spitch, p.cols, p.rows, s).map_err(|c| self.err(Op::Other, c))
+            } else {
+                let data = buf.as_mut_slice();
+                let read = (0..p.rows).try_for_each(|r| app.read(src + soff + r * op.spitch, &mut data[(r * p.cols) as usize..][..p.cols as usize]).map_err(|_| bad()));
+                read.and_then(|_| driver::copy_2d(op.dst + doff, op.dpitch, buf.addr(), p.cols, p.cols, p.rows, s).map_err(|c| self.err(Op::Other, c)))
+            };
+            if let Err(e) = queued {
+                self.shared.staging.give(buf);
+                return Err(e);
+            }
+            let recorded = driver::event_record(&done, s);
+            queue.push_back(InFlight { buf, done, region: i, off: 0, len: p.bytes() });
+            recorded.map_err(|c| self.err(Op::Other, c))?;
+        }
+        while let Some(f) = queue.pop_front() {
+            retire(f)?;
+        }
+        Ok(())
+    }
+
     /// The helper stream of user stream `id` (created on first use).
     fn io_stream(&self, id: StreamId) -> Result<Arc<driver::Stream>> {
         let mut t = self.tables.lock().unwrap();
@@ -970,8 +1043,13 @@ impl Backend for Cuda {
                     return Err(bad());
                 }
                 let multi = op.width.saturating_mul(op.height) > STAGE;
+                // The application side of a copy with one end in backend memory.
+                let app_side = if src_dev { (op.dst, dspan) } else { (src, sspan) };
                 if src_dev && dst_dev {
                     self.copy_direct(&s, &op, src)
+                } else if src_dev != dst_dev && !self.is_registered(app_side.0, app_side.1) {
+                    // Pageable memory: the server sends these only for synchronous copies.
+                    self.copy_sync(&s, op, src_dev)
                 } else if multi && src_dev != dst_dev {
                     self.copy_pipelined(stream, &s, op, src_dev)
                 } else {
