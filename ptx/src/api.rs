@@ -21,7 +21,11 @@ pub struct Module {
 impl Module {
     /// Parse and decode PTX text once.
     pub fn parse(ptx: &str) -> Result<Module, ParseError> {
-        Ok(Module { prog: crate::parse::parse_module(ptx)? })
+        // PTX comes from the application: a parser bug must not take the device process down.
+        match std::panic::catch_unwind(|| crate::parse::parse_module(ptx)) {
+            Ok(r) => Ok(Module { prog: r? }),
+            Err(_) => Err(ParseError { line: 0, msg: "internal error of the PTX parser".into() }),
+        }
     }
 
     /// The kernel (`.entry`) called `name` (mangled name, as registered).

@@ -172,7 +172,15 @@ pub(crate) fn launch(
             }
             let g = cfg.grid;
             b.ctaid = [i as u32 % g[0], (i as u32 / g[0]) % g[1], i as u32 / (g[0] * g[1])];
-            let r = b.run_block(&mut threads);
+            // An engine bug must fail the launch, not take the device process down.
+            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.run_block(&mut threads))) {
+                Ok(r) => r,
+                Err(p) => {
+                    let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+                    threads.clear();
+                    Err(LaunchError::Unsupported(format!("internal error of the PTX engine: {}", msg.unwrap_or_default())))
+                }
+            };
             let out = std::mem::take(&mut b.printf);
             let failed = r.is_err();
             if !out.is_empty() || failed {
@@ -1448,6 +1456,10 @@ impl<'a, 'l> Block<'a, 'l> {
                 }
                 let cur = &prog.funcs[t.func as usize];
                 let callee = &prog.funcs[f as usize];
+                if callee.entry == u32::MAX {
+                    // Declared `.extern` and defined elsewhere (separate compilation).
+                    return Err(LaunchError::Unsupported(format!("call to external function {}", callee.name)));
+                }
                 let rb = t.rb + cur.nregs as usize;
                 let fb = t.fb + cur.frame_bytes as usize;
                 let lb = t.lb + cur.local_bytes as usize;

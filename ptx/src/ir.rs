@@ -393,7 +393,6 @@ pub(crate) struct Inst {
 /// A function or kernel body.
 #[derive(Debug, Clone)]
 pub(crate) struct Func {
-    #[allow(dead_code)] // kept for debugging output
     pub(crate) name: String,
     pub(crate) entry: u32,
     pub(crate) nregs: u32,

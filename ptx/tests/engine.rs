@@ -349,3 +349,25 @@ DONE:
     let want: Vec<i32> = (0..32).map(|t| if t % 2 == 0 { (t + 1) * 10 } else { (t - 1) * 100 }).collect();
     assert_eq!(to_i32s(&mem.read(out, 128)), want);
 }
+
+#[test]
+fn call_to_an_external_function_fails_the_launch_cleanly() {
+    let m = ptx(r#"
+.extern .func (.param .b32 r) elsewhere(.param .b32 a);
+.visible .entry k()
+{
+  .reg .b32 %r1;
+  {
+  .param .b32 a0;
+  st.param.b32 [a0], 1;
+  .param .b32 r0;
+  call.uni (r0), elsewhere, (a0);
+  ld.param.b32 %r1, [r0];
+  }
+  ret;
+}
+"#);
+    let mem = HostMemory::new();
+    let e = go(&m, "k", cfg(1, 1), &[], &mem, 1).unwrap_err();
+    assert!(matches!(&e, LaunchError::Unsupported(s) if s.contains("elsewhere")), "{e:?}");
+}
