@@ -23,9 +23,10 @@ pub(crate) const PARAM_WIN: u64 = 0xFFFF_A000_0000_0000;
 pub(crate) const GRID_WIN: u64 = 0xFFFF_B000_0000_0000;
 const WIN_SIZE: u64 = 1 << 40;
 
-/// Instructions one thread may run without yielding before the block checks for spinning
-/// (only matters for grid-sync spin loops, which run with every block resident).
+/// Threads per block, as on every CUDA GPU.
 const MAX_THREADS_PER_BLOCK: u64 = 1024;
+/// Shared memory per block the emulated device offers at most (the largest GPUs: 228 KiB).
+const MAX_SHARED_BYTES: u64 = 228 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum St {
@@ -121,6 +122,10 @@ pub(crate) fn launch(
     }
     if params.len() < info.param_bytes as usize {
         return Err(LaunchError::InvalidConfig(format!("parameter block {} < {} bytes", params.len(), info.param_bytes)));
+    }
+    let shared = prog.shared_bytes + cfg.dynamic_shared_bytes as u64;
+    if shared > MAX_SHARED_BYTES {
+        return Err(LaunchError::TooManyResources(format!("{shared} bytes of shared memory per block")));
     }
     let mut syms = Vec::with_capacity(prog.symbols.len());
     for s in &prog.symbols {

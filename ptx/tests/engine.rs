@@ -212,6 +212,8 @@ fn launch_of_missing_kernel_or_bad_shape_is_refused() {
     let mem = HostMemory::new();
     assert_eq!(go(&m, "nope", cfg(1, 1), &[], &mem, 1).unwrap_err().cuda_error(), 98);
     assert_eq!(go(&m, "k", cfg(1, 2048), &[], &mem, 1).unwrap_err().cuda_error(), 9);
+    let huge = LaunchConfig { dynamic_shared_bytes: 1 << 30, ..cfg(1, 1) };
+    assert_eq!(go(&m, "k", huge, &[], &mem, 1).unwrap_err().cuda_error(), 701);
 }
 
 fn texture_module() -> Module {
