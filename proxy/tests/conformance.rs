@@ -351,6 +351,43 @@ fn registered_memory_is_copied_in_stream_order(b: &dyn Backend) {
     assert_eq!(b.host_unregister(addr), Err(BackendError::Cuda(cuda::ERROR_HOST_MEMORY_NOT_REGISTERED)));
 }
 
+/// Several application threads (lanes) allocating, copying and freeing at once.
+fn concurrent_lanes_do_not_interfere(b: &dyn Backend) {
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for t in 0..4u32 {
+            let failures = &failures;
+            scope.spawn(move || {
+                let s = match b.stream_create(1, 0) {
+                    Ok(s) => s,
+                    Err(e) => return failures.lock().unwrap().push(format!("stream: {e}")),
+                };
+                for round in 0..12u32 {
+                    let n = 1000 + (t as usize * 7919 + round as usize * 104_729) % (3 << 20);
+                    let data = pattern(n, t * 100 + round);
+                    let mut back = vec![0u8; n];
+                    let r = (|| -> std::result::Result<(), BackendError> {
+                        let d = b.malloc(n as u64, AllocKind::Device)?.addr;
+                        b.memcpy(s, copy(d, data.as_ptr() as u64, n as u64))?;
+                        b.memcpy(s, copy(back.as_mut_ptr() as u64, d, n as u64))?;
+                        b.stream_sync(s)?;
+                        b.free(d)
+                    })();
+                    match r {
+                        Ok(()) if back == data => {}
+                        Ok(()) => failures.lock().unwrap().push(format!("thread {t} round {round}: data differs")),
+                        Err(BackendError::Unsupported { .. }) => return,
+                        Err(e) => failures.lock().unwrap().push(format!("thread {t} round {round}: {e}")),
+                    }
+                }
+                let _ = b.stream_destroy(s);
+            });
+        }
+    });
+    let f = failures.into_inner().unwrap();
+    assert!(f.is_empty(), "{f:#?}");
+}
+
 fn errors_are_reported_as_the_runtime_does(b: &dyn Backend) {
     assert_eq!(b.stream_destroy(StreamId(0xdead)), Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
     assert_eq!(b.event_record(EventId(0xdead), LEGACY_STREAM), Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
@@ -428,6 +465,7 @@ conformance!(emu, super::make_emu;
     events_order_work_between_streams,
     streams_events_and_host_functions_keep_order,
     registered_memory_is_copied_in_stream_order,
+    concurrent_lanes_do_not_interfere,
     errors_are_reported_as_the_runtime_does,
 );
 
@@ -441,6 +479,7 @@ conformance!(gpu, super::make_cuda;
     events_order_work_between_streams,
     streams_events_and_host_functions_keep_order,
     registered_memory_is_copied_in_stream_order,
+    concurrent_lanes_do_not_interfere,
     errors_are_reported_as_the_runtime_does,
 );
 
@@ -479,7 +518,7 @@ fn gpu_backend_plumbing_against_a_fake_driver() {
     }
     let Some(text) = run_on_fake_driver(&[], &["gpu::"]) else { return };
     let passed = text.lines().filter(|l| l.starts_with("test gpu::") && l.ends_with("... ok")).count();
-    assert!(passed >= 11, "only {passed} gpu cases ran:\n{text}");
+    assert!(passed >= 12, "only {passed} gpu cases ran:\n{text}");
 }
 
 /// The same against a fake of a driver older than CUDA 12.4 (no `cuFuncGetParamInfo`): kernel
