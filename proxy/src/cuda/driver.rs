@@ -13,8 +13,9 @@
 //! - Handles (`CUcontext`, `CUstream`, `CUevent`, `CUmodule`, `CUfunction`) are opaque driver
 //!   pointers; the backend owns each one in exactly one table entry and destroys it once.
 //! - Host pointers passed for copies are either proxy-owned page-locked staging buffers that
-//!   stay alive until the stream has passed the copy (the backend returns them from a host
-//!   function queued after it), or proxy mappings registered with the driver.
+//!   stay alive until the stream has passed the copy (the backend returns them to its pool from
+//!   a host function queued after the copy, or after waiting for an event recorded after it),
+//!   or proxy mappings registered with the driver.
 //! - The driver returns `CUresult` as a Rust enum; a code newer than cudarc's bindings would be
 //!   an invalid enum value. cudarc 0.19 (cuda-12080 bindings) covers every code that the
 //!   CUDA 12 and 13 drivers document; this is a known limit of using cudarc's types.
@@ -62,7 +63,8 @@ pub fn driver_version() -> DResult<i32> {
     Ok(v)
 }
 
-/// `cuGetErrorName`, falling back to our own table.
+/// The driver's name of a result code, from our table (`errors::driver_name`): usable even
+/// when the library could not be loaded.
 pub fn error_name(code: u32) -> String {
     super::errors::driver_name(code).to_string()
 }
