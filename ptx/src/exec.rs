@@ -25,6 +25,8 @@ const WIN_SIZE: u64 = 1 << 40;
 
 /// Threads per block, as on every CUDA GPU.
 const MAX_THREADS_PER_BLOCK: u64 = 1024;
+/// Instructions a thread runs before the others of its block get a turn.
+const YIELD_AFTER: u64 = 1 << 16;
 /// Shared memory per block the emulated device offers at most (the largest GPUs: 228 KiB).
 const MAX_SHARED_BYTES: u64 = 228 * 1024;
 
@@ -701,7 +703,14 @@ impl<'a, 'l> Block<'a, 'l> {
                 }
             }
             match self.step(t, inst) {
-                Ok(true) => t.pc = t.pc.wrapping_add(1),
+                Ok(true) => {
+                    t.pc = t.pc.wrapping_add(1);
+                    // Let the block's other threads run now and then, so a thread that
+                    // spins on a flag another thread of its block will set makes progress.
+                    if n >= YIELD_AFTER {
+                        break Ok(());
+                    }
+                }
                 Ok(false) => break Ok(()),
                 Err(e) => break Err(e),
             }

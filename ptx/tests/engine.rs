@@ -373,3 +373,34 @@ fn call_to_an_external_function_fails_the_launch_cleanly() {
     let e = go(&m, "k", cfg(1, 1), &[], &mem, 1).unwrap_err();
     assert!(matches!(&e, LaunchError::Unsupported(s) if s.contains("elsewhere")), "{e:?}");
 }
+
+#[test]
+fn spin_wait_on_a_flag_set_by_a_later_thread_of_the_block_completes() {
+    // Thread 0 spins on a shared flag that thread 1 sets; thread 0 runs first.
+    let m = ptx(r#"
+.visible .entry spin(.param .u64 out)
+{
+  .shared .align 4 .b32 flag;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  .reg .pred %p1;
+  mov.u32 %r1, %tid.x;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra SETTER;
+WAIT:
+  ld.volatile.shared.u32 %r2, [flag];
+  setp.eq.u32 %p1, %r2, 0;
+  @%p1 bra WAIT;
+  ld.param.u64 %rd1, [out];
+  st.global.u32 [%rd1], %r2;
+  ret;
+SETTER:
+  st.volatile.shared.u32 [flag], 42;
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(4);
+    go(&m, "spin", cfg(1, 2), &out.to_le_bytes(), &mem, 1).unwrap();
+    assert_eq!(to_i32s(&mem.read(out, 4)), vec![42]);
+}
