@@ -280,6 +280,13 @@ impl Cuda {
             driver::MapError::Driver(code) => drv("cuMemAddressReserve")(code),
         })?;
         let pinned = Planner::new(base + half, size - half, granule);
+        tracing::info!(
+            device = %props.name,
+            driver = driver::driver_version().unwrap_or(0),
+            window = format_args!("{base:#x}+{dev_size:#x}"),
+            granule,
+            "cuda backend ready"
+        );
         Ok(Cuda {
             dev,
             ctx,
