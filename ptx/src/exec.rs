@@ -1418,6 +1418,18 @@ impl<'a, 'l> Block<'a, 'l> {
                     }
                 }
             }
+            Op::CpAsync => {
+                // cp.async [dst], [src], size{, src-size}: done at once (the waits are no-ops).
+                let dst = self.addr(t, &i.d);
+                let src = self.addr(t, &i.a);
+                let size = self.val(t, &i.b).min(256);
+                let src_size = if matches!(i.c, Opd::None) { size } else { self.val(t, &i.c).min(size) };
+                for k in 0..size {
+                    let v = if k < src_size { self.load(t, Space::Generic, src + k, 1)? } else { 0 };
+                    self.store(t, Space::Shared, dst + k, 1, v)?;
+                }
+            }
+            Op::Mbarrier => return self.mbarrier(t, i),
             Op::Trap => return Err(LaunchError::Trap),
             Op::Nop => {}
             Op::Unsupported => {
@@ -1434,6 +1446,62 @@ impl<'a, 'l> Block<'a, 'l> {
 
     pub(crate) fn mem(&mut self) -> &mut Regions<'a> {
         &mut self.regions
+    }
+
+    /// `mbarrier` objects (8 bytes, usually in shared memory): bits 0..20 pending arrivals
+    /// of the current phase, 20..40 expected arrivals, bit 63 the phase parity. A failed
+    /// wait yields the thread so the arrivals it waits for can happen.
+    fn mbarrier(&mut self, t: &mut Thread, i: &Inst) -> R<bool> {
+        const M20: u64 = (1 << 20) - 1;
+        let space = i.m.space;
+        let (addr, op_a) = match i.aux {
+            MB_INIT | MB_INVAL | MB_CP_ARRIVE_NOINC | MB_NOP => (self.addr(t, &i.d), &i.a),
+            _ => (self.addr(t, &i.a), &i.b),
+        };
+        let arrive = |b: &mut Self, t: &mut Thread, drop: bool| -> R<u64> {
+            let old = b.atomic(t, space, addr, 8, |w| {
+                let (pending, expected, phase) = (w & M20, (w >> 20) & M20, w >> 63);
+                let expected = if drop { expected.saturating_sub(1) } else { expected };
+                Some(if pending <= 1 {
+                    expected | (expected << 20) | ((phase ^ 1) << 63)
+                } else {
+                    (pending - 1) | (expected << 20) | (phase << 63)
+                })
+            })?;
+            // The state token: the phase the arrival belonged to.
+            Ok(old >> 63)
+        };
+        match i.aux {
+            MB_INIT => {
+                let n = self.val(t, op_a) & M20;
+                self.store(t, space, addr, 8, n | (n << 20))?;
+            }
+            MB_ARRIVE | MB_ARRIVE_DROP => {
+                let st = arrive(self, t, i.aux == MB_ARRIVE_DROP)?;
+                self.set(t, &i.d, st, Ty::B64);
+            }
+            MB_CP_ARRIVE_NOINC => {
+                arrive(self, t, false)?;
+            }
+            MB_TEST_WAIT | MB_TEST_WAIT_PARITY => {
+                let w = self.load(t, space, addr, 8)?;
+                let token = self.val(t, op_a) & 1;
+                // Complete once the barrier's phase differs from the waited-for phase.
+                let done = (w >> 63) != token;
+                self.set(t, &i.d, done as u64, Ty::Pred);
+                if !done {
+                    // Yield: re-run the wait after the block's other threads had a turn.
+                    t.pc += 1;
+                    return Ok(false);
+                }
+            }
+            MB_PENDING_COUNT => {
+                let st = self.val(t, op_a);
+                self.set(t, &i.d, st & M20, Ty::U32);
+            }
+            _ => {}
+        }
+        Ok(true)
     }
 
     fn cc_slot(&self, t: &Thread) -> usize {

@@ -238,6 +238,10 @@ pub(crate) enum Op {
     Dp4a,
     Dp2a,
     Isspacep,
+    /// `cp.async` (performed at once; commit/wait groups are no-ops).
+    CpAsync,
+    /// `mbarrier.*`; the variant is in `Inst::aux` (see `MB_*`).
+    Mbarrier,
     Unsupported,
 }
 
@@ -427,3 +431,16 @@ pub(crate) struct Program {
     /// Per-thread local bytes of all functions together (a bound without recursion).
     pub(crate) local_bytes: u64,
 }
+
+/// `mbarrier` variants (`Inst::aux`).
+pub(crate) const MB_INIT: u32 = 0;
+pub(crate) const MB_ARRIVE: u32 = 1;
+pub(crate) const MB_ARRIVE_DROP: u32 = 2;
+pub(crate) const MB_TEST_WAIT: u32 = 3;
+pub(crate) const MB_TEST_WAIT_PARITY: u32 = 4;
+pub(crate) const MB_INVAL: u32 = 5;
+pub(crate) const MB_PENDING_COUNT: u32 = 6;
+/// `cp.async.mbarrier.arrive.noinc`: an arrive on the barrier.
+pub(crate) const MB_CP_ARRIVE_NOINC: u32 = 7;
+/// `cp.async.mbarrier.arrive` (without `.noinc`): pending +1 then arrive, i.e. no change.
+pub(crate) const MB_NOP: u32 = 8;

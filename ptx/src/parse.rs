@@ -1128,6 +1128,45 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
         "testp" => Op::Testp,
         "tex" | "tld4" => Op::Tex,
         "trap" | "brkpt" => Op::Trap,
+        "cp" if w.starts_with("cp.async.mbarrier.arrive") => {
+            inst.aux = if w.contains(".noinc") { MB_CP_ARRIVE_NOINC } else { MB_NOP };
+            inst.m.space = Space::Shared;
+            inst.op = Op::Mbarrier;
+            return Ok(inst);
+        }
+        "cp" if w.starts_with("cp.async.commit_group") || w.starts_with("cp.async.wait") => {
+            inst.op = Op::Nop;
+            return Ok(inst);
+        }
+        "cp" if w.starts_with("cp.async.") && !w.contains("bulk") => {
+            inst.op = Op::CpAsync;
+            return Ok(inst);
+        }
+        "mbarrier" => {
+            let parts: Vec<&str> = w.split('.').collect();
+            let has = |m: &str| parts.contains(&m);
+            inst.aux = if has("init") {
+                MB_INIT
+            } else if has("arrive_drop") {
+                MB_ARRIVE_DROP
+            } else if has("arrive") && !has("expect_tx") {
+                MB_ARRIVE
+            } else if (has("test_wait") || has("try_wait")) && has("parity") {
+                MB_TEST_WAIT_PARITY
+            } else if has("test_wait") || has("try_wait") {
+                MB_TEST_WAIT
+            } else if has("inval") {
+                MB_INVAL
+            } else if has("pending_count") {
+                MB_PENDING_COUNT
+            } else {
+                unsupported(&mut inst, messages, format!("instruction `{w}`"));
+                return Ok(inst);
+            };
+            inst.m.space = if has("shared") || has("shared::cta") { Space::Shared } else { Space::Generic };
+            inst.op = Op::Mbarrier;
+            return Ok(inst);
+        }
         "membar" | "fence" | "nanosleep" | "prefetch" | "prefetchu" | "pmevent" | "discard" | "griddepcontrol" => Op::Nop,
         "lop3" => Op::Lop3,
         "mul24" => Op::Mul24,

@@ -404,3 +404,60 @@ SETTER:
     go(&m, "spin", cfg(1, 2), &out.to_le_bytes(), &mem, 1).unwrap();
     assert_eq!(to_i32s(&mem.read(out, 4)), vec![42]);
 }
+
+#[test]
+fn cp_async_and_mbarrier_phases_order_shared_memory_traffic() {
+    // cp.async copies 4 bytes per thread into shared memory; an mbarrier (expected 64)
+    // separates the writes from the reads of a neighbour's slot, twice (two phases).
+    let m = ptx(r#"
+.visible .entry mb(.param .u64 in, .param .u64 out)
+{
+  .shared .align 8 .b64 bar;
+  .shared .align 4 .b8 buf[256];
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<3>;
+  mov.u32 %r1, %tid.x;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra SYNC;
+  mbarrier.init.shared.b64 [bar], 64;
+SYNC:
+  bar.sync 0;
+  ld.param.u64 %rd1, [in];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  shl.b32 %r2, %r1, 2;
+  mov.u32 %r3, buf;
+  add.u32 %r4, %r3, %r2;
+  cp.async.ca.shared.global [%r4], [%rd3], 4;
+  cp.async.commit_group;
+  cp.async.wait_all;
+  mbarrier.arrive.shared.b64 %rd4, [bar];
+WAIT1:
+  mbarrier.test_wait.shared.b64 %p2, [bar], %rd4;
+  @!%p2 bra WAIT1;
+  add.u32 %r5, %r1, 1;
+  and.b32 %r5, %r5, 63;
+  shl.b32 %r6, %r5, 2;
+  add.u32 %r7, %r3, %r6;
+  ld.shared.u32 %r8, [%r7];
+  mbarrier.arrive.shared.b64 %rd5, [bar];
+WAIT2:
+  mbarrier.try_wait.parity.shared.b64 %p2, [bar], 1;
+  @!%p2 bra WAIT2;
+  st.shared.u32 [%r4], 7;
+  ld.param.u64 %rd6, [out];
+  add.s64 %rd7, %rd6, %rd2;
+  st.global.u32 [%rd7], %r8;
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let x: Vec<i32> = (0..64).map(|i| i * i).collect();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(256));
+    let mut params = pi.to_le_bytes().to_vec();
+    params.extend_from_slice(&po.to_le_bytes());
+    go(&m, "mb", cfg(1, 64), &params, &mem, 1).unwrap();
+    let want: Vec<i32> = (0..64).map(|i| x[(i + 1) % 64]).collect();
+    assert_eq!(to_i32s(&mem.read(po, 256)), want);
+}
