@@ -21,6 +21,14 @@
 //!   staging buffers with copies in flight; [`Cuda::restore`] puts it back.
 //!
 //! Design and limits: `docs/gpu-backend.md`.
+//!
+//! # Safety
+//! Driver calls live in [`driver`]. This module's own unsafe code touches memory by address:
+//! staging buffers reserved for one piece of a copy until the stream (or an event) says the
+//! piece is done, and pinned host allocations it mapped itself (`mmap` with
+//! `MAP_FIXED_NOREPLACE` inside its window, so nothing else is replaced), accessed only while
+//! live; a free drains the device first, so no queued host function outlives the memory.
+#![allow(unsafe_code)]
 
 pub mod driver;
 pub mod errors;
@@ -464,7 +472,10 @@ impl Cuda {
                     let bufaddr = buf.addr();
                     let queued = driver::launch_host_func(s, Box::new(move || {
                         let Some(app) = sh.app.get() else { return sh.report(cuda::ERROR_INITIALIZATION) };
-                        let dst = stage_slice(bufaddr, n);
+                        // SAFETY: the buffer is reserved for this piece; the device copy that
+                        // reads it is queued after this host function, and the buffer returns to
+                        // the pool only after that copy.
+                        let dst = unsafe { stage_slice(bufaddr, n) };
                         for r in 0..p.rows {
                             if app.read(src + r * spitch, &mut dst[(r * p.cols) as usize..][..p.cols as usize]).is_err() {
                                 return sh.report(cuda::ERROR_INVALID_VALUE);
@@ -667,7 +678,10 @@ impl Cuda {
                 let (from, spitch, bufaddr) = (src + soff, op.spitch, buf.addr());
                 driver::launch_host_func(&io, Box::new(move || {
                     let Some(app) = sh.app.get() else { return sh.report(cuda::ERROR_INITIALIZATION) };
-                    let dst = stage_slice(bufaddr, n);
+                    // SAFETY: the buffer is reserved for this piece; the device copy that reads
+                    // it waits for this host function (event), and the buffer returns to the
+                    // pool only after that copy.
+                    let dst = unsafe { stage_slice(bufaddr, n) };
                     for r in 0..p.rows {
                         if app.read(from + r * spitch, &mut dst[(r * p.cols) as usize..][..p.cols as usize]).is_err() {
                             return sh.report(cuda::ERROR_INVALID_VALUE);
@@ -711,22 +725,23 @@ impl Cuda {
     }
 }
 
-/// The bytes of a staging buffer by address, for a host function that fills it.
-fn stage_slice<'a>(addr: u64, len: u64) -> &'a mut [u8] {
-    #[allow(unsafe_code)]
-    // SAFETY: `addr` is a live `HostBuf` of `STAGE >= len` bytes, owned by the copy queued
-    // after this host function; nothing else touches it until that copy completes, and it is
-    // returned to the pool only by a host function that runs later on the same stream.
-    unsafe {
-        std::slice::from_raw_parts_mut(addr as *mut u8, len as usize)
-    }
+/// The bytes at `addr` in this process: a staging buffer a host function fills, or pinned host
+/// memory the backend mapped (snapshot, restore, memset).
+///
+/// # Safety
+/// `addr..addr+len` must be mapped and writable for the lifetime the caller uses the slice,
+/// and nothing else may access it meanwhile: a staging buffer reserved for one piece of a copy
+/// (returned to the pool only after that piece is done), or a live pinned allocation while
+/// the device is drained or the access is ordered on a stream (a free drains the device first).
+unsafe fn stage_slice<'a>(addr: u64, len: u64) -> &'a mut [u8] {
+    // SAFETY: the caller guarantees the range is mapped, writable and exclusively ours.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len as usize) }
 }
 
 /// Map a new memfd of `len` bytes at `addr` (shared, so the application maps the same pages).
 fn pinned_map(addr: u64, len: u64) -> std::io::Result<OwnedFd> {
     let fd = nix::sys::memfd::memfd_create(c"crum-pinned", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
     nix::unistd::ftruncate(&fd, len as i64).map_err(std::io::Error::from)?;
-    #[allow(unsafe_code)]
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is a planner
     // chunk of the device window, which nothing else in this process uses.
     let p = unsafe {
@@ -743,7 +758,6 @@ fn pinned_map(addr: u64, len: u64) -> std::io::Result<OwnedFd> {
 }
 
 fn pinned_unmap(addr: u64, len: u64) {
-    #[allow(unsafe_code)]
     // SAFETY: unmapping a pinned mapping this module made; no references into it remain
     // (the device is drained before a free).
     unsafe {
@@ -1078,8 +1092,20 @@ impl Backend for Cuda {
             return Ok(());
         }
         let span = pitch.checked_mul(height - 1).and_then(|x| x.checked_add(width)).ok_or_else(bad)?;
-        self.locate(dst, span).ok_or_else(bad)?;
+        let kind = self.locate(dst, span).ok_or_else(bad)?;
         let s = self.stream(stream)?;
+        if kind == AllocKind::PinnedHost {
+            // Host memory mapped here: set it when the stream gets here (the driver's memset
+            // entry points take device memory).
+            return driver::launch_host_func(&s, Box::new(move || {
+                for row in 0..height {
+                    // SAFETY: the rows lie in a live pinned allocation (checked above); it is
+                    // freed only after a device drain, which waits for this host function.
+                    unsafe { stage_slice(dst + row * pitch, width) }.fill(value);
+                }
+            }))
+            .map_err(|c| self.err(Op::Other, c));
+        }
         driver::memset(dst, pitch, value, width, height, &s).map_err(|c| self.err(Op::Other, c))
     }
 
@@ -1364,7 +1390,10 @@ impl Cuda {
         for (i, r) in regions.iter().enumerate() {
             if r.kind == AllocKind::PinnedHost {
                 // Host memory mapped here: hand it over directly.
-                sink(r, 0, stage_slice(r.addr, r.len)).map_err(io)?;
+                // SAFETY: a live pinned allocation mapped here; the device is drained and the
+                // application is quiesced during a snapshot.
+                let bytes = unsafe { stage_slice(r.addr, r.len) };
+                sink(r, 0, bytes).map_err(io)?;
                 continue;
             }
             let mut off = 0;
@@ -1411,7 +1440,10 @@ impl Cuda {
         for (i, r) in regions.iter().enumerate() {
             let dst = targets[i];
             if r.kind == AllocKind::PinnedHost {
-                source(r, 0, stage_slice(dst, r.len)).map_err(io)?;
+                // SAFETY: the pinned allocation was just mapped here by `place`, and nothing
+                // uses it before the restore returns.
+                let bytes = unsafe { stage_slice(dst, r.len) };
+                source(r, 0, bytes).map_err(io)?;
                 continue;
             }
             let mut off = 0;

@@ -9,6 +9,11 @@
 //! [`pointers`] turns a packed block into the `void** kernelParams` array that
 //! `cuLaunchKernel` reads, after checking that every parameter lies inside the block (the block
 //! comes from the application and is untrusted).
+//!
+//! # Safety
+//! [`Packed`] holds raw pointers into its own heap storage (so it may move between threads),
+//! and the parameter bytes are copied into that storage with bounds checked first.
+#![allow(unsafe_code)]
 
 use std::ffi::c_void;
 
@@ -139,7 +144,6 @@ pub struct Packed {
 
 // SAFETY: the raw pointers point into `storage`, which `Packed` owns; moving `Packed` to
 // another thread moves the heap buffer they point to along with it.
-#[allow(unsafe_code)]
 unsafe impl Send for Packed {}
 
 impl Packed {
@@ -164,7 +168,6 @@ fn bytemuck_bytes(v: &[u128]) -> &[u8] {
     let len = std::mem::size_of_val(v);
     // SAFETY: u128 has no padding and every byte pattern is a valid u8; the slice covers
     // exactly the memory of `v` and borrows it.
-    #[allow(unsafe_code)]
     unsafe {
         std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), len)
     }
@@ -180,7 +183,6 @@ pub fn pointers(block: &[u8], layout: &[Param]) -> Result<Packed, ParamError> {
     let base = storage.as_mut_ptr().cast::<u8>();
     // SAFETY: `storage` holds at least `block.len()` bytes; source and destination are
     // distinct allocations.
-    #[allow(unsafe_code)]
     unsafe {
         std::ptr::copy_nonoverlapping(block.as_ptr(), base, block.len())
     };
