@@ -65,3 +65,5 @@ int main() {
 CU
 nvcc -cudart shared -O2 -arch=sm_80 "$work/bench.cu" -o "$work/bench"
 target/release/crum run --device emu -- "$work/bench"
+# Spinning waits need a free core on each side: figures taken on a busy machine are worse.
+echo "(load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores)"
