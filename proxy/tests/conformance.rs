@@ -135,6 +135,12 @@ fn copies_in_every_direction(b: &dyn Backend) {
     let mut want = pattern(1 << 20, 4);
     want[10..15].fill(0xab);
     assert!(pinned[..] == want[..], "pinned → device → pinned");
+    need!(b.memset(LEGACY_STREAM, p + 20, 8, 0xcd, 4, 3));
+    need!(b.stream_sync(LEGACY_STREAM));
+    for (i, &x) in pinned[16..48].iter().enumerate() {
+        let set = i >= 4 && i < 28 && (i - 4) % 8 < 4;
+        assert_eq!(x, if set { 0xcd } else { want[16 + i] }, "pinned byte {}", 16 + i);
+    }
     need!(b.free(p));
     need!(b.free(d1));
     need!(b.free(d2));
