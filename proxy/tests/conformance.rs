@@ -138,7 +138,7 @@ fn copies_in_every_direction(b: &dyn Backend) {
     need!(b.memset(LEGACY_STREAM, p + 20, 8, 0xcd, 4, 3));
     need!(b.stream_sync(LEGACY_STREAM));
     for (i, &x) in pinned[16..48].iter().enumerate() {
-        let set = i >= 4 && i < 28 && (i - 4) % 8 < 4;
+        let set = (4..28).contains(&i) && (i - 4) % 8 < 4;
         assert_eq!(x, if set { 0xcd } else { want[16 + i] }, "pinned byte {}", 16 + i);
     }
     need!(b.free(p));
