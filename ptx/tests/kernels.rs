@@ -484,3 +484,12 @@ fn recursive_function_with_local_array_gets_a_frame_per_call() {
     let want: Vec<i32> = x.iter().map(|&v| rsum(v & 15, v)).collect();
     assert_eq!(to_i32s(&mem.read(po, 128)), want);
 }
+
+#[test]
+fn syncwarp_reduction_through_shared_memory_matches_cpu() {
+    let x: Vec<i32> = (0..64).map(|i| i * 5 - 77).collect();
+    let mut mem = HostMemory::new();
+    let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(8));
+    run(reduce(), &mut mem, "syncwarp_reduce", &cfg(1, 64), &Args::new().ptr(pi).ptr(po)).unwrap();
+    assert_eq!(to_i32s(&mem.read(po, 8)), vec![x[..32].iter().sum::<i32>(), x[32..].iter().sum::<i32>()]);
+}

@@ -113,3 +113,18 @@ extern "C" __global__ void half_warps(const int* in, int* out) {
     }
     out[t] = v;
 }
+
+// Warp-synchronous reduction through shared memory with __syncwarp.
+extern "C" __global__ void syncwarp_reduce(const int* in, int* out) {
+    __shared__ int s[64];
+    int t = threadIdx.x, lane = t & 31;
+    s[t] = in[t];
+    __syncwarp();
+    for (int off = 16; off > 0; off /= 2) {
+        int v = lane < off ? s[t + off] : 0;
+        __syncwarp();
+        s[t] += v;
+        __syncwarp();
+    }
+    if (lane == 0) out[t / 32] = s[t];
+}
