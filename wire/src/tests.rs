@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use crate::channel::Channel;
+use crate::channel::{Channel, LANES};
 use crate::msg::*;
 
 fn arb_request() -> impl Strategy<Value = Request> {
@@ -174,4 +174,19 @@ fn released_lane_can_be_claimed_again() {
     let again = ch.claim_lane().unwrap();
     assert_eq!(again.index(), idx);
     std::mem::forget(again);
+}
+
+#[test]
+fn pending_requests_are_seen_until_the_server_reads_them() {
+    let ch = Arc::new(Channel::create().unwrap());
+    let mut client = ch.claim_lane().unwrap();
+    let mut server = ch.accept_lanes(std::time::Duration::ZERO).pop().unwrap();
+    let other = LANES - 1;
+    assert!(!ch.any_pending(other));
+    client.send(&Request::DeviceSync).unwrap();
+    assert!(ch.any_pending(other));
+    assert!(!ch.any_pending(client.index()), "the excepted lane is not looked at");
+    server.recv(&|| true).unwrap();
+    assert!(!ch.any_pending(other));
+    std::mem::forget(client);
 }
