@@ -15,18 +15,25 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
         Opd::Vec(v) => v.iter().map(|o| b.val_pub(t, o)).collect(),
         o => vec![b.val_pub(t, o)],
     };
-    let dims = match i.m.geom {
-        1 => 1,
-        2 => 2,
-        _ => 3,
+    // Layered textures (`a1d`, `a2d`) take the layer index first; it selects the row (1D)
+    // or slice (2D) and is never filtered.
+    let (dims, layered) = match i.m.geom {
+        1 => (1, false),
+        2 => (2, false),
+        3 => (3, false),
+        4 => (2, true),
+        5 => (1, true),
+        _ => return Err(LaunchError::Unsupported("cube-map textures".into())),
     };
+    let (layer, coords) = if layered { (coords[0] as u32 as i32 as i64, coords[1..].to_vec()) } else { (0, coords) };
+    let layers = if layered { [desc.height.max(1), desc.depth.max(1)][dims - 1] as i64 } else { 1 };
+    let layer = layer.clamp(0, layers - 1);
     let texel = |b: &mut Block, xyz: [i64; 3]| -> Result<[f32; 4], LaunchError> { texel(b, &desc, xyz, i.ty) };
     let mut out = [0f32; 4];
     if i.ty2 != Ty::F32 {
         // Integer coordinates: no filtering; out of range reads 0.
-        let x = coords[0] as u32 as i32 as i64;
-        let y = if dims > 1 { coords.get(1).map_or(0, |v| *v as u32 as i32 as i64) } else { 0 };
-        let z = if dims > 2 { coords.get(2).map_or(0, |v| *v as u32 as i32 as i64) } else { 0 };
+        let c = |k: usize| if k < dims { coords.get(k).map_or(0, |v| *v as u32 as i32 as i64) } else if layered && k == dims { layer } else { 0 };
+        let (x, y, z) = (c(0), c(1), c(2));
         let w = desc.width.max(1) as i64;
         let hgt = desc.height.max(1) as i64;
         let d = desc.depth.max(1) as i64;
@@ -58,6 +65,9 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
                     wgt *= if hi { frac[k] } else { 1.0 - frac[k] };
                     p[k] = address(base[k] + hi as i64, ext[k] as i64, desc.address_mode[k]);
                 }
+                if layered {
+                    p[dims] = layer;
+                }
                 if wgt == 0.0 {
                     continue;
                 }
@@ -70,6 +80,9 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
             let mut p = [0i64; 3];
             for k in 0..dims {
                 p[k] = address(u[k].floor() as i64, ext[k] as i64, desc.address_mode[k]);
+            }
+            if layered {
+                p[dims] = layer;
             }
             if p.iter().all(|&c| c >= 0) {
                 out = texel(b, p)?;

@@ -461,3 +461,41 @@ WAIT2:
     let want: Vec<i32> = (0..64).map(|i| x[(i + 1) % 64]).collect();
     assert_eq!(to_i32s(&mem.read(po, 256)), want);
 }
+
+fn float_tex(base: u64, w: u64, h: u64, d: u64) -> TextureDesc {
+    TextureDesc {
+        base,
+        width: w,
+        height: h,
+        depth: d,
+        pitch: 4 * w,
+        bits: [32, 0, 0, 0],
+        kind: ChannelKind::Float,
+        address_mode: [AddressMode::Clamp; 3],
+        linear_filter: false,
+        normalized_float: false,
+        normalized_coords: false,
+    }
+}
+
+#[test]
+fn layered_and_3d_textures_select_the_right_texels() {
+    let m = texture_module();
+    // 1D layered: 8 texels x 3 layers (layers stored as rows).
+    let data: Vec<f32> = (0..24).map(|i| i as f32 * 0.5).collect();
+    let mut mem = HostMemory::new();
+    let base = mem.alloc_bytes(&f32s(&data));
+    mem.add_texture(9, float_tex(base, 8, 3, 0));
+    let out = mem.alloc(4 * 24);
+    let c = LaunchConfig { grid: [1, 1, 1], block: [8, 3, 1], dynamic_shared_bytes: 0, cooperative: false };
+    run(&m, &mut mem, "tex_layered", &c, &Args::new().ptr(9).ptr(out).i32(8).i32(3)).unwrap();
+    assert_eq!(to_f32s(&mem.read(out, 96)), data);
+    // 3D: 4x4x4.
+    let cube: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let base = mem.alloc_bytes(&f32s(&cube));
+    mem.add_texture(10, float_tex(base, 4, 4, 4));
+    let out = mem.alloc(4 * 64);
+    let c = LaunchConfig { grid: [1, 1, 1], block: [4, 4, 4], dynamic_shared_bytes: 0, cooperative: false };
+    run(&m, &mut mem, "tex_3d", &c, &Args::new().ptr(10).ptr(out).i32(4)).unwrap();
+    assert_eq!(to_f32s(&mem.read(out, 256)), cube);
+}

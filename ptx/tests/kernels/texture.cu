@@ -8,3 +8,13 @@ extern "C" __global__ void tex_2d(cudaTextureObject_t t, float* out, int w, int 
     int x = threadIdx.x, y = threadIdx.y;
     if (x < w && y < h) out[y * w + x] = tex2D<float>(t, x + 0.5f, y + 0.5f) + tex2D<float>(t, x + 1.0f, y + 0.5f) * 1000.0f;
 }
+
+extern "C" __global__ void tex_layered(cudaTextureObject_t t, float* out, int w, int layers) {
+    int x = threadIdx.x, l = threadIdx.y;
+    if (x < w && l < layers) out[l * w + x] = tex1DLayered<float>(t, x + 0.5f, l) + tex2DLayered<float>(t, x + 0.5f, 0.5f, l) * 0.0f;
+}
+
+extern "C" __global__ void tex_3d(cudaTextureObject_t t, float* out, int n) {
+    int x = threadIdx.x, y = threadIdx.y, z = threadIdx.z;
+    out[(z * n + y) * n + x] = tex3D<float>(t, x + 0.5f, y + 0.5f, z + 0.5f);
+}
