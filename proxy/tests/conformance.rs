@@ -418,27 +418,55 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
     let d_small = need!(a.malloc(small.len() as u64, AllocKind::Device)).addr;
     need!(a.memcpy(LEGACY_STREAM, copy(d_big, big.as_ptr() as u64, big.len() as u64)));
     need!(a.memcpy(LEGACY_STREAM, copy(d_small, small.as_ptr() as u64, small.len() as u64)));
+    // A module variable, changed from its initial value.
+    let module = a.load_module(FATBIN).ok();
+    if let Some(m) = module {
+        let (table, _) = need!(a.symbol(m, "table"));
+        let v: Vec<u8> = [10.0f32, 20.0, 30.0, 40.0].iter().flat_map(|f| f.to_le_bytes()).collect();
+        need!(a.memcpy(LEGACY_STREAM, copy(table, v.as_ptr() as u64, 16)));
+    }
     let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
     let regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
         saved.push((r.addr, off, bytes.to_vec()));
         Ok(())
     }));
-    assert_eq!(regions.iter().map(|r| (r.addr, r.len)).collect::<Vec<_>>(), {
+    let allocations: Vec<(u64, u64)> = regions.iter().filter(|r| r.symbol.is_none()).map(|r| (r.addr, r.len)).collect();
+    assert_eq!(allocations, {
         let mut v = vec![(d_big, big.len() as u64), (d_small, small.len() as u64)];
         v.sort();
         v
     });
+    assert_eq!(regions.iter().any(|r| r.symbol.as_ref().is_some_and(|s| s.1 == "table")), module.is_some());
     drop(a);
 
     let b = make(base).expect("the backend opened once already");
+    // Module variables are found again by name in the re-loaded module.
+    let mut regions = regions;
+    let module_b = module.map(|_| b.load_module(FATBIN).expect("loaded before"));
+    for r in &mut regions {
+        if let (Some(sym), Some(m)) = (r.symbol.as_mut(), module_b) {
+            sym.0 = m;
+        }
+    }
     let allocs = need!(b.restore(&regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
         let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
         buf.copy_from_slice(&bytes[..buf.len()]);
         Ok(())
     }));
-    assert_eq!(allocs.iter().map(|a| a.addr).collect::<Vec<_>>(), regions.iter().map(|r| r.addr).collect::<Vec<_>>());
+    // Allocations come back at their addresses; module variables wherever the driver put them.
+    for (a, r) in allocs.iter().zip(&regions) {
+        if r.symbol.is_none() {
+            assert_eq!(a.addr, r.addr);
+        }
+    }
+    assert_eq!(allocs.len(), regions.len());
     assert!(read_back(&*b, d_big, big.len()) == big);
     assert_eq!(read_back(&*b, d_small, small.len()), small);
+    if let Some(m) = module_b {
+        let (table, _) = b.symbol(m, "table").unwrap();
+        let got: Vec<f32> = read_back(&*b, table, 16).chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(got, vec![10.0, 20.0, 30.0, 40.0], "module variable restored");
+    }
 }
 
 macro_rules! conformance {

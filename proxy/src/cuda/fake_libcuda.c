@@ -146,29 +146,41 @@ static struct func funcs[] = {
     {"scale_table", 1, {0}, {4}},
     {"incr", 2, {0, 8}, {8, 4}},
 };
-static int module_token;
-static int counter;
-static float table[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+/* Each loaded module has its own module variables, as on a GPU. */
+struct module { int counter; float table[4]; };
+/* A kernel handle: the kernel and the module it came from. */
+struct kernel { struct func *fn; struct module *mod; };
 
-CUresult cuModuleLoadData(CUmodule *m, const void *image) { if (!image) return INVALID_VALUE; *m = &module_token; return OK; }
-CUresult cuModuleUnload(CUmodule m) { return m == &module_token ? OK : 400; }
+CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    if (!image) return INVALID_VALUE;
+    struct module *mod = calloc(1, sizeof *mod);
+    for (int i = 0; i < 4; i++) mod->table[i] = (float)(i + 1);
+    *m = mod;
+    return OK;
+}
+CUresult cuModuleUnload(CUmodule m) { free(m); return OK; }
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) {
-    if (m != &module_token) return 400;
     for (size_t i = 0; i < sizeof funcs / sizeof funcs[0]; i++) {
-        if (!strcmp(funcs[i].name, n)) { *f = &funcs[i]; return OK; }
+        if (!strcmp(funcs[i].name, n)) {
+            struct kernel *k = malloc(sizeof *k); /* lives as long as the process, as a handle may */
+            k->fn = &funcs[i];
+            k->mod = m;
+            *f = k;
+            return OK;
+        }
     }
     return NOT_FOUND;
 }
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) {
-    if (m != &module_token) return 400;
-    if (!strcmp(n, "counter")) { *p = (CUdeviceptr)&counter; *b = sizeof counter; return OK; }
-    if (!strcmp(n, "table")) { *p = (CUdeviceptr)table; *b = sizeof table; return OK; }
+    struct module *mod = m;
+    if (!strcmp(n, "counter")) { *p = (CUdeviceptr)&mod->counter; *b = sizeof mod->counter; return OK; }
+    if (!strcmp(n, "table")) { *p = (CUdeviceptr)mod->table; *b = sizeof mod->table; return OK; }
     return NOT_FOUND;
 }
 /* Built with -DNO_PARAM_INFO it stands for a driver older than 12.4 (PTX fallback). */
 #ifndef NO_PARAM_INFO
 CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size) {
-    struct func *fn = f;
+    struct func *fn = ((struct kernel *)f)->fn;
     if (i >= (size_t)fn->nparams) return INVALID_VALUE;
     *off = fn->off[i];
     if (size) *size = fn->size[i];
@@ -190,7 +202,8 @@ struct mixed { char c; double d; int i; };
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void **kp, void **extra) {
     (void)s;
-    struct func *fn = f;
+    struct func *fn = ((struct kernel *)f)->fn;
+    struct module *mod = ((struct kernel *)f)->mod;
     if (extra || !gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return INVALID_VALUE;
     if (fn->nparams && !kp) return INVALID_VALUE;
     size_t threads = (size_t)gx * bx;
@@ -219,9 +232,9 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         int *out = ARG(int *, 0);
         for (unsigned t = 0; t < bx; t++) out[t] = (int)(bx - 1 - t);
     } else if (!strcmp(fn->name, "bump")) {
-        counter += (int)threads;
+        mod->counter += (int)threads;
     } else if (!strcmp(fn->name, "scale_table")) {
-        for (unsigned t = 0; t < bx && t < 4; t++) table[t] *= ARG(float, 0);
+        for (unsigned t = 0; t < bx && t < 4; t++) mod->table[t] *= ARG(float, 0);
     } else if (!strcmp(fn->name, "incr")) {
         int *p = ARG(int *, 0);
         int n = ARG(int, 1);
