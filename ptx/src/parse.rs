@@ -249,6 +249,11 @@ struct Builder {
     dyn_shared_syms: Vec<String>,
     shared_cur: u64,
     local_cur: u64,
+    /// Function whose body is being decoded.
+    cur_func: u32,
+    /// Functions that read `%envreg1/2` (grid sync), and caller → callee edges.
+    envreg_users: Vec<u32>,
+    call_edges: Vec<(u32, u32)>,
 }
 
 pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
@@ -265,6 +270,9 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
         dyn_shared_syms: Vec::new(),
         shared_cur: 0,
         local_cur: 0,
+        cur_func: 0,
+        envreg_users: Vec::new(),
+        call_edges: Vec::new(),
     };
     // Pass 1: module directives, variables and function headers; bodies remembered.
     while p.peek().is_some() {
@@ -293,6 +301,26 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
     for k in b.prog.kernels.iter_mut() {
         k.static_shared_bytes = dyn_base;
         k.local_bytes = b.local_cur;
+    }
+    // A kernel uses grid sync if it, or any function it calls, reads the workspace.
+    let mut uses = vec![false; b.prog.funcs.len()];
+    for &f in &b.envreg_users {
+        uses[f as usize] = true;
+    }
+    loop {
+        let mut changed = false;
+        for &(caller, callee) in &b.call_edges {
+            if uses[callee as usize] && !uses[caller as usize] {
+                uses[caller as usize] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for (k, &f) in b.prog.kernel_funcs.iter().enumerate() {
+        b.prog.kernels[k].uses_grid_sync = uses[f as usize];
     }
     Ok(b.prog)
 }
@@ -655,6 +683,7 @@ impl Builder {
     }
 
     fn body(&mut self, p0: &P, fi: u32, st: usize, en: usize) -> Result<(), ParseError> {
+        self.cur_func = fi;
         let mut p = P { toks: p0.toks[st..en].to_vec(), i: 0 };
         let mut names: HashMap<String, Sym> = HashMap::new();
         let mut nregs = 0u32;
@@ -843,6 +872,9 @@ impl Builder {
                 }
                 CallTarget::Extern(_) => (rets.iter().map(|r| (r.0, 4)).collect(), args.iter().map(|a| (a.0, 8)).collect()),
             };
+            if let CallTarget::Func(f) = target {
+                self.call_edges.push((self.cur_func, f));
+            }
             self.prog.calls.push(CallSite { target, rets, args });
             inst.aux = (self.prog.calls.len() - 1) as u32;
             return Ok(inst);
@@ -874,9 +906,7 @@ impl Builder {
             return Ok(inst);
         }
         if matches!(inst.a, Opd::Sreg(Sreg::Envreg(1)) | Opd::Sreg(Sreg::Envreg(2))) {
-            if let Some(k) = self.kernel_of.last().copied().flatten() {
-                self.prog.kernels[k].uses_grid_sync = true;
-            }
+            self.envreg_users.push(self.cur_func);
         }
         Ok(inst)
     }
@@ -1372,6 +1402,24 @@ mod tests {
         assert_eq!(k.max_threads_per_block, Some(256));
         assert_eq!(prog.code[1].a, Opd::Addr(Base::None, 12));
         assert_eq!(prog.code[0].d, Opd::Reg(5)); // %r0..%r3, then %rd0, %rd1
+    }
+
+    #[test]
+    fn grid_sync_use_is_found_through_calls_and_per_kernel() {
+        let src = r#"
+.func sync()
+{
+  .reg .b32 %r1;
+  mov.u32 %r1, %envreg1;
+  ret;
+}
+.visible .entry a() { call.uni sync, (); ret; }
+.visible .entry b() { ret; }
+"#;
+        let prog = parse_module(src).unwrap();
+        let by_name = |n: &str| prog.kernels.iter().find(|k| k.name == n).unwrap().uses_grid_sync;
+        assert!(by_name("a"));
+        assert!(!by_name("b"));
     }
 
     #[test]
