@@ -351,7 +351,11 @@ impl Drop for HostBuf {
 
 /// A loaded module.
 #[derive(Debug)]
-pub struct Module(sys::CUmodule);
+pub struct Module {
+    handle: sys::CUmodule,
+    /// The image, alive while the module is loaded (dropped after `cuModuleUnload`).
+    _image: Vec<u64>,
+}
 // SAFETY: module handles are usable from any thread of the context.
 unsafe impl Send for Module {}
 // SAFETY: as above.
@@ -366,15 +370,17 @@ pub fn module_load(image: &[u8]) -> DResult<Module> {
     // SAFETY: `buf` holds at least `image.len() + 1` bytes.
     unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), buf.as_mut_ptr().cast::<u8>(), image.len()) };
     let mut m = std::ptr::null_mut();
-    // SAFETY: the image buffer is live for the call; the driver copies what it keeps.
+    // SAFETY: the image buffer is live for the call, and kept with the module until it is
+    // unloaded: with lazy loading (the default since CUDA 12.2) the driver may read kernels
+    // from the image later, and its documentation does not promise a copy.
     ck(unsafe { sys::cuModuleLoadData(&mut m, buf.as_ptr().cast()) })?;
-    Ok(Module(m))
+    Ok(Module { handle: m, _image: buf })
 }
 
 /// `cuModuleUnload`
 pub fn module_unload(m: Module) -> DResult<()> {
     // SAFETY: consumed, so unloaded once.
-    ck(unsafe { sys::cuModuleUnload(m.0) })
+    ck(unsafe { sys::cuModuleUnload(m.handle) })
 }
 
 /// A kernel handle.
@@ -390,7 +396,7 @@ pub fn module_function(m: &Module, name: &str) -> DResult<Function> {
     let c = CString::new(name).map_err(|_| sys::CUresult::CUDA_ERROR_NOT_FOUND as u32)?;
     let mut f = std::ptr::null_mut();
     // SAFETY: live module, NUL-terminated name, out-pointer.
-    ck(unsafe { sys::cuModuleGetFunction(&mut f, m.0, c.as_ptr()) })?;
+    ck(unsafe { sys::cuModuleGetFunction(&mut f, m.handle, c.as_ptr()) })?;
     Ok(Function(f))
 }
 
@@ -399,7 +405,7 @@ pub fn module_global(m: &Module, name: &str) -> DResult<(u64, u64)> {
     let c = CString::new(name).map_err(|_| sys::CUresult::CUDA_ERROR_NOT_FOUND as u32)?;
     let (mut p, mut n) = (0, 0usize);
     // SAFETY: live module, NUL-terminated name, out-pointers.
-    ck(unsafe { sys::cuModuleGetGlobal_v2(&mut p, &mut n, m.0, c.as_ptr()) })?;
+    ck(unsafe { sys::cuModuleGetGlobal_v2(&mut p, &mut n, m.handle, c.as_ptr()) })?;
     Ok((p, n as u64))
 }
 
