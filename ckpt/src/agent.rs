@@ -43,6 +43,8 @@ pub struct Hooks {
     /// Before threads are stopped: hold new CUDA calls at the gate, drain in-flight calls.
     pub quiesce: fn() -> Result<(), String>,
     /// After threads are stopped, before fork: extra image sections (name, bytes) e.g. device state.
+    /// Runs while the program's threads are stopped: its Rust allocations come from the
+    /// agent's arena (`crate::alloc`); it must not call C library functions that `malloc`.
     pub collect: fn() -> Result<Vec<(String, Vec<u8>)>, String>,
     /// In the parent after fork (and after a failed checkpoint): release the gate.
     pub resume: fn(),
@@ -388,6 +390,8 @@ struct ForkCtx {
     err_r: i32,
     err_w: i32,
     maps_buf: Vec<u8>,
+    /// The agent's scratch arena: mapped again at restart, contents not saved.
+    arena: (u64, u64),
     /// (start, end, prot) of the child's fresh memory map.
     ranges: Vec<(u64, u64, u32)>,
 }
@@ -395,13 +399,24 @@ struct ForkCtx {
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn checkpoint(cfg: &Config, dir: &Path) -> Outcome {
+    match checkpoint_inner(cfg, dir) {
+        // Copied after `alloc::leave`: the message may live in the agent's bump arena.
+        Outcome::Failed(e) => Outcome::Failed(e.as_str().to_owned()),
+        o => o,
+    }
+}
+
+fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     let h = hooks();
     if let Err(e) = (h.quiesce)() {
         (h.resume)();
         return Outcome::Failed(format!("quiesce hook failed: {e}"));
     }
     let t0 = Instant::now();
+    // From here until the threads run again the agent allocates only from its own arena.
+    crate::alloc::enter();
     if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
+        crate::alloc::leave();
         (h.resume)();
         return Outcome::Failed(e);
     }
@@ -410,18 +425,21 @@ fn checkpoint(cfg: &Config, dir: &Path) -> Outcome {
         Ok(c) => c,
         Err(e) => {
             threads::release_all();
+            crate::alloc::leave();
             (h.resume)();
             return Outcome::Failed(e);
         }
     };
     let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
     if r == 1 {
+        crate::alloc::leave();
         let out = after_restart(&h);
         // The writer's and pipes' fds belong to the process the image was taken of.
         std::mem::forget(ctx);
         return out;
     }
     threads::release_all();
+    crate::alloc::leave();
     let pause = t0.elapsed();
     LAST_PAUSE_US.store(pause.as_micros() as u64, Relaxed);
     (h.resume)();
@@ -526,6 +544,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks) -> Result<Box<ForkCtx>, String> 
         err_r: p[0],
         err_w: p[1],
         maps_buf: Vec::with_capacity(MAPS_BUF),
+        arena: crate::alloc::arena().unwrap_or((0, 0)),
         ranges: Vec::with_capacity(MAX_RANGES),
     }))
 }
@@ -641,6 +660,38 @@ fn hex(b: &[u8]) -> Option<u64> {
     Some(v)
 }
 
+/// Writes one clipped piece of a region. No allocation.
+#[allow(clippy::too_many_arguments)]
+fn child_add_piece(
+    writer: &mut ImageWriter,
+    sync: bool,
+    r: &Region,
+    start: u64,
+    end: u64,
+    prot: u32,
+    scratch: bool,
+    flags: u32,
+    offset: u64,
+) -> Result<(), crate::image::ImageError> {
+    let len = end - start;
+    let meta = RegionMeta { start, len, prot, flags, offset: offset + (start - r.start), name: r.name.as_bytes() };
+    let has_data = prot != 0 && !scratch && !matches!(r.kind, RegionKind::SharedFile { .. });
+    let readable = prot & libc::PROT_READ as u32 != 0;
+    if has_data && !readable && !sync {
+        // SAFETY: this child's own copy of the region; making it readable changes nothing
+        // in the program.
+        unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, prot as i32 | libc::PROT_READ) };
+    }
+    let data: &[u8] = if has_data && (readable || !sync) {
+        // SAFETY: [start, end) is mapped in this address space (just read from its map) and
+        // readable; nothing unmaps it while the writer runs.
+        unsafe { std::slice::from_raw_parts(start as *const u8, len as usize) }
+    } else {
+        &[]
+    };
+    writer.add_region(&meta, data)
+}
+
 /// Writes the image. In the forked child: no allocation, no locks.
 fn child_write(ctx: &mut ForkCtx) -> i32 {
     if !child_read_ranges(ctx) {
@@ -676,27 +727,19 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
             let end = r.end.min(ctx.ranges[j].1);
             let prot = ctx.ranges[j].2;
             j += 1;
-            if start >= end {
-                continue;
-            }
-            let len = end - start;
-            let meta = RegionMeta { start, len, prot, flags, offset: offset + (start - r.start), name: r.name.as_bytes() };
-            let has_data = prot != 0 && !matches!(r.kind, RegionKind::SharedFile { .. });
-            let readable = prot & libc::PROT_READ as u32 != 0;
-            if has_data && !readable && !ctx.sync {
-                // SAFETY: this child's own copy of the region; making it readable changes
-                // nothing in the program.
-                unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, prot as i32 | libc::PROT_READ) };
-            }
-            let data: &[u8] = if has_data && (readable || !ctx.sync) {
-                // SAFETY: [start, end) is mapped in this address space (just read from its map)
-                // and readable; nothing unmaps it while the writer runs.
-                unsafe { std::slice::from_raw_parts(start as *const u8, len as usize) }
-            } else {
-                &[]
-            };
-            if let Err(e) = ctx.writer.add_region(&meta, data) {
-                return child_fail(ctx, b"writing memory: ", error_detail(&e).as_bytes());
+            // The agent's scratch arena (possibly merged with a neighbouring mapping) is
+            // recorded without its bytes.
+            let (a0, a1) = ctx.arena;
+            let cuts = [start, a0.clamp(start, end), a1.clamp(start, end), end];
+            for w in 0..3 {
+                let (ps, pe) = (cuts[w], cuts[w + 1]);
+                if ps >= pe {
+                    continue;
+                }
+                let scratch = w == 1;
+                if let Err(e) = child_add_piece(&mut ctx.writer, ctx.sync, r, ps, pe, prot, scratch, flags, offset) {
+                    return child_fail(ctx, b"writing memory: ", error_detail(&e).as_bytes());
+                }
             }
         }
     }

@@ -14,6 +14,44 @@ use crate::state::{FdKind, FdState, Region, RegionKind, SigAction, Special};
 /// Names of the kernel special mappings that must follow the program to the same address.
 pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
 
+/// The numeric entries of a directory (e.g. /proc/self/task), sorted. Uses raw `getdents64`
+/// rather than `opendir`, which calls the C library's `malloc` — a lock that a stopped
+/// thread may hold.
+pub fn numeric_entries(dir: &std::ffi::CStr) -> Vec<i32> {
+    let mut out = Vec::new();
+    // SAFETY: open/getdents64/close on our own fd with a live stack buffer; entries are
+    // parsed within the byte count the kernel returned.
+    unsafe {
+        let fd = libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return out;
+        }
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            let mut off = 0usize;
+            while off + 19 < n as usize {
+                let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+                if reclen == 0 {
+                    break;
+                }
+                let name = &buf[off + 19..off + reclen];
+                let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+                if let Some(v) = std::str::from_utf8(name).ok().and_then(|s| s.parse().ok()) {
+                    out.push(v);
+                }
+                off += reclen;
+            }
+        }
+        libc::close(fd);
+    }
+    out.sort_unstable();
+    out
+}
+
 /// One line of /proc/<pid>/maps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MapsEntry {
@@ -234,10 +272,7 @@ pub enum Own {
 /// `control_path` are reported through `own` (the listener is re-created under the new pid
 /// at restart, connections are dropped).
 pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>) -> Vec<FdState> {
-    let mut list: Vec<i32> = std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default();
-    list.sort_unstable();
+    let list = numeric_entries(c"/proc/self/fd");
     let mut out: Vec<FdState> = Vec::new();
     // (fd, pipe inode, is read end) of the pipes seen.
     let mut pipes: Vec<(i32, u64, bool)> = Vec::new();
@@ -433,6 +468,15 @@ mod tests {
         let maps = own_maps().unwrap();
         assert!(maps.iter().any(|m| (m.start..m.end).contains(&a)), "arg_start {a:#x} is not mapped");
         assert!(brk().0 > 0);
+    }
+
+    #[test]
+    fn numeric_entries_lists_our_threads() {
+        let t = numeric_entries(c"/proc/self/task");
+        // SAFETY: getpid cannot fail.
+        assert!(t.contains(&unsafe { libc::getpid() }));
+        assert!(t.windows(2).all(|w| w[0] < w[1]));
+        assert!(numeric_entries(c"/nonexistent").is_empty());
     }
 
     #[test]

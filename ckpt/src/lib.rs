@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+pub mod alloc;
 pub mod arch;
 pub mod capture;
 pub mod control;

@@ -299,11 +299,7 @@ fn read_syscall(tid: i32) -> (i64, u64) {
 }
 
 fn list_tasks() -> Vec<i32> {
-    let mut v: Vec<i32> = std::fs::read_dir("/proc/self/task")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default();
-    v.sort_unstable();
-    v
+    crate::capture::numeric_entries(c"/proc/self/task")
 }
 
 fn thread_name(tid: i32) -> String {

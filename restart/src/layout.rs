@@ -88,7 +88,9 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapErr
         } else if r.flags & REGION_SHARED_ANON != 0 {
             flags |= libc::MAP_SHARED | libc::MAP_ANONYMOUS;
         } else {
-            flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            // NORESERVE: large reservations (allocator arenas, the agent's scratch arena)
+            // must not be refused by overcommit accounting; written pages count anyway.
+            flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
             if r.flags & REGION_GROWSDOWN != 0 {
                 flags |= libc::MAP_GROWSDOWN;
             }
