@@ -33,24 +33,36 @@ pub fn nvcc() -> PathBuf {
 }
 
 fn out_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("crum-ptx-tests-{}", std::process::id()));
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("crum-ptx-kernels");
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
-/// Compile `tests/kernels/<name>.cu` with extra flags; returns the output file.
+/// Compile `tests/kernels/<name>.cu` with extra flags; returns the output file. Outputs are
+/// cached under the target directory, keyed by the source text, flags and compiler.
 pub fn compile(name: &str, flags: &[&str], link: bool) -> PathBuf {
+    use std::hash::{Hash, Hasher};
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels").join(format!("{name}.cu"));
-    let tag: String = flags.join("").chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-    let out = out_dir().join(format!("{name}-{tag}{}", if link { "" } else { ".o" }));
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::fs::read(&src).unwrap().hash(&mut h);
+    flags.hash(&mut h);
+    link.hash(&mut h);
+    nvcc().hash(&mut h);
+    let out = out_dir().join(format!("{name}-{:016x}{}", h.finish(), if link { "" } else { ".o" }));
+    if out.exists() {
+        return out;
+    }
+    // Build under a private name, then rename: concurrent tests never see a partial file.
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
     let mut cmd = Command::new(nvcc());
     cmd.args(["-cudart", "shared"]).args(flags);
     if !link {
         cmd.arg("-c");
     }
-    cmd.arg(&src).arg("-o").arg(&out);
+    cmd.arg(&src).arg("-o").arg(&tmp);
     let r = cmd.output().expect("run nvcc");
     assert!(r.status.success(), "nvcc failed for {name}: {}", String::from_utf8_lossy(&r.stderr));
+    std::fs::rename(&tmp, &out).unwrap();
     out
 }
 
