@@ -354,7 +354,8 @@ impl Drop for HostBuf {
 pub struct Module {
     handle: sys::CUmodule,
     /// The image, alive while the module is loaded (dropped after `cuModuleUnload`).
-    _image: Vec<u64>,
+    image: Vec<u64>,
+    image_len: usize,
 }
 // SAFETY: module handles are usable from any thread of the context.
 unsafe impl Send for Module {}
@@ -374,7 +375,15 @@ pub fn module_load(image: &[u8]) -> DResult<Module> {
     // unloaded: with lazy loading (the default since CUDA 12.2) the driver may read kernels
     // from the image later, and its documentation does not promise a copy.
     ck(unsafe { sys::cuModuleLoadData(&mut m, buf.as_ptr().cast()) })?;
-    Ok(Module { handle: m, _image: buf })
+    Ok(Module { handle: m, image: buf, image_len: image.len() })
+}
+
+impl Module {
+    /// The image the module was loaded from.
+    pub fn image(&self) -> &[u8] {
+        // SAFETY: `image` holds at least `image_len` initialized bytes (copied in at load).
+        unsafe { std::slice::from_raw_parts(self.image.as_ptr().cast::<u8>(), self.image_len) }
+    }
 }
 
 /// `cuModuleUnload`

@@ -178,8 +178,9 @@ impl Shared {
 
 struct ModuleRec {
     module: driver::Module,
-    /// PTX text of the image, when it has plain PTX (for the parameter-layout fallback).
-    ptx: Option<String>,
+    /// The image's PTX, extracted on first need (parameter layouts on drivers without
+    /// `cuFuncGetParamInfo`).
+    ptx: OnceLock<Option<String>>,
 }
 
 struct FuncRec {
@@ -954,7 +955,7 @@ impl Backend for Cuda {
         }
         let module = driver::module_load(image).map_err(|c| self.err(Op::ModuleLoad, c))?;
         let id = self.handle();
-        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: ptx_text(image) });
+        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new() });
         Ok(ModuleId(id))
     }
 
@@ -976,7 +977,7 @@ impl Backend for Cuda {
         let layout = match driver::param_layout(f) {
             Some(r) => r.map_err(|c| self.err(Op::Other, c))?,
             None => {
-                let ptx = m.ptx.as_deref().ok_or_else(|| {
+                let ptx = m.ptx.get_or_init(|| ptx_text(m.module.image())).as_deref().ok_or_else(|| {
                     tracing::error!(kernel = name, "driver older than 12.4 and no plain PTX in the module: parameter layout unknown");
                     BackendError::Unsupported { backend: "cuda", op: "parameter layout without cuFuncGetParamInfo or PTX" }
                 })?;
