@@ -118,6 +118,12 @@ pub trait DeviceMemory: Sync {
         let _ = handle;
         None
     }
+    /// Surface object lookup (`cudaCreateSurfaceObject` handles), described like a
+    /// texture (base, extent, pitch, channel bits); None → illegal address.
+    fn surface(&self, handle: u64) -> Option<TextureDesc> {
+        let _ = handle;
+        None
+    }
 }
 
 /// Channel kind of a texture's elements (`cudaChannelFormatKind`).

@@ -1430,6 +1430,54 @@ impl<'a, 'l> Block<'a, 'l> {
                 }
             }
             Op::Mbarrier => return self.mbarrier(t, i),
+            Op::Suld | Op::Sust => {
+                let (ao, vo) = if i.op == Op::Suld { (&i.a, &i.d) } else { (&i.d, &i.a) };
+                let Opd::Tex(h, c) = ao else { return Err(LaunchError::Unsupported("surface operand".into())) };
+                let handle = self.val(t, h);
+                let desc = self.regions.mem().surface(handle).ok_or(LaunchError::IllegalAddress { addr: handle })?;
+                let coords: Vec<i64> = match &**c {
+                    Opd::Vec(v) => v.iter().map(|o| self.val(t, o) as u32 as i32 as i64).collect(),
+                    o => vec![self.val(t, o) as u32 as i32 as i64],
+                };
+                let esize: u64 = desc.bits.iter().map(|&b| (b / 8) as u64).sum::<u64>().max(1);
+                let pitch = if desc.pitch > 0 { desc.pitch } else { desc.width * esize };
+                let dims = i.m.geom.clamp(1, 3) as usize;
+                let (x, y, z) = (coords[0], if dims > 1 { coords.get(1).copied().unwrap_or(0) } else { 0 }, if dims > 2 { coords.get(2).copied().unwrap_or(0) } else { 0 });
+                let vals: Vec<&Opd> = match vo {
+                    Opd::Vec(v) => v.iter().collect(),
+                    o => vec![o],
+                };
+                let sz = ty.size();
+                let bytes = sz as i64 * vals.len() as i64;
+                let inside = x >= 0
+                    && x + bytes <= (desc.width * esize) as i64
+                    && y >= 0
+                    && y < desc.height.max(1) as i64
+                    && z >= 0
+                    && z < desc.depth.max(1) as i64;
+                if !inside {
+                    if i.m.flag {
+                        return Err(LaunchError::IllegalAddress { addr: desc.base });
+                    }
+                    if i.op == Op::Suld {
+                        for o in vals {
+                            self.set(t, o, 0, ty);
+                        }
+                    }
+                    return Ok(true);
+                }
+                let addr = desc.base + z as u64 * pitch * desc.height.max(1) + y as u64 * pitch + x as u64;
+                for (k, o) in vals.into_iter().enumerate() {
+                    let a = addr + (k as u32 * sz) as u64;
+                    if i.op == Op::Suld {
+                        let v = self.regions.read(a, sz)?;
+                        self.set(t, o, v, ty);
+                    } else {
+                        let v = self.val(t, o);
+                        self.regions.write(a, sz, v)?;
+                    }
+                }
+            }
             Op::Trap => return Err(LaunchError::Trap),
             Op::Nop => {}
             Op::Unsupported => {

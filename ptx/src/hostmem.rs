@@ -12,11 +12,12 @@ pub struct HostMemory {
     allocs: Vec<(u64, u64, Box<[AtomicU64]>)>,
     next: u64,
     textures: HashMap<u64, TextureDesc>,
+    surfaces: HashMap<u64, TextureDesc>,
 }
 
 impl HostMemory {
     pub fn new() -> HostMemory {
-        HostMemory { allocs: Vec::new(), next: 0x7000_0000_0000, textures: HashMap::new() }
+        HostMemory { allocs: Vec::new(), next: 0x7000_0000_0000, textures: HashMap::new(), surfaces: HashMap::new() }
     }
 
     /// Allocate `len` zeroed bytes; returns the device address (256-byte aligned, with an
@@ -70,6 +71,11 @@ impl HostMemory {
     pub fn add_texture(&mut self, handle: u64, desc: TextureDesc) {
         self.textures.insert(handle, desc);
     }
+
+    /// Register a surface object under `handle`.
+    pub fn add_surface(&mut self, handle: u64, desc: TextureDesc) {
+        self.surfaces.insert(handle, desc);
+    }
 }
 
 impl DeviceMemory for HostMemory {
@@ -78,5 +84,8 @@ impl DeviceMemory for HostMemory {
     }
     fn texture(&self, handle: u64) -> Option<TextureDesc> {
         self.textures.get(&handle).cloned()
+    }
+    fn surface(&self, handle: u64) -> Option<TextureDesc> {
+        self.surfaces.get(&handle).cloned()
     }
 }

@@ -240,6 +240,9 @@ pub(crate) enum Op {
     Isspacep,
     /// `cp.async` (performed at once; commit/wait groups are no-ops).
     CpAsync,
+    /// Surface load/store (`suld.b` / `sust.b`), byte-addressed x.
+    Suld,
+    Sust,
     /// `mbarrier.*`; the variant is in `Inst::aux` (see `MB_*`).
     Mbarrier,
     Unsupported,

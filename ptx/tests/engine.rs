@@ -499,3 +499,18 @@ fn layered_and_3d_textures_select_the_right_texels() {
     run(&m, &mut mem, "tex_3d", &c, &Args::new().ptr(10).ptr(out).i32(4)).unwrap();
     assert_eq!(to_f32s(&mem.read(out, 256)), cube);
 }
+
+#[test]
+fn surface_reads_and_writes_are_byte_addressed_in_x() {
+    let m = texture_module();
+    let (w, h) = (5u64, 3u64);
+    let data: Vec<f32> = (0..w * h).map(|i| i as f32).collect();
+    let mut mem = HostMemory::new();
+    let src = mem.alloc_bytes(&f32s(&data));
+    let dst = mem.alloc(4 * w * h);
+    mem.add_surface(1, float_tex(src, w, h, 0));
+    mem.add_surface(2, float_tex(dst, w, h, 0));
+    let c = LaunchConfig { grid: [1, 1, 1], block: [w as u32, h as u32, 1], dynamic_shared_bytes: 0, cooperative: false };
+    run(&m, &mut mem, "surf_copy_scaled", &c, &Args::new().ptr(1).ptr(2).i32(w as i32).i32(h as i32)).unwrap();
+    assert_eq!(to_f32s(&mem.read(dst, 4 * (w * h) as usize)), data.iter().map(|v| v * 3.0).collect::<Vec<_>>());
+}
