@@ -4,7 +4,7 @@
 //! complete together, then barriers whose thread count is reached release. No thread can
 //! run and nothing completes → `Deadlock` (never a hang).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -75,15 +75,10 @@ struct Launch<'a> {
     params: &'a [u8],
     syms: Vec<u64>,
     t0: Instant,
-    grid_region: Option<crate::api::Region>,
+    /// The grid-sync workspace (`%envreg1/2`), when the kernel uses grid sync.
+    grid_buf: Option<Vec<AtomicU64>>,
     stop: AtomicBool,
 }
-
-#[allow(unsafe_code)]
-// SAFETY: `Launch` is shared by reference between scoped workers; its only non-Sync part is
-// the grid workspace `Region` pointer, which points at a buffer that outlives the workers
-// and is accessed only with bounds checks (atomics for the sync counters).
-unsafe impl Sync for Launch<'_> {}
 
 /// Per-block state on one worker.
 pub(crate) struct Block<'a, 'l> {
@@ -138,8 +133,7 @@ pub(crate) fn launch(
     if grid_sync && nblocks > pool.threads as u64 {
         return Err(LaunchError::CooperativeTooLarge);
     }
-    let mut grid_buf = vec![0u64; 64];
-    let grid_region = grid_sync.then(|| region_of(&mut grid_buf, GRID_WIN));
+    let grid_buf = grid_sync.then(|| (0..64).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
     let l = Launch {
         prog,
         func: prog.kernel_funcs[ki],
@@ -147,7 +141,7 @@ pub(crate) fn launch(
         params,
         syms,
         t0: Instant::now(),
-        grid_region,
+        grid_buf,
         stop: AtomicBool::new(false),
     };
     let next = AtomicUsize::new(0);
@@ -167,7 +161,7 @@ pub(crate) fn launch(
             insts: 0,
             nthreads: nthreads as u32,
         };
-        b.regions.extra = l.grid_region;
+        b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
         let mut threads: Vec<Thread> = Vec::new();
         loop {
             if l.stop.load(Ordering::Relaxed) {
@@ -209,7 +203,6 @@ pub(crate) fn launch(
             }
         });
     }
-    drop(grid_buf);
     let mut res = results.into_inner().unwrap_or_else(|e| e.into_inner());
     res.sort_by_key(|r| r.0);
     let mut printf = Vec::new();

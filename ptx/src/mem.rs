@@ -153,7 +153,8 @@ unsafe fn write_raw(p: *mut u8, size: u32, v: u64) {
     }
 }
 
-/// Host memory (a `Vec`) exposed as a [`Region`] (the grid-sync workspace).
-pub(crate) fn region_of(buf: &mut [u64], base: u64) -> Region {
-    Region { base, len: (buf.len() * 8) as u64, host: buf.as_mut_ptr() as *mut u8 }
+/// Engine-owned atomic words exposed as a [`Region`] at `base` (the grid-sync workspace):
+/// every access through it is bounds-checked, and `AtomicU64` permits shared mutation.
+pub(crate) fn region_of(buf: &[AtomicU64], base: u64) -> Region {
+    Region { base, len: (buf.len() * 8) as u64, host: buf.as_ptr() as *mut u8 }
 }
