@@ -998,6 +998,13 @@ impl<'a, 'l> Block<'a, 'l> {
                         let (x, y) = (to_f32(a, ty), to_f32(b, ty));
                         from_f32(if mx { x.max(y) } else { x.min(y) }, ty)
                     }
+                    Ty::F16x2 | Ty::Bf16x2 => {
+                        let e = if ty == Ty::F16x2 { Ty::F16 } else { Ty::Bf16 };
+                        simd2(a, b, |x, y| {
+                            let (x, y) = (to_f32(x, e), to_f32(y, e));
+                            from_f32(if mx { x.max(y) } else { x.min(y) }, e)
+                        })
+                    }
                     _ if ty.is_signed() => {
                         let (x, y) = (sext(a, bits), sext(b, bits));
                         (if mx { x.max(y) } else { x.min(y) }) as u64
@@ -1127,7 +1134,14 @@ impl<'a, 'l> Block<'a, 'l> {
             }
             Op::Cvt => {
                 let a = self.val(t, &i.a);
-                let r = cvt(i, a);
+                let r = if matches!(ty, Ty::F16x2 | Ty::Bf16x2) {
+                    // cvt.rn.f16x2.f32 d, hi, lo: two conversions packed.
+                    let e = if ty == Ty::F16x2 { Ty::F16 } else { Ty::Bf16 };
+                    let lo = self.val(t, &i.b);
+                    (from_f32(f32v(a), e) << 16) | from_f32(f32v(lo), e)
+                } else {
+                    cvt(i, a)
+                };
                 self.set(t, &i.d, r, ty);
             }
             Op::Cvta => {

@@ -393,6 +393,11 @@ fn conversions_round_and_saturate_like_ptx() {
     ops.push((format!("cvt.s32.s8 %rd, %ra;\n  {ST32}"), Box::new(|a, _, _| a as u8 as i8 as i32 as u32 as u64)));
     ops.push((format!("cvt.sat.u8.s32 %rd, %ra;\n  {ST32}"), Box::new(|a, _, _| (a as u32 as i32).clamp(0, 255) as u64)));
     ops.push((format!("cvt.u32.u16 %rd, %ha;\n  {ST32}"), Box::new(|a, _, _| a & 0xffff)));
+    // f16x2: pack two conversions, take the max lane-wise, unpack the high half.
+    ops.push((
+        format!("cvt.rn.f16x2.f32 %rd, %fa, %fb;\n  max.f16x2 %rd, %rd, %rd;\n  mov.b32 {{%ha, %hb}}, %rd;\n  cvt.f32.f16 %fd, %hb;\n  {STF}"),
+        rf(|a, _, _| if a.is_nan() { f32::NAN } else { half_of(a) }),
+    ));
     ops.push((format!("cvt.sat.f32.f32 %fd, %fa;\n  {STF}"), rf(|a, _, _| if a.is_nan() { 0.0 } else { a.clamp(0.0, 1.0) })));
     ops.push(("cvt.f64.f32 %dd, %fa;\n  mov.b64 %d, %dd;\n  setp.nan.f64 %p, %dd, %dd;\n  selp.b64 %d, 0, %d, %p;".into(), Box::new(|a, _, _| {
         let x = f32::from_bits(a as u32) as f64;
@@ -420,4 +425,14 @@ fn half_ref(a: f32) -> f32 {
         let q = 2f64.powi(-24);
         ((a as f64 / q).round_ties_even() * q) as f32
     }
+}
+
+/// f32 → f16 → f32 for the f16x2 case (reference rounding, normal range or special).
+fn half_of(a: f32) -> f32 {
+    if !a.is_finite() || a.abs() >= 65520.0 || a.abs() < 6.1035156e-5 {
+        return half_ref(a);
+    }
+    let e = a.abs().log2().floor();
+    let q = 2f64.powf(e as f64 - 10.0);
+    ((a as f64 / q).round_ties_even() * q) as f32
 }
