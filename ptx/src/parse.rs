@@ -398,22 +398,27 @@ impl Builder {
                 break;
             }
             p.next()?;
-            match w.as_str() {
-                ".align" => d.align = Some(p.int()? as u32),
-                ".global" | ".const" | ".shared" | ".local" | ".param" | ".reg" | ".tex" => d.space = Some(w),
-                ".ptr" => d.ptr = true,
-                ".v2" => d.vec = 2,
-                ".v4" => d.vec = 4,
-                ".v8" => d.vec = 8,
-                ".texref" | ".samplerref" | ".surfref" => d.ty = Some(Ty::B64),
-                _ => {
-                    if let Some(t) = Ty::parse(&w[1..]) {
-                        d.ty = Some(t);
-                    } else if w.starts_with(".global") || w.starts_with(".shared") || w.starts_with(".local") {
-                        // `.ptr.global.align 8` of kernel params: informative only.
-                    } else {
-                        return Err(perr(p.line(), format!("unknown declaration modifier `{w}`")));
+            // Words may join several directives (`.ptr.global.align 8`): take them one by one.
+            for part in w[1..].split('.') {
+                match part {
+                    // After `.ptr`, `.align` is the pointee's alignment, not the parameter's.
+                    "align" if d.ptr => {
+                        p.int()?;
                     }
+                    "align" => d.align = Some(p.int()? as u32),
+                    "global" | "const" | "shared" | "local" | "param" | "reg" | "tex" if !d.ptr => {
+                        d.space = Some(format!(".{part}"))
+                    }
+                    "global" | "const" | "shared" | "local" => {} // pointee space of `.ptr`
+                    "ptr" => d.ptr = true,
+                    "v2" => d.vec = 2,
+                    "v4" => d.vec = 4,
+                    "v8" => d.vec = 8,
+                    "texref" | "samplerref" | "surfref" => d.ty = Some(Ty::B64),
+                    _ => match Ty::parse(part) {
+                        Some(t) => d.ty = Some(t),
+                        None => return Err(perr(p.line(), format!("unknown declaration modifier `{w}`"))),
+                    },
                 }
             }
         }
@@ -1426,6 +1431,18 @@ mod tests {
         let by_name = |n: &str| prog.kernels.iter().find(|k| k.name == n).unwrap().uses_grid_sync;
         assert!(by_name("a"));
         assert!(!by_name("b"));
+    }
+
+    #[test]
+    fn pointer_param_alignment_attribute_does_not_change_the_layout() {
+        for src in [
+            ".visible .entry k(.param .u32 n, .param .u64 .ptr .global .align 1 p) { ret; }",
+            ".visible .entry k(.param .u32 n, .param .u64 .ptr.global.align 16 p) { ret; }",
+        ] {
+            let prog = parse_module(src).unwrap();
+            let offs: Vec<(u32, u32)> = prog.kernels[0].params.iter().map(|p| (p.offset, p.size)).collect();
+            assert_eq!(offs, vec![(0, 4), (8, 8)]);
+        }
     }
 
     #[test]
