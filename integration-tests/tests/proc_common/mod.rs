@@ -210,7 +210,12 @@ pub fn checkpoint(sb: &Sandbox, pid: u32) -> PathBuf {
         .env("CRUM_CONTROL_DIR", sb.sock())
         .output()
         .unwrap();
-    assert!(out.status.success(), "crum checkpoint {pid} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "crum checkpoint {pid} failed: {}(program alive: {})",
+        String::from_utf8_lossy(&out.stderr),
+        Path::new(&format!("/proc/{pid}")).exists()
+    );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
