@@ -718,7 +718,7 @@ impl Builder {
             }
             let line = p.line();
             let w = p.peek_word().unwrap_or("").to_string();
-            if w.starts_with('.') && w != ".pragma" {
+            if w.starts_with('.') && w != ".pragma" && w != ".loc" && w != ".file" {
                 let d = Self::decl(&mut p)?;
                 let al = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1) as u64;
                 match d.space.as_deref() {
@@ -762,6 +762,11 @@ impl Builder {
             }
             if w == ".pragma" {
                 p.skip_to_semi();
+                continue;
+            }
+            if w == ".loc" || w == ".file" {
+                // Line information (`-lineinfo`, `-G`): no `;`, ends with the line.
+                p.skip_line();
                 continue;
             }
             let s = p.i;

@@ -493,3 +493,18 @@ fn syncwarp_reduction_through_shared_memory_matches_cpu() {
     run(reduce(), &mut mem, "syncwarp_reduce", &cfg(1, 64), &Args::new().ptr(pi).ptr(po)).unwrap();
     assert_eq!(to_i32s(&mem.read(po, 8)), vec![x[..32].iter().sum::<i32>(), x[32..].iter().sum::<i32>()]);
 }
+
+#[test]
+fn lineinfo_and_debug_builds_parse_and_run() {
+    for flags in [&["-arch=sm_80", "-lineinfo"][..], &["-arch=sm_80", "-G"][..]] {
+        let obj = compile("basic", flags, false);
+        let images = crum_ptx::fatbin::extract_ptx(&fatbin_section(&obj)).unwrap();
+        let m = Module::parse(&crum_ptx::fatbin::best_ptx(&images).unwrap().ptx).unwrap_or_else(|e| panic!("{flags:?}: {e}"));
+        let n = 100;
+        let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let mut mem = HostMemory::new();
+        let (pa, pb, pc) = (mem.alloc_bytes(&f32s(&a)), mem.alloc_bytes(&f32s(&a)), mem.alloc(4 * n as u64));
+        run(&m, &mut mem, "vector_add", &cfg(1, 128), &Args::new().ptr(pa).ptr(pb).ptr(pc).i32(n)).unwrap();
+        assert_eq!(to_f32s(&mem.read(pc, 4 * n as usize)), a.iter().map(|x| x * 2.0).collect::<Vec<_>>(), "{flags:?}");
+    }
+}
