@@ -508,3 +508,36 @@ fn lineinfo_and_debug_builds_parse_and_run() {
         assert_eq!(to_f32s(&mem.read(pc, 4 * n as usize)), a.iter().map(|x| x * 2.0).collect::<Vec<_>>(), "{flags:?}");
     }
 }
+
+#[test]
+fn other_targets_and_fast_math_builds_run() {
+    for flags in [&["-arch=sm_75"][..], &["-arch=sm_90"][..], &["-arch=sm_80", "--use_fast_math"][..]] {
+        let obj = compile("basic", flags, false);
+        let images = crum_ptx::fatbin::extract_ptx(&fatbin_section(&obj)).unwrap();
+        let m = Module::parse(&crum_ptx::fatbin::best_ptx(&images).unwrap().ptx).unwrap_or_else(|e| panic!("{flags:?}: {e}"));
+        let n = 300;
+        let x: Vec<f64> = (0..n).map(|i| (i as f64 * 0.3).cos()).collect();
+        let mut mem = HostMemory::new();
+        let (pi, po) = (mem.alloc_bytes(&f64s(&x)), mem.alloc(8 * n as u64));
+        run(&m, &mut mem, "stencil_f64", &cfg(3, 128), &Args::new().ptr(pi).ptr(po).i32(n)).unwrap();
+        let got = to_f64s(&mem.read(po, 8 * n as usize));
+        for i in 1..n as usize - 1 {
+            assert_eq!(got[i], 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1], "{flags:?} i={i}");
+        }
+    }
+    // Fast math: approximate instructions (ex2/lg2/sin .approx.ftz) stay within float accuracy.
+    let obj = compile("mathfn", &["-arch=sm_80", "--use_fast_math"], false);
+    let images = crum_ptx::fatbin::extract_ptx(&fatbin_section(&obj)).unwrap();
+    let m = Module::parse(&crum_ptx::fatbin::best_ptx(&images).unwrap().ptx).unwrap();
+    let n = 32;
+    let x: Vec<f64> = (0..n).map(|i| 0.1 + i as f64 * 0.37).collect();
+    let mut mem = HostMemory::new();
+    let (px, po, pf) = (mem.alloc_bytes(&f64s(&x)), mem.alloc(8 * 3 * n as u64), mem.alloc(4 * 2 * n as u64));
+    run(&m, &mut mem, "math_fns", &cfg(1, 32), &Args::new().ptr(px).ptr(po).ptr(pf).i32(n)).unwrap();
+    let gotf = to_f32s(&mem.read(pf, 4 * 2 * n as usize));
+    for i in 0..n as usize {
+        let xf = x[i] as f32;
+        assert!((gotf[2 * i] - (xf * 100.0).sin()).abs() < 1e-4, "fast sinf {} vs {}", gotf[2 * i], (xf * 100.0).sin());
+        assert!((gotf[2 * i + 1] - xf.powf(1.5)).abs() <= 1e-5 * xf.powf(1.5).max(1.0), "fast powf");
+    }
+}
