@@ -41,12 +41,22 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     (void)d;
     switch (attr) {
-    case 1: case 2: *v = 1024; break;        /* max threads per block, block dim x */
-    case 10: *v = 32; break;                 /* warp size */
-    case 16: *v = 4; break;                  /* multiprocessors */
-    case 75: *v = 8; break;                  /* compute capability major */
+    case 1: case 2: case 3: *v = 1024; break; /* max threads per block, block dims x, y */
+    case 4: *v = 64; break;                   /* block dim z */
+    case 5: *v = 0x7fffffff; break;           /* grid dim x */
+    case 6: case 7: *v = 65535; break;        /* grid dims y, z */
+    case 8: *v = 48 << 10; break;             /* shared memory per block */
+    case 9: *v = 64 << 10; break;             /* constant memory */
+    case 10: *v = 32; break;                  /* warp size */
+    case 12: case 82: *v = 65536; break;      /* registers per block / per SM */
+    case 16: *v = 4; break;                   /* multiprocessors */
+    case 39: *v = 2048; break;                /* threads per SM */
+    case 75: *v = 8; break;                   /* compute capability major */
     case 76: *v = 0; break;
-    default: *v = 1; break;                  /* every feature flag, including VMM (102) */
+    case 81: *v = 164 << 10; break;           /* shared memory per SM */
+    case 97: *v = 163 << 10; break;           /* shared memory per block, opt-in */
+    case 106: *v = 32; break;                 /* blocks per SM */
+    default: *v = 1; break;                   /* every feature flag, including VMM (102) */
     }
     return OK;
 }
