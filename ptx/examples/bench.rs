@@ -65,6 +65,19 @@ fn main() {
         );
     }
 
+    // Launch overhead: many tiny launches (2 blocks x 64 threads).
+    let small = LaunchConfig { grid: [2, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 0, cooperative: false };
+    let mut p = out.to_le_bytes().to_vec();
+    p.extend_from_slice(&1i32.to_le_bytes());
+    for workers in [1, cores] {
+        let pool = Pool::new(workers);
+        let t = Instant::now();
+        for _ in 0..2000 {
+            launch(&module, "busy", &small, &p, &|_| None, &mem, &pool).unwrap();
+        }
+        println!("tiny launches, {workers} worker(s): {:.1} us per launch", t.elapsed().as_secs_f64() / 2000.0 * 1e6);
+    }
+
     // Many small blocks: vector add of 4M floats in blocks of 256 threads.
     let n = 1u32 << 22;
     let bufs: Vec<u64> = (0..3).map(|_| mem.alloc(4 * n as u64)).collect();

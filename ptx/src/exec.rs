@@ -25,6 +25,8 @@ const WIN_SIZE: u64 = 1 << 40;
 
 /// Threads per block, as on every CUDA GPU.
 const MAX_THREADS_PER_BLOCK: u64 = 1024;
+/// Estimated remaining grid time above which helper workers are started.
+const SPAWN_WORTH_S: f64 = 300e-6;
 /// Instructions a thread runs before the others of its block get a turn.
 const YIELD_AFTER: u64 = 1 << 16;
 /// Shared memory per block the emulated device offers at most (the largest GPUs: 228 KiB).
@@ -150,7 +152,9 @@ pub(crate) fn launch(
     let results: Mutex<Vec<BlockResult>> = Mutex::new(Vec::new());
     let total_insts = std::sync::atomic::AtomicU64::new(0);
     let workers = (pool.threads as u64).min(nblocks) as usize;
-    let work = || {
+    // Runs blocks from the shared counter until none is left (or `limit` blocks are done).
+    let work = |limit: Option<usize>| {
+        let mut done = 0usize;
         let mut b = Block {
             l: &l,
             regions: Regions::new(mem),
@@ -164,9 +168,10 @@ pub(crate) fn launch(
         b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
         let mut threads: Vec<Thread> = Vec::new();
         loop {
-            if l.stop.load(Ordering::Relaxed) {
+            if l.stop.load(Ordering::Relaxed) || limit.is_some_and(|n| done >= n) {
                 break;
             }
+            done += 1;
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i as u64 >= nblocks {
                 break;
@@ -195,13 +200,30 @@ pub(crate) fn launch(
         total_insts.fetch_add(b.insts, Ordering::Relaxed);
     };
     if workers <= 1 {
-        work();
-    } else {
+        work(None);
+    } else if grid_sync {
+        // Grid sync needs every block resident at once.
         std::thread::scope(|s| {
             for _ in 0..workers {
-                s.spawn(work);
+                s.spawn(|| work(None));
             }
         });
+    } else {
+        // Run the first block here and time it: helpers are only worth their start-up cost
+        // (tens of microseconds) when the rest of the grid takes longer than that.
+        let t = Instant::now();
+        work(Some(1));
+        let rest = t.elapsed().as_secs_f64() * (nblocks - 1) as f64;
+        if rest < SPAWN_WORTH_S {
+            work(None);
+        } else {
+            std::thread::scope(|s| {
+                for _ in 1..workers {
+                    s.spawn(|| work(None));
+                }
+                work(None);
+            });
+        }
     }
     let mut res = results.into_inner().unwrap_or_else(|e| e.into_inner());
     res.sort_by_key(|r| r.0);
