@@ -168,11 +168,12 @@ fn block_prefix_scan_matches_cpu() {
 
 #[test]
 fn shared_memory_histogram_matches_cpu() {
-    let n = 10_000;
-    let data: Vec<u8> = (0..n).map(|i| ((i * 7919) % 251) as u8).collect();
+    // Large enough that the pool starts its helper workers: global atomics race for real.
+    let n = 200_000;
+    let data: Vec<u8> = (0..n).map(|i: usize| (i.wrapping_mul(7919) % 251) as u8).collect();
     let mut mem = HostMemory::new();
     let (pd, pb) = (mem.alloc_bytes(&data), mem.alloc(64 * 4));
-    run(reduce(), &mut mem, "histogram", &cfg(8, 128), &Args::new().ptr(pd).ptr(pb).i32(n)).unwrap();
+    run(reduce(), &mut mem, "histogram", &cfg(8, 128), &Args::new().ptr(pd).ptr(pb).i32(n as i32)).unwrap();
     let mut want = [0i32; 64];
     for d in &data {
         want[(*d % 64) as usize] += 1;
