@@ -228,6 +228,8 @@ pub struct Cuda {
     window: (u64, u64),
     /// The range reserved with `cuMemAddressReserve` (released on drop).
     reserved: (u64, u64),
+    /// The pinned half, reserved PROT_NONE in this process (released on drop).
+    host_reserved: (u64, u64),
     tables: Mutex<Tables>,
     shared: Arc<Shared>,
     next_handle: AtomicU64,
@@ -288,6 +290,11 @@ impl Cuda {
             driver::MapError::Moved { got } => ProbeError::Window { base, got },
             driver::MapError::Driver(code) => drv("cuMemAddressReserve")(code),
         })?;
+        if let Err(e) = if size > half { host_reserve(base + half, size - half) } else { Ok(()) } {
+            let _ = driver::release_reservation(base, dev_size);
+            tracing::warn!("pinned half of the device window: {e}");
+            return Err(ProbeError::Window { base: base + half, got: 0 });
+        }
         let pinned = Planner::new(base + half, size - half, granule);
         tracing::info!(
             device = %props.name,
@@ -302,6 +309,7 @@ impl Cuda {
             planner: Mutex::new(Planners { device: Planner::new(base, dev_size, granule), pinned }),
             window: (base, size),
             reserved: (base, dev_size),
+            host_reserved: (base + half, size - half),
             tables: Mutex::default(),
             shared: Arc::new(Shared {
                 app: OnceLock::new(),
@@ -740,29 +748,63 @@ unsafe fn stage_slice<'a>(addr: u64, len: u64) -> &'a mut [u8] {
 }
 
 /// Map a new memfd of `len` bytes at `addr` (shared, so the application maps the same pages).
-fn pinned_map(addr: u64, len: u64) -> std::io::Result<OwnedFd> {
-    let fd = nix::sys::memfd::memfd_create(c"crum-pinned", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
-    nix::unistd::ftruncate(&fd, len as i64).map_err(std::io::Error::from)?;
-    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is a planner
-    // chunk of the device window, which nothing else in this process uses.
+/// Reserve `[addr, addr+len)` of this process's address space (PROT_NONE, nothing committed)
+/// for pinned host memory, so that nothing else — the driver's own host allocations included —
+/// lands where the planner will put it.
+fn host_reserve(addr: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; PROT_NONE with
+    // MAP_NORESERVE commits nothing.
     let p = unsafe {
-        libc::mmap(addr as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE, fd.as_raw_fd(), 0)
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
     };
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
     if p as u64 != addr {
-        pinned_unmap(p as u64, len);
+        // Old kernels ignore the flag and pick another address.
+        // SAFETY: unmapping what was just mapped.
+        unsafe { libc::munmap(p, len as usize) };
         return Err(std::io::Error::from(std::io::ErrorKind::AddrInUse));
+    }
+    Ok(())
+}
+
+/// Map a new memfd of `len` bytes at `addr` (shared, so the application maps the same pages),
+/// over this module's reservation of the pinned half of the window.
+fn pinned_map(addr: u64, len: u64) -> std::io::Result<OwnedFd> {
+    let fd = nix::sys::memfd::memfd_create(c"crum-pinned", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
+    nix::unistd::ftruncate(&fd, len as i64).map_err(std::io::Error::from)?;
+    // SAFETY: MAP_FIXED replaces only part of our own PROT_NONE reservation of the pinned half
+    // (`host_reserve`), at a planner chunk no other allocation uses.
+    let p = unsafe {
+        libc::mmap(addr as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, fd.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(fd)
 }
 
+/// Give a pinned mapping's pages back, keeping the range reserved.
 fn pinned_unmap(addr: u64, len: u64) {
-    // SAFETY: unmapping a pinned mapping this module made; no references into it remain
-    // (the device is drained before a free).
+    // SAFETY: replaces a pinned mapping this module made with a PROT_NONE reservation again;
+    // no references into it remain (the device is drained before a free).
     unsafe {
-        libc::munmap(addr as *mut libc::c_void, len as usize);
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        );
     }
 }
 
@@ -1313,6 +1355,12 @@ impl Drop for Cuda {
             let _ = driver::unmap(m);
         }
         let _ = driver::release_reservation(self.reserved.0, self.reserved.1);
+        let (addr, len) = self.host_reserved;
+        if len > 0 {
+            // SAFETY: the pinned half was reserved by `host_reserve` in `with_window`; every
+            // pinned mapping in it was unmapped above.
+            unsafe { libc::munmap(addr as *mut libc::c_void, len as usize) };
+        }
         for (_, m) in t.modules.drain() {
             let _ = driver::module_unload(m.module);
         }
