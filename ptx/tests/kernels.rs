@@ -542,3 +542,29 @@ fn other_targets_and_fast_math_builds_run() {
         assert!((gotf[2 * i + 1] - xf.powf(1.5)).abs() <= 1e-5 * xf.powf(1.5).max(1.0), "fast powf");
     }
 }
+
+#[test]
+fn sub_warp_shuffles_follow_the_cuda_documentation() {
+    let x: Vec<i32> = (0..32).map(|i| 1000 + i * 7).collect();
+    for width in [2i32, 4, 8, 16, 32] {
+        // (Deltas use 5 bits in hardware, so stay below 32.)
+        for delta in [0i32, 1, 3, width - 1, (width + 2).min(31)] {
+            let mut mem = HostMemory::new();
+            let (pi, po) = (mem.alloc_bytes(&i32s(&x)), mem.alloc(32 * 12));
+            run(reduce(), &mut mem, "shfl_width", &cfg(1, 32), &Args::new().ptr(pi).ptr(po).i32(delta).i32(width)).unwrap();
+            let got = to_i32s(&mem.read(po, 32 * 12));
+            for lane in 0..32i32 {
+                let base = lane / width * width;
+                let pos = lane % width;
+                // __shfl_up: lane - delta within the segment, else own value.
+                let up = if pos >= delta { x[(lane - delta) as usize] } else { x[lane as usize] };
+                // __shfl_down: lane + delta within the segment, else own value.
+                let down = if pos + delta < width { x[(lane + delta) as usize] } else { x[lane as usize] };
+                // __shfl: srcLane modulo width, within the segment.
+                let idx = x[(base + delta % width) as usize];
+                let l = lane as usize;
+                assert_eq!(&got[l * 3..l * 3 + 3], &[up, down, idx], "width={width} delta={delta} lane={lane}");
+            }
+        }
+    }
+}

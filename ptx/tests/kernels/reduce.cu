@@ -128,3 +128,12 @@ extern "C" __global__ void syncwarp_reduce(const int* in, int* out) {
     }
     if (lane == 0) out[t / 32] = s[t];
 }
+
+// Shuffles with a sub-warp width, for comparison with the CUDA documentation's rules.
+extern "C" __global__ void shfl_width(const int* in, int* out, int delta, int width) {
+    int t = threadIdx.x;
+    int v = in[t];
+    out[t * 3 + 0] = __shfl_up_sync(0xffffffff, v, delta, width);
+    out[t * 3 + 1] = __shfl_down_sync(0xffffffff, v, delta, width);
+    out[t * 3 + 2] = __shfl_sync(0xffffffff, v, delta, width);
+}
