@@ -436,3 +436,38 @@ fn half_of(a: f32) -> f32 {
     let q = 2f64.powf(e as f64 - 10.0);
     ((a as f64 / q).round_ties_even() * q) as f32
 }
+
+#[test]
+fn bit_and_media_instructions_match_rust() {
+    let b = |op: &str| format!("{op}\n  {ST32}");
+    let ops: Vec<(String, Ref)> = vec![
+        (b("bfind.u32 %rd, %ra;"), r32(|a, _, _| if a == 0 { u32::MAX } else { 31 - a.leading_zeros() })),
+        (b("bfind.s32 %rd, %ra;"), r32(|a, _, _| {
+            let v = if (a as i32) < 0 { !a } else { a };
+            if v == 0 { u32::MAX } else { 31 - v.leading_zeros() }
+        })),
+        (b("bfind.shiftamt.u32 %rd, %ra;"), r32(|a, _, _| if a == 0 { u32::MAX } else { a.leading_zeros() })),
+        (b("cnot.b32 %rd, %ra;"), r32(|a, _, _| (a == 0) as u32)),
+        (b("lop3.b32 %rd, %ra, %rb, %rc, 0x96;"), r32(|a, b, c| a ^ b ^ c)),
+        (b("lop3.b32 %rd, %ra, %rb, %rc, 0xe8;"), r32(|a, b, c| (a & b) | (a & c) | (b & c))),
+        (b("shf.l.wrap.b32 %rd, %ra, %rb, %rc;"), r32(|a, b, c| ((((b as u64) << 32 | a as u64) << (c & 31)) >> 32) as u32)),
+        (b("shf.r.clamp.b32 %rd, %ra, %rb, %rc;"), r32(|a, b, c| (((b as u64) << 32 | a as u64) >> c.min(32)) as u32)),
+        (b("sad.u32 %rd, %ra, %rb, %rc;"), r32(|a, b, c| c.wrapping_add(a.abs_diff(b)))),
+        (b("mul24.lo.u32 %rd, %ra, %rb;"), r32(|a, b, _| (a & 0xff_ffff).wrapping_mul(b & 0xff_ffff))),
+        (b("mad24.lo.s32 %rd, %ra, %rb, %rc;"), r32(|a, b, c| (((a << 8) as i32 >> 8).wrapping_mul((b << 8) as i32 >> 8) as u32).wrapping_add(c))),
+        (b("dp4a.s32.s32 %rd, %ra, %rb, %rc;"), r32(|a, b, c| {
+            (0..4).fold(c as i32, |acc, k| acc.wrapping_add((a >> (8 * k)) as u8 as i8 as i32 * (b >> (8 * k)) as u8 as i8 as i32)) as u32
+        })),
+        (b("set.lt.u32.s32 %rd, %ra, %rb;"), r32(|a, b, _| if (a as i32) < (b as i32) { u32::MAX } else { 0 })),
+        (b("slct.u32.s32 %rd, %ra, %rb, %rc;"), r32(|a, b, c| if c as i32 >= 0 { a } else { b })),
+        (b("add.sat.s32 %rd, %ra, %rb;"), r32(|a, b, _| (a as i32).saturating_add(b as i32) as u32)),
+        (b("sub.sat.s32 %rd, %ra, %rb;"), r32(|a, b, _| (a as i32).saturating_sub(b as i32) as u32)),
+        ("mul.wide.u16 %rd, %ha, %hb;\n  cvt.u64.u32 %d, %rd;".into(), Box::new(|a, b, _| (a & 0xffff) * (b & 0xffff))),
+        ("min.s16 %hd, %ha, %hb;\n  cvt.u64.u16 %d, %hd;".into(), Box::new(|a, b, _| (a as u16 as i16).min(b as u16 as i16) as u16 as u64)),
+        ("shr.s16 %hd, %ha, 3;\n  cvt.u64.u16 %d, %hd;".into(), Box::new(|a, _, _| ((a as u16 as i16) >> 3) as u16 as u64)),
+        ("cvt.s32.s16 %rd, %ha;\n  cvt.u64.u32 %d, %rd;".into(), Box::new(|a, _, _| a as u16 as i16 as i32 as u32 as u64)),
+        ("testp.finite.f32 %p, %fa;\n  selp.u64 %d, 1, 0, %p;".into(), Box::new(|a, _, _| f32::from_bits(a as u32).is_finite() as u64)),
+        ("testp.subnormal.f32 %p, %fa;\n  selp.u64 %d, 1, 0, %p;".into(), Box::new(|a, _, _| f32::from_bits(a as u32).is_subnormal() as u64)),
+    ];
+    family(ops, prop_oneof![u32s(), f32_bits()]);
+}
