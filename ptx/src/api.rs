@@ -118,6 +118,17 @@ pub trait DeviceMemory: Sync {
         let _ = handle;
         None
     }
+    /// Device-side `malloc`: a fresh allocation of `size` bytes, or None (the kernel gets
+    /// NULL, as when a GPU's device heap is exhausted). The region must be visible to
+    /// `region` immediately.
+    fn malloc(&self, size: u64) -> Option<u64> {
+        let _ = size;
+        None
+    }
+    /// Device-side `free` of a pointer `malloc` returned.
+    fn free(&self, addr: u64) {
+        let _ = addr;
+    }
     /// Surface object lookup (`cudaCreateSurfaceObject` handles), described like a
     /// texture (base, extent, pitch, channel bits); None → illegal address.
     fn surface(&self, handle: u64) -> Option<TextureDesc> {

@@ -1686,7 +1686,31 @@ impl<'a, 'l> Block<'a, 'l> {
                 self.printf.extend_from_slice(s.as_bytes());
                 Err(LaunchError::Assert)
             }
-            CallTarget::Extern(e) => Err(LaunchError::Unsupported(format!("device-side {e:?}"))),
+            CallTarget::Extern(Extern::Malloc) => {
+                let size = cs.args.first().map_or(0, |&(off, _)| {
+                    let o = t.fb + off as usize;
+                    t.pframe.get(o..o + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+                });
+                // NULL when the device has no heap (or it is exhausted), as on a GPU.
+                let p = if size == 0 { 0 } else { self.regions.mem().malloc(size).unwrap_or(0) };
+                if let Some(&(off, _)) = cs.rets.first() {
+                    let o = t.fb + off as usize;
+                    if let Some(b) = t.pframe.get_mut(o..o + 8) {
+                        b.copy_from_slice(&p.to_le_bytes());
+                    }
+                }
+                Ok(true)
+            }
+            CallTarget::Extern(Extern::Free) => {
+                let p = cs.args.first().map_or(0, |&(off, _)| {
+                    let o = t.fb + off as usize;
+                    t.pframe.get(o..o + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+                });
+                if p != 0 {
+                    self.regions.mem().free(p);
+                }
+                Ok(true)
+            }
         }
     }
 

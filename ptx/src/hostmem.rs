@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::api::{DeviceMemory, Region, TextureDesc};
 
@@ -13,11 +14,13 @@ pub struct HostMemory {
     next: u64,
     textures: HashMap<u64, TextureDesc>,
     surfaces: HashMap<u64, TextureDesc>,
+    /// Device heap for kernel `malloc`: (base, size, next free offset); bump allocation.
+    heap: Option<(u64, u64, Mutex<u64>)>,
 }
 
 impl HostMemory {
     pub fn new() -> HostMemory {
-        HostMemory { allocs: Vec::new(), next: 0x7000_0000_0000, textures: HashMap::new(), surfaces: HashMap::new() }
+        HostMemory { allocs: Vec::new(), next: 0x7000_0000_0000, textures: HashMap::new(), surfaces: HashMap::new(), heap: None }
     }
 
     /// Allocate `len` zeroed bytes; returns the device address (256-byte aligned, with an
@@ -72,6 +75,13 @@ impl HostMemory {
         self.textures.insert(handle, desc);
     }
 
+    /// Give kernels a device heap of `size` bytes for `malloc` (bump allocation; `free`
+    /// does not reuse memory).
+    pub fn enable_device_heap(&mut self, size: u64) {
+        let base = self.alloc(size);
+        self.heap = Some((base, size, Mutex::new(0)));
+    }
+
     /// Register a surface object under `handle`.
     pub fn add_surface(&mut self, handle: u64, desc: TextureDesc) {
         self.surfaces.insert(handle, desc);
@@ -87,5 +97,15 @@ impl DeviceMemory for HostMemory {
     }
     fn surface(&self, handle: u64) -> Option<TextureDesc> {
         self.surfaces.get(&handle).cloned()
+    }
+    fn malloc(&self, size: u64) -> Option<u64> {
+        let (base, len, next) = self.heap.as_ref()?;
+        let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+        let off = n.div_ceil(16) * 16;
+        if off.checked_add(size)? > *len {
+            return None;
+        }
+        *n = off + size;
+        Some(base + off)
     }
 }

@@ -880,7 +880,11 @@ impl Builder {
                         args.iter().zip(&func.param_offs).map(|(a, f)| (a.0, f.1)).collect(),
                     )
                 }
-                CallTarget::Extern(_) => (rets.iter().map(|r| (r.0, 4)).collect(), args.iter().map(|a| (a.0, 8)).collect()),
+                // vprintf returns an int, malloc a pointer; arguments are pointers or sizes.
+                CallTarget::Extern(e) => {
+                    let rsize = if e == Extern::Malloc { 8 } else { 4 };
+                    (rets.iter().map(|r| (r.0, rsize)).collect(), args.iter().map(|a| (a.0, 8)).collect())
+                }
             };
             if let CallTarget::Func(f) = target {
                 self.call_edges.push((self.cur_func, f));

@@ -568,3 +568,17 @@ fn sub_warp_shuffles_follow_the_cuda_documentation() {
         }
     }
 }
+
+#[test]
+fn device_malloc_uses_the_heap_or_returns_null() {
+    for heap in [true, false] {
+        let mut mem = HostMemory::new();
+        if heap {
+            mem.enable_device_heap(1 << 16);
+        }
+        let out = mem.alloc(32 * 4);
+        run(mathfn(), &mut mem, "device_malloc", &cfg(1, 32), &Args::new().ptr(out)).unwrap();
+        let want: Vec<i32> = (0..32).map(|t| if heap { 4 * t } else { -1 }).collect();
+        assert_eq!(to_i32s(&mem.read(out, 128)), want, "heap={heap}");
+    }
+}

@@ -25,3 +25,15 @@ extern "C" __global__ void failing_assert(int v) {
 extern "C" __global__ void trapping(int v) {
     if (v == 3) __trap();
 }
+
+extern "C" __global__ void device_malloc(int* out) {
+    int t = threadIdx.x;
+    int* p = (int*)malloc(4 * sizeof(int));
+    if (p) {
+        for (int k = 0; k < 4; ++k) p[k] = t * k;
+        out[t] = p[1] + p[3];
+        free(p);
+    } else {
+        out[t] = -1;
+    }
+}
