@@ -53,7 +53,9 @@ pub fn compile(name: &str, flags: &[&str], link: bool) -> PathBuf {
         return out;
     }
     // Build under a private name, then rename: concurrent tests never see a partial file.
-    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = out.with_extension(format!("tmp{}-{seq}", std::process::id()));
     let mut cmd = Command::new(nvcc());
     cmd.args(["-cudart", "shared"]).args(flags);
     if !link {
@@ -62,6 +64,7 @@ pub fn compile(name: &str, flags: &[&str], link: bool) -> PathBuf {
     cmd.arg(&src).arg("-o").arg(&tmp);
     let r = cmd.output().expect("run nvcc");
     assert!(r.status.success(), "nvcc failed for {name}: {}", String::from_utf8_lossy(&r.stderr));
+    // Two tests may build the same file at once; either result is fine.
     std::fs::rename(&tmp, &out).unwrap();
     out
 }
