@@ -1,0 +1,45 @@
+// Device queries: count, properties, attributes, memory info, pointer attributes, versions,
+// function attributes and occupancy. Printed values are only those that are stable.
+#include "common.h"
+__global__ void k(float *x) { x[threadIdx.x] *= 2; }
+int main() {
+    int n = 0, dev = -1, rt = 0, drv = 0;
+    CK(cudaGetDeviceCount(&n)); EXPECT(n >= 1);
+    CK(cudaSetDevice(0)); CK(cudaGetDevice(&dev)); EXPECT(dev == 0);
+    CK(cudaRuntimeGetVersion(&rt)); CK(cudaDriverGetVersion(&drv));
+    EXPECT(rt > 0 && drv >= rt / 1000 * 1000 - 1000);
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    EXPECT(p.name[0] != 0);
+    EXPECT(p.warpSize == 32 && p.maxThreadsPerBlock >= 1024 && p.totalGlobalMem > 0);
+    EXPECT(p.major >= 7 && p.multiProcessorCount > 0 && p.sharedMemPerBlock >= 48 * 1024);
+    int v = 0;
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrWarpSize, 0)); EXPECT(v == 32);
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxThreadsPerBlock, 0)); EXPECT(v == p.maxThreadsPerBlock);
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0)); EXPECT(v == p.multiProcessorCount);
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, 0)); EXPECT(v == p.major);
+    size_t fr = 0, tot = 0, fr2 = 0;
+    CK(cudaMemGetInfo(&fr, &tot)); EXPECT(tot > 0 && fr <= tot);
+    float *d, *h, *m;
+    CK(cudaMalloc(&d, 64 << 20));
+    CK(cudaMemGetInfo(&fr2, &tot)); EXPECT(fr2 <= fr);
+    CK(cudaMallocHost(&h, 4096)); CK(cudaMallocManaged(&m, 4096));
+    cudaPointerAttributes a;
+    CK(cudaPointerGetAttributes(&a, d)); EXPECT(a.type == cudaMemoryTypeDevice && a.devicePointer == d);
+    CK(cudaPointerGetAttributes(&a, (char *)d + 100)); EXPECT(a.type == cudaMemoryTypeDevice);
+    CK(cudaPointerGetAttributes(&a, h)); EXPECT(a.type == cudaMemoryTypeHost);
+    CK(cudaPointerGetAttributes(&a, m)); EXPECT(a.type == cudaMemoryTypeManaged);
+    int stackv = 0;
+    CK(cudaPointerGetAttributes(&a, &stackv)); EXPECT(a.type == cudaMemoryTypeUnregistered);
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k)); EXPECT(fa.maxThreadsPerBlock > 0);
+    int blocks = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, 128, 0)); EXPECT(blocks >= 1);
+    size_t lim = 0;
+    CK(cudaDeviceGetLimit(&lim, cudaLimitStackSize)); EXPECT(lim > 0);
+    CK(cudaFree(d)); CK(cudaFreeHost(h)); CK(cudaFree(m));
+    CK(cudaDeviceSynchronize());
+    printf("devices>=1 warp %d\n", p.warpSize);
+    printf("PASS\n");
+    return 0;
+}

@@ -1,0 +1,39 @@
+// Error semantics: a freed device pointer -> cudaErrorInvalidValue (non-sticky), 2048 threads per block
+// -> cudaErrorInvalidConfiguration (non-sticky), out-of-bounds store -> cudaErrorIllegalAddress
+// (sticky: every later call fails with it).
+#include "common.h"
+__global__ void nop(int *x) { if (x) x[threadIdx.x] = 1; }
+__global__ void oob(int *x) { x[(size_t)1 << 40] = 1; }
+int main() {
+    setvbuf(stdout, nullptr, _IONBF, 0);  // keep the lines printed before a crash
+    int h = 0, *gone;
+    CK(cudaMalloc(&gone, 4096));
+    CK(cudaFree(gone));
+    cudaError_t e = cudaMemcpy(&h, gone, 4, cudaMemcpyDeviceToHost);
+    printf("freed pointer: %s\n", cudaGetErrorName(e));
+    EXPECT(e == cudaErrorInvalidValue);
+    e = cudaFree((void *)0x1234);
+    printf("bad free: %s\n", cudaGetErrorName(e));
+    EXPECT(e != cudaSuccess);
+    cudaGetLastError();
+    nop<<<1, 2048>>>(nullptr);
+    e = cudaGetLastError();
+    printf("2048 threads: %s\n", cudaGetErrorName(e));
+    EXPECT(e == cudaErrorInvalidConfiguration);
+    EXPECT(cudaGetLastError() == cudaSuccess);  // non-sticky: cleared by the read
+    int *d;
+    CK(cudaMalloc(&d, 64 * 4));
+    nop<<<1, 64>>>(d);
+    CK(cudaDeviceSynchronize());
+    oob<<<1, 1>>>(d);
+    e = cudaDeviceSynchronize();
+    printf("out of bounds: %s\n", cudaGetErrorName(e));
+    EXPECT(e == cudaErrorIllegalAddress);
+    e = cudaMalloc(&d, 16);
+    printf("after: %s\n", cudaGetErrorName(e));
+    EXPECT(e == cudaErrorIllegalAddress);  // sticky
+    EXPECT(cudaPeekAtLastError() == cudaErrorIllegalAddress);
+    printf("string: %s\n", cudaGetErrorString(cudaErrorInvalidValue));
+    printf("PASS\n");
+    return 0;
+}
