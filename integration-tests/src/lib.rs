@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -235,9 +235,6 @@ pub struct Background {
     pub ckpt_dir: PathBuf,
 }
 
-/// Serializes nothing by itself; tests that share a directory can lock this.
-pub static CKPT_LOCK: Mutex<()> = Mutex::new(());
-
 impl Background {
     /// Start `prog args` under `crum run` with checkpoint images going to `ckpt_dir`.
     pub fn start(prog: &Path, args: &[&str], ckpt_dir: &Path) -> Result<Background> {
@@ -248,14 +245,33 @@ impl Background {
         Ok(Background { child, ckpt_dir: ckpt_dir.to_path_buf() })
     }
 
-    /// Pid of the `crum run` process (crum's CLI finds the program behind it).
+    /// Pid of the `crum run` process.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// `crum checkpoint <pid> --dir <ckpt_dir>`; returns the image path it prints.
-    pub fn checkpoint(&self) -> Result<PathBuf> {
-        checkpoint(self.pid(), &self.ckpt_dir)
+    /// Pid of the program itself (a child of `crum run`; the proxy is another child, so the
+    /// program is the one whose command line names `prog`), waiting up to 10 s for it.
+    pub fn app_pid(&self, prog: &Path) -> Result<u32> {
+        let start = Instant::now();
+        loop {
+            if let Some(p) = children(self.pid()).into_iter().find(|&c| {
+                fs::read(format!("/proc/{c}/cmdline"))
+                    .map(|cl| cl.split(|&b| b == 0).next() == Some(prog.as_os_str().as_encoded_bytes()))
+                    .unwrap_or(false)
+            }) {
+                return Ok(p);
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("no process running {} under crum run (pid {})", prog.display(), self.pid());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `crum checkpoint <program pid> --dir <ckpt_dir>`; returns the image path it prints.
+    pub fn checkpoint(&self, prog: &Path) -> Result<PathBuf> {
+        checkpoint(self.app_pid(prog)?, &self.ckpt_dir)
     }
 
     /// SIGKILL the program and reap it.
@@ -269,6 +285,19 @@ impl Background {
     pub fn finish(self, timeout: Duration) -> Result<RunResult> {
         wait_with_timeout(self.child, timeout)
     }
+}
+
+/// Child pids of `pid` (all its threads' children).
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|w| w.parse::<u32>().ok()));
+            }
+        }
+    }
+    out
 }
 
 /// `crum checkpoint <pid> --dir <dir>`; returns the image path (last line of its stdout).
