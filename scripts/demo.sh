@@ -58,7 +58,7 @@ for _ in $(seq 1 600); do
   kill -0 "$runpid" 2>/dev/null || die "the program ended before it could be checkpointed"
   sleep 0.05
 done
-app=$(pgrep -P "$runpid" -n || true)
+app=$(pgrep -P "$runpid" -f "^$work/jacobi " | head -n 1 || true)
 [ -n "$app" ] || die "no program process under crum run (pid $runpid)"
 image=$("$crum" checkpoint "$app" --dir "$work/images" | tail -n 1) || die "crum checkpoint $app failed"
 echo "checkpoint image: $image"
