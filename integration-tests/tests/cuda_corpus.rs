@@ -51,6 +51,8 @@ corpus_test!(
 corpus_test!(host_functions_and_callbacks_run_in_stream_order, "events_callbacks");
 corpus_test!(device_properties_and_pointer_attributes_are_consistent, "device_query");
 corpus_test!(read_and_write_syscalls_on_managed_memory_match_cpu, "managed_fileio");
+corpus_test!(registered_mapped_host_memory_default_copies_and_priorities_work, "host_memory");
+corpus_test!(managed_memory_from_threads_write_then_read_and_sparse_gib_match_cpu, "managed_threads");
 
 #[test]
 fn jacobi_solver_short_run_matches_cpu_and_reports_progress() {
