@@ -208,7 +208,12 @@ pub fn crum_run(prog: &Path, args: &[&str], timeout: Duration) -> Result<RunResu
 /// Build `name` and run it under `crum run`; panics with the full output unless it exits 0
 /// with a final `PASS` line. Returns stdout.
 pub fn run_cuda_pass(name: &str, args: &[&str]) -> String {
-    let exe = build_cuda(name).unwrap_or_else(|e| panic!("{e:#}"));
+    run_cuda_pass_with(name, &[], args)
+}
+
+/// [`run_cuda_pass`] for a program built with extra nvcc flags.
+pub fn run_cuda_pass_with(name: &str, nvcc_flags: &[&str], args: &[&str]) -> String {
+    let exe = build_cuda_with(name, nvcc_flags).unwrap_or_else(|e| panic!("{e:#}"));
     let r = crum_run(&exe, args, Duration::from_secs(120)).expect("crum run");
     assert!(
         r.code == Some(0) && !r.timed_out && r.stdout.lines().last() == Some("PASS"),

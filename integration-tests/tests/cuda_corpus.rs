@@ -3,7 +3,7 @@
 //! its GPU results against a CPU computation, and must exit 0 with a final `PASS`; its stdout
 //! must equal `cuda/expected/<name>.out` where that file exists.
 
-use crum_integration_tests::{check_expected, run_cuda_pass};
+use crum_integration_tests::{check_expected, run_cuda_pass, run_cuda_pass_with};
 
 fn corpus(name: &str, args: &[&str]) -> String {
     let out = run_cuda_pass(name, args);
@@ -59,4 +59,10 @@ fn jacobi_solver_short_run_matches_cpu_and_reports_progress() {
     let out = corpus("jacobi", &["32", "300", "100"]);
     let steps = out.lines().filter(|l| l.starts_with("step ")).count();
     assert_eq!(steps, 3, "one progress line per 100 iterations:\n{out}");
+}
+
+#[test]
+fn per_thread_default_streams_with_large_dynamic_shared_memory_match_cpu() {
+    let out = run_cuda_pass_with("per_thread_stream", &["--default-stream", "per-thread"], &[]);
+    check_expected("per_thread_stream", &out);
 }
