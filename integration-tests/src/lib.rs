@@ -19,11 +19,16 @@ use anyhow::{bail, Context, Result};
 
 /// Root of the cargo workspace.
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
 }
 
 /// Directory of the CUDA programs (`integration-tests/cuda`).
@@ -65,7 +70,10 @@ pub fn cuda_home() -> Result<PathBuf> {
             .output()
             .map_err(|e| format!("running scripts/setup-cuda.sh: {e}"))?;
         if !out.status.success() {
-            return Err(format!("scripts/setup-cuda.sh --env failed: {}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "scripts/setup-cuda.sh --env failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
         let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
@@ -82,7 +90,10 @@ fn nvcc_version(nvcc: &Path) -> Result<String> {
     if let Some(v) = VER.get() {
         return Ok(v.clone());
     }
-    let out = Command::new(nvcc).arg("--version").output().context("nvcc --version")?;
+    let out = Command::new(nvcc)
+        .arg("--version")
+        .output()
+        .context("nvcc --version")?;
     let v = String::from_utf8_lossy(&out.stdout).into_owned();
     Ok(VER.get_or_init(|| v).clone())
 }
@@ -110,9 +121,17 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
     if exe.exists() {
         return Ok(exe);
     }
-    let tmp = dir.join(format!("{name}.tmp{}-{:?}", std::process::id(), std::thread::current().id()));
+    let tmp = dir.join(format!(
+        "{name}.tmp{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let tmp = PathBuf::from(tmp.to_string_lossy().replace(['(', ')'], ""));
-    let path = format!("{}:{}", home.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        home.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = Command::new(&nvcc)
         .args(["-cudart", "shared", "-arch=sm_80", "-O2", "-o"])
         .arg(&tmp)
@@ -123,7 +142,11 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
         .context("run nvcc")?;
     if !out.status.success() {
         let _ = fs::remove_file(&tmp);
-        bail!("nvcc {} failed:\n{}", src.display(), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "nvcc {} failed:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     fs::rename(&tmp, &exe)?;
     Ok(exe)
@@ -158,7 +181,9 @@ pub fn crum_run_command(device: Option<&str>, prog: &Path, args: &[&str]) -> Com
         c.args(["--device", d]);
     }
     c.arg("--").arg(prog).args(args);
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c
 }
 
@@ -196,12 +221,21 @@ pub fn wait_with_timeout(mut child: Child, timeout: Duration) -> Result<RunResul
     };
     let stdout = t1.join().unwrap_or_default();
     let stderr = t2.join().unwrap_or_default();
-    Ok(RunResult::from_output(Output { status, stdout, stderr }, timed_out))
+    Ok(RunResult::from_output(
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        timed_out,
+    ))
 }
 
 /// Run `prog args` under `crum run` (default device) with a timeout.
 pub fn crum_run(prog: &Path, args: &[&str], timeout: Duration) -> Result<RunResult> {
-    let child = crum_run_command(None, prog, args).spawn().context("spawn crum run")?;
+    let child = crum_run_command(None, prog, args)
+        .spawn()
+        .context("spawn crum run")?;
     wait_with_timeout(child, timeout)
 }
 
@@ -247,7 +281,10 @@ impl Background {
         let mut c = crum_run_command(None, prog, args);
         c.env("CRUM_CKPT_DIR", ckpt_dir);
         let child = c.spawn().context("spawn crum run")?;
-        Ok(Background { child, ckpt_dir: ckpt_dir.to_path_buf() })
+        Ok(Background {
+            child,
+            ckpt_dir: ckpt_dir.to_path_buf(),
+        })
     }
 
     /// Pid of the `crum run` process.
@@ -262,13 +299,19 @@ impl Background {
         loop {
             if let Some(p) = children(self.pid()).into_iter().find(|&c| {
                 fs::read(format!("/proc/{c}/cmdline"))
-                    .map(|cl| cl.split(|&b| b == 0).next() == Some(prog.as_os_str().as_encoded_bytes()))
+                    .map(|cl| {
+                        cl.split(|&b| b == 0).next() == Some(prog.as_os_str().as_encoded_bytes())
+                    })
                     .unwrap_or(false)
             }) {
                 return Ok(p);
             }
             if start.elapsed() > Duration::from_secs(10) {
-                bail!("no process running {} under crum run (pid {})", prog.display(), self.pid());
+                bail!(
+                    "no process running {} under crum run (pid {})",
+                    prog.display(),
+                    self.pid()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -313,10 +356,16 @@ pub fn checkpoint(pid: u32, dir: &Path) -> Result<PathBuf> {
         .output()
         .context("run crum checkpoint")?;
     if !out.status.success() {
-        bail!("crum checkpoint {pid} failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "crum checkpoint {pid} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let s = String::from_utf8_lossy(&out.stdout);
-    s.lines().last().map(|l| PathBuf::from(l.trim())).context("crum checkpoint printed no image path")
+    s.lines()
+        .last()
+        .map(|l| PathBuf::from(l.trim()))
+        .context("crum checkpoint printed no image path")
 }
 
 /// `crum restart <image>` with a timeout; the restarted program's output.
@@ -344,12 +393,20 @@ mod tests {
 
     #[test]
     fn result_lines_drops_progress_and_keeps_results() {
-        assert_eq!(result_lines("step 1 r=2\nsum 3\nPASS\n"), vec!["sum 3", "PASS"]);
+        assert_eq!(
+            result_lines("step 1 r=2\nsum 3\nPASS\n"),
+            vec!["sum 3", "PASS"]
+        );
     }
 
     #[test]
     fn wait_with_timeout_kills_overrunning_child() {
-        let child = Command::new("sleep").arg("10").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let child = Command::new("sleep")
+            .arg("10")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let r = wait_with_timeout(child, Duration::from_millis(200)).unwrap();
         assert!(r.timed_out);
         assert_eq!(r.code, None);
@@ -364,6 +421,9 @@ mod tests {
             .spawn()
             .unwrap();
         let r = wait_with_timeout(child, Duration::from_secs(10)).unwrap();
-        assert_eq!((r.stdout.as_str(), r.stderr.as_str(), r.code, r.timed_out), ("out\n", "err\n", Some(3), false));
+        assert_eq!(
+            (r.stdout.as_str(), r.stderr.as_str(), r.code, r.timed_out),
+            ("out\n", "err\n", Some(3), false)
+        );
     }
 }

@@ -12,7 +12,12 @@ fn jacobi_checkpointed_killed_and_restarted_matches_uninterrupted_run() {
     let exe = build_cuda("jacobi").unwrap();
     let args = ["64", "3000", "150"];
     let reference = crum_run(&exe, &args, Duration::from_secs(300)).unwrap();
-    assert_eq!(reference.code, Some(0), "uninterrupted run: {}", reference.stderr);
+    assert_eq!(
+        reference.code,
+        Some(0),
+        "uninterrupted run: {}",
+        reference.stderr
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let bg = Background::start(&exe, &args, dir.path()).unwrap();
@@ -24,12 +29,21 @@ fn jacobi_checkpointed_killed_and_restarted_matches_uninterrupted_run() {
     let image = bg.checkpoint(&exe).expect("crum checkpoint");
     let app = bg.app_pid(&exe).unwrap();
     // The program (not crum run) dies with SIGKILL, as in a crash.
-    let st = std::process::Command::new("kill").args(["-9", &app.to_string()]).status().unwrap();
+    let st = std::process::Command::new("kill")
+        .args(["-9", &app.to_string()])
+        .status()
+        .unwrap();
     assert!(st.success());
     let _ = bg.finish(Duration::from_secs(30));
 
     let r = restart(&image, Duration::from_secs(300)).unwrap();
-    assert_eq!(r.code, Some(0), "restart stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "restart stdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(result_lines(&r.stdout), result_lines(&reference.stdout));
     assert_eq!(r.stdout.lines().last(), Some("PASS"));
 }

@@ -32,7 +32,10 @@ corpus_test!(tiled_matmul_in_shared_memory_matches_cpu, "matmul_tiled");
 corpus_test!(shuffle_and_atomic_reductions_match_cpu, "reduce");
 corpus_test!(two_level_scan_matches_cpu, "scan");
 corpus_test!(privatized_histogram_matches_cpu, "histogram");
-corpus_test!(multi_stream_pinned_pipeline_with_events_matches_cpu, "streams_pipeline");
+corpus_test!(
+    multi_stream_pinned_pipeline_with_events_matches_cpu,
+    "streams_pipeline"
+);
 corpus_test!(pitched_memcpy2d_transpose_matches_cpu, "memcpy2d");
 corpus_test!(device_and_constant_symbols_round_trip, "symbols");
 corpus_test!(
@@ -40,19 +43,40 @@ corpus_test!(
     managed_memory_cpu_kernel_cycles_and_managed_variable_match_cpu,
     "managed"
 );
-corpus_test!(four_host_threads_with_own_streams_all_correct, "host_threads");
+corpus_test!(
+    four_host_threads_with_own_streams_all_correct,
+    "host_threads"
+);
 corpus_test!(device_printf_reaches_stdout_in_order, "device_printf");
-corpus_test!(error_codes_and_sticky_illegal_address_match_cuda, "error_paths");
+corpus_test!(
+    error_codes_and_sticky_illegal_address_match_cuda,
+    "error_paths"
+);
 corpus_test!(
     #[ignore = "the interposer segfaults on cudaMemcpy from the wild address 0x10 instead of returning cudaErrorInvalidValue"]
     wild_pointer_copy_returns_invalid_value,
     "invalid_pointer"
 );
-corpus_test!(host_functions_and_callbacks_run_in_stream_order, "events_callbacks");
-corpus_test!(device_properties_and_pointer_attributes_are_consistent, "device_query");
-corpus_test!(read_and_write_syscalls_on_managed_memory_match_cpu, "managed_fileio");
-corpus_test!(registered_mapped_host_memory_default_copies_and_priorities_work, "host_memory");
-corpus_test!(managed_memory_from_threads_write_then_read_and_sparse_gib_match_cpu, "managed_threads");
+corpus_test!(
+    host_functions_and_callbacks_run_in_stream_order,
+    "events_callbacks"
+);
+corpus_test!(
+    device_properties_and_pointer_attributes_are_consistent,
+    "device_query"
+);
+corpus_test!(
+    read_and_write_syscalls_on_managed_memory_match_cpu,
+    "managed_fileio"
+);
+corpus_test!(
+    registered_mapped_host_memory_default_copies_and_priorities_work,
+    "host_memory"
+);
+corpus_test!(
+    managed_memory_from_threads_write_then_read_and_sparse_gib_match_cpu,
+    "managed_threads"
+);
 
 #[test]
 fn jacobi_solver_short_run_matches_cpu_and_reports_progress() {
@@ -63,6 +87,10 @@ fn jacobi_solver_short_run_matches_cpu_and_reports_progress() {
 
 #[test]
 fn per_thread_default_streams_with_large_dynamic_shared_memory_match_cpu() {
-    let out = run_cuda_pass_with("per_thread_stream", &["--default-stream", "per-thread"], &[]);
+    let out = run_cuda_pass_with(
+        "per_thread_stream",
+        &["--default-stream", "per-thread"],
+        &[],
+    );
     check_expected("per_thread_stream", &out);
 }
