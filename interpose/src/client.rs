@@ -204,6 +204,7 @@ fn forward_printf(bytes: &[u8]) {
 
 /// A synchronous call: the reply's body, or its `cudaError_t`.
 pub fn call(req: &Request) -> CudaResult<Body> {
+    crate::managed::before_request(req);
     let reply = with_lane(&mut |l| l.call(req))?.map_err(chan_err)?;
     finish(reply)
 }
@@ -222,6 +223,7 @@ fn finish(reply: crum_wire::Reply) -> CudaResult<Body> {
 
 /// A pipelined request: sent without waiting; its errors surface at a later call.
 pub fn send(req: &Request) -> CudaResult<()> {
+    crate::managed::before_request(req);
     with_lane(&mut |l| l.send(req))?.map_err(chan_err)
 }
 

@@ -11,3 +11,29 @@
 //! The allocation and mapping live in `api::memory` (`cudaMallocManaged`) and
 //! `api::launch` (`__cudaRegisterManagedVar`) through [`crate::client::map_shared`]; this
 //! module is where the shadow-page machinery will go.
+
+use crate::errors::CudaResult;
+
+/// Called by [`crate::client::call`] and [`crate::client::send`] before every request: with
+/// shadow pages, dirty pages are flushed to the proxy before any request that lets the device
+/// touch memory. (The shared-mapping scheme needs nothing.)
+#[inline]
+pub fn before_request(_req: &crum_wire::Request) {}
+
+/// Checkpoint hook, from `quiesce` (new CUDA calls are held, none in flight, the program's
+/// threads still run): bring the proxy's copy of every managed region up to date.
+pub fn checkpoint_flush() -> Result<(), String> {
+    Ok(())
+}
+
+/// Restart hook (the program's threads are stopped): the new proxy re-created the managed
+/// region `[addr, addr+len)` behind its shared memory `memfd` (a descriptor number in the
+/// proxy) and filled it with the checkpointed contents.
+pub fn restored(addr: u64, len: u64, memfd: i32) -> CudaResult<()> {
+    crate::client::map_shared(addr, len, memfd)
+}
+
+/// Restart hook, after every managed region is [`restored`].
+pub fn after_restore() -> Result<(), String> {
+    Ok(())
+}

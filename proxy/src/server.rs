@@ -414,6 +414,9 @@ impl Server {
                 }
                 code(b.device_sync()).map(|_| Body::None)
             }
+            Request::CheckpointState | Request::CheckpointData { .. } | Request::RestoreDevice { .. } => {
+                Err(cuda::ERROR_NOT_SUPPORTED)
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod channel;
+pub mod ckpt;
 pub mod cuda;
 pub mod msg;
 

@@ -188,6 +188,25 @@ pub enum Request {
     /// At program exit: finish device work, return the deferred error and pending printf
     /// output.
     Flush,
+    /// Checkpoint, step 1 (program quiesced): drain every lane and the device, build the
+    /// device state; replies `Pair(state bytes, data bytes)`.
+    CheckpointState,
+    /// Checkpoint, step 2: write the encoded [`crate::ckpt::DeviceState`] of step 1 at
+    /// `state_addr` and the saved device memory at `data_addr` in the program.
+    CheckpointData {
+        state_addr: u64,
+        state_len: u64,
+        data_addr: u64,
+        data_len: u64,
+    },
+    /// Restart: re-create the device state encoded at `state_addr` (in the program), filling
+    /// memory from `data_addr`. Replies `Restored`.
+    RestoreDevice {
+        state_addr: u64,
+        state_len: u64,
+        data_addr: u64,
+        data_len: u64,
+    },
 }
 
 /// Texture object description (the subset of `cudaResourceDesc`/`cudaTextureDesc` the
@@ -278,6 +297,8 @@ pub enum Body {
         func: u64,
         data: u64,
     },
+    /// Shared mappings re-created by a restore: (address, length, kind, proxy memfd number).
+    Restored(Vec<(u64, u64, AllocKind, i32)>),
 }
 
 /// A reply to a synchronous request.
@@ -327,6 +348,13 @@ impl Request {
             _ => false,
         }
     }
+}
+
+/// Encoding of data kept in images (no size limit: the reader checks sizes itself).
+pub(crate) fn config_unlimited() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_variable_int_encoding()
 }
 
 pub(crate) fn config() -> impl bincode::config::Config {
