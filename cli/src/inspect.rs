@@ -2,13 +2,20 @@
 //! stdout) or programs (`--json`). Sections other than the memory ones are shown by name and
 //! size, whoever added them. Given a directory of images, describes the newest.
 //!
-//! Exit codes: 0 described (and verified, with `--verify`), 1 error (the message names it).
+//! The device part of a CUDA program's image (sections `crum.device` and `crum.device.data`,
+//! [`crum_wire::ckpt`]) is decoded and shown: backend, device, modules, kernels, every saved
+//! region of device/managed/pinned memory and module variables, streams, events, textures.
+//!
+//! Exit codes: 0 described (and verified, with `--verify`), 1 error (the message names it; a
+//! corrupt device section is one).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use crum_ckpt::image::{latest_image, utc_stamp, Encoding, ImageReader, RegionInfo};
+use crum_wire::ckpt::{DeviceState, SECTION_DEVICE, SECTION_DEVICE_DATA};
+use crum_wire::AllocKind;
 use indicatif::HumanBytes;
 
 /// Arguments of `crum inspect`.
@@ -96,6 +103,7 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         false
     };
     let inv = r.inventory().clone();
+    let device = device_state(&r)?;
     let regions = r.regions().to_vec();
     let mapped: u64 = regions.iter().map(|g| g.len).sum();
     let stored_len: u64 = regions.iter().filter(|g| g.has_data).map(|g| g.len).sum();
@@ -133,6 +141,7 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
             },
             "verified": verified,
             "regions": regions_json,
+            "device": device.as_ref().map(|(d, n)| device_json(d, *n)),
         });
         writeln!(o, "{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(o);
@@ -211,7 +220,268 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
             g.name_lossy()
         )?;
     }
+    if let Some((d, data_size)) = &device {
+        describe_device(&mut o, d, *data_size)?;
+    }
     Ok(o)
+}
+
+/// The decoded `crum.device` section and the size of `crum.device.data`, or None for an
+/// image of a program that used no device. Errors name the section and what is wrong.
+fn device_state(r: &ImageReader) -> anyhow::Result<Option<(DeviceState, u64)>> {
+    let section = |n: &str| r.inventory().sections.iter().find(|s| s.name == n).cloned();
+    let Some(sec) = section(SECTION_DEVICE) else {
+        if section(SECTION_DEVICE_DATA).is_some() {
+            anyhow::bail!(
+                "the image has a `{SECTION_DEVICE_DATA}` section but no `{SECTION_DEVICE}` section"
+            );
+        }
+        return Ok(None);
+    };
+    let bytes = r
+        .section(SECTION_DEVICE)
+        .with_context(|| format!("reading the `{SECTION_DEVICE}` section"))?
+        .unwrap_or_default();
+    let state = DeviceState::decode(&bytes)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            format!(
+                "the `{SECTION_DEVICE}` section ({}) cannot be decoded",
+                sec.file
+            )
+        })?;
+    let data_size = section(SECTION_DEVICE_DATA).map_or(0, |s| s.size);
+    if data_size != state.data_len {
+        anyhow::bail!(
+            "the `{SECTION_DEVICE}` section describes {} bytes of device data but `{SECTION_DEVICE_DATA}` holds {data_size}",
+            state.data_len
+        );
+    }
+    Ok(Some((state, data_size)))
+}
+
+fn kind_name(k: AllocKind) -> &'static str {
+    match k {
+        AllocKind::Device => "device",
+        AllocKind::Managed => "managed",
+        AllocKind::PinnedHost => "pinned",
+    }
+}
+
+/// `cudaStreamNonBlocking` and other bits of a stream's flags.
+fn stream_flags(f: u32) -> String {
+    match f {
+        0 => "default".into(),
+        1 => "non-blocking".into(),
+        _ => format!("{f:#x}"),
+    }
+}
+
+/// `cudaEventBlockingSync` (1), `cudaEventDisableTiming` (2), `cudaEventInterprocess` (4).
+fn event_flags(f: u32) -> String {
+    let mut v = Vec::new();
+    for (bit, name) in [
+        (1, "blocking-sync"),
+        (2, "disable-timing"),
+        (4, "interprocess"),
+    ] {
+        if f & bit != 0 {
+            v.push(name.to_string());
+        }
+    }
+    if f & !7 != 0 {
+        v.push(format!("{:#x}", f & !7));
+    }
+    if v.is_empty() {
+        "default".into()
+    } else {
+        v.join(",")
+    }
+}
+
+/// Counts and bytes of regions per kind; module variables counted apart from allocations.
+struct DeviceTotals {
+    rows: Vec<(&'static str, usize, u64)>,
+}
+
+impl DeviceTotals {
+    fn of(d: &DeviceState) -> DeviceTotals {
+        let mut rows = Vec::new();
+        for k in [AllocKind::Device, AllocKind::Managed, AllocKind::PinnedHost] {
+            let it = d
+                .regions
+                .iter()
+                .filter(|r| r.kind == k && r.symbol.is_none());
+            rows.push((kind_name(k), it.clone().count(), it.map(|r| r.len).sum()));
+        }
+        let vars = d.regions.iter().filter(|r| r.symbol.is_some());
+        rows.push(("variable", vars.clone().count(), vars.map(|r| r.len).sum()));
+        DeviceTotals { rows }
+    }
+}
+
+fn device_json(d: &DeviceState, data_size: u64) -> serde_json::Value {
+    use serde_json::json;
+    let totals: serde_json::Map<String, serde_json::Value> = DeviceTotals::of(d)
+        .rows
+        .iter()
+        .map(|(k, n, b)| (k.to_string(), json!({"count": n, "bytes": b})))
+        .collect();
+    json!({
+        "version": d.version,
+        "backend": d.backend,
+        "device_name": d.device_name,
+        "next_handle": d.next_handle,
+        "data_bytes": data_size,
+        "totals": totals,
+        "modules": d.modules.iter().map(|m| json!({
+            "handle": m.handle, "image_addr": m.image_addr, "image_len": m.image_len,
+        })).collect::<Vec<_>>(),
+        "functions": d.functions.iter().map(|f| json!({
+            "handle": f.handle, "module": f.module, "name": f.name,
+            "max_dynamic_shared": f.max_dynamic_shared,
+        })).collect::<Vec<_>>(),
+        "regions": d.regions.iter().map(|r| json!({
+            "addr": r.addr, "len": r.len, "kind": kind_name(r.kind),
+            "module": r.symbol.as_ref().map(|s| s.0),
+            "symbol": r.symbol.as_ref().map(|s| s.1.clone()),
+            "data_offset": r.data_offset,
+        })).collect::<Vec<_>>(),
+        "registered": d.registered.iter().map(|(a, l)| json!({"addr": a, "len": l})).collect::<Vec<_>>(),
+        "streams": d.streams.iter().map(|s| json!({
+            "handle": s.handle, "flags": s.flags, "priority": s.priority,
+        })).collect::<Vec<_>>(),
+        "events": d.events.iter().map(|e| json!({"handle": e.handle, "flags": e.flags})).collect::<Vec<_>>(),
+        "textures": d.textures.iter().map(|(h, t)| json!({
+            "handle": h, "base": t.base, "width": t.width, "height": t.height, "depth": t.depth,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The human description of the device part, appended to the process part.
+fn describe_device(o: &mut String, d: &DeviceState, data_size: u64) -> anyhow::Result<()> {
+    let hb = |b: u64| HumanBytes(b).to_string();
+    writeln!(o, "\ndevice")?;
+    writeln!(
+        o,
+        "  backend    {} (state version {})",
+        d.backend, d.version
+    )?;
+    writeln!(o, "  device     {}", d.device_name)?;
+    let totals = DeviceTotals::of(d);
+    let parts: Vec<String> = totals
+        .rows
+        .iter()
+        .map(|(k, n, b)| format!("{k} {n} ({})", hb(*b)))
+        .collect();
+    writeln!(o, "  memory     {}", parts.join(", "))?;
+    writeln!(
+        o,
+        "  data       {} saved in {SECTION_DEVICE_DATA}",
+        hb(data_size)
+    )?;
+    writeln!(
+        o,
+        "  objects    {} modules, {} kernels, {} streams, {} events, {} textures, {} registered host ranges",
+        d.modules.len(),
+        d.functions.len(),
+        d.streams.len(),
+        d.events.len(),
+        d.textures.len(),
+        d.registered.len()
+    )?;
+
+    writeln!(o, "\ndevice modules")?;
+    writeln!(
+        o,
+        "  {:>8}  {:>18}  {:>11}",
+        "handle", "fatbin address", "fatbin size"
+    )?;
+    for m in &d.modules {
+        writeln!(
+            o,
+            "  {:>#8x}  {:>#18x}  {:>11}",
+            m.handle,
+            m.image_addr,
+            hb(m.image_len)
+        )?;
+    }
+    writeln!(o, "\ndevice kernels")?;
+    writeln!(
+        o,
+        "  {:>8}  {:>8}  {:>10}  name",
+        "handle", "module", "max dyn sh"
+    )?;
+    for f in &d.functions {
+        let sh = f
+            .max_dynamic_shared
+            .map_or("-".to_string(), |v| v.to_string());
+        writeln!(
+            o,
+            "  {:>#8x}  {:>#8x}  {:>10}  {}",
+            f.handle, f.module, sh, f.name
+        )?;
+    }
+    writeln!(o, "\ndevice memory")?;
+    writeln!(
+        o,
+        "  {:<33} {:>11} {:>8}  variable",
+        "address", "size", "kind"
+    )?;
+    for r in &d.regions {
+        let var = r
+            .symbol
+            .as_ref()
+            .map_or("-".to_string(), |(m, n)| format!("{n} (module {m:#x})"));
+        writeln!(
+            o,
+            "  {:016x}-{:016x} {:>11} {:>8}  {}",
+            r.addr,
+            r.addr.saturating_add(r.len),
+            hb(r.len),
+            kind_name(r.kind),
+            var
+        )?;
+    }
+    if !d.registered.is_empty() {
+        writeln!(o, "\nregistered host memory")?;
+        for (a, l) in &d.registered {
+            writeln!(
+                o,
+                "  {:016x}-{:016x} {:>11}",
+                a,
+                a.saturating_add(*l),
+                hb(*l)
+            )?;
+        }
+    }
+    writeln!(o, "\nstreams")?;
+    writeln!(o, "  {:>8}  {:<14} {:>8}", "handle", "flags", "priority")?;
+    for s in &d.streams {
+        writeln!(
+            o,
+            "  {:>#8x}  {:<14} {:>8}",
+            s.handle,
+            stream_flags(s.flags),
+            s.priority
+        )?;
+    }
+    writeln!(o, "\nevents")?;
+    writeln!(o, "  {:>8}  flags", "handle")?;
+    for e in &d.events {
+        writeln!(o, "  {:>#8x}  {}", e.handle, event_flags(e.flags))?;
+    }
+    if !d.textures.is_empty() {
+        writeln!(o, "\ntextures")?;
+        for (h, t) in &d.textures {
+            writeln!(
+                o,
+                "  {:>#8x}  base {:#x} {}x{}x{} pitch {}",
+                h, t.base, t.width, t.height, t.depth, t.pitch
+            )?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -259,5 +529,250 @@ mod tests {
             format!("{e:#}"),
             "image directory /nonexistent/img does not exist"
         );
+    }
+
+    /// A fresh directory under the system temp directory, removed on drop.
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p =
+                std::env::temp_dir().join(format!("crum-inspect-{tag}-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn sample_device_state() -> DeviceState {
+        use crum_wire::ckpt::*;
+        let mib = 1u64 << 20;
+        let base = crum_wire::DEVICE_VA_BASE;
+        DeviceState {
+            version: DEVICE_STATE_VERSION,
+            backend: "emu".into(),
+            device_name: "crum emulated device".into(),
+            next_handle: 0x40,
+            modules: vec![SavedModule {
+                handle: 0x3,
+                image_addr: 0x5555_0000_1000,
+                image_len: 12_345,
+            }],
+            functions: vec![
+                SavedFunction {
+                    handle: 0x4,
+                    module: 0x3,
+                    name: "_Z5sweepPKfPfi".into(),
+                    max_dynamic_shared: None,
+                },
+                SavedFunction {
+                    handle: 0x5,
+                    module: 0x3,
+                    name: "_Z7reversePii".into(),
+                    max_dynamic_shared: Some(65536),
+                },
+            ],
+            regions: vec![
+                SavedMemory {
+                    addr: base,
+                    len: 4 * mib,
+                    kind: AllocKind::Device,
+                    symbol: None,
+                    data_offset: 0,
+                },
+                SavedMemory {
+                    addr: base + 4 * mib,
+                    len: 1024,
+                    kind: AllocKind::Device,
+                    symbol: Some((0x3, "table".into())),
+                    data_offset: 4 * mib,
+                },
+                SavedMemory {
+                    addr: base + 128 * mib,
+                    len: 2 * mib,
+                    kind: AllocKind::Managed,
+                    symbol: None,
+                    data_offset: 4 * mib + 1024,
+                },
+                SavedMemory {
+                    addr: base + 512 * mib,
+                    len: 4096,
+                    kind: AllocKind::PinnedHost,
+                    symbol: None,
+                    data_offset: 6 * mib + 1024,
+                },
+            ],
+            registered: vec![(0x7f00_0000_0000, 8192)],
+            streams: vec![SavedStream {
+                handle: 0x6,
+                flags: 1,
+                priority: -1,
+            }],
+            events: vec![
+                SavedEvent {
+                    handle: 0x7,
+                    flags: 2,
+                },
+                SavedEvent {
+                    handle: 0x8,
+                    flags: 0,
+                },
+            ],
+            textures: vec![],
+            data_len: 6 * mib + 1024 + 4096,
+        }
+    }
+
+    /// Writes an image holding one small memory region and the given device sections.
+    fn image_with(dir: &Path, device: Option<&[u8]>, data_len: Option<u64>) -> PathBuf {
+        use crum_ckpt::image::{ImageWriter, RegionMeta, WriterOptions};
+        let opts = WriterOptions {
+            chunk_size: 64 * 1024,
+            dir_name: Some("img".into()),
+            ..Default::default()
+        };
+        let mut w = ImageWriter::prepare(dir, &opts).unwrap();
+        w.add_section("process", true, b"process state").unwrap();
+        if let Some(b) = device {
+            w.add_section(SECTION_DEVICE, false, b).unwrap();
+        }
+        if let Some(n) = data_len {
+            w.add_section(SECTION_DEVICE_DATA, false, &vec![0x5a; n as usize])
+                .unwrap();
+        }
+        let data = vec![7u8; 64 * 1024];
+        let meta = RegionMeta {
+            start: 0x4000_0000,
+            len: data.len() as u64,
+            prot: 3,
+            flags: 0,
+            offset: 0,
+            name: b"[heap]",
+        };
+        w.add_region(&meta, &data).unwrap();
+        w.commit().unwrap();
+        w.final_path().to_path_buf()
+    }
+
+    #[test]
+    fn device_section_is_described_with_modules_memory_streams_and_totals() {
+        let tmp = TempDir::new("dev");
+        let d = sample_device_state();
+        let img = image_with(&tmp.0, Some(&d.encode()), Some(d.data_len));
+        let text = describe(&img, false, true).unwrap();
+        for want in [
+            "backend    emu",
+            "device     crum emulated device",
+            "device 1 (4.00 MiB), managed 1 (2.00 MiB), pinned 1 (4.00 KiB), variable 1 (1.00 KiB)",
+            "1 modules, 2 kernels, 1 streams, 2 events, 0 textures, 1 registered host ranges",
+            "_Z5sweepPKfPfi",
+            "65536  _Z7reversePii",
+            "table (module 0x3)",
+            "non-blocking",
+            "disable-timing",
+            "12.06 KiB",
+        ] {
+            assert!(text.contains(want), "`{want}` missing from:\n{text}");
+        }
+        let base = crum_wire::DEVICE_VA_BASE;
+        let row = |addr: u64, len: u64| {
+            let start = format!("{addr:016x}-{:016x}", addr + len);
+            let line = text.lines().find(|l| l.trim_start().starts_with(&start));
+            line.unwrap_or_else(|| panic!("no row {start} in:\n{text}"))
+                .split_whitespace()
+                .skip(1)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mib = 1u64 << 20;
+        assert_eq!(row(base, 4 * mib), "4.00 MiB device -");
+        assert_eq!(
+            row(base + 4 * mib, 1024),
+            "1.00 KiB device table (module 0x3)"
+        );
+        assert_eq!(row(base + 128 * mib, 2 * mib), "2.00 MiB managed -");
+        assert_eq!(row(base + 512 * mib, 4096), "4.00 KiB pinned -");
+    }
+
+    #[test]
+    fn device_section_in_json_has_regions_and_totals() {
+        let tmp = TempDir::new("json");
+        let d = sample_device_state();
+        let img = image_with(&tmp.0, Some(&d.encode()), Some(d.data_len));
+        let v: serde_json::Value =
+            serde_json::from_str(&describe(&img, true, false).unwrap()).unwrap();
+        let dev = &v["device"];
+        assert_eq!(dev["backend"], "emu");
+        assert_eq!(dev["data_bytes"], d.data_len);
+        assert_eq!(dev["totals"]["device"]["bytes"], 4u64 << 20);
+        assert_eq!(dev["totals"]["managed"]["count"], 1);
+        assert_eq!(dev["regions"].as_array().unwrap().len(), 4);
+        assert_eq!(dev["regions"][1]["symbol"], "table");
+        assert_eq!(dev["regions"][3]["kind"], "pinned");
+        assert_eq!(dev["functions"][1]["max_dynamic_shared"], 65536);
+        assert_eq!(dev["streams"][0]["priority"], -1);
+    }
+
+    #[test]
+    fn image_without_device_section_shows_no_device_part() {
+        let tmp = TempDir::new("nodev");
+        let img = image_with(&tmp.0, None, None);
+        let text = describe(&img, false, false).unwrap();
+        assert!(!text.contains("\ndevice"), "{text}");
+        let v: serde_json::Value =
+            serde_json::from_str(&describe(&img, true, false).unwrap()).unwrap();
+        assert!(v["device"].is_null());
+    }
+
+    #[test]
+    fn corrupt_device_section_is_a_one_line_error() {
+        let d = sample_device_state();
+        let good = d.encode();
+        let mut wrong_version = d.clone();
+        wrong_version.version = 99;
+        let mut outside = d.clone();
+        outside.regions[0].data_offset = d.data_len;
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("garbage", vec![0xff; 7], "cannot be decoded"),
+            (
+                "truncated",
+                good[..good.len() / 2].to_vec(),
+                "cannot be decoded",
+            ),
+            (
+                "trailing",
+                [good.clone(), vec![0]].concat(),
+                "trailing bytes",
+            ),
+            ("version", wrong_version.encode(), "version 99"),
+            ("outside", outside.encode(), "outside the saved data"),
+            ("empty", Vec::new(), "cannot be decoded"),
+        ];
+        for (tag, bytes, want) in cases {
+            let tmp = TempDir::new(tag);
+            let img = image_with(&tmp.0, Some(&bytes), Some(d.data_len));
+            let e = format!("{:#}", describe(&img, false, false).unwrap_err());
+            assert!(e.contains(want) && e.contains(SECTION_DEVICE), "{tag}: {e}");
+            assert!(!e.contains('\n'), "{tag}: multi-line error: {e}");
+        }
+    }
+
+    #[test]
+    fn device_data_size_differing_from_the_state_is_an_error() {
+        let tmp = TempDir::new("size");
+        let d = sample_device_state();
+        let img = image_with(&tmp.0, Some(&d.encode()), Some(4096));
+        let e = format!("{:#}", describe(&img, false, false).unwrap_err());
+        assert!(e.contains("holds 4096"), "{e}");
+        let tmp2 = TempDir::new("dataonly");
+        let img = image_with(&tmp2.0, None, Some(16));
+        let e = format!("{:#}", describe(&img, false, false).unwrap_err());
+        assert!(e.contains("no `crum.device` section"), "{e}");
     }
 }
