@@ -70,6 +70,10 @@ static STATUS: Mutex<Option<StatusReply>> = Mutex::new(None);
 static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
 /// Duration of the last program-visible pause (threads stopped), in microseconds.
 pub static LAST_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+/// Set by the quiesce hook: microseconds of it spent draining the device (for the log).
+pub static PHASE_DRAIN_US: AtomicU64 = AtomicU64::new(0);
+/// Set by the collect hook: bytes of device memory it saved (for the log).
+pub static PHASE_DEVICE_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the hooks used by every later checkpoint and restart.
 pub fn set_hooks(h: Hooks) {
@@ -82,16 +86,35 @@ fn hooks() -> Hooks {
 
 /// Marks `fd` as private to crum (e.g. the proxy channel): it is neither saved nor restored.
 pub fn exclude_fd(fd: i32) {
-    EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+    let mut g = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner());
+    if !g.contains(&fd) {
+        g.push(fd);
+    }
 }
 
-/// Written by the restorer before the restored program runs: magic, old pid, image path.
+static EXCLUDED_REGIONS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// Marks the mappings inside `[start, start+len)` as private to crum (e.g. the proxy
+/// channel, whose replacement the restore hook maps): they are neither saved nor restored.
+pub fn exclude_region(start: u64, len: u64) {
+    EXCLUDED_REGIONS.lock().unwrap_or_else(|e| e.into_inner()).push((start, start.saturating_add(len)));
+}
+
+/// Takes back an [`exclude_region`].
+pub fn include_region(start: u64) {
+    EXCLUDED_REGIONS.lock().unwrap_or_else(|e| e.into_inner()).retain(|r| r.0 != start);
+}
+
+/// Written by the restorer before the restored program runs: magic, old pid, image path,
+/// and for a CUDA program the channel to the fresh proxy the restorer started.
 #[repr(C)]
 pub struct RestartInfo {
     pub magic: u64,
     pub old_pid: i64,
     pub path_len: u64,
     pub path: [u8; 4096],
+    /// Channel memfd of the new proxy (-1: none was started).
+    pub channel_fd: i64,
 }
 
 /// Value of [`RestartInfo::magic`] once the restorer has filled it.
@@ -99,7 +122,14 @@ pub const RESTART_MAGIC: u64 = 0x4352_554d_5253_5452;
 
 #[no_mangle]
 #[used]
-static mut RESTART_INFO: RestartInfo = RestartInfo { magic: 0, old_pid: 0, path_len: 0, path: [0; 4096] };
+static mut RESTART_INFO: RestartInfo = RestartInfo { magic: 0, old_pid: 0, path_len: 0, path: [0; 4096], channel_fd: -1 };
+
+/// In a restarted process: the channel memfd of the proxy `crum restart` started for it.
+pub fn restart_channel_fd() -> Option<i32> {
+    // SAFETY: written by the restorer before any program thread ran; read-only afterwards.
+    let info = unsafe { &*std::ptr::addr_of!(RESTART_INFO) };
+    (info.magic == RESTART_MAGIC && info.channel_fd >= 0).then_some(info.channel_fd as i32)
+}
 
 /// Agent configuration (from `crum run`'s environment variables).
 #[derive(Debug, Clone, PartialEq)]
@@ -408,6 +438,9 @@ fn checkpoint(cfg: &Config, dir: &Path) -> Outcome {
 
 fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     let h = hooks();
+    let tq = Instant::now();
+    PHASE_DRAIN_US.store(0, Relaxed);
+    PHASE_DEVICE_BYTES.store(0, Relaxed);
     if let Err(e) = (h.quiesce)() {
         (h.resume)();
         return Outcome::Failed(format!("quiesce hook failed: {e}"));
@@ -420,7 +453,9 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
         (h.resume)();
         return Outcome::Failed(e);
     }
-    let prepared = prepare(cfg, dir, &h);
+    let t_stopped = Instant::now();
+    let mut device_time = Duration::ZERO;
+    let prepared = prepare(cfg, dir, &h, &mut device_time);
     let mut ctx = match prepared {
         Ok(c) => c,
         Err(e) => {
@@ -438,12 +473,26 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
         std::mem::forget(ctx);
         return out;
     }
+    let t_forked = Instant::now();
     threads::release_all();
     crate::alloc::leave();
     let pause = t0.elapsed();
     LAST_PAUSE_US.store(pause.as_micros() as u64, Relaxed);
     (h.resume)();
-    tracing::info!(pause_us = pause.as_micros() as u64, "threads resumed");
+    let us = |d: Duration| d.as_micros() as u64;
+    let quiesce = t0 - tq;
+    let drain = PHASE_DRAIN_US.load(Relaxed);
+    tracing::info!(
+        quiesce_us = us(quiesce).saturating_sub(drain),
+        drain_us = drain,
+        stop_us = us(t_stopped - t0),
+        device_us = us(device_time),
+        fork_us = us((t_forked - t_stopped).saturating_sub(device_time)),
+        pause_us = us(tq.elapsed()),
+        threads_stopped_us = us(pause),
+        device_bytes = PHASE_DEVICE_BYTES.load(Relaxed),
+        "checkpoint pause"
+    );
     let result = if ctx.sync {
         if ctx.child == 0 {
             Ok(())
@@ -470,8 +519,10 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     }
 }
 
-fn prepare(cfg: &Config, dir: &Path, h: &Hooks) -> Result<Box<ForkCtx>, String> {
+fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> Result<Box<ForkCtx>, String> {
+    let tc = Instant::now();
     let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
+    *device_time = tc.elapsed();
     threads::prepare_restart_stacks()?;
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
@@ -521,7 +572,11 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks) -> Result<Box<ForkCtx>, String> 
     // large) are not saved. Memory freed between here and the fork (which the allocator
     // may give back) is handled by the child, which clips every region to its own map.
     let maps = capture::own_maps()?;
-    let (regions, specials) = capture::classify(&maps, threads::SLOTS[main_slot].rsp.load(Relaxed));
+    let (mut regions, specials) = capture::classify(&maps, threads::SLOTS[main_slot].rsp.load(Relaxed));
+    {
+        let ex = EXCLUDED_REGIONS.lock().unwrap_or_else(|e| e.into_inner());
+        regions.retain(|r| !ex.iter().any(|&(a, b)| r.start >= a && r.end <= b));
+    }
     state.regions = regions;
     state.specials = specials;
     let seq = SEQ.fetch_add(1, Relaxed) + 1;

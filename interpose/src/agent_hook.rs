@@ -9,7 +9,10 @@
 
 extern "C" fn crum_agent_ctor() {
     // A panic must not unwind into the dynamic loader.
-    let _ = std::panic::catch_unwind(crum_ckpt::agent::start_from_env);
+    let _ = std::panic::catch_unwind(|| {
+        crate::ckpt::install();
+        crum_ckpt::agent::start_from_env();
+    });
 }
 
 #[used]

@@ -13,7 +13,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Duration;
 
@@ -31,7 +31,18 @@ struct Conn {
     proxy_pid: u32,
 }
 
-static CONN: OnceLock<CudaResult<Conn>> = OnceLock::new();
+static CONN: OnceLock<CudaResult<&'static Conn>> = OnceLock::new();
+/// The connection that replaced the first one after a restart (a fresh proxy); leaked, so
+/// references handed out stay valid.
+static CURRENT: AtomicPtr<Conn> = AtomicPtr::new(std::ptr::null_mut());
+/// Bumped when [`CURRENT`] changes: lanes claimed under an older generation are stale.
+static GEN: AtomicU64 = AtomicU64::new(0);
+/// An asynchronous error that a checkpoint step received on the program's behalf; the next
+/// reply on any thread reports it.
+static PENDING_DEFERRED: AtomicU32 = AtomicU32::new(0);
+/// Device printf output a checkpoint step received while the program's threads were stopped
+/// (C stdio may be locked by one of them); written at the next reply or by [`flush_held_printf`].
+static HELD_PRINTF: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 static GONE: AtomicBool = AtomicBool::new(false);
 /// Set in a child created by fork(): it shares our lanes' memory, so it must not use them
 /// (CUDA, too, refuses a forked child with cudaErrorInitializationError).
@@ -42,7 +53,8 @@ extern "C" fn after_fork_in_child() {
 }
 
 thread_local! {
-    static LANE: RefCell<Option<ClientLane>> = const { RefCell::new(None) };
+    /// This thread's lane and the connection generation it belongs to.
+    static LANE: RefCell<Option<(u64, ClientLane)>> = const { RefCell::new(None) };
 }
 
 /// Start logging if `CRUM_LOG` asks for it (silent otherwise): to `CRUM_LOG_FILE` or stderr.
@@ -88,6 +100,12 @@ fn connect() -> CudaResult<Conn> {
             return Err(cuda::ERROR_NO_DEVICE);
         }
     };
+    connect_fd(fd, true)
+}
+
+/// Connect through the channel memfd `fd`; `first`: this process's first connection (reserve
+/// the device window, register the fork handler), not a restarted process's new proxy.
+fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
     let ch = Arc::new(Channel::open(fd).map_err(|e| {
         tracing::error!("cannot open the crum channel: {e}");
         cuda::ERROR_INITIALIZATION
@@ -101,7 +119,9 @@ fn connect() -> CudaResult<Conn> {
         tracing::error!("process {owner} already uses this crum proxy; run other CUDA programs under their own `crum run`");
         return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
     }
-    reserve_window()?;
+    if first {
+        reserve_window()?;
+    }
     // The proxy is our sibling, not our parent: under Yama ptrace_scope=1 it may only read
     // our memory (cross-memory attach) if we name it. EINVAL without Yama is fine.
     // SAFETY: prctl with integer arguments only.
@@ -114,8 +134,10 @@ fn connect() -> CudaResult<Conn> {
             0,
         )
     };
-    // SAFETY: registers a handler that only stores to an atomic (async-signal-safe).
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    if first {
+        // SAFETY: registers a handler that only stores to an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    }
     let mut overflow = ch.claim_lane().ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
     let callbacks = ch.claim_lane();
     let reply = overflow
@@ -142,14 +164,92 @@ fn conn() -> CudaResult<&'static Conn> {
     if FORKED.load(Ordering::Relaxed) {
         return Err(cuda::ERROR_INITIALIZATION);
     }
-    CONN.get_or_init(connect).as_ref().map_err(|&e| e)
+    let p = CURRENT.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: CURRENT only ever holds leaked (never freed) connections.
+        return Ok(unsafe { &*p });
+    }
+    *CONN.get_or_init(|| connect().map(|c| &*Box::leak(Box::new(c))))
+}
+
+/// The connection in use, if this process has one (without connecting).
+fn current() -> Option<&'static Conn> {
+    let p = CURRENT.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: as in `conn`.
+        return Some(unsafe { &*p });
+    }
+    match CONN.get() {
+        Some(Ok(c)) => Some(*c),
+        _ => None,
+    }
 }
 
 /// Whether this process has connected (without connecting).
 pub fn connected() -> bool {
-    matches!(CONN.get(), Some(Ok(_)))
-        && !GONE.load(Ordering::Relaxed)
-        && !FORKED.load(Ordering::Relaxed)
+    current().is_some() && !GONE.load(Ordering::Relaxed) && !FORKED.load(Ordering::Relaxed)
+}
+
+/// The proxy's pid (0 when not connected).
+pub fn proxy_pid() -> u32 {
+    current().map_or(0, |c| c.proxy_pid)
+}
+
+/// Restart: connect to the fresh proxy behind channel memfd `fd` and make it the connection
+/// every thread uses from now on. The old channel (restored from the image; its proxy is
+/// gone) is retired, so a thread still waiting on it sees `ProxyGone` and moves over.
+pub fn reconnect(fd: i32) -> Result<(), String> {
+    let c = connect_fd(fd, false).map_err(|e| format!("cannot connect to the new device proxy ({})", cuda::name(e)))?;
+    let old = current();
+    let new: &'static Conn = Box::leak(Box::new(c));
+    CURRENT.store(new as *const Conn as *mut Conn, Ordering::Release);
+    GEN.fetch_add(1, Ordering::AcqRel);
+    GONE.store(false, Ordering::SeqCst);
+    if let Some(o) = old {
+        o.ch.retire();
+    }
+    Ok(())
+}
+
+/// A request from the checkpoint agent (not a program thread): sent on the shared overflow
+/// lane, without the managed-memory hook; device printf output and asynchronous errors that
+/// belong to the program are kept for it. Must not block on locks a stopped program thread
+/// may hold: the overflow lane is only tried.
+pub fn agent_call(req: &Request) -> Result<Body, String> {
+    let c = conn().map_err(|e| format!("no device connection ({})", cuda::name(e)))?;
+    let mut lane = c.overflow.try_lock().map_err(|_| "the shared channel lane is busy".to_string())?;
+    let reply = lane.call(req).map_err(|e| format!("the device proxy did not answer: {e}"))?;
+    drop(lane);
+    if !reply.printf.is_empty() {
+        if let Ok(mut h) = HELD_PRINTF.try_lock() {
+            h.extend_from_slice(&reply.printf);
+        }
+    }
+    if reply.deferred != 0 {
+        let _ = PENDING_DEFERRED.compare_exchange(0, reply.deferred, Ordering::SeqCst, Ordering::SeqCst);
+    }
+    if let Body::Failed(msg) = reply.body {
+        return Err(msg);
+    }
+    if reply.status != 0 {
+        return Err(format!("the device proxy answered {}", cuda::name(reply.status)));
+    }
+    Ok(reply.body)
+}
+
+/// Write device printf output held during a checkpoint (threads run again).
+pub fn flush_held_printf() {
+    let held = std::mem::take(&mut *HELD_PRINTF.lock().unwrap_or_else(|p| p.into_inner()));
+    if !held.is_empty() {
+        forward_printf(&held);
+        // SAFETY: fflush on libc's own stream.
+        unsafe {
+            extern "C" {
+                static mut stdout: *mut libc::FILE;
+            }
+            libc::fflush(stdout);
+        }
+    }
 }
 
 /// Whether the channel is up (connecting on first use).
@@ -173,12 +273,19 @@ fn chan_err(e: ChannelError) -> u32 {
 
 fn with_lane<R>(f: &mut dyn FnMut(&mut ClientLane) -> R) -> CudaResult<R> {
     let c = conn()?;
+    let gen = GEN.load(Ordering::Acquire);
     let tls = LANE.try_with(|l| {
         let mut b = l.try_borrow_mut().ok()?;
-        if b.is_none() {
-            *b = c.ch.claim_lane();
+        if b.as_ref().is_some_and(|(g, _)| *g != gen) {
+            // A lane of the proxy before a restart: its memory is retired; never touch it.
+            if let Some(stale) = b.take() {
+                std::mem::forget(stale);
+            }
         }
-        b.as_mut().map(&mut *f)
+        if b.is_none() {
+            *b = c.ch.claim_lane().map(|l| (gen, l));
+        }
+        b.as_mut().map(|(_, l)| f(l))
     });
     match tls {
         Ok(Some(r)) => Ok(r),
@@ -210,9 +317,20 @@ pub fn call(req: &Request) -> CudaResult<Body> {
 }
 
 fn finish(reply: crum_wire::Reply) -> CudaResult<Body> {
+    if let Ok(mut h) = HELD_PRINTF.try_lock() {
+        if !h.is_empty() {
+            let held = std::mem::take(&mut *h);
+            drop(h);
+            forward_printf(&held);
+        }
+    }
     forward_printf(&reply.printf);
     if reply.deferred != 0 {
         record(reply.deferred);
+    }
+    let held = PENDING_DEFERRED.swap(0, Ordering::SeqCst);
+    if held != 0 {
+        record(held);
     }
     if reply.status != 0 {
         Err(reply.status)
@@ -327,13 +445,23 @@ pub fn start_callback_thread() -> CudaResult<()> {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
+        let mut gen = GEN.load(Ordering::Acquire);
         std::thread::Builder::new()
             .name("crum-callbacks".into())
             .spawn(move || loop {
-                let reply = lane
-                    .call(&Request::WaitCallback)
-                    .map_err(chan_err)
-                    .and_then(finish);
+                let reply = match lane.call(&Request::WaitCallback) {
+                    // A restart replaced the proxy: move to the new one's callback lane.
+                    Err(_) if GEN.load(Ordering::Acquire) != gen => {
+                        let Some(next) = current().and_then(|c| c.callbacks.lock().unwrap_or_else(|p| p.into_inner()).take())
+                        else {
+                            return;
+                        };
+                        std::mem::forget(std::mem::replace(&mut lane, next));
+                        gen = GEN.load(Ordering::Acquire);
+                        continue;
+                    }
+                    r => r.map_err(chan_err).and_then(finish),
+                };
                 match reply {
                     Ok(Body::Callback { id, func, data }) => {
                         if func != 0 {

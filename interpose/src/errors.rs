@@ -61,7 +61,11 @@ pub fn clear_sticky() {
 /// Run an export's body: a panic becomes `cudaErrorUnknown` plus one log line (it must never
 /// unwind into C); an error is recorded as the thread's last error.
 pub fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    // A checkpoint holds new calls here; the whole call is one step for it.
+    let counted = crate::ckpt::enter();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    crate::ckpt::leave(counted);
+    match r {
         Ok(Ok(())) => 0,
         Ok(Err(code)) => {
             record(code);

@@ -5,6 +5,7 @@
 //!   device management); generated stubs return `cudaErrorNotSupported` for the rest.
 //! - [`client`]: the channel, per-thread lanes, shared mappings, the host-callback thread.
 //! - [`state`]: registered kernels/variables, allocations, per-thread launch configurations.
+//! - [`ckpt`]: the checkpoint gate and hooks (device state in images, restart on a new proxy).
 //! - [`errors`]: `cudaError_t` handling (last error, sticky errors, the panic guard).
 //! - [`ffi`]: raw argument decoding.
 #![deny(unsafe_code)]
@@ -12,6 +13,7 @@
 mod abi_gen;
 mod agent_hook;
 pub mod api;
+pub mod ckpt;
 pub mod client;
 pub mod errors;
 pub mod ffi;

@@ -75,6 +75,16 @@ thread_local! {
     static PER_THREAD_STREAM: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Whether the program registered kernels or module variables (it is a CUDA program even if
+/// it has not called the runtime yet). Never blocks: a held lock counts as "yes".
+pub fn has_registrations() -> bool {
+    let s = state();
+    match (s.funcs.try_read(), s.vars.try_read()) {
+        (Ok(f), Ok(v)) => !f.is_empty() || !v.is_empty(),
+        _ => true,
+    }
+}
+
 /// Device properties (fetched once).
 pub fn props() -> CudaResult<&'static DeviceProps> {
     if let Some(p) = state().props.get() {

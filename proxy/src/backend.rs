@@ -291,11 +291,44 @@ pub trait Backend: Send + Sync {
         let _ = sink;
         unsupported(self.name(), "device snapshot")
     }
+    /// Checkpoint: the regions [`Backend::snapshot`] will save, in the same order (the device
+    /// is idle).
+    fn saved_regions(&self) -> Result<Vec<SavedRegion>> {
+        unsupported(self.name(), "device snapshot")
+    }
     /// Restart: re-create `regions` at their recorded addresses (module variables by name)
     /// and fill them from `source`; returns the allocations in the same order.
     fn restore(&self, regions: &[SavedRegion], source: RestoreSource<'_>) -> Result<Vec<Allocation>> {
         let _ = (regions, source);
         unsupported(self.name(), "device restore")
+    }
+    /// Restart: load a module again, with its variables at their checkpointed addresses
+    /// (`vars`: name, address, kind). A backend that cannot choose (the driver places module
+    /// variables) loads it and fails, naming the variable, if an address differs.
+    fn restore_module(&self, image: &[u8], vars: &[(String, u64, AllocKind)]) -> Result<ModuleId> {
+        let m = self.load_module(image)?;
+        for (name, addr, _) in vars {
+            let (now, _) = self.symbol(m, name)?;
+            if now != *addr {
+                tracing::error!(
+                    "module variable `{name}` was at {addr:#x} and the {} device puts it at {now:#x}: \
+                     its address cannot be reproduced",
+                    self.name()
+                );
+                return Err(BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL));
+            }
+        }
+        Ok(m)
+    }
+    /// The handle the next created object (stream, event, module, kernel, texture) gets.
+    fn next_handle(&self) -> u64 {
+        0
+    }
+    /// Restart: make the next created object get handle `h` (objects come back behind the
+    /// handle values the program holds).
+    fn set_next_handle(&self, h: u64) -> Result<()> {
+        let _ = h;
+        unsupported(self.name(), "handle replay")
     }
 
     /// The error of earlier asynchronous work not yet reported (reported once), if any.

@@ -17,6 +17,8 @@ use crum_wire::{cuda, Body, Channel, CopyKind, Reply, Request, ServerLane};
 use crate::backend::*;
 use crate::hostmem::AppMemory;
 
+mod ckpt;
+
 /// Largest fat binary the proxy accepts.
 const MAX_MODULE: u64 = 1 << 30;
 /// Largest async copy from pageable memory staged in the proxy (larger ones run synchronously).
@@ -44,8 +46,12 @@ pub struct Server {
     app: Mutex<Option<Arc<AppMemory>>>,
     deferred: AtomicU32,
     callbacks: Callbacks,
-    /// Requests being handled right now (all lanes).
+    /// Requests being handled right now (all lanes; not counting host-callback waits).
     busy: AtomicUsize,
+    /// What a checkpoint must re-create (modules, kernels, streams, events, ...).
+    objects: Mutex<ckpt::Objects>,
+    /// The device state built by `CheckpointState`, written out by `CheckpointData`.
+    pending_ckpt: Mutex<Option<ckpt::Pending>>,
 }
 
 fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
@@ -66,6 +72,8 @@ impl Server {
             deferred: AtomicU32::new(0),
             callbacks: Callbacks::default(),
             busy: AtomicUsize::new(0),
+            objects: Mutex::default(),
+            pending_ckpt: Mutex::default(),
         })
     }
 
@@ -114,14 +122,21 @@ impl Server {
                 }
             };
             let syncing = is_syncing(&req);
-            self.busy.fetch_add(1, Ordering::SeqCst);
+            // A host-callback wait blocks for as long as the program runs; it is not work
+            // that a drain (exit, checkpoint) waits for.
+            let counted = !matches!(req, Request::WaitCallback);
+            if counted {
+                self.busy.fetch_add(1, Ordering::SeqCst);
+            }
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req, lane_index)))
                     .unwrap_or_else(|_| {
                         tracing::error!("request handler panicked");
                         Err(cuda::ERROR_UNKNOWN)
                     });
-            self.busy.fetch_sub(1, Ordering::SeqCst);
+            if counted {
+                self.busy.fetch_sub(1, Ordering::SeqCst);
+            }
             if inc.wants_reply {
                 lane.reply(&self.finish(result, syncing));
             } else if let Err(c) = result {
@@ -200,9 +215,15 @@ impl Server {
             }
             Request::Free { addr } => code(b.free(addr)).map(|_| Body::None),
             Request::HostRegister { addr, len } => {
-                code(b.host_register(addr, len)).map(|_| Body::None)
+                code(b.host_register(addr, len))?;
+                self.objects.lock().unwrap().registered.insert(addr, len);
+                Ok(Body::None)
             }
-            Request::HostUnregister { addr } => code(b.host_unregister(addr)).map(|_| Body::None),
+            Request::HostUnregister { addr } => {
+                code(b.host_unregister(addr))?;
+                self.objects.lock().unwrap().registered.remove(&addr);
+                Ok(Body::None)
+            }
             Request::LoadModule { addr, len } => {
                 if !(16..=MAX_MODULE).contains(&len) {
                     return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
@@ -211,13 +232,21 @@ impl Server {
                 self.app()?
                     .read(addr, &mut image)
                     .map_err(|_| cuda::ERROR_INVALID_KERNEL_IMAGE)?;
-                code(b.load_module(&image)).map(|m| Body::Value(m.0))
+                let m = code(b.load_module(&image))?;
+                self.objects.lock().unwrap().modules.insert(m.0, (addr, len));
+                Ok(Body::Value(m.0))
             }
             Request::UnloadModule { module } => {
-                code(b.unload_module(ModuleId(module))).map(|_| Body::None)
+                code(b.unload_module(ModuleId(module)))?;
+                let mut o = self.objects.lock().unwrap();
+                o.modules.remove(&module);
+                o.functions.retain(|_, f| f.0 != module);
+                Ok(Body::None)
             }
             Request::GetFunction { module, name } => {
-                code(b.function(ModuleId(module), &name)).map(Body::Func)
+                let f = code(b.function(ModuleId(module), &name))?;
+                self.objects.lock().unwrap().functions.entry(f.handle).or_insert((module, name, None));
+                Ok(Body::Func(f))
             }
             Request::GetSymbol { module, name } => {
                 code(b.symbol(ModuleId(module), &name)).map(|(a, s)| Body::Pair(a, s))
@@ -228,7 +257,13 @@ impl Server {
                     memfd: a.memfd,
                 }),
             Request::FuncSetAttribute { func, attr, value } => {
-                code(b.func_set_attribute(FuncId(func), attr, value)).map(|_| Body::None)
+                code(b.func_set_attribute(FuncId(func), attr, value))?;
+                if attr == ckpt::ATTR_MAX_DYNAMIC_SHARED {
+                    if let Some(f) = self.objects.lock().unwrap().functions.get_mut(&func) {
+                        f.2 = Some(value);
+                    }
+                }
+                Ok(Body::None)
             }
             Request::Launch {
                 func,
@@ -317,10 +352,14 @@ impl Server {
                 self.sync_if(sync, stream)
             }
             Request::StreamCreate { flags, priority } => {
-                code(b.stream_create(flags, priority)).map(|s| Body::Value(s.0))
+                let s = code(b.stream_create(flags, priority))?;
+                self.objects.lock().unwrap().streams.insert(s.0, (flags, priority));
+                Ok(Body::Value(s.0))
             }
             Request::StreamDestroy { stream } => {
-                code(b.stream_destroy(StreamId(stream))).map(|_| Body::None)
+                code(b.stream_destroy(StreamId(stream)))?;
+                self.objects.lock().unwrap().streams.remove(&stream);
+                Ok(Body::None)
             }
             Request::StreamQuery { stream } => {
                 if code(b.stream_query(StreamId(stream)))? {
@@ -335,9 +374,15 @@ impl Server {
             Request::StreamWaitEvent { stream, event } => {
                 code(b.stream_wait_event(StreamId(stream), EventId(event))).map(|_| Body::None)
             }
-            Request::EventCreate { flags } => code(b.event_create(flags)).map(|e| Body::Value(e.0)),
+            Request::EventCreate { flags } => {
+                let e = code(b.event_create(flags))?;
+                self.objects.lock().unwrap().events.insert(e.0, flags);
+                Ok(Body::Value(e.0))
+            }
             Request::EventDestroy { event } => {
-                code(b.event_destroy(EventId(event))).map(|_| Body::None)
+                code(b.event_destroy(EventId(event)))?;
+                self.objects.lock().unwrap().events.remove(&event);
+                Ok(Body::None)
             }
             Request::EventRecord { event, stream } => {
                 code(b.event_record(EventId(event), StreamId(stream))).map(|_| Body::None)
@@ -392,32 +437,58 @@ impl Server {
                 }
             }
             Request::DeviceSync => code(b.device_sync()).map(|_| Body::None),
-            Request::DeviceReset => code(b.device_reset()).map(|_| Body::None),
-            Request::TexCreate { desc } => code(b.texture_create(&desc)).map(Body::Value),
-            Request::TexDestroy { tex } => code(b.texture_destroy(tex)).map(|_| Body::None),
+            Request::DeviceReset => {
+                code(b.device_reset())?;
+                let mut o = self.objects.lock().unwrap();
+                o.streams.clear();
+                o.events.clear();
+                o.textures.clear();
+                Ok(Body::None)
+            }
+            Request::TexCreate { desc } => {
+                let t = code(b.texture_create(&desc))?;
+                self.objects.lock().unwrap().textures.insert(t, desc);
+                Ok(Body::Value(t))
+            }
+            Request::TexDestroy { tex } => {
+                code(b.texture_destroy(tex))?;
+                self.objects.lock().unwrap().textures.remove(&tex);
+                Ok(Body::None)
+            }
             // Program exit (context teardown): first let every other lane's queued requests
             // reach the device (the exiting program's threads sent them before this), then
             // finish device work so its printf output and errors are delivered.
             Request::Flush => {
-                let t0 = std::time::Instant::now();
-                let quiet = || !self.channel.any_pending(lane) && self.busy.load(Ordering::SeqCst) <= 1;
-                // Quiet twice in a row: a request just read but not yet counted as busy is
-                // caught by the second look.
-                while t0.elapsed() < Duration::from_secs(2) {
-                    if quiet() {
-                        std::thread::sleep(Duration::from_micros(200));
-                        if quiet() {
-                            break;
-                        }
-                    }
-                    std::thread::sleep(Duration::from_micros(100));
-                }
+                self.wait_quiet(lane, Duration::from_secs(2));
                 code(b.device_sync()).map(|_| Body::None)
             }
-            Request::CheckpointState | Request::CheckpointData { .. } | Request::RestoreDevice { .. } => {
-                Err(cuda::ERROR_NOT_SUPPORTED)
+            Request::CheckpointState => self.checkpoint_state(lane),
+            Request::CheckpointData { state_addr, state_len, data_addr, data_len } => {
+                self.checkpoint_data(state_addr, state_len, data_addr, data_len)
+            }
+            Request::RestoreDevice { state_addr, state_len, data_addr, data_len } => {
+                self.restore_device(state_addr, state_len, data_addr, data_len)
             }
         }
+    }
+
+    /// Wait (at most `limit`) until no other lane holds unread requests and no request is
+    /// being handled but the caller's; true if that happened.
+    fn wait_quiet(&self, lane: usize, limit: Duration) -> bool {
+        let t0 = std::time::Instant::now();
+        let quiet = || !self.channel.any_pending(lane) && self.busy.load(Ordering::SeqCst) <= 1;
+        // Quiet twice in a row: a request just read but not yet counted as busy is caught by
+        // the second look.
+        while t0.elapsed() < limit {
+            if quiet() {
+                std::thread::sleep(Duration::from_micros(200));
+                if quiet() {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        false
     }
 
     fn sync_if(&self, sync: bool, stream: u64) -> std::result::Result<Body, u32> {

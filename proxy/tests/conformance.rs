@@ -424,6 +424,8 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
         let (table, _) = need!(a.symbol(m, "table"));
         let v: Vec<u8> = [10.0f32, 20.0, 30.0, 40.0].iter().flat_map(|f| f.to_le_bytes()).collect();
         need!(a.memcpy(LEGACY_STREAM, copy(table, v.as_ptr() as u64, 16)));
+        // The copy reads `v` when the stream runs it: finish before `v` goes.
+        need!(a.device_sync());
     }
     let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
     let regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
@@ -440,9 +442,19 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
     drop(a);
 
     let b = make(base).expect("the backend opened once already");
-    // Module variables are found again by name in the re-loaded module.
+    // The module is loaded again with its variables at their checkpointed addresses (the
+    // emulated device places them; a driver that puts them elsewhere fails clearly).
     let mut regions = regions;
-    let module_b = module.map(|_| b.load_module(FATBIN).expect("loaded before"));
+    let vars: Vec<(String, u64, AllocKind)> =
+        regions.iter().filter_map(|r| r.symbol.as_ref().map(|s| (s.1.clone(), r.addr, r.kind))).collect();
+    let module_b = match module.map(|_| b.restore_module(FATBIN, &vars)) {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(e)) => {
+            assert_eq!(e, BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL), "a moved module variable is refused by name");
+            return;
+        }
+    };
     for r in &mut regions {
         if let (Some(sym), Some(m)) = (r.symbol.as_mut(), module_b) {
             sym.0 = m;
@@ -453,11 +465,9 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
         buf.copy_from_slice(&bytes[..buf.len()]);
         Ok(())
     }));
-    // Allocations come back at their addresses; module variables wherever the driver put them.
+    // Everything comes back at its address.
     for (a, r) in allocs.iter().zip(&regions) {
-        if r.symbol.is_none() {
-            assert_eq!(a.addr, r.addr);
-        }
+        assert_eq!(a.addr, r.addr);
     }
     assert_eq!(allocs.len(), regions.len());
     assert!(read_back(&*b, d_big, big.len()) == big);

@@ -63,6 +63,35 @@ impl Plan {
     pub fn state(&self) -> &ProcessState {
         &self.state
     }
+
+    /// Whether the image holds a CUDA program's device state.
+    pub fn has_device(&self) -> bool {
+        self.reader.inventory().sections.iter().any(|s| s.name == crum_wire::ckpt::SECTION_DEVICE)
+    }
+}
+
+/// Starts `crum proxy` on a new channel (after the program's descriptors are restored, so
+/// the channel takes a free number) and returns the channel's descriptor, which stays open
+/// for the program. The proxy's parent is this process, i.e. the program: it ends with it.
+fn start_proxy(exe: &Path, device: &str) -> Result<i64, RestartError> {
+    use std::os::unix::process::CommandExt;
+    let ch = crum_wire::Channel::create()
+        .map_err(|e| RestartError::Sys { what: "creating the device proxy channel".into(), source: e })?;
+    let fd = ch.raw_fd();
+    std::process::Command::new(exe)
+        .arg("proxy")
+        .arg("--channel-fd")
+        .arg(fd.to_string())
+        .arg("--device")
+        .arg(device)
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| RestartError::Sys { what: format!("starting the device proxy {}", exe.display()), source: e })?;
+    // The descriptor belongs to the program from now on; the mapping is a leftover the
+    // agent removes.
+    std::mem::forget(ch);
+    Ok(fd as i64)
 }
 
 /// Opens and checks an image and everything a restart of it needs; starts nothing.
@@ -141,10 +170,31 @@ fn check_files(st: &ProcessState) -> Result<(), RestartError> {
     Ok(())
 }
 
+/// How a restart starts the device proxy of a CUDA program's image.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The `crum` binary (run as `crum proxy --channel-fd N --device D`) and the device.
+    /// Needed for images with device state; `None` refuses them.
+    pub proxy: Option<(PathBuf, String)>,
+}
+
 /// Restarts the image in `dir`: on success this process becomes the program and the
 /// function never returns. May re-execute the current executable to get another layout.
 pub fn restart(dir: &Path) -> Result<std::convert::Infallible, RestartError> {
+    restart_with(dir, &Options::default())
+}
+
+/// [`restart`] with options: a CUDA program's image (it holds device state) gets a fresh
+/// device proxy, started after the program's memory and files are in place; the program's
+/// restore hook connects to it through the channel descriptor in its restart information.
+pub fn restart_with(dir: &Path, opts: &Options) -> Result<std::convert::Infallible, RestartError> {
     let plan = validate(dir)?;
+    if plan.has_device() && opts.proxy.is_none() {
+        return Err(RestartError::Invalid(format!(
+            "{} holds a CUDA program's device state; restart it with `crum restart`",
+            plan.dir.display()
+        )));
+    }
     let attempt: u32 = std::env::var(ATTEMPT_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     if let Err(detail) = layout::check(&plan) {
         if attempt + 1 >= MAX_ATTEMPTS {
@@ -153,13 +203,13 @@ pub fn restart(dir: &Path) -> Result<std::convert::Infallible, RestartError> {
         tracing::info!(attempt, %detail, "layout collision; re-executing");
         return Err(sys::reexec(attempt + 1));
     }
-    restore(plan, attempt)
+    restore(plan, attempt, opts)
 }
 
 /// A progress bar on a terminal for images of at least this many bytes of memory.
 const PROGRESS_MIN: u64 = 256 << 20;
 
-fn restore(mut plan: Plan, attempt: u32) -> Result<std::convert::Infallible, RestartError> {
+fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert::Infallible, RestartError> {
     use std::io::IsTerminal;
     let total: u64 = plan.reader.regions().iter().filter(|r| r.has_data).map(|r| r.len).sum();
     // Drawn only when asked to (no ticker thread: this process must be single-threaded when
@@ -187,14 +237,19 @@ fn restore(mut plan: Plan, attempt: u32) -> Result<std::convert::Infallible, Res
         }
         Err(layout::MapError::Other(e)) => return Err(e),
     }
+    let device = plan.has_device();
     let Plan { reader, state, dir } = plan;
     drop(reader);
     restore_fds(&state)?;
+    let channel_fd = match (&opts.proxy, device) {
+        (Some((exe, dev)), true) => start_proxy(exe, dev)?,
+        _ => -1,
+    };
     sys::chdir(&state.cwd)?;
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
     sys::set_brk(state.start_brk, state.brk);
-    sys::write_restart_info(state.restart_info, state.pid, &dir);
+    sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd);
     sys::block_signals();
     sys::unregister_rseq();
     sys::set_sigactions(&state.sigactions)?;

@@ -170,7 +170,7 @@ pub fn set_brk(start: u64, brk: u64) {
 }
 
 /// Tells the restored agent where it came from.
-pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path) {
+pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64) {
     let bytes = dir.as_os_str().as_encoded_bytes();
     let n = bytes.len().min(4096);
     // SAFETY: `addr` is the agent's RESTART_INFO inside a region just restored writable
@@ -179,6 +179,7 @@ pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path) {
         let info = addr as *mut RestartInfo;
         (*info).old_pid = old_pid as i64;
         (*info).path_len = n as u64;
+        (*info).channel_fd = channel_fd;
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), std::ptr::addr_of_mut!((*info).path) as *mut u8, n);
         (*info).magic = RESTART_MAGIC;
     }

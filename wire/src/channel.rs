@@ -227,6 +227,33 @@ impl Channel {
         Ok(Channel { base: p.cast(), fd })
     }
 
+    /// In a restarted process, for the channel of a proxy that no longer exists (its memory
+    /// came back from the image): replace the mapping with fresh private zero pages marked
+    /// dead, so that a thread still holding one of its lanes gets `ProxyGone` at once and
+    /// later images store only zero pages for it.
+    pub fn retire(&self) {
+        // SAFETY: replaces our own mapping of SIZE bytes at `base` in place (MAP_FIXED over
+        // it); references into it (lanes) stay valid, now to zeroed private memory.
+        let p = unsafe {
+            libc::mmap(
+                self.base.cast(),
+                SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            self.header().state.store(DEAD, Release);
+        }
+    }
+
+    /// Where the channel is mapped in this process: (address, length).
+    pub fn mapping(&self) -> (u64, u64) {
+        (self.base as u64, SIZE as u64)
+    }
+
     /// The memfd behind the channel.
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -299,6 +299,8 @@ pub enum Body {
     },
     /// Shared mappings re-created by a restore: (address, length, kind, proxy memfd number).
     Restored(Vec<(u64, u64, AllocKind, i32)>),
+    /// A checkpoint or restore step failed; the message names the problem.
+    Failed(String),
 }
 
 /// A reply to a synchronous request.

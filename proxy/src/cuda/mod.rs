@@ -1291,6 +1291,19 @@ impl Backend for Cuda {
         self.shared.printf.get().map(|c| c.take(max)).unwrap_or_default()
     }
 
+    fn saved_regions(&self) -> Result<Vec<SavedRegion>> {
+        Ok(self.regions())
+    }
+
+    fn next_handle(&self) -> u64 {
+        self.next_handle.load(Ordering::SeqCst)
+    }
+
+    fn set_next_handle(&self, h: u64) -> Result<()> {
+        self.next_handle.store(h, Ordering::SeqCst);
+        Ok(())
+    }
+
     fn snapshot(&self, sink: SaveSink<'_>) -> Result<Vec<SavedRegion>> {
         self.bind()?;
         self.sync_result(driver::ctx_synchronize())?;
@@ -1309,6 +1322,14 @@ impl Backend for Cuda {
                     let (addr, len) = self.symbol(*module, name)?;
                     if len != r.len {
                         tracing::error!(symbol = %name, "module variable changed size ({} → {len})", r.len);
+                        return Err(BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL));
+                    }
+                    if addr != r.addr {
+                        tracing::error!(
+                            symbol = %name,
+                            "module variable was at {:#x}, the driver put it at {addr:#x}: its address cannot be reproduced",
+                            r.addr
+                        );
                         return Err(BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL));
                     }
                     out.push(Allocation { addr, memfd: None });

@@ -68,7 +68,15 @@ impl Kernels {
         }
     }
 
-    pub fn load(&self, id: u64, image: &[u8], vram: &Vram) -> Result<()> {
+    /// Load a module as handle `id`. `placement` (a restart) puts named module variables at
+    /// their checkpointed addresses and kinds instead of the first free ones.
+    pub fn load(
+        &self,
+        id: u64,
+        image: &[u8],
+        vram: &Vram,
+        placement: Option<&HashMap<String, (u64, AllocKind)>>,
+    ) -> Result<()> {
         let images = crum_ptx::fatbin::extract_ptx(image).map_err(|e| {
             tracing::error!("cannot load the program's kernels: {e}");
             err(cuda::ERROR_NO_KERNEL_IMAGE)
@@ -83,7 +91,13 @@ impl Kernels {
         })?;
         let mut symbols = HashMap::new();
         for g in module.globals() {
-            let (addr, _) = vram.alloc(g.size.max(1), AllocKind::Device).map_err(err)?;
+            let (addr, _) = match placement.and_then(|p| p.get(&g.name)) {
+                Some(&(at, kind)) => vram.alloc_at(at, g.size.max(1), kind).map_err(|e| {
+                    tracing::error!(symbol = %g.name, "cannot place the module variable at {at:#x} again");
+                    err(e)
+                })?,
+                None => vram.alloc(g.size.max(1), AllocKind::Device).map_err(err)?,
+            };
             // SAFETY: `addr` is a fresh allocation of at least `g.size` bytes, mapped RW here;
             // `init.len() == size` per the crum-ptx contract (checked by `min`).
             unsafe {
@@ -126,6 +140,18 @@ impl Kernels {
             let _ = vram.free(addr);
         }
         Ok(())
+    }
+
+    /// Every module variable: (address, module, name).
+    pub fn globals_named(&self) -> Vec<(u64, u64, String)> {
+        let mods = self.modules.lock().unwrap();
+        let mut v = Vec::new();
+        for (&id, m) in mods.iter() {
+            for (name, &(addr, _)) in m.symbols.lock().unwrap().iter() {
+                v.push((addr, id, name.clone()));
+            }
+        }
+        v
     }
 
     pub fn is_global(&self, addr: u64) -> bool {

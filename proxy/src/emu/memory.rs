@@ -128,6 +128,16 @@ impl Vram {
 
     /// Allocate `len` bytes; returns the device address and, for shared kinds, the memfd.
     pub fn alloc(&self, len: u64, kind: AllocKind) -> Result<(u64, Option<i32>), u32> {
+        self.place(len, kind, None)
+    }
+
+    /// Allocate `len` bytes exactly at `addr` (a restart re-creating a checkpointed
+    /// allocation). Fails if the range is not free.
+    pub fn alloc_at(&self, addr: u64, len: u64, kind: AllocKind) -> Result<(u64, Option<i32>), u32> {
+        self.place(len, kind, Some(addr))
+    }
+
+    fn place(&self, len: u64, kind: AllocKind, at: Option<u64>) -> Result<(u64, Option<i32>), u32> {
         let span = len
             .max(1)
             .checked_next_multiple_of(GRANULE)
@@ -137,10 +147,18 @@ impl Vram {
             return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
         }
         let align = if span >= HUGE { HUGE } else { GRANULE };
-        let fit = g.free.iter().find_map(|(&fs, &fl)| {
-            let start = fs.next_multiple_of(align);
-            (start + span <= fs + fl).then_some((fs, fl, start))
-        });
+        let fit = match at {
+            None => g.free.iter().find_map(|(&fs, &fl)| {
+                let start = fs.next_multiple_of(align);
+                (start + span <= fs + fl).then_some((fs, fl, start))
+            }),
+            Some(a) => g
+                .free
+                .range(..=a)
+                .next_back()
+                .filter(|&(&fs, &fl)| a % GRANULE == 0 && a.checked_add(span).is_some_and(|e| e <= fs + fl))
+                .map(|(&fs, &fl)| (fs, fl, a)),
+        };
         let Some((fstart, flen, start)) = fit else {
             return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
         };
@@ -265,6 +283,11 @@ impl Vram {
     pub fn contains(&self, addr: u64, len: u64) -> Option<Range> {
         let r = self.lookup(addr)?;
         (addr.checked_add(len)? <= r.base + r.len).then_some(r)
+    }
+
+    /// The memfd behind the shared allocation starting at `addr`.
+    pub fn memfd(&self, addr: u64) -> Option<i32> {
+        self.inner.read().unwrap().allocs.get(&addr)?._memfd.as_ref().map(|f| f.as_raw_fd())
     }
 
     /// Every live allocation (for device reset).

@@ -339,8 +339,100 @@ impl Backend for Emu {
 
     fn load_module(&self, image: &[u8]) -> Result<ModuleId> {
         let id = self.handle();
-        self.shared.kernels.load(id, image, &self.shared.vram)?;
+        self.shared.kernels.load(id, image, &self.shared.vram, None)?;
         Ok(ModuleId(id))
+    }
+
+    fn restore_module(&self, image: &[u8], vars: &[(String, u64, AllocKind)]) -> Result<ModuleId> {
+        let id = self.handle();
+        let placement = vars.iter().map(|(n, a, k)| (n.clone(), (*a, *k))).collect();
+        self.shared.kernels.load(id, image, &self.shared.vram, Some(&placement))?;
+        Ok(ModuleId(id))
+    }
+
+    fn next_handle(&self) -> u64 {
+        self.next_handle.load(Ordering::SeqCst)
+    }
+
+    fn set_next_handle(&self, h: u64) -> Result<()> {
+        self.next_handle.store(h, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn saved_regions(&self) -> Result<Vec<SavedRegion>> {
+        let names: HashMap<u64, (u64, String)> = self
+            .shared
+            .kernels
+            .globals_named()
+            .into_iter()
+            .map(|(a, m, n)| (a, (m, n)))
+            .collect();
+        let vram = &self.shared.vram;
+        let mut regions = Vec::new();
+        for addr in vram.all() {
+            let Some(r) = vram.lookup(addr) else { continue };
+            regions.push(SavedRegion {
+                addr,
+                len: r.len,
+                kind: r.kind,
+                symbol: names.get(&addr).map(|(m, n)| (ModuleId(*m), n.clone())),
+            });
+        }
+        Ok(regions)
+    }
+
+    fn snapshot(&self, sink: SaveSink<'_>) -> Result<Vec<SavedRegion>> {
+        self.device_sync_inner();
+        let regions = self.saved_regions()?;
+        for r in &regions {
+            // SAFETY: a live allocation of `len` bytes mapped readable at its device address
+            // in this process; the device is idle (drained above, and the server holds every
+            // lane quiet while it snapshots).
+            let bytes = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len as usize) };
+            for (i, chunk) in bytes.chunks(64 << 20).enumerate() {
+                sink(r, (i as u64) << 26, chunk).map_err(|e| {
+                    tracing::error!("cannot save device memory: {e}");
+                    BackendError::Cuda(cuda::ERROR_UNKNOWN)
+                })?;
+            }
+        }
+        Ok(regions)
+    }
+
+    fn restore(&self, regions: &[SavedRegion], source: RestoreSource<'_>) -> Result<Vec<Allocation>> {
+        let vram = &self.shared.vram;
+        let mut out = Vec::new();
+        for r in regions {
+            match &r.symbol {
+                Some((m, name)) => {
+                    let (addr, len) = self.shared.kernels.symbol(m.0, name)?;
+                    if addr != r.addr || len != r.len {
+                        tracing::error!(symbol = %name, "module variable not at its checkpointed place");
+                        return Err(BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL));
+                    }
+                    out.push(Allocation { addr, memfd: self.shared_fd(addr) });
+                }
+                None => {
+                    let (addr, memfd) = vram.alloc_at(r.addr, r.len, r.kind).map_err(|c| {
+                        tracing::error!("device address {:#x} ({} bytes) cannot be allocated again", r.addr, r.len);
+                        BackendError::Cuda(c)
+                    })?;
+                    out.push(Allocation { addr, memfd });
+                }
+            }
+        }
+        for r in regions {
+            // SAFETY: allocated (or placed with its module) just above: `len` bytes mapped
+            // writable at `addr` in this process; nothing runs on the device yet.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(r.addr as *mut u8, r.len as usize) };
+            for (i, chunk) in bytes.chunks_mut(64 << 20).enumerate() {
+                source(r, (i as u64) << 26, chunk).map_err(|e| {
+                    tracing::error!("cannot read saved device memory: {e}");
+                    BackendError::Cuda(cuda::ERROR_UNKNOWN)
+                })?;
+            }
+        }
+        Ok(out)
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<()> {
@@ -659,6 +751,11 @@ impl Backend for Emu {
 }
 
 impl Emu {
+    /// The memfd behind a shared (managed/pinned) allocation starting at `addr`.
+    fn shared_fd(&self, addr: u64) -> Option<i32> {
+        self.shared.vram.memfd(addr)
+    }
+
     fn device_sync_inner(&self) {
         for s in self.all_streams() {
             s.drain();

@@ -1,0 +1,216 @@
+//! The CUDA side of checkpoints (issue 6): the gate every runtime entry point passes, and the
+//! hooks the checkpoint agent (`crum_ckpt::agent`) calls.
+//!
+//! - `quiesce` (the program's threads still run): close the gate, so that new CUDA calls wait
+//!   at their entry; wait for the calls in flight to return (a long kernel is waited for, and
+//!   the log says so); bring managed memory up to date in the proxy; ask the proxy for the
+//!   device state (`CheckpointState`: every lane drained, the device idle). The device cannot
+//!   change after this: nothing reaches the proxy until the gate opens.
+//! - `collect` (threads stopped): allocate the two image sections and let the proxy write the
+//!   encoded state and all device memory straight into them (`CheckpointData`).
+//! - `resume`: open the gate (in the program that goes on after the fork).
+//! - `restore` (in a restarted process, threads stopped): connect to the fresh proxy that
+//!   `crum restart` started (its channel descriptor is in the restart information), replay the
+//!   device state (`RestoreDevice`), map managed and pinned memory again, open the gate.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crum_wire::ckpt::{DeviceState, SECTION_DEVICE, SECTION_DEVICE_DATA};
+use crum_wire::{AllocKind, Body, Request};
+
+use crate::client;
+
+static CLOSED: AtomicBool = AtomicBool::new(false);
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static GATE: Mutex<()> = Mutex::new(());
+static OPENED: Condvar = Condvar::new();
+/// Longest a checkpoint waits for CUDA calls in flight (a long kernel, a long copy).
+const IN_FLIGHT_LIMIT: Duration = Duration::from_secs(3600);
+
+thread_local! {
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Sizes from `CheckpointState`, used by `collect`.
+static SIZES: Mutex<Option<(u64, u64)>> = Mutex::new(None);
+
+/// Entry of a runtime API call: waits while a checkpoint holds the gate. Returns whether the
+/// call was counted (the outermost entry of this thread); pass it to [`leave`].
+pub fn enter() -> bool {
+    let outer = DEPTH
+        .try_with(|d| {
+            let v = d.get();
+            d.set(v + 1);
+            v == 0
+        })
+        .unwrap_or(false);
+    if !outer {
+        return false;
+    }
+    loop {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        if !CLOSED.load(Ordering::SeqCst) {
+            return true;
+        }
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        let mut g = GATE.lock().unwrap_or_else(|p| p.into_inner());
+        while CLOSED.load(Ordering::SeqCst) {
+            g = OPENED.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+/// Exit of a runtime API call.
+pub fn leave(counted: bool) {
+    let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+    if counted {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn open_gate() {
+    CLOSED.store(false, Ordering::SeqCst);
+    let _g = GATE.lock().unwrap_or_else(|p| p.into_inner());
+    OPENED.notify_all();
+}
+
+/// Registers the hooks (from the library constructor, for programs under `crum run`).
+pub fn install() {
+    crum_ckpt::agent::set_hooks(crum_ckpt::agent::Hooks { quiesce, collect, resume, restore });
+}
+
+/// Whether this process is a CUDA program (it connected, or registered kernels to use).
+fn is_cuda_program() -> bool {
+    client::connected() || crate::state::has_registrations()
+}
+
+fn quiesce() -> Result<(), String> {
+    *SIZES.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    if !is_cuda_program() {
+        return Ok(());
+    }
+    CLOSED.store(true, Ordering::SeqCst);
+    let t0 = Instant::now();
+    let mut said = false;
+    while IN_FLIGHT.load(Ordering::SeqCst) != 0 {
+        if !said && t0.elapsed() > Duration::from_secs(1) {
+            client::init_logging();
+            tracing::warn!(
+                calls = IN_FLIGHT.load(Ordering::SeqCst),
+                "checkpoint waits for CUDA calls in flight to finish (a long kernel or copy)"
+            );
+            said = true;
+        }
+        if t0.elapsed() > IN_FLIGHT_LIMIT {
+            return Err(format!("CUDA calls still in flight after {} s", IN_FLIGHT_LIMIT.as_secs()));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    if !client::connected() {
+        // Kernels registered, no call made yet: the restart connects to its own proxy.
+        return Ok(());
+    }
+    crate::managed::checkpoint_flush()?;
+    let td = Instant::now();
+    let sizes = match client::agent_call(&Request::CheckpointState)? {
+        Body::Pair(s, d) => (s, d),
+        other => return Err(format!("unexpected reply to a device checkpoint: {other:?}")),
+    };
+    let drain = td.elapsed();
+    if said || drain > Duration::from_secs(1) {
+        tracing::info!(ms = drain.as_millis() as u64, "device drained for the checkpoint");
+    }
+    crum_ckpt::agent::PHASE_DRAIN_US.store(drain.as_micros() as u64, Ordering::Relaxed);
+    *SIZES.lock().unwrap_or_else(|p| p.into_inner()) = Some(sizes);
+    Ok(())
+}
+
+/// Runs while the program's threads are stopped: allocations come from the agent's arena;
+/// no logging, no C stdio.
+fn collect() -> Result<Vec<(String, Vec<u8>)>, String> {
+    if !is_cuda_program() {
+        return Ok(Vec::new());
+    }
+    let sizes = *SIZES.try_lock().map_err(|_| "checkpoint state busy".to_string())?;
+    let Some((state_len, data_len)) = sizes else {
+        // A CUDA program that has not used the device yet: an empty state still tells the
+        // restart to start a proxy.
+        let empty = DeviceState {
+            version: crum_wire::ckpt::DEVICE_STATE_VERSION,
+            backend: String::new(),
+            device_name: String::new(),
+            next_handle: 0,
+            modules: Vec::new(),
+            functions: Vec::new(),
+            regions: Vec::new(),
+            registered: Vec::new(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            textures: Vec::new(),
+            data_len: 0,
+        };
+        return Ok(vec![(SECTION_DEVICE.to_string(), empty.encode()), (SECTION_DEVICE_DATA.to_string(), Vec::new())]);
+    };
+    let mut state = vec![0u8; state_len as usize];
+    let mut data = vec![0u8; data_len as usize];
+    client::agent_call(&Request::CheckpointData {
+        state_addr: state.as_mut_ptr() as u64,
+        state_len,
+        data_addr: data.as_mut_ptr() as u64,
+        data_len,
+    })?;
+    crum_ckpt::agent::PHASE_DEVICE_BYTES.store(data_len, Ordering::Relaxed);
+    Ok(vec![(SECTION_DEVICE.to_string(), state), (SECTION_DEVICE_DATA.to_string(), data)])
+}
+
+fn resume() {
+    if CLOSED.load(Ordering::SeqCst) {
+        open_gate();
+    }
+    client::flush_held_printf();
+}
+
+fn restore(read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {
+    let Some(state) = read(SECTION_DEVICE) else {
+        // Not a CUDA program when it was saved.
+        open_gate();
+        return Ok(());
+    };
+    let data = read(SECTION_DEVICE_DATA).unwrap_or_default();
+    let decoded = DeviceState::decode(&state)?;
+    if decoded.data_len != data.len() as u64 {
+        return Err(format!(
+            "the image's device data holds {} bytes, its device state names {}",
+            data.len(),
+            decoded.data_len
+        ));
+    }
+    let fd = crum_ckpt::agent::restart_channel_fd()
+        .ok_or("this CUDA program's image was restarted without a device proxy (use `crum restart`)")?;
+    crum_ckpt::agent::exclude_fd(fd);
+    client::reconnect(fd)?;
+    let shared = match client::agent_call(&Request::RestoreDevice {
+        state_addr: state.as_ptr() as u64,
+        state_len: state.len() as u64,
+        data_addr: data.as_ptr() as u64,
+        data_len: data.len() as u64,
+    })? {
+        Body::Restored(v) => v,
+        other => return Err(format!("unexpected reply to a device restore: {other:?}")),
+    };
+    for (addr, len, kind, memfd) in shared {
+        let r = match kind {
+            AllocKind::Managed => crate::managed::restored(addr, len, memfd),
+            _ => client::map_shared(addr, len, memfd),
+        };
+        r.map_err(|e| {
+            format!("cannot map the {kind:?} memory at {addr:#x} ({len} bytes) again ({})", crum_wire::cuda::name(e))
+        })?;
+    }
+    crate::managed::after_restore()?;
+    open_gate();
+    Ok(())
+}
