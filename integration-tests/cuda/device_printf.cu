@@ -6,8 +6,10 @@ __global__ void hello(int b, float f) {
 int main() {
     for (int b = 0; b < 2; b++) {
         hello<<<1, 2>>>(b, 1.5f);
+        GATE(b + 1);  // kernel (and its printf) queued
         CK(cudaDeviceSynchronize());
     }
+    GATE(3);
     printf("PASS\n");
     return 0;
 }

@@ -22,8 +22,10 @@ int main() {
     CK(cudaMemGetInfo(&fr, &tot)); EXPECT(tot > 0 && fr <= tot);
     float *d, *h, *m;
     CK(cudaMalloc(&d, 64 << 20));
+    GATE(1);
     CK(cudaMemGetInfo(&fr2, &tot)); EXPECT(fr2 <= fr);
     CK(cudaMallocHost(&h, 4096)); CK(cudaMallocManaged(&m, 4096));
+    GATE(2);
     cudaPointerAttributes a;
     CK(cudaPointerGetAttributes(&a, d)); EXPECT(a.type == cudaMemoryTypeDevice && a.devicePointer == d);
     CK(cudaPointerGetAttributes(&a, (char *)d + 100)); EXPECT(a.type == cudaMemoryTypeDevice);
@@ -37,6 +39,7 @@ int main() {
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, 128, 0)); EXPECT(blocks >= 1);
     size_t lim = 0;
     CK(cudaDeviceGetLimit(&lim, cudaLimitStackSize)); EXPECT(lim > 0);
+    GATE(3);
     CK(cudaFree(d)); CK(cudaFreeHost(h)); CK(cudaFree(m));
     CK(cudaDeviceSynchronize());
     printf("devices>=1 warp %d\n", p.warpSize);

@@ -9,6 +9,7 @@ int main() {
     int h = 0, *gone;
     CK(cudaMalloc(&gone, 4096));
     CK(cudaFree(gone));
+    GATE(1);  // the freed pointer must stay invalid
     cudaError_t e = cudaMemcpy(&h, gone, 4, cudaMemcpyDeviceToHost);
     printf("freed pointer: %s\n", cudaGetErrorName(e));
     EXPECT(e == cudaErrorInvalidValue);
@@ -21,6 +22,7 @@ int main() {
     printf("2048 threads: %s\n", cudaGetErrorName(e));
     EXPECT(e == cudaErrorInvalidConfiguration);
     EXPECT(cudaGetLastError() == cudaSuccess);  // non-sticky: cleared by the read
+    GATE(2);
     int *d;
     CK(cudaMalloc(&d, 64 * 4));
     nop<<<1, 64>>>(d);
@@ -29,6 +31,7 @@ int main() {
     e = cudaDeviceSynchronize();
     printf("out of bounds: %s\n", cudaGetErrorName(e));
     EXPECT(e == cudaErrorIllegalAddress);
+    GATE(3);  // the sticky error must survive
     e = cudaMalloc(&d, 16);
     printf("after: %s\n", cudaGetErrorName(e));
     EXPECT(e == cudaErrorIllegalAddress);  // sticky

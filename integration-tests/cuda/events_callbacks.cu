@@ -23,18 +23,21 @@ int main() {
     CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
     CK(cudaEventRecord(a, s));
     inc<<<n / 256, 256, 0, s>>>(d, n);
+    GATE(1);
     CK(cudaLaunchHostFunc(s, host_fn, (void *)1));
     inc<<<n / 256, 256, 0, s>>>(d, n);
     CK(cudaStreamAddCallback(s, cb, (void *)2, 0));
     CK(cudaMemcpyAsync(host_view, d, n * 4, cudaMemcpyDeviceToHost, s));
     CK(cudaLaunchHostFunc(s, host_fn, (void *)3));
     CK(cudaEventRecord(b, s));
+    GATE(2);  // kernels, a copy, host functions and events queued
     CK(cudaEventSynchronize(b));
     EXPECT(cudaEventQuery(b) == cudaSuccess);
     CK(cudaStreamSynchronize(s));
     float ms = -1;
     CK(cudaEventElapsedTime(&ms, a, b));
     EXPECT(ms >= 0.0f);
+    GATE(3);
     EXPECT(next_slot == 3);
     EXPECT(order[0] == 1 && order[1] == 2 && order[2] == 3);
     for (int i = 0; i < n; i++) EXPECT(host_view[i] == 2);

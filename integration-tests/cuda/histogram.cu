@@ -19,9 +19,12 @@ int main() {
     CK(cudaMalloc(&d, n)); CK(cudaMalloc(&db, sizeof got));
     CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
     CK(cudaMemset(db, 0, sizeof got));
+    GATE(1);
     hist<<<32, 256>>>(d, n, db);
+    GATE(2);
     CK(cudaGetLastError());
     CK(cudaMemcpy(got, db, sizeof got, cudaMemcpyDeviceToHost));
+    GATE(3);
     for (int b = 0; b < NB; b++) EXPECT(got[b] == want[b]);
     printf("bin0 %u bin63 %u\n", got[0], got[NB - 1]);
     printf("PASS\n");

@@ -11,6 +11,7 @@ int main() {
     int *d, *d2;
     CK(cudaMalloc(&d, n * 4)); CK(cudaMalloc(&d2, n * 4));
     CK(cudaMemcpy(d, reg, n * 4, cudaMemcpyDefault));          // host -> device inferred
+    GATE(1);
     int lo, hi;
     CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
     cudaStream_t s;
@@ -19,10 +20,12 @@ int main() {
     CK(cudaStreamGetPriority(s, &pr)); EXPECT(pr == hi);
     CK(cudaMemsetAsync(d2, 0xff, n * 4, s));
     twice<<<n / 256, 256, 0, s>>>(d, d2, n / 2);                 // second half stays 0xffffffff
+    GATE(2);
     CK(cudaStreamSynchronize(s));
     int *mapped, *dmapped;
     CK(cudaHostAlloc(&mapped, n * 4, cudaHostAllocMapped));
     CK(cudaHostGetDevicePointer((void **)&dmapped, mapped, 0));
+    GATE(3);
     CK(cudaMemcpy(mapped, d2, n * 4, cudaMemcpyDefault));      // device -> host inferred
     for (int i = 0; i < n; i++) EXPECT(mapped[i] == (i < n / 2 ? 2 * reg[i] : -1));
     twice<<<n / 256, 256>>>(dmapped, d, n);                     // kernel reads host memory

@@ -16,6 +16,7 @@ int main() {
     for (int r = 0; r < 5; r++) {
         x[r * 100] += 1; ref[r * 100] += 1;  // CPU write between kernels
         step<<<n / 256, 256>>>(x, n, r);
+        if (r >= 1 && r <= 3) GATE(r);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         for (int i = 0; i < n; i++) ref[i] = ref[i] * 3 + r;

@@ -18,6 +18,7 @@ int main() {
             for (int i = 0; i < n; i++) m[t][i] = i * t;
             for (int r = 1; r <= 3; r++) {
                 add<<<n / 128, 128, 0, s>>>(m[t], n, r);
+                if (t == 0) GATE(r);  // the other threads keep going
                 CK(cudaStreamSynchronize(s));
                 m[t][0] += 1000;          // write, then read back with no kernel in between
                 if (m[t][0] != r * (r + 1) / 2 + 1000 * r) return;

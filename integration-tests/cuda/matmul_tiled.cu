@@ -22,9 +22,12 @@ int main() {
     CK(cudaMalloc(&dA, sizeof A)); CK(cudaMalloc(&dB, sizeof B)); CK(cudaMalloc(&dC, sizeof C));
     CK(cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice));
+    GATE(1);
     mm<<<dim3(n / T, n / T), dim3(T, T)>>>(dA, dB, dC, n);
+    GATE(2);
     CK(cudaGetLastError());
     CK(cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost));
+    GATE(3);
     double tr = 0;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {

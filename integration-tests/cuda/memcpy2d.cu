@@ -15,12 +15,15 @@ int main() {
     EXPECT(sp >= w * 4 && dp >= h * 4);
     CK(cudaMemset2D(dd, dp, 0, h * 4, w));
     CK(cudaMemcpy2D(ds, sp, a, w * 4, w * 4, h, cudaMemcpyHostToDevice));
+    GATE(1);
     transpose<<<dim3((w + 15) / 16, (h + 15) / 16), dim3(16, 16)>>>(ds, sp, dd, dp, w, h);
     CK(cudaGetLastError());
+    GATE(2);
     CK(cudaMemcpy2D(t, h * 4, dd, dp, h * 4, w, cudaMemcpyDeviceToHost));
     for (int y = 0; y < h; y++) for (int x = 0; x < w; x++) EXPECT(t[x][y] == a[y][x]);
     // Round trip of a sub-rectangle device->device.
     CK(cudaMemcpy2D(dd, dp, ds + 4 * sp, sp, 10 * 4, 5, cudaMemcpyDeviceToDevice));
+    GATE(3);
     static float back[5][10];
     CK(cudaMemcpy2D(back, 40, dd, dp, 40, 5, cudaMemcpyDeviceToHost));
     for (int y = 0; y < 5; y++) for (int x = 0; x < 10; x++) EXPECT(back[y][x] == a[y + 4][x]);

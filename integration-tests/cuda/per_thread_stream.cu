@@ -20,9 +20,12 @@ int main() {
             CK(cudaMallocHost(&h, n * 4)); CK(cudaMalloc(&d, n * 4));
             for (int i = 0; i < n; i++) h[i] = i * (t + 1);
             CK(cudaMemcpyAsync(d, h, n * 4, cudaMemcpyHostToDevice, cudaStreamPerThread));
+            if (t == 0) GATE(1);
             reverse<<<1, 256, n * 4>>>(d, n);  // the per-thread default stream
+            if (t == 0) GATE(2);
             CK(cudaGetLastError());
             CK(cudaMemcpyAsync(h, d, n * 4, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+            if (t == 0) GATE(3);
             CK(cudaStreamSynchronize(cudaStreamPerThread));
             for (int i = 0; i < n; i++) if (h[i] != (n - 1 - i) * (t + 1)) return;
             ok[t] = 1;

@@ -20,8 +20,11 @@ int main() {
     CK(cudaMalloc(&d, n * 4)); CK(cudaMalloc(&ds, 8)); CK(cudaMalloc(&dm, 4));
     CK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(ds, 0, 8)); CK(cudaMemset(dm, 0, 4));
+    GATE(1);
     shfl_sum<<<n / 256, 256>>>(d, n, ds);
+    GATE(2);
     atomic_max<<<n / 256, 256>>>(d, n, dm);
+    GATE(3);
     CK(cudaGetLastError());
     unsigned long long got; int gmax;
     CK(cudaMemcpy(&got, ds, 8, cudaMemcpyDeviceToHost));

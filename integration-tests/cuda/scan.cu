@@ -27,9 +27,12 @@ int main() {
     int *d, *ds;
     CK(cudaMalloc(&d, n * 4)); CK(cudaMalloc(&ds, nb * 4));
     CK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
+    GATE(1);
     block_scan<<<nb, B>>>(d, ds, n);
+    GATE(2);
     block_scan<<<1, B>>>(ds, nullptr, nb);
     add_offsets<<<nb, B>>>(d, ds, n);
+    GATE(3);
     CK(cudaGetLastError());
     CK(cudaMemcpy(r, d, n * 4, cudaMemcpyDeviceToHost));
     int acc = 0;

@@ -25,10 +25,13 @@ int main() {
         CK(cudaMemcpyAsync(out + off, d + off, chunk * 4, cudaMemcpyDeviceToHost, s[k]));
         CK(cudaEventRecord(done[k], s[k]));
         CK(cudaStreamWaitEvent(fin, done[k], 0));
+        if (k == 1) GATE(1);  // two streams queued, two not yet created
     }
     CK(cudaEventRecord(t1, fin));
+    GATE(2);
     CK(cudaEventSynchronize(t1));
     CK(cudaStreamSynchronize(fin));
+    GATE(3);
     for (int k = 0; k < ns; k++) EXPECT(cudaStreamQuery(s[k]) == cudaSuccess);
     float ms = -1;
     CK(cudaEventElapsedTime(&ms, t0, t0));

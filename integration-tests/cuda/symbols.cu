@@ -15,7 +15,9 @@ int main() {
     EXPECT(c0 == 42);
     float k[4] = {1, 2, 0.5f, 0.25f};
     CK(cudaMemcpyToSymbol(coef, k, sizeof k));
+    GATE(1);
     poly<<<1, 256>>>(256);
+    GATE(2);
     CK(cudaGetLastError());
     float got[256];
     CK(cudaMemcpyFromSymbol(got, table, sizeof got));
@@ -23,6 +25,7 @@ int main() {
     int *pc; size_t sz;
     CK(cudaGetSymbolAddress((void **)&pc, counter));
     CK(cudaGetSymbolSize(&sz, table));
+    GATE(3);
     EXPECT(sz == sizeof got);
     int c1 = 0;
     CK(cudaMemcpy(&c1, pc, 4, cudaMemcpyDeviceToHost));

@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 use std::collections::hash_map::DefaultHasher;
+use std::ffi::OsStr;
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Read;
@@ -379,6 +380,431 @@ pub fn restart(image: &Path, timeout: Duration) -> Result<RunResult> {
         .spawn()
         .context("spawn crum restart")?;
     wait_with_timeout(child, timeout)
+}
+
+/// Closes every fd above 2 in the child: descriptors leaked by whatever started the tests
+/// (pipes to other processes, e.g. a jobserver) would make restarts fail, by design.
+#[allow(unsafe_code)]
+fn close_inherited(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls close_range,
+    // which is async-signal-safe, allocates nothing and touches only the child's fd table.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+}
+
+/// A program under `crum run` or `crum restart` with stdout and stderr going to files, so a
+/// test can see how much it printed before a checkpoint and stitch the outputs of a chain of
+/// restarts together ([`Proc::stdout_prefix`]).
+pub struct Proc {
+    pub child: Child,
+    /// stdout file (stderr is next to it, `.err`).
+    pub out: PathBuf,
+    /// The program's executable when `child` is `crum run` (the program is its child); None
+    /// when `child` is `crum restart` (which becomes the program).
+    prog: Option<PathBuf>,
+    what: String,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, out: &Path, prog: Option<&Path>, what: String) -> Result<Proc> {
+        close_inherited(&mut cmd);
+        let f = fs::File::create(out).with_context(|| format!("create {}", out.display()))?;
+        let e = fs::File::create(out.with_extension("err"))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(f)
+            .stderr(e)
+            .spawn()
+            .with_context(|| format!("spawn {what}"))?;
+        Ok(Proc {
+            child,
+            out: out.to_path_buf(),
+            prog: prog.map(Path::to_path_buf),
+            what,
+        })
+    }
+
+    /// `crum run [--device D] [extra crum run options] -- prog args`, environment `env` added,
+    /// stdout to `out`.
+    pub fn run(
+        prog: &Path,
+        args: &[&str],
+        crum_opts: &[&str],
+        env: &[(&str, &OsStr)],
+        out: &Path,
+    ) -> Result<Proc> {
+        let mut c = Command::new(crum_bin());
+        c.arg("run").args(crum_opts).arg("--").arg(prog).args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let what = format!("crum run {} {}", prog.display(), args.join(" "));
+        Proc::spawn(c, out, Some(prog), what)
+    }
+
+    /// `crum restart [--device D] image` (an image or a directory of images), stdout to `out`.
+    pub fn restart(image: &Path, device: Option<&str>, out: &Path) -> Result<Proc> {
+        let mut c = Command::new(crum_bin());
+        c.arg("restart");
+        if let Some(d) = device {
+            c.args(["--device", d]);
+        }
+        c.arg(image);
+        let what = format!("crum restart {}", image.display());
+        Proc::spawn(c, out, None, what)
+    }
+
+    /// Pid of the program: the child of `crum run` running the program, or the restarted
+    /// process itself.
+    pub fn app_pid(&self) -> Result<u32> {
+        let Some(prog) = &self.prog else {
+            return Ok(self.child.id());
+        };
+        let start = Instant::now();
+        loop {
+            if let Some(p) = children(self.child.id()).into_iter().find(|&c| {
+                fs::read(format!("/proc/{c}/cmdline"))
+                    .map(|cl| {
+                        cl.split(|&b| b == 0).next() == Some(prog.as_os_str().as_encoded_bytes())
+                    })
+                    .unwrap_or(false)
+            }) {
+                return Ok(p);
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("{}: no program process found", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Everything printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// Everything printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(self.out.with_extension("err")).unwrap_or_default()
+    }
+
+    /// Bytes on stdout now.
+    pub fn stdout_len(&self) -> u64 {
+        fs::metadata(&self.out).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// The first `len` bytes of stdout.
+    pub fn stdout_prefix(&self, len: u64) -> String {
+        let s = fs::read(&self.out).unwrap_or_default();
+        String::from_utf8_lossy(&s[..(len as usize).min(s.len())]).into_owned()
+    }
+
+    /// A description for failure messages: command, stdout, stderr.
+    pub fn report(&self) -> String {
+        format!(
+            "{}\n--- stdout:\n{}--- stderr:\n{}",
+            self.what,
+            self.stdout(),
+            self.stderr()
+        )
+    }
+
+    /// `crum checkpoint <program>` into `dir`: the image path.
+    pub fn checkpoint(&self, dir: &Path) -> Result<PathBuf> {
+        checkpoint(self.app_pid()?, dir).with_context(|| self.report())
+    }
+
+    /// Has the process ended? (reaps it)
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// SIGKILL the program (as in a crash) and reap it; `crum run` then ends by itself.
+    pub fn kill9(&mut self) -> Result<()> {
+        if self.exited() {
+            bail!("{} ended before it could be killed", self.report());
+        }
+        let pid = self.app_pid()?;
+        // SIGKILL through kill(1): no unsafe needed.
+        let st = Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()?;
+        if !st.success() {
+            bail!("kill -9 {pid} failed");
+        }
+        let start = Instant::now();
+        while !self.exited() {
+            if start.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.kill();
+                bail!("{} did not end after its program was killed", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Wait for the end, at most `timeout`: the exit code (None: killed by a signal).
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<i32>> {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                return Ok(st.code());
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!(
+                    "{} did not finish within {timeout:?}:\n{}",
+                    self.what,
+                    self.report()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Wait for a successful end (exit 0), at most `timeout`; stdout.
+    pub fn success(&mut self, timeout: Duration) -> Result<String> {
+        let code = self.wait(timeout)?;
+        if code != Some(0) {
+            bail!("exit {code:?}: {}", self.report());
+        }
+        Ok(self.stdout())
+    }
+}
+
+impl Drop for Proc {
+    /// A failing test must not leave programs behind: kill what still runs.
+    fn drop(&mut self) {
+        if !self.exited() {
+            if self.prog.is_some() {
+                for c in children(self.child.id()) {
+                    let _ = Command::new("kill").args(["-9", &c.to_string()]).status();
+                }
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The test side of `GATE(k)` in `cuda/common.h`: the program announces gate k by writing k
+/// to `<dir>/at` and waits there until `<dir>/go` holds a number ≥ k. Set `CRUM_TEST_GATE` to
+/// [`Gate::dir`] in the program's environment ([`Gate::env`]).
+pub struct Gate {
+    pub dir: PathBuf,
+}
+
+impl Gate {
+    /// A gate directory that lets no gate pass yet.
+    pub fn new(dir: &Path) -> Result<Gate> {
+        fs::create_dir_all(dir)?;
+        let g = Gate {
+            dir: dir.to_path_buf(),
+        };
+        g.reset(0)?;
+        Ok(g)
+    }
+
+    /// The environment entry that turns the gates on.
+    pub fn env(&self) -> (&'static str, &OsStr) {
+        ("CRUM_TEST_GATE", self.dir.as_os_str())
+    }
+
+    /// Let gates up to `k` pass.
+    pub fn open_to(&self, k: i64) -> Result<()> {
+        let tmp = self.dir.join("go.tmp");
+        fs::write(&tmp, format!("{k}\n"))?;
+        fs::rename(&tmp, self.dir.join("go"))?;
+        Ok(())
+    }
+
+    /// Forget which gate was reached (before a restart) and let gates up to `k` pass.
+    pub fn reset(&self, k: i64) -> Result<()> {
+        let _ = fs::remove_file(self.dir.join("at"));
+        self.open_to(k)
+    }
+
+    /// The gate last reached.
+    pub fn at(&self) -> Option<i64> {
+        fs::read_to_string(self.dir.join("at"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// Wait until `p` reaches gate `k` (error if it ends first or takes over 2 minutes).
+    pub fn wait_at(&self, k: i64, p: &mut Proc) -> Result<()> {
+        let start = Instant::now();
+        while self.at() != Some(k) {
+            if p.exited() {
+                bail!("ended before gate {k}: {}", p.report());
+            }
+            if start.elapsed() > Duration::from_secs(120) {
+                bail!(
+                    "gate {k} not reached in 2 minutes (at {:?}): {}",
+                    self.at(),
+                    p.report()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        Ok(())
+    }
+}
+
+/// How [`gated_scenario`] runs a program.
+#[derive(Clone, Debug)]
+pub struct ScenarioOpts {
+    /// nvcc flags.
+    pub nvcc: Vec<&'static str>,
+    /// Program arguments.
+    pub args: Vec<&'static str>,
+    /// Compare the uninterrupted run with `cuda/expected/<name>.out`.
+    pub expected: bool,
+    /// Also restart from the second and third image, each to the end.
+    pub every_image: bool,
+    /// `--device` of every `crum restart` (None: the default).
+    pub restart_device: Option<&'static str>,
+}
+
+impl Default for ScenarioOpts {
+    fn default() -> Self {
+        ScenarioOpts {
+            nvcc: Vec::new(),
+            args: Vec::new(),
+            expected: true,
+            every_image: true,
+            restart_device: None,
+        }
+    }
+}
+
+/// What [`gated_scenario`] measured, for tests that look further.
+pub struct ScenarioOutcome {
+    /// The uninterrupted run's stdout.
+    pub reference: String,
+    /// The three images of the first run (gates 1, 2, 3) and the image of the restarted
+    /// process (gate 2).
+    pub images: Vec<PathBuf>,
+    /// The scenario's directory (images, outputs); removed when dropped.
+    pub dir: tempfile::TempDir,
+}
+
+/// The zdtm-style scenario for a CUDA program with gates 1..3 (`GATE` in `cuda/common.h`):
+///
+/// 1. an uninterrupted run under `crum run`: exit 0, last line `PASS` (the program checked its
+///    results against its CPU reference), stdout as `cuda/expected/<name>.out`;
+/// 2. a run with the gates on: checkpointed at gates 1, 2 and 3 (images I1–I3), SIGKILLed at
+///    gate 3;
+/// 3. restart from I1, checkpointed at gate 2 (image J2), going on to the end;
+/// 4. restart of that restart from J2, to the end;
+/// 5. with `every_image`, restarts from I2 and from I3, each to the end.
+///
+/// Every chain's stdout — the part each process had printed when its image was taken, then
+/// the last process's — must equal the uninterrupted run's.
+pub fn gated_scenario(name: &str, o: &ScenarioOpts) -> Result<ScenarioOutcome> {
+    let exe = build_cuda_with(name, &o.nvcc)?;
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("crum-{name}-"))
+        .tempdir()?;
+    let t = tmp.path();
+    let images = t.join("images");
+    fs::create_dir_all(&images)?;
+    let limit = Duration::from_secs(180);
+
+    let mut reference = Proc::run(&exe, &o.args, &[], &[], &t.join("reference.out"))?;
+    let want = reference.success(limit).context("uninterrupted run")?;
+    if want.lines().last() != Some("PASS") {
+        bail!(
+            "uninterrupted run did not end with PASS:\n{}",
+            reference.report()
+        );
+    }
+    if o.expected {
+        check_expected(name, &want);
+    }
+
+    let gate = Gate::new(&t.join("gate"))?;
+    let genv = gate.env();
+    let mut first = Proc::run(&exe, &o.args, &[], &[genv], &t.join("first.out"))?;
+    let mut imgs = Vec::new();
+    let mut printed = Vec::new();
+    for k in 1..=3 {
+        gate.wait_at(k, &mut first)?;
+        printed.push(first.stdout_len());
+        imgs.push(
+            first
+                .checkpoint(&images)
+                .with_context(|| format!("checkpoint at gate {k}"))?,
+        );
+        if k < 3 {
+            gate.open_to(k)?;
+        }
+    }
+    first.kill9()?;
+    let before = first.stdout();
+    if !want.starts_with(&before) {
+        bail!("{name}: output before the kill is not the uninterrupted run's:\n{before}\n--- want:\n{want}");
+    }
+
+    let dev = o.restart_device;
+    let check = |what: &str, got: String| -> Result<()> {
+        if got != want {
+            bail!("{name}: {what}: output differs from the uninterrupted run\n--- got:\n{got}--- want:\n{want}");
+        }
+        Ok(())
+    };
+
+    // Restart from I1, checkpoint the restarted process at gate 2; it goes on to the end.
+    gate.reset(1)?;
+    let mut r1 = Proc::restart(&imgs[0], dev, &t.join("r1.out"))?;
+    gate.wait_at(2, &mut r1).context("restart from gate 1")?;
+    let r1_printed = r1.stdout_len();
+    let j2 = r1
+        .checkpoint(&images)
+        .context("checkpoint of the restarted process")?;
+    gate.open_to(i64::MAX)?;
+    let tail = r1
+        .success(limit)
+        .context("restarted process after its checkpoint")?;
+    check(
+        "restart from gate 1, checkpointed at gate 2, to the end",
+        first.stdout_prefix(printed[0]) + &tail,
+    )?;
+
+    // Restart of the restart, to the end.
+    gate.reset(i64::MAX)?;
+    let mut r2 = Proc::restart(&j2, dev, &t.join("r2.out"))?;
+    let tail = r2.success(limit).context("restart of a restart")?;
+    check(
+        "restart of a restart (gate 1 → restart → gate 2 → restart)",
+        first.stdout_prefix(printed[0]) + &r1.stdout_prefix(r1_printed) + &tail,
+    )?;
+
+    if o.every_image {
+        for (i, img) in imgs.iter().enumerate().skip(1) {
+            gate.reset(i64::MAX)?;
+            let mut r = Proc::restart(img, dev, &t.join(format!("from{}.out", i + 1)))?;
+            let tail = r
+                .success(limit)
+                .with_context(|| format!("restart from gate {}", i + 1))?;
+            check(
+                &format!("restart from gate {}", i + 1),
+                first.stdout_prefix(printed[i]) + &tail,
+            )?;
+        }
+    }
+    imgs.push(j2);
+    Ok(ScenarioOutcome {
+        reference: want,
+        images: imgs,
+        dir: tmp,
+    })
 }
 
 /// Lines of `s` without progress lines (those starting with `step `), for comparing an
