@@ -506,6 +506,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     };
     let path = ctx.writer.final_path().to_path_buf();
     drop(ctx);
+    crate::alloc::release();
     match result {
         Ok(()) => {
             if cfg.keep > 0 {

@@ -111,6 +111,22 @@ pub fn enter() {
     AGENT_TID.store(gettid(), Release);
 }
 
+/// Gives the arena's pages back to the system once a checkpoint is over (its sections may be
+/// large: a CUDA program's device memory). Only from the agent thread, outside bump mode.
+pub fn release() {
+    if AGENT_TID.load(Acquire) != 0 {
+        return;
+    }
+    let base = BASE.load(Relaxed);
+    let high = HIGH.load(Relaxed);
+    if base != 0 && high > base {
+        // SAFETY: our arena; nothing allocated in it is alive after a checkpoint (module docs).
+        unsafe { libc::madvise(base as *mut libc::c_void, high - base, libc::MADV_DONTNEED) };
+        NEXT.store(base, Relaxed);
+        HIGH.store(base, Relaxed);
+    }
+}
+
 /// Ends bump allocation and frees what was released meanwhile. Call once the program's
 /// threads run again (or in a restored process, before they do).
 pub fn leave() {

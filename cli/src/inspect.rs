@@ -618,14 +618,19 @@ mod tests {
                 SavedEvent {
                     handle: 0x7,
                     flags: 2,
+                    completed_ago_ns: None,
                 },
                 SavedEvent {
                     handle: 0x8,
                     flags: 0,
+                    completed_ago_ns: Some(1000),
                 },
             ],
             textures: vec![],
             data_len: 6 * mib + 1024 + 4096,
+            pending_error: 0,
+            sticky_error: 0,
+            printf: Vec::new(),
         }
     }
 

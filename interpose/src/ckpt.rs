@@ -138,20 +138,7 @@ fn collect() -> Result<Vec<(String, Vec<u8>)>, String> {
     let Some((state_len, data_len)) = sizes else {
         // A CUDA program that has not used the device yet: an empty state still tells the
         // restart to start a proxy.
-        let empty = DeviceState {
-            version: crum_wire::ckpt::DEVICE_STATE_VERSION,
-            backend: String::new(),
-            device_name: String::new(),
-            next_handle: 0,
-            modules: Vec::new(),
-            functions: Vec::new(),
-            regions: Vec::new(),
-            registered: Vec::new(),
-            streams: Vec::new(),
-            events: Vec::new(),
-            textures: Vec::new(),
-            data_len: 0,
-        };
+        let empty = DeviceState::empty();
         return Ok(vec![(SECTION_DEVICE.to_string(), empty.encode()), (SECTION_DEVICE_DATA.to_string(), Vec::new())]);
     };
     let mut state = vec![0u8; state_len as usize];
@@ -170,7 +157,6 @@ fn resume() {
     if CLOSED.load(Ordering::SeqCst) {
         open_gate();
     }
-    client::flush_held_printf();
 }
 
 fn restore(read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {

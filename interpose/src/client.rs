@@ -13,7 +13,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Duration;
 
@@ -37,12 +37,6 @@ static CONN: OnceLock<CudaResult<&'static Conn>> = OnceLock::new();
 static CURRENT: AtomicPtr<Conn> = AtomicPtr::new(std::ptr::null_mut());
 /// Bumped when [`CURRENT`] changes: lanes claimed under an older generation are stale.
 static GEN: AtomicU64 = AtomicU64::new(0);
-/// An asynchronous error that a checkpoint step received on the program's behalf; the next
-/// reply on any thread reports it.
-static PENDING_DEFERRED: AtomicU32 = AtomicU32::new(0);
-/// Device printf output a checkpoint step received while the program's threads were stopped
-/// (C stdio may be locked by one of them); written at the next reply or by [`flush_held_printf`].
-static HELD_PRINTF: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 static GONE: AtomicBool = AtomicBool::new(false);
 /// Set in a child created by fork(): it shares our lanes' memory, so it must not use them
 /// (CUDA, too, refuses a forked child with cudaErrorInitializationError).
@@ -212,22 +206,14 @@ pub fn reconnect(fd: i32) -> Result<(), String> {
 }
 
 /// A request from the checkpoint agent (not a program thread): sent on the shared overflow
-/// lane, without the managed-memory hook; device printf output and asynchronous errors that
-/// belong to the program are kept for it. Must not block on locks a stopped program thread
-/// may hold: the overflow lane is only tried.
+/// lane, without the managed-memory hook. The proxy answers checkpoint requests without
+/// touching the program's pending errors and printf output (they are part of the saved
+/// state). Must not block on locks a stopped program thread may hold: the lane is only tried.
 pub fn agent_call(req: &Request) -> Result<Body, String> {
     let c = conn().map_err(|e| format!("no device connection ({})", cuda::name(e)))?;
     let mut lane = c.overflow.try_lock().map_err(|_| "the shared channel lane is busy".to_string())?;
     let reply = lane.call(req).map_err(|e| format!("the device proxy did not answer: {e}"))?;
     drop(lane);
-    if !reply.printf.is_empty() {
-        if let Ok(mut h) = HELD_PRINTF.try_lock() {
-            h.extend_from_slice(&reply.printf);
-        }
-    }
-    if reply.deferred != 0 {
-        let _ = PENDING_DEFERRED.compare_exchange(0, reply.deferred, Ordering::SeqCst, Ordering::SeqCst);
-    }
     if let Body::Failed(msg) = reply.body {
         return Err(msg);
     }
@@ -235,21 +221,6 @@ pub fn agent_call(req: &Request) -> Result<Body, String> {
         return Err(format!("the device proxy answered {}", cuda::name(reply.status)));
     }
     Ok(reply.body)
-}
-
-/// Write device printf output held during a checkpoint (threads run again).
-pub fn flush_held_printf() {
-    let held = std::mem::take(&mut *HELD_PRINTF.lock().unwrap_or_else(|p| p.into_inner()));
-    if !held.is_empty() {
-        forward_printf(&held);
-        // SAFETY: fflush on libc's own stream.
-        unsafe {
-            extern "C" {
-                static mut stdout: *mut libc::FILE;
-            }
-            libc::fflush(stdout);
-        }
-    }
 }
 
 /// Whether the channel is up (connecting on first use).
@@ -317,20 +288,9 @@ pub fn call(req: &Request) -> CudaResult<Body> {
 }
 
 fn finish(reply: crum_wire::Reply) -> CudaResult<Body> {
-    if let Ok(mut h) = HELD_PRINTF.try_lock() {
-        if !h.is_empty() {
-            let held = std::mem::take(&mut *h);
-            drop(h);
-            forward_printf(&held);
-        }
-    }
     forward_printf(&reply.printf);
     if reply.deferred != 0 {
         record(reply.deferred);
-    }
-    let held = PENDING_DEFERRED.swap(0, Ordering::SeqCst);
-    if held != 0 {
-        record(held);
     }
     if reply.status != 0 {
         Err(reply.status)
@@ -409,6 +369,9 @@ pub fn map_shared(addr: u64, len: u64, memfd: i32) -> CudaResult<()> {
     if p == libc::MAP_FAILED {
         return Err(cuda::ERROR_MEMORY_ALLOCATION);
     }
+    // The proxy saves these bytes with the device state and a restart maps them again: the
+    // process image need not carry them (and could only copy them while they change).
+    crum_ckpt::agent::exclude_region(addr, span);
     Ok(())
 }
 
@@ -418,6 +381,7 @@ pub fn unmap_shared(addr: u64, len: u64) {
     if !in_window(addr, span) {
         return;
     }
+    crum_ckpt::agent::include_region(addr);
     // SAFETY: see module docs.
     unsafe {
         libc::mmap(

@@ -320,6 +320,32 @@ pub trait Backend: Send + Sync {
         }
         Ok(m)
     }
+    /// Checkpoint: the asynchronous error not yet reported, without taking it.
+    fn peek_async_error(&self) -> Option<u32> {
+        None
+    }
+    /// Checkpoint: device printf output not yet delivered, without taking it.
+    fn peek_printf(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    /// Restart: the saved pending error, sticky error and undelivered printf output.
+    fn restore_status(&self, pending: u32, sticky: u32, printf: &[u8]) -> Result<()> {
+        if pending == 0 && sticky == 0 && printf.is_empty() {
+            return Ok(());
+        }
+        unsupported(self.name(), "restoring error state and printf output")
+    }
+    /// Checkpoint (device idle): nanoseconds since `event` completed; None if it was never
+    /// recorded.
+    fn event_completed_ago(&self, event: EventId) -> Result<Option<u64>> {
+        let _ = event;
+        unsupported(self.name(), "event timestamps")
+    }
+    /// Restart: mark `event` recorded and complete `ago_ns` nanoseconds ago.
+    fn event_restore(&self, event: EventId, ago_ns: u64) -> Result<()> {
+        let _ = (event, ago_ns);
+        unsupported(self.name(), "event timestamps")
+    }
     /// The handle the next created object (stream, event, module, kernel, texture) gets.
     fn next_handle(&self) -> u64 {
         0

@@ -125,6 +125,10 @@ impl Server {
             // A host-callback wait blocks for as long as the program runs; it is not work
             // that a drain (exit, checkpoint) waits for.
             let counted = !matches!(req, Request::WaitCallback);
+            let raw = matches!(
+                req,
+                Request::CheckpointState | Request::CheckpointData { .. } | Request::RestoreDevice { .. }
+            );
             if counted {
                 self.busy.fetch_add(1, Ordering::SeqCst);
             }
@@ -138,6 +142,15 @@ impl Server {
                 self.busy.fetch_sub(1, Ordering::SeqCst);
             }
             if inc.wants_reply {
+                if raw {
+                    // Checkpoint steps leave the program's pending errors and printf output
+                    // alone: they are saved with the device state.
+                    lane.reply(&match result {
+                        Ok(body) => Reply::ok(body),
+                        Err(c) => Reply::err(c),
+                    });
+                    continue;
+                }
                 lane.reply(&self.finish(result, syncing));
             } else if let Err(c) = result {
                 self.defer(c);

@@ -41,6 +41,13 @@ pub struct DeviceState {
     pub textures: Vec<(u64, TexDesc)>,
     /// Total bytes of [`SECTION_DEVICE_DATA`].
     pub data_len: u64,
+    /// Asynchronous error not yet reported to the program (0: none).
+    pub pending_error: u32,
+    /// Sticky error of the context (0: none).
+    pub sticky_error: u32,
+    /// Device printf output not yet delivered (it appears at the program's next
+    /// synchronization, after a restart too).
+    pub printf: Vec<u8>,
 }
 
 /// A module: its fat binary lives in the program's memory (restored with the process).
@@ -84,9 +91,33 @@ pub struct SavedStream {
 pub struct SavedEvent {
     pub handle: u64,
     pub flags: u32,
+    /// Recorded and complete: how long before the checkpoint it completed (nanoseconds), so
+    /// `cudaEventElapsedTime` between saved events still works. None: never recorded.
+    pub completed_ago_ns: Option<u64>,
 }
 
 impl DeviceState {
+    /// The state of a program that has not used the device yet.
+    pub fn empty() -> DeviceState {
+        DeviceState {
+            version: DEVICE_STATE_VERSION,
+            backend: String::new(),
+            device_name: String::new(),
+            next_handle: 0,
+            modules: Vec::new(),
+            functions: Vec::new(),
+            regions: Vec::new(),
+            registered: Vec::new(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            textures: Vec::new(),
+            data_len: 0,
+            pending_error: 0,
+            sticky_error: 0,
+            printf: Vec::new(),
+        }
+    }
+
     /// Encode for the image.
     pub fn encode(&self) -> Vec<u8> {
         bincode::encode_to_vec(self, crate::msg::config_unlimited()).unwrap_or_default()

@@ -354,6 +354,40 @@ impl Backend for Emu {
         self.next_handle.load(Ordering::SeqCst)
     }
 
+    fn peek_async_error(&self) -> Option<u32> {
+        let sticky = self.shared.sticky.load(Ordering::SeqCst);
+        let e = self.shared.async_err.load(Ordering::SeqCst);
+        Some(if sticky != 0 { sticky } else { e }).filter(|&c| c != 0)
+    }
+
+    fn peek_printf(&self) -> Vec<u8> {
+        self.shared.printf.lock().unwrap().clone()
+    }
+
+    fn restore_status(&self, pending: u32, sticky: u32, printf: &[u8]) -> Result<()> {
+        self.shared.async_err.store(pending, Ordering::SeqCst);
+        self.shared.sticky.store(sticky, Ordering::SeqCst);
+        self.shared.append_printf(printf);
+        Ok(())
+    }
+
+    fn event_completed_ago(&self, event: EventId) -> Result<Option<u64>> {
+        let e = self.event(event)?;
+        let rec = e.rec.lock().unwrap().clone();
+        Ok(rec.map(|(_, _, t)| t.get().map_or(0, |t| t.elapsed().as_nanos() as u64)))
+    }
+
+    fn event_restore(&self, event: EventId, ago_ns: u64) -> Result<()> {
+        let e = self.event(event)?;
+        let now = Instant::now();
+        let at = now.checked_sub(std::time::Duration::from_nanos(ago_ns)).unwrap_or(now);
+        let stamp = Arc::new(OnceLock::new());
+        let _ = stamp.set(at);
+        let legacy = self.stream(StreamId(0))?;
+        *e.rec.lock().unwrap() = Some((legacy, 0, stamp));
+        Ok(())
+    }
+
     fn set_next_handle(&self, h: u64) -> Result<()> {
         self.next_handle.store(h, Ordering::SeqCst);
         Ok(())

@@ -112,9 +112,23 @@ impl Server {
                 .iter()
                 .map(|(&handle, &(flags, priority))| SavedStream { handle, flags, priority })
                 .collect(),
-            events: o.events.iter().map(|(&handle, &flags)| SavedEvent { handle, flags }).collect(),
+            events: o
+                .events
+                .iter()
+                .map(|(&handle, &flags)| SavedEvent {
+                    handle,
+                    flags,
+                    completed_ago_ns: b.event_completed_ago(EventId(handle)).unwrap_or(None),
+                })
+                .collect(),
             textures: o.textures.iter().map(|(&h, d)| (h, d.clone())).collect(),
             data_len,
+            pending_error: match self.deferred.load(std::sync::atomic::Ordering::SeqCst) {
+                0 => b.peek_async_error().unwrap_or(0),
+                c => c,
+            },
+            sticky_error: b.sticky_error().unwrap_or(0),
+            printf: b.peek_printf(),
         };
         drop(o);
         let state = state.encode();
@@ -252,6 +266,12 @@ impl Server {
             if id.0 != e.handle {
                 return Err(format!("event {:#x} came back as {:#x}", e.handle, id.0));
             }
+            if let Some(ago) = e.completed_ago_ns {
+                // Best effort: a backend without settable timestamps leaves it unrecorded.
+                if let Err(x) = b.event_restore(id, ago) {
+                    tracing::warn!("event {:#x} comes back unrecorded: {x}", e.handle);
+                }
+            }
             objs.events.insert(e.handle, e.flags);
         }
         for (h, d) in &st.textures {
@@ -266,6 +286,8 @@ impl Server {
             b.host_register(a, l).map_err(|e| format!("cannot register host memory {a:#x}+{l}: {e}"))?;
             objs.registered.insert(a, l);
         }
+        b.restore_status(st.pending_error, st.sticky_error, &st.printf)
+            .map_err(|e| format!("cannot restore the device's error state: {e}"))?;
         handle(st.next_handle.max(b.next_handle()))?;
         Ok(shared)
     }
