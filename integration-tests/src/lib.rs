@@ -807,6 +807,77 @@ pub fn gated_scenario(name: &str, o: &ScenarioOpts) -> Result<ScenarioOutcome> {
     })
 }
 
+/// Checks that `after`, the output of a process restarted from an image taken at an unknown
+/// moment while a process printed `before` (flushed lines, from line `before_at` of
+/// `expected` on), continues it: `before` is `expected` from `before_at` on, and `after` is a
+/// run of consecutive lines of `expected` that starts within `before`'s lines and, when
+/// `finished`, ends where `expected` ends. Returns the line of `expected` where `after` starts.
+pub fn continues(
+    expected: &str,
+    before_at: usize,
+    before: &str,
+    after: &str,
+    finished: bool,
+) -> Result<usize> {
+    let e: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = before.lines().collect();
+    let a: Vec<&str> = after.lines().collect();
+    if e.len() < before_at + b.len() || e[before_at..before_at + b.len()] != b[..] {
+        bail!("the output before the kill is not the uninterrupted run's (from line {before_at}):\n{before}");
+    }
+    (before_at..=before_at + b.len())
+        .find(|&s| {
+            s + a.len() <= e.len() && e[s..s + a.len()] == a[..] && (!finished || s + a.len() == e.len())
+        })
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "the restarted output does not continue the run before it (finished: {finished}):\n--- before (from line {before_at}):\n{before}--- after:\n{after}--- want:\n{expected}"
+            )
+        })
+}
+
+/// Complete images in `dir` (`ckpt-<stamp>-<pid>-<seq>` with an inventory): (seq, path).
+pub fn images_in(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut v: Vec<(u64, PathBuf)> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let seq = name
+                        .strip_prefix("ckpt-")?
+                        .rsplit('-')
+                        .next()?
+                        .parse()
+                        .ok()?;
+                    e.path()
+                        .join("inventory")
+                        .is_file()
+                        .then(|| (seq, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The `checkpoint pause` lines of a `CRUM_LOG=crum_ckpt=info` log, as `key -> value` maps of
+/// their numeric fields (`quiesce_us`, `drain_us`, `device_us`, `stop_us`, `fork_us`,
+/// `pause_us`, `device_bytes`, ...).
+pub fn pause_lines(log: &str) -> Vec<std::collections::BTreeMap<String, u64>> {
+    log.lines()
+        .filter(|l| l.contains("checkpoint pause"))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| {
+                    let (k, v) = w.split_once('=')?;
+                    Some((k.to_string(), v.parse().ok()?))
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Lines of `s` without progress lines (those starting with `step `), for comparing an
 /// interrupted run's final output with an uninterrupted one.
 pub fn result_lines(s: &str) -> Vec<&str> {

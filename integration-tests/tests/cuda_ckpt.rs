@@ -9,7 +9,14 @@
 //! uninterrupted run printed, which ends with the program's own check against its CPU
 //! reference (`PASS`).
 
-use crum_integration_tests::{gated_scenario, ScenarioOpts};
+use std::ffi::OsStr;
+use std::fs;
+use std::time::{Duration, Instant};
+
+use crum_integration_tests::{
+    build_cuda, continues, cuda_dir, gated_scenario, images_in, pause_lines, Gate, Proc,
+    ScenarioOpts,
+};
 
 fn scenario(name: &str, o: ScenarioOpts) {
     if let Err(e) = gated_scenario(name, &o) {
@@ -91,4 +98,128 @@ fn managed_arrays_and_managed_variable_restart() {
 #[ignore = "fails uninterrupted: the interposer segfaults on cudaMemcpy from the wild address 0x10"]
 fn wild_pointer_errors_survive_restarts() {
     scenario("invalid_pointer", ScenarioOpts::default());
+}
+
+/// Kernels, copies and event waits on four streams queued at every gate, a second thread
+/// blocked in `cudaStreamSynchronize`: the checkpoint waits for the work in flight.
+#[test]
+fn queued_launches_copies_events_and_a_thread_inside_a_cuda_call_restart() {
+    scenario("ckpt_async_flood", ScenarioOpts::default());
+}
+
+/// An image taken on the default device restarts on the emulated one.
+#[test]
+fn image_from_the_default_device_restarts_with_device_emu() {
+    scenario(
+        "ckpt_async_flood",
+        ScenarioOpts {
+            restart_device: Some("emu"),
+            every_image: false,
+            ..Default::default()
+        },
+    );
+}
+
+/// The checkpoint's log line (`CRUM_LOG=crum_ckpt=info`) names its phases and the device
+/// bytes saved; the checkpoint with a batch in flight waits for it (quiesce), and the program
+/// goes on to the right result.
+#[test]
+fn checkpoint_log_names_pause_phases_and_device_bytes() {
+    let exe = build_cuda("ckpt_async_flood").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("ckpt.log");
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let env = [
+        gate.env(),
+        ("CRUM_LOG", OsStr::new("crum_ckpt=info")),
+        ("CRUM_LOG_FILE", log.as_os_str()),
+    ];
+    let mut p = Proc::run(&exe, &[], &[], &env, &tmp.path().join("out")).unwrap();
+    for k in 1..=3 {
+        gate.wait_at(k, &mut p).unwrap();
+        p.checkpoint(&tmp.path().join("images")).unwrap();
+        gate.open_to(k).unwrap();
+    }
+    let out = p.success(Duration::from_secs(120)).unwrap();
+    let want = fs::read_to_string(cuda_dir().join("expected/ckpt_async_flood.out")).unwrap();
+    assert_eq!(out, want);
+    let text = fs::read_to_string(&log).unwrap();
+    let lines = pause_lines(&text);
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in &lines {
+        for f in [
+            "quiesce_us",
+            "drain_us",
+            "device_us",
+            "stop_us",
+            "fork_us",
+            "pause_us",
+            "device_bytes",
+        ] {
+            assert!(l.contains_key(f), "no {f} in {l:?}\n{text}");
+        }
+        // 8 device buffers of 16 KiB at least (plus pinned memory).
+        assert!(l["device_bytes"] >= 8 * 16384, "{l:?}");
+        assert!(l["pause_us"] >= l["fork_us"], "{l:?}");
+    }
+}
+
+/// `crum run --interval 1s --keep 2` on a long managed-memory solver (CPU reads and writes
+/// between kernels): periodic images appear and old ones go; SIGKILL; `crum restart <dir>`
+/// continues from the newest image; that process is checkpointed, killed and restarted again;
+/// the result equals the uninterrupted run's (`expected/ckpt_managed_solver.out`).
+#[test]
+fn managed_solver_with_interval_checkpoints_restarts_from_the_newest_image() {
+    let exe = build_cuda("ckpt_managed_solver").unwrap();
+    let want = fs::read_to_string(cuda_dir().join("expected/ckpt_managed_solver.out")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    let dir = images.to_str().unwrap();
+    let opts = ["--interval", "1s", "--keep", "2", "--dir", dir];
+    let mut p = Proc::run(&exe, &[], &opts, &[], &tmp.path().join("first.out")).unwrap();
+    // Wait for the fourth periodic image: by then --keep 2 has removed the first.
+    let start = Instant::now();
+    while images_in(&images).last().map_or(true, |(seq, _)| *seq < 4) {
+        assert!(
+            !p.exited(),
+            "ended before 4 periodic checkpoints: {}",
+            p.report()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no 4th image: {:?}",
+            images_in(&images)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.kill9().unwrap();
+    let seqs: Vec<u64> = images_in(&images).iter().map(|(s, _)| *s).collect();
+    assert!(
+        !seqs.contains(&1) && seqs.len() <= 3,
+        "--keep 2 left {seqs:?}"
+    );
+    let before = p.stdout();
+    assert!(!before.contains("PASS"), "{before}");
+
+    let mut r = Proc::restart(&images, None, &tmp.path().join("r1.out")).unwrap();
+    let start = Instant::now();
+    while r.stdout().lines().count() < 2 {
+        assert!(!r.exited(), "restart from the newest image: {}", r.report());
+        assert!(start.elapsed() < Duration::from_secs(120), "{}", r.report());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = tmp.path().join("again");
+    let img = r.checkpoint(&again).unwrap();
+    r.kill9().unwrap();
+    let r1 = r.stdout();
+    assert!(
+        !r1.contains("PASS"),
+        "the restarted run ended before it was killed: {r1}"
+    );
+    let s = continues(&want, 0, &before, &r1, false).unwrap_or_else(|e| panic!("{e:#}"));
+
+    let mut r2 = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
+    let tail = r2.success(Duration::from_secs(180)).unwrap();
+    continues(&want, s, &r1, &tail, true).unwrap_or_else(|e| panic!("restart of a restart: {e:#}"));
+    assert!(s > 0, "the restart began at the start: {r1}");
 }
