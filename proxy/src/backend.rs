@@ -328,13 +328,6 @@ pub trait Backend: Send + Sync {
     fn peek_printf(&self) -> Vec<u8> {
         Vec::new()
     }
-    /// Restart: the saved pending error, sticky error and undelivered printf output.
-    fn restore_status(&self, pending: u32, sticky: u32, printf: &[u8]) -> Result<()> {
-        if pending == 0 && sticky == 0 && printf.is_empty() {
-            return Ok(());
-        }
-        unsupported(self.name(), "restoring error state and printf output")
-    }
     /// Checkpoint (device idle): nanoseconds since `event` completed; None if it was never
     /// recorded.
     fn event_completed_ago(&self, event: EventId) -> Result<Option<u64>> {

@@ -52,6 +52,11 @@ pub struct Server {
     objects: Mutex<ckpt::Objects>,
     /// The device state built by `CheckpointState`, written out by `CheckpointData`.
     pending_ckpt: Mutex<Option<ckpt::Pending>>,
+    /// After a restart: the sticky error the program's context had (any backend).
+    restored_sticky: AtomicU32,
+    /// After a restart: device printf output produced before the checkpoint and not yet
+    /// delivered; it goes out first with the next synchronizing reply.
+    restored_printf: Mutex<Vec<u8>>,
 }
 
 fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
@@ -74,6 +79,8 @@ impl Server {
             busy: AtomicUsize::new(0),
             objects: Mutex::default(),
             pending_ckpt: Mutex::default(),
+            restored_sticky: AtomicU32::new(0),
+            restored_printf: Mutex::default(),
         })
     }
 
@@ -173,7 +180,8 @@ impl Server {
             0 => self.backend.take_async_error().unwrap_or(0),
             c => c,
         };
-        if let Some(s) = self.backend.sticky_error() {
+        let restored = Some(self.restored_sticky.load(Ordering::Relaxed)).filter(|&c| c != 0);
+        if let Some(s) = self.backend.sticky_error().or(restored) {
             r.status = s;
         } else if syncing && r.status == 0 {
             r.status = pending;
@@ -181,7 +189,14 @@ impl Server {
             r.deferred = pending;
         }
         if syncing {
-            r.printf = self.backend.take_printf(MAX_REPLY / 2);
+            let mut held = self.restored_printf.lock().unwrap();
+            if held.is_empty() {
+                r.printf = self.backend.take_printf(MAX_REPLY / 2);
+            } else {
+                let at = held.len().min(MAX_REPLY / 2);
+                let rest = held.split_off(at);
+                r.printf = std::mem::replace(&mut *held, rest);
+            }
         }
         r
     }

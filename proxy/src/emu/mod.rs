@@ -364,13 +364,6 @@ impl Backend for Emu {
         self.shared.printf.lock().unwrap().clone()
     }
 
-    fn restore_status(&self, pending: u32, sticky: u32, printf: &[u8]) -> Result<()> {
-        self.shared.async_err.store(pending, Ordering::SeqCst);
-        self.shared.sticky.store(sticky, Ordering::SeqCst);
-        self.shared.append_printf(printf);
-        Ok(())
-    }
-
     fn event_completed_ago(&self, event: EventId) -> Result<Option<u64>> {
         let e = self.event(event)?;
         let rec = e.rec.lock().unwrap().clone();

@@ -127,8 +127,14 @@ impl Server {
                 0 => b.peek_async_error().unwrap_or(0),
                 c => c,
             },
-            sticky_error: b.sticky_error().unwrap_or(0),
-            printf: b.peek_printf(),
+            sticky_error: b
+                .sticky_error()
+                .unwrap_or(self.restored_sticky.load(std::sync::atomic::Ordering::SeqCst)),
+            printf: {
+                let mut p = self.restored_printf.lock().unwrap().clone();
+                p.extend(b.peek_printf());
+                p
+            },
         };
         drop(o);
         let state = state.encode();
@@ -286,8 +292,9 @@ impl Server {
             b.host_register(a, l).map_err(|e| format!("cannot register host memory {a:#x}+{l}: {e}"))?;
             objs.registered.insert(a, l);
         }
-        b.restore_status(st.pending_error, st.sticky_error, &st.printf)
-            .map_err(|e| format!("cannot restore the device's error state: {e}"))?;
+        self.deferred.store(st.pending_error, std::sync::atomic::Ordering::SeqCst);
+        self.restored_sticky.store(st.sticky_error, std::sync::atomic::Ordering::SeqCst);
+        *self.restored_printf.lock().unwrap() = st.printf.clone();
         handle(st.next_handle.max(b.next_handle()))?;
         Ok(shared)
     }
