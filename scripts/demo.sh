@@ -2,7 +2,8 @@
 # The README's "main job": install what is needed (idempotently), build crum, compile the
 # sample CUDA program (an iterative Jacobi solver on managed memory) with the real nvcc, run it
 # under `crum run` on the default device, checkpoint it while it runs, kill it with SIGKILL,
-# restart it from the image, and compare its result with an uninterrupted run.
+# show what the image holds (`crum inspect`: the device part), restart it from the image, and
+# compare its result with an uninterrupted run.
 # Works without a terminal (CI=true). Size: CRUM_DEMO_N (grid, default 64), CRUM_DEMO_ITERS
 # (default 6000).
 set -euo pipefail
@@ -50,7 +51,10 @@ tail -n 3 "$work/reference.out"
 
 step="run under crum run and checkpoint it"
 say "$step"
-"$crum" run -- "$work/jacobi" "${args[@]}" > "$work/interrupted.out" 2> "$work/interrupted.err" &
+# Descriptors inherited from whatever runs this script (a CI runner's pipes) must not reach the
+# program: a restart refuses pipes to other processes.
+( for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null; done
+  exec "$crum" run -- "$work/jacobi" "${args[@]}" ) > "$work/interrupted.out" 2> "$work/interrupted.err" &
 runpid=$!
 # The program is the child of `crum run`; wait until it has printed its first progress line.
 for _ in $(seq 1 600); do
@@ -63,6 +67,13 @@ app=$(pgrep -P "$runpid" -f "^$work/jacobi " | head -n 1 || true)
 image=$("$crum" checkpoint "$app" --dir "$work/images" | tail -n 1) || die "crum checkpoint $app failed"
 echo "checkpoint image: $image"
 echo "progress at checkpoint: $(grep '^step ' "$work/interrupted.out" | tail -n 1)"
+
+step="what the image holds"
+say "$step"
+"$crum" inspect "$image" > "$work/inspect.txt" || die "crum inspect $image failed"
+sed -n '/^on disk/p' "$work/inspect.txt"
+sed -n '/^device$/,/^device kernels$/p' "$work/inspect.txt" | sed '$d'
+grep -q '^device$' "$work/inspect.txt" || die "the image has no device part"
 
 step="kill it with SIGKILL"
 say "$step"
