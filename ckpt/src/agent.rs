@@ -32,7 +32,7 @@ use crate::control::{ControlServer, Request, StatusReply};
 use crate::image::{keep_newest, ImageReader, ImageWriter, RegionMeta, WriterOptions};
 use crate::state::{
     FdKind, FdState, ProcessState, Region, RegionKind, ThreadInfo, PROCESS_STATE_VERSION, REGION_GROWSDOWN,
-    REGION_SHARED_ANON, REGION_SHARED_FILE, SECTION_PROCESS,
+    REGION_BLOB, REGION_SHARED_ANON, REGION_SHARED_FILE, SECTION_PROCESS,
 };
 use crate::threads;
 
@@ -611,6 +611,20 @@ const MAX_RANGES: usize = 1 << 17;
 
 static PID_HISTORY: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
+/// Hook sections at least this large are stored as [`REGION_BLOB`] regions.
+const BLOB_MIN: usize = 64 << 10;
+
+/// A hook section of an image: a metadata section, or a [`REGION_BLOB`] region of that name.
+pub fn read_hook_section(reader: &mut ImageReader, name: &str) -> Result<Option<Vec<u8>>, String> {
+    if let Some(b) = reader.section(name).map_err(|e| e.to_string())? {
+        return Ok(Some(b));
+    }
+    let Some(idx) = reader.regions().iter().position(|r| r.flags & REGION_BLOB != 0 && r.name_lossy() == name) else {
+        return Ok(None);
+    };
+    reader.read_region(idx).map(Some).map_err(|e| format!("section `{name}`: {e}"))
+}
+
 extern "C" fn fork_and_write(arg: u64) -> u64 {
     // SAFETY: `arg` is the ForkCtx owned by checkpoint(), live for this call.
     let ctx = unsafe { &mut *(arg as *mut ForkCtx) };
@@ -758,7 +772,14 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
     }
     for i in 0..ctx.sections.len() {
         let (name, data) = (&ctx.sections[i].0, &ctx.sections[i].1);
-        if let Err(e) = ctx.writer.add_section(name, false, data) {
+        // Large sections go through the memory path: chunked, zero chunks skipped, compressed.
+        let r = if data.len() >= BLOB_MIN {
+            let meta = RegionMeta { start: 0, len: data.len() as u64, prot: 0, flags: REGION_BLOB, offset: 0, name: name.as_bytes() };
+            ctx.writer.add_region(&meta, data)
+        } else {
+            ctx.writer.add_section(name, false, data)
+        };
+        if let Err(e) = r {
             return child_fail(ctx, b"writing a hook section: ", error_detail(&e).as_bytes());
         }
     }
@@ -864,11 +885,22 @@ fn after_restart(h: &Hooks) -> Outcome {
         .flatten()
         .and_then(|b| ProcessState::decode(&b).ok())
         .unwrap_or_else(|| fatal("cannot read the process section again"));
-    let kept: Vec<(u64, u64)> = reader.regions().iter().map(|r| (r.start, r.start + r.len)).collect();
+    let kept: Vec<(u64, u64)> = reader
+        .regions()
+        .iter()
+        .filter(|r| crate::state::is_process_memory(r.flags))
+        .map(|r| (r.start, r.start + r.len))
+        .collect();
     unmap_leftovers(&kept);
     restore_itimers(&state.itimers);
     fix_curbrk();
-    let read = |name: &str| -> Option<Vec<u8>> { reader.section(name).ok()? };
+    let reader = std::cell::RefCell::new(reader);
+    let read = |name: &str| -> Option<Vec<u8>> {
+        match read_hook_section(&mut reader.borrow_mut(), name) {
+            Ok(v) => v,
+            Err(e) => fatal(&format!("cannot read the image: {e}")),
+        }
+    };
     if let Err(e) = (h.restore)(&read) {
         fatal(&format!("restore hook: {e}"));
     }

@@ -66,6 +66,14 @@ pub struct Region {
 pub const REGION_SHARED_ANON: u32 = 1;
 pub const REGION_SHARED_FILE: u32 = 2;
 pub const REGION_GROWSDOWN: u32 = 4;
+/// Not process memory: a large hook section (e.g. a CUDA program's device memory) stored as a
+/// chunked, compressed region named after the section, at address 0. Never mapped at restart.
+pub const REGION_BLOB: u32 = 8;
+
+/// Whether an image region is process memory (not a [`REGION_BLOB`]).
+pub fn is_process_memory(flags: u32) -> bool {
+    flags & REGION_BLOB == 0
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub enum RegionKind {

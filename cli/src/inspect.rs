@@ -250,7 +250,13 @@ fn device_state(r: &ImageReader) -> anyhow::Result<Option<(DeviceState, u64)>> {
                 sec.file
             )
         })?;
-    let data_size = section(SECTION_DEVICE_DATA).map_or(0, |s| s.size);
+    // Large device data is stored as a compressed blob region of that name.
+    let blob = r
+        .regions()
+        .iter()
+        .find(|x| !crum_ckpt::state::is_process_memory(x.flags) && x.name_lossy() == SECTION_DEVICE_DATA)
+        .map(|x| x.len);
+    let data_size = section(SECTION_DEVICE_DATA).map(|s| s.size).or(blob).unwrap_or(0);
     if data_size != state.data_len {
         anyhow::bail!(
             "the `{SECTION_DEVICE}` section describes {} bytes of device data but `{SECTION_DEVICE_DATA}` holds {data_size}",

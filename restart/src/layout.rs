@@ -9,7 +9,7 @@
 #![allow(unsafe_code)]
 
 use crum_ckpt::capture::{own_maps, MapsEntry, SPECIAL_NAMES};
-use crum_ckpt::state::{ProcessState, REGION_GROWSDOWN, REGION_SHARED_ANON, REGION_SHARED_FILE};
+use crum_ckpt::state::{is_process_memory, ProcessState, REGION_GROWSDOWN, REGION_SHARED_ANON, REGION_SHARED_FILE};
 
 use crate::{sys_err, Plan, RestartError};
 
@@ -42,7 +42,7 @@ pub fn check(plan: &Plan) -> Result<(), String> {
         }
     }
     let mut wanted: Vec<(u64, u64, String)> =
-        plan.reader.regions().iter().map(|r| (r.start, r.start + r.len, r.name_lossy())).collect();
+        plan.reader.regions().iter().filter(|r| is_process_memory(r.flags)).map(|r| (r.start, r.start + r.len, r.name_lossy())).collect();
     wanted.extend(st.specials.iter().map(|s| (s.start, s.end, s.name.clone())));
     for m in &maps {
         if m.name == "[vsyscall]" {
@@ -71,7 +71,7 @@ pub enum MapError {
 /// `progress` is told the bytes filled so far.
 pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapError> {
     let regions = plan.reader.regions().to_vec();
-    for r in &regions {
+    for r in regions.iter().filter(|r| is_process_memory(r.flags)) {
         let name = r.name_lossy();
         let shared_file = r.flags & REGION_SHARED_FILE != 0;
         let mut flags = libc::MAP_FIXED_NOREPLACE;
@@ -119,7 +119,7 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapErr
     // their stacks elsewhere; they are joined before each call returns.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let mut done = 0;
-    for (i, r) in regions.iter().enumerate() {
+    for (i, r) in regions.iter().enumerate().filter(|(_, r)| is_process_memory(r.flags)) {
         if r.has_data && r.flags & REGION_SHARED_FILE == 0 {
             // SAFETY: the fresh, writable mapping created above covers exactly this range.
             let dst = unsafe { std::slice::from_raw_parts_mut(r.start as *mut u8, r.len as usize) };

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crum_ckpt::image::{ImageError, ImageReader};
-use crum_ckpt::state::{FdKind, ProcessState, SECTION_PROCESS};
+use crum_ckpt::state::{is_process_memory, FdKind, ProcessState, SECTION_PROCESS};
 
 /// Why a restart did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +113,7 @@ pub fn validate(dir: &Path) -> Result<Plan, RestartError> {
 fn check_regions(reader: &ImageReader, st: &ProcessState) -> Result<(), RestartError> {
     let page = 4096u64;
     let mut prev_end = 0u64;
-    for r in reader.regions() {
+    for r in reader.regions().iter().filter(|r| is_process_memory(r.flags)) {
         if r.start % page != 0 || r.len % page != 0 || r.len == 0 {
             return Err(RestartError::Invalid(format!("image region {:#x}+{:#x} is not page aligned", r.start, r.len)));
         }
@@ -125,7 +125,8 @@ fn check_regions(reader: &ImageReader, st: &ProcessState) -> Result<(), RestartE
             return Err(RestartError::Invalid(format!("image region {:#x} is outside user space", r.start)));
         }
     }
-    let covered = |a: u64| reader.regions().iter().any(|r| (r.start..r.start + r.len).contains(&a));
+    let covered =
+        |a: u64| reader.regions().iter().any(|r| is_process_memory(r.flags) && (r.start..r.start + r.len).contains(&a));
     if !covered(st.entry) || !covered(st.main_stack - 8) || !covered(st.restart_info) {
         return Err(RestartError::Invalid("image lacks the agent's memory (entry, stack or restart block)".into()));
     }
@@ -211,7 +212,8 @@ const PROGRESS_MIN: u64 = 256 << 20;
 
 fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert::Infallible, RestartError> {
     use std::io::IsTerminal;
-    let total: u64 = plan.reader.regions().iter().filter(|r| r.has_data).map(|r| r.len).sum();
+    let total: u64 =
+        plan.reader.regions().iter().filter(|r| r.has_data && is_process_memory(r.flags)).map(|r| r.len).sum();
     // Drawn only when asked to (no ticker thread: this process must be single-threaded when
     // it becomes the program), and cleared before anything of the program runs.
     let bar = if total >= PROGRESS_MIN && std::io::stderr().is_terminal() {
