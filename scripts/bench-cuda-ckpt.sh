@@ -13,7 +13,9 @@
 #   fork      capture, writer preparation and fork
 #   pause     all of it: what the program's threads see
 # plus the time `crum checkpoint` took until the image was complete (the forked child writes
-# it while the program runs on) and the image's size on disk.
+# it while the program runs on), the image's size on disk, and the time `crum restart` takes
+# until the restarted program's first heartbeat (a fresh proxy, device memory re-created at
+# its addresses and uploaded; page cache warm).
 #
 # Usage: scripts/bench-cuda-ckpt.sh [FOOTPRINTS_MIB...]   (default: 64 256 1024 2048)
 # Env: CRUM_BIN (default target/release/crum, built with libcrum.so if missing),
@@ -37,7 +39,7 @@ nvcc -cudart shared -arch=sm_80 -O2 -o "$PROG" "$ROOT/integration-tests/cuda/ben
 
 runpid=""
 cleanup() {
-    [ -n "$runpid" ] && { pkill -9 -P "$runpid" -f "^$PROG" 2>/dev/null || true; }
+    if [ -n "$runpid" ]; then pkill -9 -P "$runpid" -f "^$PROG" 2>/dev/null; kill -9 "$runpid" 2>/dev/null; fi
     [ -z "$KEEP" ] && rm -rf "$BENCH_DIR"
     return 0
 }
@@ -58,7 +60,7 @@ field() { # line name -> value
 ms() { awk -v us="$1" 'BEGIN { printf "%.1f", us / 1000 }'; }
 
 TSV=$BENCH_DIR/bench-cuda-ckpt.tsv
-printf "footprint\tdevice_data\tquiesce_ms\tdrain_ms\tstop_ms\tdevice_ms\tfork_ms\tpause_ms\twritten_s\timage\n" > "$TSV"
+printf "footprint\tdevice_data\tquiesce_ms\tdrain_ms\tstop_ms\tdevice_ms\tfork_ms\tpause_ms\twritten_s\timage\trestart_s\n" > "$TSV"
 for S in "${SIZES[@]}"; do
     imgs=$BENCH_DIR/imgs-$S; rm -rf "$imgs"
     out=$BENCH_DIR/run-$S.out; log=$BENCH_DIR/ckpt-$S.log; rm -f "$log"
@@ -76,13 +78,22 @@ for S in "${SIZES[@]}"; do
     line=$(grep 'checkpoint pause' "$log" | tail -n 1)
     [ -n "$line" ] || { echo "no 'checkpoint pause' line in $log" >&2; exit 1; }
     bytes=$(du -sb "$img" | awk '{print $1}')
-    printf "%s MiB\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\n" "$S" \
+    rout=$BENCH_DIR/restart-$S.out
+    r0=$(now)
+    ( for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null; done
+      exec "$CRUM" restart "$img" ) > "$rout" 2> "$rout.err" &
+    runpid=$!
+    wait_line "$rout" '^hb' "$runpid"
+    r1=$(now)
+    kill -9 "$runpid"; wait "$runpid" 2>/dev/null || true; runpid=""
+    printf "%s MiB\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.2f\n" "$S" \
         "$(numfmt --to=iec-i --suffix=B "$(field "$line" device_bytes)")" \
         "$(ms "$(field "$line" quiesce_us)")" "$(ms "$(field "$line" drain_us)")" \
         "$(ms "$(field "$line" stop_us)")" "$(ms "$(field "$line" device_us)")" \
         "$(ms "$(field "$line" fork_us)")" "$(ms "$(field "$line" pause_us)")" \
         "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
-        "$(numfmt --to=iec-i --suffix=B "$bytes")" >> "$TSV"
+        "$(numfmt --to=iec-i --suffix=B "$bytes")" \
+        "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" >> "$TSV"
     rm -rf "$imgs"
 done
 
@@ -91,4 +102,5 @@ echo
 column -t -s $'\t' "$TSV"
 echo
 echo "pause = quiesce + drain + stop + device + fork (ms, what the program sees); written_s = until"
-echo "\`crum checkpoint\` returned with the complete image; image = its size on disk (data is random)."
+echo "\`crum checkpoint\` returned with the complete image; image = its size on disk (data is random);"
+echo "restart_s = \`crum restart\` to the restarted program's first heartbeat."

@@ -2,7 +2,8 @@
 // (in 256 MiB allocations) and MIB/8 MiB of managed memory, fills them with incompressible
 // pseudo-random data (device memory through cudaMemcpy from a host buffer: a CPU-emulated
 // device would take minutes to fill it from kernels), prints "ready", then loops a small kernel
-// over the first MiB until killed. Usage: bench_footprint MIB
+// over the first MiB until killed, printing a heartbeat line every 16 iterations.
+// Usage: bench_footprint MIB
 #include "common.h"
 #include <stdint.h>
 #include <vector>
@@ -46,5 +47,6 @@ int main(int argc, char **argv) {
         touch<<<n / 256, 256>>>((uint32_t *)bufs[0], n, k);
         CK(cudaDeviceSynchronize());
         m[k % (man / 8)] += 1;  // the CPU touches managed memory between kernels
+        if (k % 16 == 0) { printf("hb %u\n", k); fflush(stdout); }  // restart: first heartbeat
     }
 }
