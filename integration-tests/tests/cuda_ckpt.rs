@@ -13,8 +13,10 @@ use std::ffi::OsStr;
 use std::fs;
 use std::time::{Duration, Instant};
 
+use std::process::Command;
+
 use crum_integration_tests::{
-    build_cuda, continues, cuda_dir, gated_scenario, images_in, pause_lines, Gate, Proc,
+    build_cuda, continues, crum_bin, cuda_dir, gated_scenario, images_in, pause_lines, Gate, Proc,
     ScenarioOpts,
 };
 
@@ -102,9 +104,52 @@ fn wild_pointer_errors_survive_restarts() {
 
 /// Kernels, copies and event waits on four streams queued at every gate, a second thread
 /// blocked in `cudaStreamSynchronize`: the checkpoint waits for the work in flight.
+///
+/// `crum inspect` of the restarted process's image shows its device part: four streams with
+/// their flags and priorities, eight events, both kernels, eight device buffers, four pinned.
 #[test]
 fn queued_launches_copies_events_and_a_thread_inside_a_cuda_call_restart() {
-    scenario("ckpt_async_flood", ScenarioOpts::default());
+    let o = gated_scenario("ckpt_async_flood", &ScenarioOpts::default())
+        .unwrap_or_else(|e| panic!("ckpt_async_flood: {e:#}"));
+    let out = Command::new(crum_bin())
+        .arg("inspect")
+        .arg(&o.images[3])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "memory     device 8 (128.00 KiB), managed 0 (0 B), pinned 4 (64.00 KiB)",
+        "2 kernels, 4 streams, 8 events",
+        "non-blocking",
+        "disable-timing",
+        "mix",
+        "fold",
+    ] {
+        assert!(text.contains(want), "`{want}` missing from:\n{text}");
+    }
+    // The stream table: two non-blocking streams, two priorities.
+    let streams: Vec<Vec<&str>> = text
+        .split("\nstreams\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(streams.len(), 4, "{text}");
+    assert_eq!(
+        streams.iter().filter(|r| r[1] == "non-blocking").count(),
+        2,
+        "{text}"
+    );
+    let prios: Vec<&str> = streams.iter().map(|r| r[2]).collect();
+    assert!(prios.iter().any(|p| *p != prios[0]), "{text}");
 }
 
 /// An image taken on the default device restarts on the emulated one.
