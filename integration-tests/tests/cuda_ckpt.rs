@@ -224,7 +224,7 @@ fn managed_solver_with_interval_checkpoints_restarts_from_the_newest_image() {
     let mut p = Proc::run(&exe, &[], &opts, &[], &tmp.path().join("first.out")).unwrap();
     // Wait for the fourth periodic image: by then --keep 2 has removed the first.
     let start = Instant::now();
-    while images_in(&images).last().map_or(true, |(seq, _)| *seq < 4) {
+    while images_in(&images).last().is_none_or(|(seq, _)| *seq < 4) {
         assert!(
             !p.exited(),
             "ended before 4 periodic checkpoints: {}",
