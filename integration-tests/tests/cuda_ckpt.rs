@@ -268,3 +268,60 @@ fn managed_solver_with_interval_checkpoints_restarts_from_the_newest_image() {
     continues(&want, s, &r1, &tail, true).unwrap_or_else(|e| panic!("restart of a restart: {e:#}"));
     assert!(s > 0, "the restart began at the start: {r1}");
 }
+
+/// A checkpoint requested while the main thread waits in `cudaDeviceSynchronize` for a kernel
+/// of seconds (on the emulated device) waits for the call in flight and says so in the log;
+/// the program finishes correctly, and so does a restart of the image, twice.
+#[test]
+fn checkpoint_during_a_long_kernel_waits_for_it_and_restarts() {
+    let exe = build_cuda("ckpt_long_kernel").unwrap();
+    let want = fs::read_to_string(cuda_dir().join("expected/ckpt_long_kernel.out")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("ckpt.log");
+    let images = tmp.path().join("images");
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let env = [
+        gate.env(),
+        ("CRUM_LOG", OsStr::new("crum_ckpt=info,crum=info")),
+        ("CRUM_LOG_FILE", log.as_os_str()),
+    ];
+    let mut p = Proc::run(&exe, &[], &[], &env, &tmp.path().join("out")).unwrap();
+    gate.wait_at(1, &mut p).unwrap();
+    gate.open_to(1).unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // into cudaDeviceSynchronize
+    let t0 = Instant::now();
+    let img = p.checkpoint(&images).unwrap();
+    let waited = t0.elapsed();
+    assert_eq!(p.success(Duration::from_secs(120)).unwrap(), want);
+
+    let text = fs::read_to_string(&log).unwrap();
+    let pause = pause_lines(&text);
+    assert_eq!(pause.len(), 1, "{text}");
+    let inspect = Command::new(crum_bin())
+        .arg("inspect")
+        .arg(&img)
+        .output()
+        .unwrap();
+    let inspect = String::from_utf8_lossy(&inspect.stdout);
+    if inspect.contains("backend    emu") && waited > Duration::from_millis(1500) {
+        // The kernel still ran for seconds when the checkpoint was requested.
+        assert!(
+            text.contains("checkpoint waits for CUDA calls in flight"),
+            "no in-flight message:\n{text}"
+        );
+        assert!(
+            pause[0]["quiesce_us"] + pause[0]["drain_us"] >= 1_000_000,
+            "{:?}",
+            pause[0]
+        );
+    }
+
+    for round in 0..2 {
+        let mut r = Proc::restart(&img, None, &tmp.path().join(format!("r{round}.out"))).unwrap();
+        assert_eq!(
+            r.success(Duration::from_secs(120)).unwrap(),
+            want,
+            "restart {round}"
+        );
+    }
+}
