@@ -16,6 +16,10 @@ pub struct Args {
     /// Which device to drive.
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Pid of the process that started the proxy; if it is already gone, the proxy exits
+    /// at once (it may die before the parent-death signal is armed).
+    #[arg(long)]
+    pub parent: Option<i32>,
 }
 
 /// Parse `auto|emu|cuda`.
@@ -37,6 +41,10 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let backend = open(choice).context("opening the device")?;
     tracing::info!(backend = backend.name(), "proxy serving");
     let parent = nix::unistd::getppid();
+    if args.parent.is_some_and(|p| p != parent.as_raw()) {
+        // Our parent died before the parent-death signal was armed.
+        return Ok(0);
+    }
     crum_proxy::serve(channel, backend, &|| nix::unistd::getppid() == parent)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(0)

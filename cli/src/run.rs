@@ -180,6 +180,8 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         .arg(fd.to_string())
         .arg("--device")
         .arg(&args.device)
+        .arg("--parent")
+        .arg(std::process::id().to_string())
         .stdin(Stdio::null())
         .process_group(0)
         .spawn()

@@ -84,6 +84,8 @@ fn start_proxy(exe: &Path, device: &str) -> Result<i64, RestartError> {
         .arg(fd.to_string())
         .arg("--device")
         .arg(device)
+        .arg("--parent")
+        .arg(std::process::id().to_string())
         .stdin(std::process::Stdio::null())
         .process_group(0)
         .spawn()
