@@ -39,7 +39,6 @@ corpus_test!(
 corpus_test!(pitched_memcpy2d_transpose_matches_cpu, "memcpy2d");
 corpus_test!(device_and_constant_symbols_round_trip, "symbols");
 corpus_test!(
-    #[ignore = "crum-ptx cannot parse `.attribute(.managed)` of __managed__ variables (PTX line 14)"]
     managed_memory_cpu_kernel_cycles_and_managed_variable_match_cpu,
     "managed"
 );

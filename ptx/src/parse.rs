@@ -415,6 +415,15 @@ impl Builder {
                     "v4" => d.vec = 4,
                     "v8" => d.vec = 8,
                     "texref" | "samplerref" | "surfref" => d.ty = Some(Ty::B64),
+                    // `.attribute(.managed)` (`__managed__` variables) and other attributes:
+                    // no effect on layout; the runtime re-homes managed variables itself.
+                    "attribute" => {
+                        if p.eat_punct('(') {
+                            while !p.eat_punct(')') {
+                                p.next()?;
+                            }
+                        }
+                    }
                     _ => match Ty::parse(part) {
                         Some(t) => d.ty = Some(t),
                         None => return Err(perr(p.line(), format!("unknown declaration modifier `{w}`"))),
@@ -1422,6 +1431,25 @@ mod tests {
         assert_eq!(k.max_threads_per_block, Some(256));
         assert_eq!(prog.code[1].a, Opd::Addr(Base::None, 12));
         assert_eq!(prog.code[0].d, Opd::Reg(5)); // %r0..%r3, then %rd0, %rd1
+    }
+
+    #[test]
+    fn managed_variables_parse_with_their_attribute() {
+        let src = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+.global .attribute(.managed) .align 4 .u32 counter;
+.global .attribute(.managed) .align 8 .b8 table[24] = {1, 2, 3};
+.visible .entry k()
+{
+	ret;
+}
+"#;
+        let m = crate::Module::parse(src).expect("managed declarations parse");
+        let g: Vec<(&str, u64)> = m.globals().iter().map(|g| (g.name.as_str(), g.size)).collect();
+        assert_eq!(g, vec![("counter", 4), ("table", 24)]);
+        assert_eq!(m.globals()[1].init[..4], [1, 2, 3, 0]);
     }
 
     #[test]
