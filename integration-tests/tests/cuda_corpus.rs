@@ -52,7 +52,6 @@ corpus_test!(
     "error_paths"
 );
 corpus_test!(
-    #[ignore = "the interposer segfaults on cudaMemcpy from the wild address 0x10 instead of returning cudaErrorInvalidValue"]
     wild_pointer_copy_returns_invalid_value,
     "invalid_pointer"
 );

@@ -121,3 +121,40 @@ pub fn local_copy(dst: u64, src: u64, len: u64) {
     // contract guarantees; `copy` tolerates overlap.
     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
 }
+
+/// Copy between two application ranges that the program claimed were device memory but are
+/// not (a copy whose direction names a device side): through the kernel (cross-memory
+/// attach on ourselves), so a wild or unmapped address is `cudaErrorInvalidValue`, as on a
+/// GPU, never a fault. Bounced through a buffer (the ranges may overlap).
+pub fn checked_local_copy(dst: u64, src: u64, len: u64) -> crate::errors::CudaResult<()> {
+    let bad = crum_wire::cuda::ERROR_INVALID_VALUE;
+    let n = usize::try_from(len).map_err(|_| bad)?;
+    let mut tmp = Vec::new();
+    tmp.try_reserve_exact(n).map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
+    tmp.resize(n, 0u8);
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let mut done = 0usize;
+    while done < n {
+        let local = libc::iovec { iov_base: tmp[done..].as_mut_ptr().cast(), iov_len: n - done };
+        let remote = libc::iovec { iov_base: (src as usize + done) as *mut libc::c_void, iov_len: n - done };
+        // SAFETY: the local iovec is our live buffer; the kernel validates the remote range.
+        let r = unsafe { libc::process_vm_readv(me, &local, 1, &remote, 1, 0) };
+        if r <= 0 {
+            return Err(bad);
+        }
+        done += r as usize;
+    }
+    done = 0;
+    while done < n {
+        let local = libc::iovec { iov_base: tmp[done..].as_mut_ptr().cast(), iov_len: n - done };
+        let remote = libc::iovec { iov_base: (dst as usize + done) as *mut libc::c_void, iov_len: n - done };
+        // SAFETY: as above; the kernel validates that the destination is writable.
+        let r = unsafe { libc::process_vm_writev(me, &local, 1, &remote, 1, 0) };
+        if r <= 0 {
+            return Err(bad);
+        }
+        done += r as usize;
+    }
+    Ok(())
+}

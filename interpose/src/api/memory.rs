@@ -132,8 +132,14 @@ pub fn copy(
     if k == H2H || (host_ok(dst, dpitch) && host_ok(src, spitch)) {
         // Both sides are mapped here: wait for the stream, then copy locally.
         call(&Request::StreamSync { stream })?;
+        // A direction naming a device side that is not there: the pointers are unchecked.
+        let claimed_device = kind != H2H && kind != DEFAULT;
         for r in 0..height {
-            local_copy(dst + r * dpitch, src + r * spitch, width);
+            if claimed_device {
+                crate::ffi::checked_local_copy(dst + r * dpitch, src + r * spitch, width)?;
+            } else {
+                local_copy(dst + r * dpitch, src + r * spitch, width);
+            }
         }
         return Ok(());
     }
