@@ -68,6 +68,21 @@ static HOOKS: Mutex<Option<Hooks>> = Mutex::new(None);
 static EXCLUDED_FDS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 static STATUS: Mutex<Option<StatusReply>> = Mutex::new(None);
 static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
+/// Checkpoints requested and not yet answered (or, for timed ones, not yet finished): a
+/// program that ends meanwhile waits for them at exit, so the requester gets its image path.
+static IN_PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+fn progress_done() {
+    let _ = IN_PROGRESS.fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(1)));
+}
+
+/// At program exit (atexit): let a checkpoint in progress finish and answer first.
+extern "C" fn wait_for_checkpoints() {
+    let t0 = Instant::now();
+    while IN_PROGRESS.load(SeqCst) != 0 && t0.elapsed() < Duration::from_secs(600) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
 /// Duration of the last program-visible pause (threads stopped), in microseconds.
 pub static LAST_PAUSE_US: AtomicU64 = AtomicU64::new(0);
 /// Set by the quiesce hook: microseconds of it spent draining the device (for the log).
@@ -237,6 +252,8 @@ fn start(cfg: Result<Config, String>) -> Result<(), String> {
     if let Some(sig) = cfg.signal {
         install_trigger(sig, tx.clone())?;
     }
+    // SAFETY: registers a plain function without arguments; it only sleeps and reads an atomic.
+    unsafe { libc::atexit(wait_for_checkpoints) };
     let ctl_tx = tx.clone();
     std::thread::Builder::new()
         .name("crum-control".into())
@@ -330,14 +347,23 @@ fn control_loop(server: ControlServer, tx: mpsc::Sender<Job>) {
             }
             Request::Checkpoint { dir, exit } => {
                 let (rtx, rrx) = mpsc::channel();
+                IN_PROGRESS.fetch_add(1, SeqCst);
                 if tx.send(Job { dir, reply: Some(rtx) }).is_err() {
                     let _ = responder.reply(Err("the checkpoint agent is not running".into()));
+                    progress_done();
                     continue;
                 }
-                match rrx.recv() {
+                let answer = rrx.recv();
+                let answered = |resp: &Result<Reply, mpsc::RecvError>| !matches!(resp, Ok(Reply::Restarted));
+                if !answered(&answer) {
+                    // A restored process: nobody waits for this request here.
+                    IN_PROGRESS.store(0, SeqCst);
+                }
+                match answer {
                     Ok(Reply::Done(r)) => {
                         let ok = r.is_ok();
                         let _ = responder.reply(r);
+                        progress_done();
                         if ok && exit {
                             server.remove_socket();
                             // SAFETY: ends the process after the requester has its answer.
@@ -348,6 +374,7 @@ fn control_loop(server: ControlServer, tx: mpsc::Sender<Job>) {
                     Ok(Reply::Restarted) => std::mem::forget(responder),
                     Err(_) => {
                         let _ = responder.reply(Err("the checkpoint agent stopped".into()));
+                        progress_done();
                     }
                 }
             }
@@ -378,7 +405,16 @@ fn engine_loop(cfg: Config, rx: mpsc::Receiver<Job>, _keepalive: mpsc::Sender<Jo
             Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.reply),
             None => (cfg.dir.clone(), None),
         };
+        let timed = reply.is_none();
+        if timed {
+            IN_PROGRESS.fetch_add(1, SeqCst);
+        }
         let outcome = checkpoint(&cfg, &dir);
+        if matches!(outcome, Outcome::Restarted) {
+            IN_PROGRESS.store(0, SeqCst);
+        } else if timed {
+            progress_done();
+        }
         if let Some(i) = cfg.interval {
             next = Some(Instant::now() + i);
         }

@@ -16,6 +16,7 @@ int main(int argc, char **argv) {
     GATE(1);  // the test lets it go on into cudaDeviceSynchronize, then checkpoints
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    GATE(2);  // still running when the test has its image
     for (int t = 0; t < n; t++) {
         unsigned v = t;
         for (int i = 0; i < iters; i++) v = v * 1103515245u + 12345u + (v >> 7);

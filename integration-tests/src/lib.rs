@@ -100,7 +100,7 @@ fn nvcc_version(nvcc: &Path) -> Result<String> {
 }
 
 /// Compile `integration-tests/cuda/<name>.cu` with `nvcc -cudart shared -arch=sm_80` into
-/// `integration-tests/build/`, cached by source, flags and nvcc version. Safe under parallel
+/// `integration-tests/build/`, cached by source, local headers, flags and nvcc version. Safe under parallel
 /// tests: each build writes a unique temporary file and renames it into place atomically.
 pub fn build_cuda(name: &str) -> Result<PathBuf> {
     build_cuda_with(name, &[])
@@ -114,6 +114,16 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
     let nvcc = home.join("bin/nvcc");
     let mut h = DefaultHasher::new();
     text.hash(&mut h);
+    // The local headers (common.h) are part of every program.
+    let mut headers: Vec<PathBuf> = fs::read_dir(cuda_dir())?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "h"))
+        .collect();
+    headers.sort();
+    for hdr in headers {
+        fs::read(&hdr)?.hash(&mut h);
+    }
     extra.hash(&mut h);
     nvcc_version(&nvcc)?.hash(&mut h);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("build");
@@ -594,8 +604,8 @@ impl Drop for Proc {
 }
 
 /// The test side of `GATE(k)` in `cuda/common.h`: the program announces gate k by writing k
-/// to `<dir>/at` and waits there until `<dir>/go` holds a number ≥ k. Set `CRUM_TEST_GATE` to
-/// [`Gate::dir`] in the program's environment ([`Gate::env`]).
+/// to `<dir>/at` and waits there until `<dir>/go-<k>` (or `<dir>/go-all`) exists. Set
+/// `CRUM_TEST_GATE` to [`Gate::dir`] in the program's environment ([`Gate::env`]).
 pub struct Gate {
     pub dir: PathBuf,
 }
@@ -616,17 +626,28 @@ impl Gate {
         ("CRUM_TEST_GATE", self.dir.as_os_str())
     }
 
-    /// Let gates up to `k` pass.
+    /// Let gates up to `k` pass (`i64::MAX`: all of them).
     pub fn open_to(&self, k: i64) -> Result<()> {
-        let tmp = self.dir.join("go.tmp");
-        fs::write(&tmp, format!("{k}\n"))?;
-        fs::rename(&tmp, self.dir.join("go"))?;
+        if k == i64::MAX {
+            fs::write(self.dir.join("go-all"), "")?;
+            return Ok(());
+        }
+        for g in 1..=k {
+            fs::write(self.dir.join(format!("go-{g}")), "")?;
+        }
         Ok(())
     }
 
-    /// Forget which gate was reached (before a restart) and let gates up to `k` pass.
+    /// Forget which gate was reached and which were open (before a restart), then let gates
+    /// up to `k` pass.
     pub fn reset(&self, k: i64) -> Result<()> {
-        let _ = fs::remove_file(self.dir.join("at"));
+        for e in fs::read_dir(&self.dir)?.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name == "at" || name.starts_with("go-") {
+                fs::remove_file(e.path())?;
+            }
+        }
         self.open_to(k)
     }
 

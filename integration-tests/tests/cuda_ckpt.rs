@@ -91,13 +91,11 @@ corpus_ckpt!(
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]
-#[ignore = "fails uninterrupted: crum-ptx cannot parse `.attribute(.managed)` of __managed__ variables (cudaErrorInvalidDeviceFunction)"]
 fn managed_arrays_and_managed_variable_restart() {
     scenario("managed", ScenarioOpts::default());
 }
 
 #[test]
-#[ignore = "fails uninterrupted: the interposer segfaults on cudaMemcpy from the wild address 0x10"]
 fn wild_pointer_errors_survive_restarts() {
     scenario("invalid_pointer", ScenarioOpts::default());
 }
@@ -292,6 +290,7 @@ fn checkpoint_during_a_long_kernel_waits_for_it_and_restarts() {
     let t0 = Instant::now();
     let img = p.checkpoint(&images).unwrap();
     let waited = t0.elapsed();
+    gate.open_to(i64::MAX).unwrap();
     assert_eq!(p.success(Duration::from_secs(120)).unwrap(), want);
 
     let text = fs::read_to_string(&log).unwrap();
@@ -323,5 +322,111 @@ fn checkpoint_during_a_long_kernel_waits_for_it_and_restarts() {
             want,
             "restart {round}"
         );
+    }
+}
+
+/// `crum run --on-signal USR1`: SIGUSR1 sent to `crum run` (forwarded to the program) while
+/// the flood program has a batch queued writes an image; killed at the next gate, the program
+/// restarts from that image and ends as the uninterrupted run.
+#[test]
+fn on_signal_checkpoint_of_a_cuda_program_restarts() {
+    let exe = build_cuda("ckpt_async_flood").unwrap();
+    let want = fs::read_to_string(cuda_dir().join("expected/ckpt_async_flood.out")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let opts = ["--on-signal", "USR1", "--dir", images.to_str().unwrap()];
+    let mut p = Proc::run(&exe, &[], &opts, &[gate.env()], &tmp.path().join("out")).unwrap();
+    gate.wait_at(1, &mut p).unwrap();
+    let st = Command::new("kill")
+        .args(["-USR1", &p.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let start = Instant::now();
+    while images_in(&images).is_empty() {
+        assert!(!p.exited(), "{}", p.report());
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no image after SIGUSR1: {}",
+            p.report()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    gate.open_to(1).unwrap();
+    gate.wait_at(2, &mut p).unwrap();
+    p.kill9().unwrap();
+    let img = &images_in(&images)[0].1;
+    gate.reset(i64::MAX).unwrap();
+    let mut r = Proc::restart(&images, None, &tmp.path().join("r.out")).unwrap();
+    assert_eq!(
+        r.success(Duration::from_secs(120)).unwrap(),
+        want,
+        "restart of {}",
+        img.display()
+    );
+}
+
+/// Checkpoints back to back, at whatever moment they land (inside calls, between pipelined
+/// launches, while the CPU writes managed memory), over a whole run of the managed solver;
+/// images spread over the run each restart and finish as the uninterrupted run.
+#[test]
+fn back_to_back_checkpoints_at_arbitrary_moments_all_restart() {
+    let exe = build_cuda("ckpt_managed_solver").unwrap();
+    let args = ["48", "2500", "50"];
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    let mut reference = Proc::run(&exe, &args, &[], &[], &tmp.path().join("ref.out")).unwrap();
+    let want = reference.success(Duration::from_secs(120)).unwrap();
+    assert!(want.ends_with("PASS\n"), "{want}");
+
+    let mut p = Proc::run(&exe, &args, &[], &[], &tmp.path().join("out")).unwrap();
+    let pid = p.app_pid().unwrap();
+    // (image, bytes printed before it was asked for, bytes printed when it was done)
+    let mut taken = Vec::new();
+    while !p.exited() {
+        let before = p.stdout_len();
+        // A checkpoint may race with the end of the program: only successes count.
+        if let Ok(img) = crum_integration_tests::checkpoint(pid, &images) {
+            taken.push((img, before as usize, p.stdout_len() as usize));
+        }
+    }
+    assert_eq!(p.stdout(), want);
+    let n = taken.len();
+    assert!(n >= 4, "only {n} checkpoints during the run");
+    let mut picks = vec![0, n / 3, 2 * n / 3, n - 1];
+    picks.dedup();
+    for i in picks {
+        let (img, lo, hi) = &taken[i];
+        let mut r = Proc::restart(img, None, &tmp.path().join(format!("r{i}.out"))).unwrap();
+        let got = r.success(Duration::from_secs(120)).unwrap();
+        // The image was taken after the program had printed between `lo` and `hi` bytes.
+        let printed = want.len().checked_sub(got.len());
+        assert!(
+            want.ends_with(&got) && printed.is_some_and(|k| (*lo..=*hi).contains(&k)),
+            "restart of image {i} of {n} (taken after {lo}..{hi} bytes):\n{got}"
+        );
+    }
+}
+
+/// `crum restart --device cuda` needs a usable GPU: without one it fails before the program
+/// runs, naming the reason; with one the program ends as the uninterrupted run.
+#[test]
+fn restart_on_device_cuda_runs_or_fails_cleanly_without_a_gpu() {
+    let o = gated_scenario(
+        "vector_add",
+        &ScenarioOpts {
+            every_image: false,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("vector_add: {e:#}"));
+    let mut r = Proc::restart(&o.images[3], Some("cuda"), &o.dir.path().join("cuda.out")).unwrap();
+    let code = r.wait(Duration::from_secs(120)).unwrap();
+    if code == Some(0) {
+        assert!(o.reference.ends_with(&r.stdout()), "{}", r.report());
+    } else {
+        assert!(r.stdout().is_empty(), "the program ran: {}", r.report());
+        assert!(r.stderr().contains("no usable GPU"), "{}", r.report());
     }
 }

@@ -82,9 +82,10 @@ pub fn install() {
     crum_ckpt::agent::set_hooks(crum_ckpt::agent::Hooks { quiesce, collect, resume, restore });
 }
 
-/// Whether this process is a CUDA program (it connected, or registered kernels to use).
+/// Whether this process is a CUDA program (it connected, or registered a fat binary or
+/// kernels to use).
 fn is_cuda_program() -> bool {
-    client::connected() || crate::state::has_registrations()
+    client::connected() || crate::state::has_registrations() || crate::api::launch::has_modules()
 }
 
 fn quiesce() -> Result<(), String> {

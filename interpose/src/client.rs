@@ -193,7 +193,8 @@ pub fn proxy_pid() -> u32 {
 /// every thread uses from now on. The old channel (restored from the image; its proxy is
 /// gone) is retired, so a thread still waiting on it sees `ProxyGone` and moves over.
 pub fn reconnect(fd: i32) -> Result<(), String> {
-    let c = connect_fd(fd, false).map_err(|e| format!("cannot connect to the new device proxy ({})", cuda::name(e)))?;
+    // A program saved before its first CUDA call connects here for the first time.
+    let c = connect_fd(fd, current().is_none()).map_err(|e| format!("cannot connect to the new device proxy ({})", cuda::name(e)))?;
     let old = current();
     let new: &'static Conn = Box::leak(Box::new(c));
     CURRENT.store(new as *const Conn as *mut Conn, Ordering::Release);

@@ -183,6 +183,11 @@ impl Channel {
 
     /// Map an inherited channel descriptor (takes ownership of `fd`).
     pub fn open(fd: RawFd) -> Result<Channel, ChannelError> {
+        // A closed descriptor must not become an `OwnedFd` (closing it again aborts).
+        // SAFETY: F_GETFD on any integer is harmless.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(ChannelError::Setup(format!("channel descriptor {fd} is not open")));
+        }
         // SAFETY: the caller hands us a descriptor number it owns (from CRUM_CHANNEL); if it
         // is not a channel the size and magic checks below reject it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };

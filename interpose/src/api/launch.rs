@@ -95,6 +95,12 @@ pub extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c
     r.unwrap_or(std::ptr::null_mut())
 }
 
+/// Whether the program registered a fat binary (a CUDA program, even one without kernels).
+/// Never blocks: a held lock counts as "yes".
+pub fn has_modules() -> bool {
+    LAZY.try_lock().map(|g| !g.is_empty()).unwrap_or(true)
+}
+
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: *mut *mut c_void) {}
 
