@@ -39,9 +39,33 @@ pub struct Args {
     /// Checkpoint when this signal arrives (e.g. USR1, SIGTERM, 10).
     #[arg(long, value_name = "SIG")]
     pub on_signal: Option<String>,
+    /// How managed memory is tracked (see docs/managed-memory.md): `mprotect` (page
+    /// protection, the default), `uffd` (userfaultfd, precise; falls back to mprotect with a
+    /// warning where not allowed), or `verify` (mprotect that reports programs reading
+    /// managed memory they wrote since the last CUDA call). Sets CRUM_MANAGED.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub managed: Option<ManagedMode>,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
+}
+
+/// `crum run --managed`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ManagedMode {
+    Mprotect,
+    Uffd,
+    Verify,
+}
+
+impl ManagedMode {
+    fn env_value(self) -> &'static str {
+        match self {
+            ManagedMode::Mprotect => "mprotect",
+            ManagedMode::Uffd => "uffd",
+            ManagedMode::Verify => "verify",
+        }
+    }
 }
 
 /// Parse a duration: plain seconds, or a number with ms/s/m/h/d.
@@ -228,6 +252,9 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         );
     if let Some(i) = interval {
         cmd.env("CRUM_CKPT_INTERVAL", format!("{i}"));
+    }
+    if let Some(m) = args.managed {
+        cmd.env("CRUM_MANAGED", m.env_value());
     }
     if let Some(k) = args.keep {
         cmd.env("CRUM_CKPT_KEEP", k.to_string());

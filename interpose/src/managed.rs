@@ -14,6 +14,12 @@
 
 use crate::errors::CudaResult;
 
+/// Make `[addr, addr+len)` safe for a system call: every shadow page of managed memory in the
+/// range becomes readable with current data (`write == false`: the kernel will read it, as in
+/// write(2)) or writable and dirty (`write == true`: the kernel will write it, as in read(2)).
+/// Addresses outside managed memory are ignored; cheap when the program has none.
+pub fn prepare_range(_addr: u64, _len: u64, _write: bool) {}
+
 /// Called by [`crate::client::call`] and [`crate::client::send`] before every request: with
 /// shadow pages, dirty pages are flushed to the proxy before any request that lets the device
 /// touch memory. (The shared-mapping scheme needs nothing.)
