@@ -1,0 +1,83 @@
+// cudaMemPrefetchAsync (to the device and to the host, whole and partial ranges, on streams),
+// cudaMemAdvise (read-mostly, preferred location, accessed-by, and their unsets),
+// cudaStreamAttachMemAsync (host, single, global) and cudaMallocManaged(cudaMemAttachHost)
+// all return cudaSuccess, and the data stays right around them: CPU writes before a hint,
+// kernels after it, CPU reads after a prefetch back to the host.
+#include "common.h"
+
+__global__ void scale(int *x, int n, int k) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * k + 1;
+}
+static cudaMemLocation dev0() { cudaMemLocation l = {}; l.type = cudaMemLocationTypeDevice; l.id = 0; return l; }
+static cudaMemLocation host() { cudaMemLocation l = {}; l.type = cudaMemLocationTypeHost; l.id = 0; return l; }
+
+int main() {
+    const int n = 3 * 1024 + 5;  // a little over 3 pages
+    int *a, *b, ref_a[n], ref_b[n];
+    CK(cudaMallocManaged(&a, n * 4));
+    CK(cudaMallocManaged(&b, n * 4, cudaMemAttachHost));
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    int attr = -1;
+    CK(cudaDeviceGetAttribute(&attr, cudaDevAttrConcurrentManagedAccess, 0));
+    printf("concurrent managed access %d\n", attr != 0);
+    for (int i = 0; i < n; i++) a[i] = ref_a[i] = i, b[i] = ref_b[i] = 2 * i;
+
+    // Prefetch to the device (whole, then part), kernels, prefetch back to the host, read.
+    CK(cudaMemPrefetchAsync(a, n * 4, dev0(), 0, s));
+    CK(cudaMemPrefetchAsync(b + 1024, 100 * 4, dev0(), 0, s));
+    scale<<<(n + 255) / 256, 256, 0, s>>>(a, n, 3);
+    for (int i = 0; i < n; i++) ref_a[i] = ref_a[i] * 3 + 1;
+    CK(cudaMemPrefetchAsync(a, n * 4, host(), 0, s));
+    CK(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; i++) EXPECT(a[i] == ref_a[i]);
+    for (int i = 0; i < n; i++) EXPECT(b[i] == ref_b[i]);  // untouched by the device
+    printf("prefetch ok\n");
+
+    // Advice on both arrays, CPU writes, kernels, reads; then unset it all.
+    a[5] = ref_a[5] = -5;
+    CK(cudaMemAdvise(a, n * 4, cudaMemAdviseSetReadMostly, dev0()));
+    CK(cudaMemAdvise(b, n * 4, cudaMemAdviseSetPreferredLocation, dev0()));
+    CK(cudaMemAdvise(b, 4096, cudaMemAdviseSetAccessedBy, host()));
+    CK(cudaMemAdvise(a + 1024, 4096, cudaMemAdviseSetPreferredLocation, host()));
+    scale<<<(n + 255) / 256, 256>>>(a, n, 2);
+    scale<<<(n + 255) / 256, 256>>>(b, n, 5);
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < n; i++) ref_a[i] = ref_a[i] * 2 + 1, ref_b[i] = ref_b[i] * 5 + 1;
+    for (int i = 0; i < n; i++) EXPECT(a[i] == ref_a[i] && b[i] == ref_b[i]);
+    b[n - 1] = ref_b[n - 1] = 77;  // a CPU write to a page preferring the device
+    CK(cudaMemAdvise(a, n * 4, cudaMemAdviseUnsetReadMostly, dev0()));
+    CK(cudaMemAdvise(b, n * 4, cudaMemAdviseUnsetPreferredLocation, dev0()));
+    CK(cudaMemAdvise(b, 4096, cudaMemAdviseUnsetAccessedBy, host()));
+    CK(cudaMemAdvise(a + 1024, 4096, cudaMemAdviseUnsetPreferredLocation, host()));
+    scale<<<(n + 255) / 256, 256>>>(b, n, 1);
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < n; i++) ref_b[i] = ref_b[i] + 1;
+    for (int i = 0; i < n; i++) EXPECT(b[i] == ref_b[i]);
+    printf("advise ok\n");
+
+    // Attach to the host, CPU writes; attach to the stream (single), kernel on it; attach
+    // globally, kernel on the default stream; read.
+    CK(cudaStreamAttachMemAsync(s, b, 0, cudaMemAttachHost));
+    CK(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; i += 10) b[i] = ref_b[i] = i + 7;
+    CK(cudaStreamAttachMemAsync(s, b, 0, cudaMemAttachSingle));
+    scale<<<(n + 255) / 256, 256, 0, s>>>(b, n, 2);
+    CK(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; i++) ref_b[i] = ref_b[i] * 2 + 1;
+    for (int i = 0; i < n; i++) EXPECT(b[i] == ref_b[i]);
+    b[1] = ref_b[1] = 1;
+    CK(cudaStreamAttachMemAsync(s, b, 0, cudaMemAttachGlobal));
+    scale<<<(n + 255) / 256, 256>>>(b, n, 3);
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < n; i++) ref_b[i] = ref_b[i] * 3 + 1;
+    long long sum = 0;
+    for (int i = 0; i < n; i++) { EXPECT(a[i] == ref_a[i] && b[i] == ref_b[i]); sum += a[i] + b[i]; }
+    printf("attach ok sum %lld\n", sum);
+    CK(cudaStreamDestroy(s));
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    printf("PASS\n");
+    return 0;
+}
