@@ -107,6 +107,11 @@ pub fn exclude_fd(fd: i32) {
     }
 }
 
+/// Takes back an [`exclude_fd`] (the descriptor was closed; its number may be reused).
+pub fn include_fd(fd: i32) {
+    EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&f| f != fd);
+}
+
 static EXCLUDED_REGIONS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
 /// Marks the mappings inside `[start, start+len)` as private to crum (e.g. the proxy

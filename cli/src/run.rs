@@ -232,7 +232,12 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         });
     }
 
-    let mut preload = lib.display().to_string();
+    // The C library wrappers first (their calls into libcrum are resolved by name).
+    let shim = lib.with_file_name("libcrum_libc.so");
+    if !shim.is_file() {
+        bail!("{} not found next to {} (build it with `cargo build`)", shim.display(), lib.display());
+    }
+    let mut preload = format!("{}:{}", shim.display(), lib.display());
     if let Ok(old) = std::env::var("LD_PRELOAD") {
         if !old.is_empty() {
             preload = format!("{preload}:{old}");

@@ -22,7 +22,7 @@ fn crum() -> Command {
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)
-            .args(["build", "-q", "-p", "crum-interpose"])
+            .args(["build", "-q", "-p", "crum-interpose", "-p", "crum-preload"])
             .current_dir(repo())
             .status()
             .unwrap();

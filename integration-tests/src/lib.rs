@@ -46,9 +46,10 @@ pub fn crum_bin() -> PathBuf {
         }
         let bin = target_dir().join("debug/crum");
         let lib = target_dir().join("debug/libcrum.so");
-        if !bin.exists() || !lib.exists() {
+        let shim = target_dir().join("debug/libcrum_libc.so");
+        if !bin.exists() || !lib.exists() || !shim.exists() {
             let st = Command::new(env!("CARGO"))
-                .args(["build", "-q", "-p", "crum-cli", "-p", "crum-interpose"])
+                .args(["build", "-q", "-p", "crum-cli", "-p", "crum-interpose", "-p", "crum-preload"])
                 .current_dir(workspace())
                 .status()
                 .expect("run cargo build");

@@ -3,11 +3,11 @@
 //!
 //! - `quiesce` (the program's threads still run): close the gate, so that new CUDA calls wait
 //!   at their entry; wait for the calls in flight to return (a long kernel is waited for, and
-//!   the log says so); bring managed memory up to date in the proxy; ask the proxy for the
-//!   device state (`CheckpointState`: every lane drained, the device idle). The device cannot
+//!   the log says so); ask the proxy for the device state (`CheckpointState`: every lane drained, the device idle). The device cannot
 //!   change after this: nothing reaches the proxy until the gate opens.
-//! - `collect` (threads stopped): allocate the two image sections and let the proxy write the
-//!   encoded state and all device memory straight into them (`CheckpointData`).
+//! - `collect` (threads stopped): bring managed memory up to date in the proxy (dirty shadow
+//!   pages), allocate the two image sections and let the proxy write the encoded state and
+//!   all device memory straight into them (`CheckpointData`).
 //! - `resume`: open the gate (in the program that goes on after the fork).
 //! - `restore` (in a restarted process, threads stopped): connect to the fresh proxy that
 //!   `crum restart` started (its channel descriptor is in the restart information), replay the
@@ -114,7 +114,6 @@ fn quiesce() -> Result<(), String> {
         // Kernels registered, no call made yet: the restart connects to its own proxy.
         return Ok(());
     }
-    crate::managed::checkpoint_flush()?;
     let td = Instant::now();
     let sizes = match client::agent_call(&Request::CheckpointState)? {
         Body::Pair(s, d) => (s, d),
@@ -142,6 +141,9 @@ fn collect() -> Result<Vec<(String, Vec<u8>)>, String> {
         let empty = DeviceState::empty();
         return Ok(vec![(SECTION_DEVICE.to_string(), empty.encode()), (SECTION_DEVICE_DATA.to_string(), Vec::new())]);
     };
+    // The program's threads are stopped: the proxy's managed memory gets every page they
+    // wrote, and nothing changes it until they run again.
+    crate::managed::checkpoint_flush()?;
     let mut state = vec![0u8; state_len as usize];
     let mut data = vec![0u8; data_len as usize];
     client::agent_call(&Request::CheckpointData {
@@ -175,6 +177,7 @@ fn restore(read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {
             decoded.data_len
         ));
     }
+    crate::managed::before_restore()?;
     let fd = crum_ckpt::agent::restart_channel_fd()
         .ok_or("this CUDA program's image was restarted without a device proxy (use `crum restart`)")?;
     crum_ckpt::agent::exclude_fd(fd);

@@ -285,6 +285,7 @@ fn forward_printf(bytes: &[u8]) {
 pub fn call(req: &Request) -> CudaResult<Body> {
     crate::managed::before_request(req);
     let reply = with_lane(&mut |l| l.call(req))?.map_err(chan_err)?;
+    crate::managed::after_request(req);
     finish(reply)
 }
 
@@ -429,6 +430,9 @@ pub fn start_callback_thread() -> CudaResult<()> {
                 };
                 match reply {
                     Ok(Body::Callback { id, func, data }) => {
+                        // The stream's earlier work is done: the host function sees its
+                        // results, and the work after it sees what the function wrote.
+                        crate::managed::sync_point();
                         if func != 0 {
                             // SAFETY: `func` is the host function pointer the application
                             // passed to cudaLaunchHostFunc/cudaStreamAddCallback (module docs).
@@ -437,6 +441,7 @@ pub fn start_callback_thread() -> CudaResult<()> {
                             // SAFETY: as above; called with the application's own argument.
                             unsafe { f(data as *mut libc::c_void) };
                         }
+                        crate::managed::sync_point();
                         let _ = lane.send(&Request::CallbackDone { id });
                     }
                     Ok(_) => {}

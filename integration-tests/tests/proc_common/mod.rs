@@ -29,7 +29,7 @@ fn build_binaries() {
             return;
         }
         let st = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "crum-cli", "-p", "crum-interpose"])
+            .args(["build", "-q", "-p", "crum-cli", "-p", "crum-interpose", "-p", "crum-preload"])
             .current_dir(workspace())
             .status()
             .expect("run cargo build");

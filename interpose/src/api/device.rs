@@ -71,7 +71,8 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrIsMultiGpuBoard => 0,
         cudaDevAttrHostNativeAtomicSupported => 0,
         cudaDevAttrPageableMemoryAccess => 0,
-        cudaDevAttrConcurrentManagedAccess => 1,
+        // Shadow pages: the host must not touch managed memory while kernels run.
+        cudaDevAttrConcurrentManagedAccess => 0,
         cudaDevAttrComputePreemptionSupported => 1,
         cudaDevAttrCanUseHostPointerForRegisteredMem => 1,
         cudaDevAttrCooperativeLaunch => b(p.cooperative_launch),
@@ -150,7 +151,7 @@ fn fill_props(prop: *mut u8) -> CudaResult<()> {
     );
     set_field(prop, CUDADEVICEPROP_REGSPERMULTIPROCESSOR, p.regs_per_sm);
     set_field(prop, CUDADEVICEPROP_MANAGEDMEMORY, p.managed as i32);
-    set_field(prop, CUDADEVICEPROP_CONCURRENTMANAGEDACCESS, 1i32);
+    set_field(prop, CUDADEVICEPROP_CONCURRENTMANAGEDACCESS, 0i32);
     set_field(prop, CUDADEVICEPROP_COMPUTEPREEMPTIONSUPPORTED, 1i32);
     set_field(prop, CUDADEVICEPROP_CANUSEHOSTPOINTERFORREGISTEREDMEM, 1i32);
     set_field(
@@ -304,13 +305,14 @@ crate::export! {
         let s = state();
         let shared: Vec<(u64, u64)> = {
             let mut g = s.allocs.write().unwrap_or_else(|p| p.into_inner());
-            let v = g.iter().filter(|(_, r)| r.kind == MemKind::Managed || r.kind == MemKind::Pinned).map(|(&a, r)| (a, r.len)).collect();
+            let v = g.iter().filter(|(_, r)| r.kind == MemKind::Pinned).map(|(&a, r)| (a, r.len)).collect();
             g.retain(|_, r| r.kind == MemKind::Registered);
             v
         };
         for (a, l) in shared {
             crate::client::unmap_shared(a, l);
         }
+        crate::managed::unregister_all();
         s.streams.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crum_wire::{cuda, Body, Request};
 
 use crate::abi_gen::*;
-use crate::client::{call, map_shared, send};
+use crate::client::{call, send};
 use crate::errors::{guard, CudaResult};
 use crate::ffi::*;
 use crate::state::*;
@@ -215,7 +215,7 @@ pub extern "C" fn __cudaRegisterManagedVar(
             else {
                 return Err(cuda::ERROR_UNKNOWN);
             };
-            map_shared(addr, size as u64, fd)?;
+            crate::managed::register(addr, size as u64, fd, crate::managed::Init::FromProxy)?;
             add_alloc(addr, size as u64, MemKind::Managed, 1);
             let _ = rec.addr.set(addr);
             out(host_var_ptr, addr as *mut c_void)

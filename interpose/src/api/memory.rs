@@ -37,6 +37,12 @@ fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64>
         return Ok(0);
     }
     match (memfd, kind) {
+        (Some(fd), AllocKind::Managed) => {
+            if let Err(e) = crate::managed::register(addr, size, fd, crate::managed::Init::Fresh) {
+                let _ = call(&Request::Free { addr });
+                return Err(e);
+            }
+        }
         (Some(fd), _) => {
             if let Err(e) = map_shared(addr, size, fd) {
                 let _ = call(&Request::Free { addr });
@@ -71,8 +77,10 @@ fn free(addr: u64, host: bool) -> CudaResult<()> {
     }
     call(&Request::Free { addr })?;
     if let Some(r) = remove_alloc(addr) {
-        if r.kind != MemKind::Device {
-            unmap_shared(addr, r.len);
+        match r.kind {
+            MemKind::Managed => crate::managed::unregister(addr),
+            MemKind::Device => {}
+            _ => unmap_shared(addr, r.len),
         }
     }
     Ok(())

@@ -1,0 +1,207 @@
+//! `libcrum_libc.so`: the C library entry points crum must see, preloaded by `crum run` in
+//! front of `libcrum.so` (why a library of its own: `Cargo.toml`).
+//!
+//! - I/O calls (`read`, `write`, their vector, positional, socket and stdio forms): with
+//!   managed memory tracked by page protection, the kernel answers a system call whose buffer
+//!   lies on a protected shadow page with EFAULT instead of a fault crum could handle. Each
+//!   wrapper first asks libcrum to make its buffers ready (`crum_prepare_range`: fetched, and
+//!   writable and dirty where the kernel writes), then calls the C library's own function.
+//! - `sigaction` and `signal` for the signals libcrum's fault handler owns: the program's
+//!   handler is recorded and chained to (`crum_sigaction`, `crum_signal`), not installed.
+//!
+//! Everything is resolved once, in the library constructor: libcrum's functions by name
+//! (absent without libcrum: the wrappers then only forward), the C library's from
+//! `libc.so.6` itself. The wrappers allocate nothing, take no locks and keep `errno` as the
+//! C library sets it, so they stay async-signal-safe.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+type Prepare = unsafe extern "C" fn(u64, u64, c_int);
+type CrumSigaction = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+type CrumSignal = unsafe extern "C" fn(c_int, libc::sighandler_t, *mut libc::sighandler_t) -> c_int;
+/// What `crum_sigaction`/`crum_signal` answer for a signal libcrum does not own.
+const NOT_OURS: c_int = -2;
+
+static PREPARE: AtomicUsize = AtomicUsize::new(0);
+static CRUM_SIGACTION: AtomicUsize = AtomicUsize::new(0);
+static CRUM_SIGNAL: AtomicUsize = AtomicUsize::new(0);
+
+fn libc_handle() -> *mut c_void {
+    static H: AtomicUsize = AtomicUsize::new(0);
+    let mut h = H.load(Relaxed);
+    if h == 0 {
+        // SAFETY: NUL-terminated name; RTLD_NOLOAD only returns the already loaded libc.
+        h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) } as usize;
+        H.store(h, Relaxed);
+    }
+    h as *mut c_void
+}
+
+/// The C library's own `name` (cached in `cache`).
+fn real(name: &CStr, cache: &AtomicUsize) -> usize {
+    let mut f = cache.load(Relaxed);
+    if f == 0 {
+        let h = libc_handle();
+        // SAFETY: dlsym on libc's handle (RTLD_NEXT as a fallback) with a NUL-terminated name.
+        f = unsafe { libc::dlsym(if h.is_null() { libc::RTLD_NEXT } else { h }, name.as_ptr()) } as usize;
+        cache.store(f, Relaxed);
+    }
+    f
+}
+
+fn crum(name: &CStr, cache: &AtomicUsize) {
+    // SAFETY: dlsym in the global scope with a NUL-terminated name.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
+    cache.store(f, Relaxed);
+}
+
+extern "C" fn init() {
+    crum(c"crum_prepare_range", &PREPARE);
+    crum(c"crum_sigaction", &CRUM_SIGACTION);
+    crum(c"crum_signal", &CRUM_SIGNAL);
+    let _ = libc_handle();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// Make `[addr, addr+len)` ready for the kernel to read (`write == false`) or write.
+fn prepare(addr: *const c_void, len: usize, write: bool) {
+    let f = PREPARE.load(Relaxed);
+    if f == 0 || addr.is_null() || len == 0 {
+        return;
+    }
+    // SAFETY: errno is thread-local; libcrum's function takes plain integers.
+    unsafe {
+        let e = *libc::__errno_location();
+        std::mem::transmute::<usize, Prepare>(f)(addr as u64, len as u64, write as c_int);
+        *libc::__errno_location() = e;
+    }
+}
+
+/// Every buffer of an iovec array.
+fn prepare_iov(iov: *const libc::iovec, n: c_int, write: bool) {
+    if PREPARE.load(Relaxed) == 0 || iov.is_null() {
+        return;
+    }
+    for i in 0..n.clamp(0, libc::UIO_MAXIOV) as usize {
+        // SAFETY: the caller passes `n` iovecs (the kernel rejects the call otherwise; we only
+        // read them).
+        let v = unsafe { *iov.add(i) };
+        prepare(v.iov_base, v.iov_len, write);
+    }
+}
+
+fn prepare_msg(msg: *const libc::msghdr, write: bool) {
+    if PREPARE.load(Relaxed) == 0 || msg.is_null() {
+        return;
+    }
+    // SAFETY: the caller passes a msghdr.
+    let m = unsafe { &*msg };
+    prepare_iov(m.msg_iov, m.msg_iovlen as c_int, write);
+    prepare(m.msg_control, m.msg_controllen, write);
+}
+
+/// `size * nmemb` of fread/fwrite, or 0 on overflow (the C library reports that itself).
+fn items(size: usize, n: usize) -> usize {
+    size.checked_mul(n).unwrap_or(0)
+}
+
+/// Define the wrapper `$name` with the C library's signature: run `$prep`, then call the C
+/// library's `$name`.
+macro_rules! wrap {
+    ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty => $prep:expr; )*) => {$(
+        /// Prepares the buffers for libcrum's managed memory, then the C library's own call.
+        ///
+        /// # Safety
+        /// As the C library's function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            static F: AtomicUsize = AtomicUsize::new(0);
+            $prep;
+            let f = real(CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()).unwrap_or(c""), &F);
+            // SAFETY: `f` is the C library's function with this very signature.
+            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(f)($($arg),*) }
+        }
+    )*};
+}
+
+type Ssize = libc::ssize_t;
+type Off = libc::off_t;
+type File = *mut libc::FILE;
+
+wrap! {
+    read(fd: c_int, buf: *mut c_void, n: usize) -> Ssize => prepare(buf, n, true);
+    pread(fd: c_int, buf: *mut c_void, n: usize, off: Off) -> Ssize => prepare(buf, n, true);
+    pread64(fd: c_int, buf: *mut c_void, n: usize, off: Off) -> Ssize => prepare(buf, n, true);
+    readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> Ssize => prepare_iov(iov, cnt, true);
+    preadv(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off) -> Ssize => prepare_iov(iov, cnt, true);
+    preadv64(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off) -> Ssize => prepare_iov(iov, cnt, true);
+    recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> Ssize => prepare(buf, n, true);
+    recvfrom(fd: c_int, buf: *mut c_void, n: usize, flags: c_int, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> Ssize => prepare(buf, n, true);
+    recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> Ssize => prepare_msg(msg, true);
+    write(fd: c_int, buf: *const c_void, n: usize) -> Ssize => prepare(buf, n, false);
+    pwrite(fd: c_int, buf: *const c_void, n: usize, off: Off) -> Ssize => prepare(buf, n, false);
+    pwrite64(fd: c_int, buf: *const c_void, n: usize, off: Off) -> Ssize => prepare(buf, n, false);
+    writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> Ssize => prepare_iov(iov, cnt, false);
+    pwritev(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off) -> Ssize => prepare_iov(iov, cnt, false);
+    pwritev64(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off) -> Ssize => prepare_iov(iov, cnt, false);
+    send(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> Ssize => prepare(buf, n, false);
+    sendto(fd: c_int, buf: *const c_void, n: usize, flags: c_int, addr: *const libc::sockaddr, alen: libc::socklen_t) -> Ssize => prepare(buf, n, false);
+    sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> Ssize => prepare_msg(msg, false);
+    fread(buf: *mut c_void, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), true);
+    fread_unlocked(buf: *mut c_void, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), true);
+    fwrite(buf: *const c_void, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), false);
+    fwrite_unlocked(buf: *const c_void, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), false);
+    __read_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> Ssize => prepare(buf, n, true);
+    __pread_chk(fd: c_int, buf: *mut c_void, n: usize, off: Off, buflen: usize) -> Ssize => prepare(buf, n, true);
+    __pread64_chk(fd: c_int, buf: *mut c_void, n: usize, off: Off, buflen: usize) -> Ssize => prepare(buf, n, true);
+    __recv_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> Ssize => prepare(buf, n, true);
+    __recvfrom_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> Ssize => prepare(buf, n, true);
+    __fread_chk(buf: *mut c_void, buflen: usize, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), true);
+    __fread_unlocked_chk(buf: *mut c_void, buflen: usize, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), true);
+}
+
+/// The program's `sigaction`: libcrum records (and chains to) handlers of the signals its
+/// fault handler owns; every other signal goes to the C library.
+///
+/// # Safety
+/// As the C library's `sigaction`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    static F: AtomicUsize = AtomicUsize::new(0);
+    let c = CRUM_SIGACTION.load(Relaxed);
+    if c != 0 {
+        // SAFETY: libcrum's function with this signature; pointers passed through.
+        let r = unsafe { std::mem::transmute::<usize, CrumSigaction>(c)(sig, act, old) };
+        if r != NOT_OURS {
+            return r;
+        }
+    }
+    let f = real(c"sigaction", &F);
+    // SAFETY: the C library's sigaction.
+    unsafe { std::mem::transmute::<usize, CrumSigaction>(f)(sig, act, old) }
+}
+
+/// The program's `signal`, as [`sigaction`].
+///
+/// # Safety
+/// As the C library's `signal`.
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    static F: AtomicUsize = AtomicUsize::new(0);
+    let c = CRUM_SIGNAL.load(Relaxed);
+    if c != 0 {
+        let mut old = libc::SIG_ERR;
+        // SAFETY: libcrum's function with this signature.
+        if unsafe { std::mem::transmute::<usize, CrumSignal>(c)(sig, handler, &mut old) } != NOT_OURS {
+            return old;
+        }
+    }
+    let f = real(c"signal", &F);
+    // SAFETY: the C library's signal.
+    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t>(f)(sig, handler) }
+}
