@@ -20,8 +20,9 @@ int main() {
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
     int attr = -1;
+    // Asked for (programs do), not printed: shadow pages may answer either way.
     CK(cudaDeviceGetAttribute(&attr, cudaDevAttrConcurrentManagedAccess, 0));
-    printf("concurrent managed access %d\n", attr != 0);
+    EXPECT(attr == 0 || attr == 1);
     for (int i = 0; i < n; i++) a[i] = ref_a[i] = i, b[i] = ref_b[i] = 2 * i;
 
     // Prefetch to the device (whole, then part), kernels, prefetch back to the host, read.
