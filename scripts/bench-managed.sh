@@ -31,7 +31,7 @@ MODES=("$@")
 REPS=${REPS:-3}
 SEQ_MIB=${SEQ_MIB:-256}
 if [ -z "${CRUM_BIN:-}" ]; then
-    (cd "$ROOT" && cargo build -q --release -p crum-cli -p crum-interpose)
+    (cd "$ROOT" && cargo build -q --release -p crum-cli -p crum-interpose -p crum-preload)
 fi
 CRUM=${CRUM_BIN:-$ROOT/target/release/crum}
 KEEP=${BENCH_DIR:+1}
