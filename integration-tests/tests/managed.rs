@@ -515,6 +515,30 @@ fn sequential_reads_fault_rarely_and_only_dirty_pages_are_flushed_in_uffd_mode()
     sequential_read_and_dirty_page_stats("uffd");
 }
 
+/// Where userfaultfd is not allowed (here a seccomp filter answering EPERM, set up by the
+/// `managed_nouffd` launcher that then execs the program), `--managed uffd` falls back to
+/// mprotect with a warning, and the program still runs correctly.
+#[test]
+fn uffd_mode_falls_back_to_mprotect_with_a_warning_where_userfaultfd_is_forbidden() {
+    let launcher = build("managed_nouffd");
+    let prog = build("managed_cycles");
+    let r = run(
+        &launcher,
+        &[prog.to_str().expect("utf-8 path"), "4"],
+        "uffd",
+        &[("CRUM_MANAGED_STATS", "1")],
+    );
+    r.passed();
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("crum: ")
+            && l.contains("userfaultfd")
+            && l.contains("mprotect")),
+        "no fallback warning:\n{}",
+        r.describe()
+    );
+    assert_eq!(r.stats_or_panic().mode, "mprotect", "{}", r.describe());
+}
+
 /// With no statistics asked for, nothing is printed on stderr (the interposer is silent
 /// unless asked; uffd mode may warn that it fell back to mprotect, so only mprotect here).
 #[test]
