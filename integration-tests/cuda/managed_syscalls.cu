@@ -1,9 +1,10 @@
 // System calls and stdio straight into and out of managed memory right after a kernel wrote
 // it (with shadow pages those pages are protected, and the kernel answers EFAULT instead of
-// faulting): write/pwrite/writev/send/fwrite out of it, read/pread/readv/recv/fread into it at
-// odd offsets that share pages with the kernel's data (which must survive), 1 MiB and larger
-// buffers for stdio (bypassing its buffer). Every byte is checked against a CPU reference,
-// after a CUDA call so the program never reads what it wrote since the last one.
+// faulting): write, pwrite, writev, pwritev, send, sendto, sendmsg and fwrite out of it; read,
+// pread, readv, preadv, recv, recvfrom, recvmsg and fread into it at odd offsets that share
+// pages with the kernel's data (which must survive); 1 MiB and larger buffers for stdio
+// (bypassing its buffer). Every byte is checked against a CPU reference, after a CUDA call so
+// the program never reads what it wrote since the last one.
 #include "common.h"
 #include <cstring>
 #include <fcntl.h>
@@ -145,7 +146,67 @@ int main() {
         check_out("writev", got, 4096 * 100 + 7, 9000);
         check_out("writev", got + 9000, 1000000, 4096);
     }
+    // preadv(2) into two managed pieces at a file offset, pwritev(2) out of two.
+    kernel_fill();
+    fill_file(fd, 50000, 4);
+    {
+        struct iovec iv[2] = {{m + 123, 7000}, {m + 2000000 + 1, 33000}};
+        EXPECT(preadv(fd, iv, 2, 10000) == 40000);
+        memcpy(ref + 123, src + 10000, 7000);
+        memmove(src, src + 17000, 33000);
+        check_in("preadv", 2000000 + 1, 33000);
+    }
+    kernel_fill();
+    EXPECT(ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0);
+    {
+        struct iovec iv[2] = {{m + 4096 * 50 - 1, 2}, {m + 4096 * 60 + 9, 12000}};
+        EXPECT(pwritev(fd, iv, 2, 100) == 12002);
+        EXPECT(pread(fd, got, 12002, 100) == 12002);
+        check_out("pwritev", got, 4096 * 50 - 1, 2);
+        check_out("pwritev", got + 2, 4096 * 60 + 9, 12000);
+    }
     close(fd);
+
+    // sendto(2)/recvfrom(2) and sendmsg(2)/recvmsg(2) over a datagram socketpair.
+    {
+        int dv[2];
+        EXPECT(socketpair(AF_UNIX, SOCK_DGRAM, 0, dv) == 0);
+        kernel_fill();
+        EXPECT(sendto(dv[0], m + 4095, 30000, 0, nullptr, 0) == 30000);
+        EXPECT(recvfrom(dv[1], got, 30000, 0, nullptr, nullptr) == 30000);
+        check_out("sendto", got, 4095, 30000);
+        kernel_fill();
+        for (int i = 0; i < 30000; i++) src[i] = (unsigned char)(i * 3 + 2);
+        EXPECT(send(dv[0], src, 30000, 0) == 30000);
+        EXPECT(recvfrom(dv[1], m + 300001, 30000, 0, nullptr, nullptr) == 30000);
+        check_in("recvfrom", 300001, 30000);
+        kernel_fill();
+        {
+            struct iovec iv[2] = {{m + 40000 + 3, 5000}, {m + 90000, 6000}};
+            struct msghdr mh = {};
+            mh.msg_iov = iv;
+            mh.msg_iovlen = 2;
+            EXPECT(sendmsg(dv[0], &mh, 0) == 11000);
+            EXPECT(recv(dv[1], got, 11000, 0) == 11000);
+            check_out("sendmsg", got, 40000 + 3, 5000);
+            check_out("sendmsg", got + 5000, 90000, 6000);
+        }
+        kernel_fill();
+        for (int i = 0; i < 11000; i++) src[i] = (unsigned char)(i * 9 + 4);
+        EXPECT(send(dv[0], src, 11000, 0) == 11000);
+        {
+            struct iovec iv[2] = {{m + 600000 + 5, 4000}, {m + 700000, 7000}};
+            struct msghdr mh = {};
+            mh.msg_iov = iv;
+            mh.msg_iovlen = 2;
+            EXPECT(recvmsg(dv[1], &mh, 0) == 11000);
+            memcpy(ref + 600000 + 5, src, 4000);
+            memmove(src, src + 4000, 7000);
+            check_in("recvmsg", 700000, 7000);
+        }
+        close(dv[0]);
+        close(dv[1]);
+    }
 
     // send(2) from and recv(2) into managed memory over a socketpair.
     int sv[2];
