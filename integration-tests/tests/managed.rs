@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crum_integration_tests::{build_cuda, check_expected, crum_bin, Gate, Proc};
+use crum_integration_tests::{build_cuda, check_expected, children, crum_bin, Gate, Proc};
 
 const MODES: [&str; 3] = ["mprotect", "uffd", "verify"];
 
@@ -136,6 +136,10 @@ fn run(prog: &Path, args: &[&str], mode: &'static str, env: &[(&str, &str)]) -> 
             break st;
         }
         if start.elapsed() > Duration::from_secs(120) {
+            // The program and the proxy first: killing `crum run` alone would orphan them.
+            for c in children(child.id()) {
+                let _ = Command::new("kill").args(["-9", &c.to_string()]).status();
+            }
             let _ = child.kill();
             let _ = child.wait();
             panic!(
