@@ -243,7 +243,6 @@ fn syscalls_and_stdio_into_and_out_of_protected_managed_memory_move_the_right_by
 // Copies, memsets and host functions on managed memory with dirty or unfetched pages.
 
 #[test]
-#[ignore = "mprotect and verify modes: cudaMemcpy HostToDevice into managed memory and DeviceToHost out of it return cudaErrorInvalidValue (lead)"]
 fn copies_memsets_and_host_functions_see_and_leave_current_managed_data_in_every_mode() {
     all_modes("managed_copies", &[], true, false);
 }
@@ -279,7 +278,6 @@ fn host_threads_on_disjoint_and_shared_managed_regions_between_kernels_match_cpu
 /// `managed_pthreads` reads every page before writing it between two CUDA calls, so verify
 /// mode must never report it (ten runs: the false reports were intermittent).
 #[test]
-#[ignore = "verify mode intermittently reports reads after writes in managed_pthreads (about 1 run in 5), at element [1] of a range whose element [0] a thread wrote in the previous round, before pthread_join and a kernel launch (lead)"]
 fn host_threads_reading_before_writing_are_never_reported_in_verify_mode() {
     let exe = build("managed_pthreads");
     for _ in 0..10 {
@@ -307,7 +305,6 @@ fn two_gib_managed_allocation_and_three_gib_total_touched_sparsely_match_cpu_in_
 /// CUDA lets managed allocations exceed the device's memory (pages migrate on demand); here
 /// 1 GiB more than `totalGlobalMem`, touched one int per MiB.
 #[test]
-#[ignore = "the emulated device counts managed memory against its 16 GiB capacity: cudaMallocManaged beyond it fails with cudaErrorMemoryAllocation"]
 fn managed_memory_beyond_the_device_memory_matches_cpu() {
     all_modes("managed_sparse", &["oversub", "4096"], false, false);
 }
@@ -548,7 +545,6 @@ fn sequential_reads_fault_rarely_and_only_dirty_pages_are_flushed_in_mprotect_an
 }
 
 #[test]
-#[ignore = "uffd mode fetches fresh pages on their first CPU write (pages_fetched 8196 for 4096 pages): shadow pages should start read-write and dirty (lead)"]
 fn sequential_reads_fault_rarely_and_only_dirty_pages_are_flushed_in_uffd_mode() {
     sequential_read_and_dirty_page_stats("uffd");
 }

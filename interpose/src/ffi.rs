@@ -129,6 +129,9 @@ pub fn local_copy(dst: u64, src: u64, len: u64) {
 pub fn checked_local_copy(dst: u64, src: u64, len: u64) -> crate::errors::CudaResult<()> {
     let bad = crum_wire::cuda::ERROR_INVALID_VALUE;
     let n = usize::try_from(len).map_err(|_| bad)?;
+    // The kernel does not fault managed shadow pages in for us.
+    crate::managed::prepare_range(src, len, false);
+    crate::managed::prepare_range(dst, len, true);
     let mut tmp = Vec::new();
     tmp.try_reserve_exact(n).map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
     tmp.resize(n, 0u8);

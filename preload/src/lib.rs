@@ -61,8 +61,13 @@ extern "C" fn init() {
     crum(c"crum_prepare_range", &PREPARE);
     crum(c"crum_sigaction", &CRUM_SIGACTION);
     crum(c"crum_signal", &CRUM_SIGNAL);
-    let _ = libc_handle();
+    resolve_all();
+    real(c"sigaction", &SIGACTION);
+    real(c"signal", &SIGNAL);
 }
+
+static SIGACTION: AtomicUsize = AtomicUsize::new(0);
+static SIGNAL: AtomicUsize = AtomicUsize::new(0);
 
 #[used]
 #[link_section = ".init_array"]
@@ -79,6 +84,28 @@ fn prepare(addr: *const c_void, len: usize, write: bool) {
         let e = *libc::__errno_location();
         std::mem::transmute::<usize, Prepare>(f)(addr as u64, len as u64, write as c_int);
         *libc::__errno_location() = e;
+    }
+}
+
+/// A read of `n` bytes from `fd` at `off` (`None`: the file position) into managed memory
+/// need not prepare (fetch and dirty) more than the rest of a regular file.
+fn read_len(fd: c_int, n: usize, off: Option<Off>) -> usize {
+    if n <= 1 << 20 || PREPARE.load(Relaxed) == 0 {
+        return n;
+    }
+    // SAFETY: fstat/lseek into locals; failures leave `n` as it is.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return n;
+        }
+        let e = *libc::__errno_location();
+        let pos = off.unwrap_or_else(|| libc::lseek(fd, 0, libc::SEEK_CUR));
+        *libc::__errno_location() = e;
+        if pos < 0 {
+            return n;
+        }
+        n.min((st.st_size - pos).max(0) as usize)
     }
 }
 
@@ -102,7 +129,19 @@ fn prepare_msg(msg: *const libc::msghdr, write: bool) {
     // SAFETY: the caller passes a msghdr.
     let m = unsafe { &*msg };
     prepare_iov(m.msg_iov, m.msg_iovlen as c_int, write);
+    prepare(m.msg_name, m.msg_namelen as usize, write);
     prepare(m.msg_control, m.msg_controllen, write);
+}
+
+/// recvfrom's buffers: the data, the sender's address and its length.
+fn prepare_from(buf: *mut c_void, n: usize, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) {
+    prepare(buf, n, true);
+    if !alen.is_null() {
+        prepare(alen.cast(), std::mem::size_of::<libc::socklen_t>(), true);
+        // SAFETY: the caller passes a readable length with a non-null address.
+        let len = if addr.is_null() { 0 } else { (unsafe { *alen }) as usize };
+        prepare(addr.cast(), len, true);
+    }
 }
 
 /// `size * nmemb` of fread/fwrite, or 0 on overflow (the C library reports that itself).
@@ -111,22 +150,38 @@ fn items(size: usize, n: usize) -> usize {
 }
 
 /// Define the wrapper `$name` with the C library's signature: run `$prep`, then call the C
-/// library's `$name`.
+/// library's `$name` (its address kept in `$name::F`, a module beside the function, filled by
+/// `resolve_all` from the constructor).
 macro_rules! wrap {
-    ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty => $prep:expr; )*) => {$(
-        /// Prepares the buffers for libcrum's managed memory, then the C library's own call.
-        ///
-        /// # Safety
-        /// As the C library's function of the same name.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            static F: AtomicUsize = AtomicUsize::new(0);
-            $prep;
-            let f = real(CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()).unwrap_or(c""), &F);
-            // SAFETY: `f` is the C library's function with this very signature.
-            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(f)($($arg),*) }
+    ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty => $prep:expr; )*) => {
+        $(
+            #[allow(non_snake_case)]
+            mod $name {
+                pub static F: super::AtomicUsize = super::AtomicUsize::new(0);
+                pub const NAME: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(n) => n,
+                    Err(_) => panic!("bad name"),
+                };
+            }
+
+            /// Prepares the buffers for libcrum's managed memory, then the C library's own call.
+            ///
+            /// # Safety
+            /// As the C library's function of the same name.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                $prep;
+                let f = real($name::NAME, &$name::F);
+                // SAFETY: `f` is the C library's function with this very signature.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(f)($($arg),*) }
+            }
+        )*
+
+        /// Look every wrapped function up now (not in a signal handler's first call).
+        fn resolve_all() {
+            $( real($name::NAME, &$name::F); )*
         }
-    )*};
+    };
 }
 
 type Ssize = libc::ssize_t;
@@ -134,14 +189,14 @@ type Off = libc::off_t;
 type File = *mut libc::FILE;
 
 wrap! {
-    read(fd: c_int, buf: *mut c_void, n: usize) -> Ssize => prepare(buf, n, true);
-    pread(fd: c_int, buf: *mut c_void, n: usize, off: Off) -> Ssize => prepare(buf, n, true);
-    pread64(fd: c_int, buf: *mut c_void, n: usize, off: Off) -> Ssize => prepare(buf, n, true);
+    read(fd: c_int, buf: *mut c_void, n: usize) -> Ssize => prepare(buf, read_len(fd, n, None), true);
+    pread(fd: c_int, buf: *mut c_void, n: usize, off: Off) -> Ssize => prepare(buf, read_len(fd, n, Some(off)), true);
+    pread64(fd: c_int, buf: *mut c_void, n: usize, off: Off) -> Ssize => prepare(buf, read_len(fd, n, Some(off)), true);
     readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> Ssize => prepare_iov(iov, cnt, true);
     preadv(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off) -> Ssize => prepare_iov(iov, cnt, true);
     preadv64(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off) -> Ssize => prepare_iov(iov, cnt, true);
     recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> Ssize => prepare(buf, n, true);
-    recvfrom(fd: c_int, buf: *mut c_void, n: usize, flags: c_int, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> Ssize => prepare(buf, n, true);
+    recvfrom(fd: c_int, buf: *mut c_void, n: usize, flags: c_int, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> Ssize => prepare_from(buf, n, addr, alen);
     recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> Ssize => prepare_msg(msg, true);
     write(fd: c_int, buf: *const c_void, n: usize) -> Ssize => prepare(buf, n, false);
     pwrite(fd: c_int, buf: *const c_void, n: usize, off: Off) -> Ssize => prepare(buf, n, false);
@@ -156,11 +211,11 @@ wrap! {
     fread_unlocked(buf: *mut c_void, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), true);
     fwrite(buf: *const c_void, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), false);
     fwrite_unlocked(buf: *const c_void, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), false);
-    __read_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> Ssize => prepare(buf, n, true);
-    __pread_chk(fd: c_int, buf: *mut c_void, n: usize, off: Off, buflen: usize) -> Ssize => prepare(buf, n, true);
-    __pread64_chk(fd: c_int, buf: *mut c_void, n: usize, off: Off, buflen: usize) -> Ssize => prepare(buf, n, true);
+    __read_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> Ssize => prepare(buf, read_len(fd, n, None), true);
+    __pread_chk(fd: c_int, buf: *mut c_void, n: usize, off: Off, buflen: usize) -> Ssize => prepare(buf, read_len(fd, n, Some(off)), true);
+    __pread64_chk(fd: c_int, buf: *mut c_void, n: usize, off: Off, buflen: usize) -> Ssize => prepare(buf, read_len(fd, n, Some(off)), true);
     __recv_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> Ssize => prepare(buf, n, true);
-    __recvfrom_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> Ssize => prepare(buf, n, true);
+    __recvfrom_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> Ssize => prepare_from(buf, n, addr, alen);
     __fread_chk(buf: *mut c_void, buflen: usize, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), true);
     __fread_unlocked_chk(buf: *mut c_void, buflen: usize, size: usize, n: usize, f: File) -> usize => prepare(buf, items(size, n), true);
 }
@@ -172,7 +227,6 @@ wrap! {
 /// As the C library's `sigaction`.
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    static F: AtomicUsize = AtomicUsize::new(0);
     let c = CRUM_SIGACTION.load(Relaxed);
     if c != 0 {
         // SAFETY: libcrum's function with this signature; pointers passed through.
@@ -181,7 +235,7 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
             return r;
         }
     }
-    let f = real(c"sigaction", &F);
+    let f = real(c"sigaction", &SIGACTION);
     // SAFETY: the C library's sigaction.
     unsafe { std::mem::transmute::<usize, CrumSigaction>(f)(sig, act, old) }
 }
@@ -192,7 +246,6 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
 /// As the C library's `signal`.
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    static F: AtomicUsize = AtomicUsize::new(0);
     let c = CRUM_SIGNAL.load(Relaxed);
     if c != 0 {
         let mut old = libc::SIG_ERR;
@@ -201,7 +254,7 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
             return old;
         }
     }
-    let f = real(c"signal", &F);
+    let f = real(c"signal", &SIGNAL);
     // SAFETY: the C library's signal.
     unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t>(f)(sig, handler) }
 }

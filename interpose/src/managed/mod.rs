@@ -49,6 +49,9 @@ pub(crate) const INVALID: u8 = 0;
 pub(crate) const CLEAN: u8 = 1;
 pub(crate) const DIRTY: u8 = 2;
 pub(crate) const NEW: u8 = 3;
+/// Verify mode: DIRTY, and written before anything in it was read since the last device call
+/// (under CRUM's scheme its other bytes would be stale: reading it breaks the assumption).
+pub(crate) const WFIRST: u8 = 4;
 
 /// How shadow pages are tracked.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -111,6 +114,8 @@ pub(crate) struct Region {
     fetched: AtomicBool,
     /// Verify mode: reads after writes reported in this region.
     reported: AtomicU64,
+    /// Uffd mode: registered with the userfaultfd (a fresh region is, from its first flush).
+    armed: AtomicBool,
 }
 
 impl Region {
@@ -130,6 +135,7 @@ impl Region {
             wnext: AtomicU64::new(u64::MAX),
             fetched: AtomicBool::new(false),
             reported: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
         }
     }
 
@@ -412,9 +418,13 @@ impl Locked<'_> {
             return;
         }
         let m = mode();
+        // A fresh uffd region is registered from its first flush on, after its NEW pages are
+        // read (reading an absent page of a registered region would wait for this lock).
+        let arm = invalidate && m == Mode::Uffd && !r.armed.load(Relaxed);
         if invalidate {
             // Stop writers first: a write racing with the copy faults and waits for the lock.
             match m {
+                Mode::Uffd if arm => {}
                 Mode::Uffd => {
                     uffd::protect_all(start, span);
                 }
@@ -429,18 +439,19 @@ impl Locked<'_> {
         let alias = r.alias.load(Relaxed);
         let mut flushed = 0;
         let mut p = 0;
+        // NEW pages travel if they hold data: the proxy's copy of a fresh region is zero.
+        let send = |q: u64| match r.state(q) {
+            DIRTY | WFIRST => true,
+            NEW => data.as_ref().is_none_or(|d| d.has(q)) && !is_zero(src + q * PAGE),
+            _ => false,
+        };
         while p < pages {
-            let s = r.state(p);
-            let send = s == DIRTY || (s == NEW && data.as_ref().is_none_or(|d| d.has(p)));
-            if !send {
+            if !send(p) {
                 p += 1;
                 continue;
             }
             let mut n = 1;
-            while p + n < pages && {
-                let t = r.state(p + n);
-                t == DIRTY || (t == NEW && data.as_ref().is_none_or(|d| d.has(p + n)))
-            } {
+            while p + n < pages && send(p + n) {
                 n += 1;
             }
             copy(alias + p * PAGE, src + p * PAGE, n * PAGE);
@@ -449,6 +460,13 @@ impl Locked<'_> {
         }
         STATS.pages_flushed.fetch_add(flushed, Relaxed);
         if invalidate {
+            if arm {
+                if !uffd::register(start, span) {
+                    fault::write_stderr(b"crum: managed memory: cannot register a region with userfaultfd; its pages stay untracked\n");
+                    return;
+                }
+                r.armed.store(true, Relaxed);
+            }
             if m == Mode::Uffd {
                 uffd::drop_pages(start, span);
             }
@@ -468,6 +486,13 @@ impl Locked<'_> {
             }
         }
     }
+}
+
+/// Whether the page at `addr` (readable) is all zero bytes.
+fn is_zero(addr: u64) -> bool {
+    // SAFETY: a whole readable page of ours, 8-byte aligned.
+    let words = unsafe { std::slice::from_raw_parts(addr as *const u64, (PAGE / 8) as usize) };
+    words.iter().all(|&w| w == 0)
 }
 
 /// Which NEW pages of the shadow hold data (`None`: unknown, treat all as data).
@@ -565,13 +590,14 @@ pub(crate) fn verify_access(addr: u64, access: Access) -> Verified {
             if access != Access::Write || r.state(p) != CLEAN {
                 return Verified::Done;
             }
-            r.set(p, DIRTY);
+            r.set(p, WFIRST);
         }
         CLEAN => {
             STATS.write_faults.fetch_add(1, Relaxed);
             r.set(p, DIRTY);
         }
-        DIRTY => {
+        DIRTY => {}
+        WFIRST => {
             if access == Access::Read {
                 STATS.reads_after_write.fetch_add(1, Relaxed);
                 if r.reported.swap(1, Relaxed) == 0 && fault::REPORTED.fetch_add(1, Relaxed) < fault::REPORT_LIMIT {
@@ -580,7 +606,7 @@ pub(crate) fn verify_access(addr: u64, access: Access) -> Verified {
                     for part in [
                         &b"crum: managed memory at "[..],
                         &fault::hex(addr)[..],
-                        &b" read after write with no CUDA call in between (CRUM's read-before-write assumption does not hold here; crum keeps the data correct)\n"[..],
+                        &b" read after write with no CUDA call in between (the page was written before it was read: CRUM's read-before-write assumption does not hold here; crum keeps the data correct)\n"[..],
                     ] {
                         let k = part.len().min(line.len() - n);
                         line[n..n + k].copy_from_slice(&part[..k]);
@@ -667,7 +693,7 @@ pub fn prepare_range(addr: u64, len: u64, write: bool) {
                     }
                     p += n;
                 }
-                DIRTY if mode() == Mode::Verify => {
+                DIRTY | WFIRST if mode() == Mode::Verify => {
                     // The kernel, not an instruction, touches it: open it (unverified).
                     protect(r.addr(p), PAGE, libc::PROT_READ | libc::PROT_WRITE);
                     p += 1;
@@ -884,7 +910,8 @@ pub fn register(addr: u64, len: u64, memfd: i32, init: Init) -> CudaResult<()> {
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
                 -1,
             )?;
-            if !uffd::register(addr, span) {
+            // A fresh region starts writable, untracked and NEW; the others absent.
+            if !fresh && !uffd::register(addr, span) {
                 return Err(cuda::ERROR_MEMORY_ALLOCATION);
             }
         } else {
@@ -929,16 +956,16 @@ pub fn register(addr: u64, len: u64, memfd: i32, init: Init) -> CudaResult<()> {
         shadow_fd = -1;
     }
     let st = states as *mut AtomicU8;
-    let uffd_fresh = fresh && mode() == Mode::Uffd;
     for p in 0..pages {
         // SAFETY: `states` has `pages` bytes.
-        unsafe { (*st.add(p as usize)).store(if fresh && !uffd_fresh { NEW } else { INVALID }, Relaxed) };
+        unsafe { (*st.add(p as usize)).store(if fresh { NEW } else { INVALID }, Relaxed) };
     }
+    r.armed.store(mode() == Mode::Uffd && !fresh, Relaxed);
     r.alias.store(alias, Relaxed);
     r.fill.store(fill, Relaxed);
     r.states.store(st, Relaxed);
     r.shadow_fd.store(shadow_fd, Relaxed);
-    r.valid.store(if fresh && !uffd_fresh { pages } else { 0 }, Relaxed);
+    r.valid.store(if fresh { pages } else { 0 }, Relaxed);
     r.rwin.store(1, Relaxed);
     r.rnext.store(u64::MAX, Relaxed);
     r.wwin.store(1, Relaxed);

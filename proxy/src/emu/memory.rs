@@ -143,7 +143,10 @@ impl Vram {
             .checked_next_multiple_of(GRANULE)
             .ok_or(crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
         let mut g = self.inner.write().unwrap();
-        if g.used + span > self.capacity {
+        // Managed memory lives in host memory (sparse memfds), as CUDA's may oversubscribe
+        // the device: only device and pinned memory count against the capacity.
+        let counted = kind != AllocKind::Managed;
+        if counted && g.used + span > self.capacity {
             return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
         }
         let align = if span >= HUGE { HUGE } else { GRANULE };
@@ -214,7 +217,9 @@ impl Vram {
         if fstart + flen > start + span {
             g.free.insert(start + span, fstart + flen - start - span);
         }
-        g.used += span;
+        if counted {
+            g.used += span;
+        }
         let raw = memfd.as_ref().map(|f| f.as_raw_fd());
         g.allocs.insert(
             start,
@@ -243,7 +248,9 @@ impl Vram {
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
         );
-        g.used -= a.span;
+        if a.kind != AllocKind::Managed {
+            g.used -= a.span;
+        }
         let (mut start, mut len) = (addr, a.span);
         if let Some((&ps, &pl)) = g.free.range(..start).next_back() {
             if ps + pl == start {
