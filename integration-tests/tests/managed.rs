@@ -95,6 +95,21 @@ struct Stats {
 }
 
 /// `crum run --managed <mode> -- prog args` with `env` added, at most 120 s.
+/// Whether this machine gives `--managed uffd` its full powers (userfaultfd allowed, kernel-mode
+/// faults included): without, crum falls back with a warning and uffd-specific expectations
+/// are skipped with a note (the results are still checked in every mode).
+fn uffd_full() -> bool {
+    static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FULL.get_or_init(|| {
+        let r = run(&build("managed_stats"), &[], "uffd", &[("CRUM_MANAGED_STATS", "1")]);
+        let full = r.stats().is_some_and(|s| s.mode == "uffd") && !r.stderr.contains("userfaultfd");
+        if !full {
+            eprintln!("note: userfaultfd is restricted on this machine; uffd-specific checks skipped:\n{}", r.stderr);
+        }
+        full
+    })
+}
+
 fn run(prog: &Path, args: &[&str], mode: &'static str, env: &[(&str, &str)]) -> Run {
     let mut c = Command::new(crum_bin());
     c.args(["run", "--managed", mode, "--"])
@@ -252,6 +267,9 @@ fn copies_memsets_and_host_functions_see_and_leave_current_managed_data_in_every
 /// kernel's own accesses.
 #[test]
 fn unwrapped_syscalls_into_protected_managed_memory_work_in_uffd_mode() {
+    if !uffd_full() {
+        return;
+    }
     let exe = build("managed_other_syscalls");
     run(&exe, &[], "uffd", &[]).passed();
 }
@@ -501,7 +519,9 @@ fn stats_line_names_the_mode_and_counts_faults_fetches_and_flushes() {
         let r = run(&exe, &["4"], m, &[("CRUM_MANAGED_STATS", "1")]);
         r.passed();
         let s = r.stats_or_panic();
-        assert_eq!(s.mode, m, "{}", r.describe());
+        if m != "uffd" || uffd_full() {
+            assert_eq!(s.mode, m, "{}", r.describe());
+        }
         assert!(
             s.read_faults > 0
                 && s.write_faults > 0
@@ -546,6 +566,9 @@ fn sequential_reads_fault_rarely_and_only_dirty_pages_are_flushed_in_mprotect_an
 
 #[test]
 fn sequential_reads_fault_rarely_and_only_dirty_pages_are_flushed_in_uffd_mode() {
+    if !uffd_full() {
+        return;
+    }
     sequential_read_and_dirty_page_stats("uffd");
 }
 

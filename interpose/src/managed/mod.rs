@@ -816,7 +816,15 @@ fn choose_mode() {
     };
     let m = match m {
         Mode::Uffd => match uffd::start() {
-            Ok(()) => Mode::Uffd,
+            Ok(()) => {
+                if uffd::USER_ONLY.load(Relaxed) {
+                    eprintln!(
+                        "crum: managed memory: userfaultfd handles user-mode faults only here \
+                         (vm.unprivileged_userfaultfd=0); system calls use the C library wrappers"
+                    );
+                }
+                Mode::Uffd
+            }
             Err(why) => {
                 eprintln!("crum: managed memory: userfaultfd is not available ({why}); using mprotect");
                 Mode::Mprotect
