@@ -692,6 +692,8 @@ pub struct ScenarioOpts {
     pub every_image: bool,
     /// `--device` of every `crum restart` (None: the default).
     pub restart_device: Option<&'static str>,
+    /// Options of `crum run` (e.g. `--managed uffd`).
+    pub run_opts: Vec<&'static str>,
 }
 
 impl Default for ScenarioOpts {
@@ -702,6 +704,7 @@ impl Default for ScenarioOpts {
             expected: true,
             every_image: true,
             restart_device: None,
+            run_opts: Vec::new(),
         }
     }
 }
@@ -739,7 +742,7 @@ pub fn gated_scenario(name: &str, o: &ScenarioOpts) -> Result<ScenarioOutcome> {
     fs::create_dir_all(&images)?;
     let limit = Duration::from_secs(180);
 
-    let mut reference = Proc::run(&exe, &o.args, &[], &[], &t.join("reference.out"))?;
+    let mut reference = Proc::run(&exe, &o.args, &o.run_opts, &[], &t.join("reference.out"))?;
     let want = reference.success(limit).context("uninterrupted run")?;
     if want.lines().last() != Some("PASS") {
         bail!(
@@ -753,7 +756,7 @@ pub fn gated_scenario(name: &str, o: &ScenarioOpts) -> Result<ScenarioOutcome> {
 
     let gate = Gate::new(&t.join("gate"))?;
     let genv = gate.env();
-    let mut first = Proc::run(&exe, &o.args, &[], &[genv], &t.join("first.out"))?;
+    let mut first = Proc::run(&exe, &o.args, &o.run_opts, &[genv], &t.join("first.out"))?;
     let mut imgs = Vec::new();
     let mut printed = Vec::new();
     for k in 1..=3 {

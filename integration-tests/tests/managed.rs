@@ -8,14 +8,13 @@
 //! The statistics line (`CRUM_MANAGED_STATS=1`) and the verify report are checked where the
 //! shadow-page implementation provides them.
 
-use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crum_integration_tests::{build_cuda, check_expected, children, crum_bin, Gate, Proc};
+use crum_integration_tests::{build_cuda, check_expected, children, crum_bin, gated_scenario, ScenarioOpts};
 
 const MODES: [&str; 3] = ["mprotect", "uffd", "verify"];
 
@@ -413,84 +412,15 @@ fn genuine_crash_prints_a_message_naming_the_signal() {
 
 // 9. Checkpoint/restart with dirty, clean and protected shadow pages.
 
-/// zdtm-style, in `mode`: an uninterrupted run; a run checkpointed at gates 1, 2 and 3 (each
-/// right after the CPU wrote managed pages not yet flushed) and killed at 3; a restart from
-/// gate 1 checkpointed at gate 2 and run to the end; a restart of that restart; a restart
-/// from gate 3. Every chain prints what the uninterrupted run printed.
-fn managed_ckpt_scenario(mode: &str) -> anyhow::Result<()> {
-    use anyhow::{bail, Context};
-    let exe = build("managed_ckpt");
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!("crum-managed-ckpt-{mode}-"))
-        .tempdir()?;
-    let t = tmp.path();
-    let images = t.join("images");
-    std::fs::create_dir_all(&images)?;
-    let opts = ["--managed", mode];
-    let limit = Duration::from_secs(120);
-
-    let mut reference = Proc::run(&exe, &[], &opts, &[], &t.join("reference.out"))?;
-    let want = reference.success(limit).context("uninterrupted run")?;
-    if want.lines().last() != Some("PASS") {
-        bail!("uninterrupted run did not pass:\n{}", reference.report());
-    }
-    check_expected("managed_ckpt", &want);
-
-    let gate = Gate::new(&t.join("gate"))?;
-    let genv: (&str, &OsStr) = gate.env();
-    let mut first = Proc::run(&exe, &[], &opts, &[genv], &t.join("first.out"))?;
-    let mut imgs = Vec::new();
-    let mut printed = Vec::new();
-    for k in 1..=3 {
-        gate.wait_at(k, &mut first)?;
-        printed.push(first.stdout_len());
-        imgs.push(
-            first
-                .checkpoint(&images)
-                .with_context(|| format!("checkpoint at gate {k}"))?,
-        );
-        if k < 3 {
-            gate.open_to(k)?;
-        }
-    }
-    first.kill9()?;
-    let check = |what: &str, got: String| -> anyhow::Result<()> {
-        if got != want {
-            bail!("{mode}: {what}: output differs from the uninterrupted run\n--- got:\n{got}--- want:\n{want}");
-        }
-        Ok(())
+/// The zdtm-style scenario of `gated_scenario` in `mode`: gates 1, 2 and 3 each come right
+/// after the CPU wrote managed pages not yet flushed; restarts from every image, and a restart
+/// of a restart, print what the uninterrupted run printed.
+fn managed_ckpt_scenario(mode: &'static str) -> anyhow::Result<()> {
+    let o = ScenarioOpts {
+        run_opts: vec!["--managed", mode],
+        ..Default::default()
     };
-
-    gate.reset(1)?;
-    let mut r1 = Proc::restart(&imgs[0], None, &t.join("r1.out"))?;
-    gate.wait_at(2, &mut r1).context("restart from gate 1")?;
-    let r1_printed = r1.stdout_len();
-    let j2 = r1
-        .checkpoint(&images)
-        .context("checkpoint of the restart")?;
-    gate.open_to(i64::MAX)?;
-    let tail = r1.success(limit).context("restart after its checkpoint")?;
-    check(
-        "restart from gate 1",
-        first.stdout_prefix(printed[0]) + &tail,
-    )?;
-
-    gate.reset(i64::MAX)?;
-    let mut r2 = Proc::restart(&j2, None, &t.join("r2.out"))?;
-    let tail = r2.success(limit).context("restart of a restart")?;
-    check(
-        "restart of a restart",
-        first.stdout_prefix(printed[0]) + &r1.stdout_prefix(r1_printed) + &tail,
-    )?;
-
-    gate.reset(i64::MAX)?;
-    let mut r3 = Proc::restart(&imgs[2], None, &t.join("r3.out"))?;
-    let tail = r3.success(limit).context("restart from gate 3")?;
-    check(
-        "restart from gate 3",
-        first.stdout_prefix(printed[2]) + &tail,
-    )?;
-    Ok(())
+    gated_scenario("managed_ckpt", &o).map(|_| ())
 }
 
 #[test]

@@ -398,12 +398,8 @@ crate::export! {
         let s = resolve_stream(stream as u64, false)?;
         memset(dst as u64, pitch as u64, value, width as u64, height as u64, s)
     }
-    fn cudaMemPrefetchAsync(ptr: *const c_void, count: usize, _location: u64, _flags: u32, _stream: *mut c_void) {
-        // Managed memory is shared with the device: nothing to move.
-        match find_alloc(ptr as u64) {
-            Some((b, r)) if r.kind == MemKind::Managed && ptr as u64 + count as u64 <= b + r.len => Ok(()),
-            _ => Err(cuda::ERROR_INVALID_VALUE),
-        }
+    fn cudaMemPrefetchAsync(ptr: *const c_void, count: usize, location: u64, _flags: u32, _stream: *mut c_void) {
+        prefetch(ptr as u64, count as u64, location)
     }
     fn cudaMemAdvise(ptr: *const c_void, count: usize, _advice: u32, _location: u64) {
         match find_alloc(ptr as u64) {
@@ -478,11 +474,8 @@ crate::export! {
         let a = alloc(size as u64, AllocKind::Device, MemKind::Device, 0)?;
         out(ptr, a as *mut c_void)
     }
-    fn cudaMemPrefetchAsync_ptsz(ptr: *const c_void, count: usize, _location: u64, _flags: u32, _stream: *mut c_void) {
-        match find_alloc(ptr as u64) {
-            Some((b, r)) if r.kind == MemKind::Managed && ptr as u64 + count as u64 <= b + r.len => Ok(()),
-            _ => Err(cuda::ERROR_INVALID_VALUE),
-        }
+    fn cudaMemPrefetchAsync_ptsz(ptr: *const c_void, count: usize, location: u64, _flags: u32, _stream: *mut c_void) {
+        prefetch(ptr as u64, count as u64, location)
     }
     fn cudaStreamAttachMemAsync(_stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
         // Managed memory is always visible to both sides here: attaching changes nothing.
@@ -490,6 +483,22 @@ crate::export! {
             Some((_, r)) if r.kind == MemKind::Managed => Ok(()),
             _ => Err(cuda::ERROR_INVALID_VALUE),
         }
+    }
+}
+
+/// `cudaMemPrefetchAsync` (`location`: a `cudaMemLocation` passed by value, type in the low
+/// half). To the device: the dirty shadow pages are sent now. To the host: pages are fetched
+/// when first touched after the stream's work (read-ahead), as nothing is current before.
+fn prefetch(ptr: u64, count: u64, location: u64) -> CudaResult<()> {
+    const LOCATION_DEVICE: u64 = 1;
+    match find_alloc(ptr) {
+        Some((b, r)) if r.kind == MemKind::Managed && ptr + count <= b + r.len => {
+            if location & 0xffff_ffff == LOCATION_DEVICE {
+                crate::managed::sync_point();
+            }
+            Ok(())
+        }
+        _ => Err(cuda::ERROR_INVALID_VALUE),
     }
 }
 
