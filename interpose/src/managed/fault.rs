@@ -105,13 +105,17 @@ pub fn install(verify: bool) {
 }
 
 fn set_ours(sig: c_int) {
-    // SAFETY: plain-old-data; every signal blocked while the handler runs (the checkpoint
-    // agent's stop signal included: a stopped thread never holds a region lock).
+    // SAFETY: plain-old-data. Every other signal is blocked while the handler runs (the
+    // checkpoint agent's stop signal included: a stopped thread never holds a region lock);
+    // faults are not, so a program handler we chain to may touch managed memory itself.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_signal as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART | libc::SA_NODEFER;
         libc::sigfillset(&mut sa.sa_mask);
+        for s in OURS {
+            libc::sigdelset(&mut sa.sa_mask, s);
+        }
         real_sigaction(sig, &sa, std::ptr::null_mut());
     }
 }
