@@ -146,6 +146,30 @@ fn copies_in_every_direction(b: &dyn Backend) {
     need!(b.free(d2));
 }
 
+/// Managed memory is host memory behind a memfd, mapped in the proxy (this process) at its
+/// address (the application aliases the memfd behind its shadow pages); the device reads and
+/// writes it in stream order, copies and memsets included.
+fn managed_memory_is_shared_host_memory(b: &dyn Backend) {
+    let n = (3 << 20) + 100;
+    let m = need!(b.malloc(n as u64, AllocKind::Managed));
+    assert!(m.memfd.is_some(), "managed memory comes with a memfd the application can alias");
+    // SAFETY: the backend mapped `n` bytes of shared memory at `m.addr` in this process; they
+    // stay mapped until freed at the end of this test, and nothing else aliases them here.
+    let host = unsafe { std::slice::from_raw_parts_mut(m.addr as *mut u8, n) };
+    host.copy_from_slice(&pattern(n, 7));
+    let d = need!(b.malloc(n as u64, AllocKind::Device)).addr;
+    need!(b.memcpy(LEGACY_STREAM, copy(d, m.addr, n as u64)));
+    need!(b.memset(LEGACY_STREAM, m.addr + 5, 1, 0x5a, 3, 1));
+    need!(b.stream_sync(LEGACY_STREAM));
+    assert!(read_back(b, d, n) == pattern(n, 7), "managed → device");
+    assert_eq!(host[4..9], [pattern(n, 7)[4], 0x5a, 0x5a, 0x5a, pattern(n, 7)[8]], "memset of managed memory");
+    need!(b.memcpy(LEGACY_STREAM, copy(m.addr, d, 4096)));
+    need!(b.stream_sync(LEGACY_STREAM));
+    assert!(host[..4096] == pattern(n, 7)[..4096], "device → managed");
+    need!(b.free(m.addr));
+    need!(b.free(d));
+}
+
 fn allocations_are_distinct_and_tracked(b: &dyn Backend) {
     let sizes = [1u64, 255, 256, 4096, 3 << 20, 100];
     let mut got = Vec::new();
@@ -418,6 +442,11 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
     let d_small = need!(a.malloc(small.len() as u64, AllocKind::Device)).addr;
     need!(a.memcpy(LEGACY_STREAM, copy(d_big, big.as_ptr() as u64, big.len() as u64)));
     need!(a.memcpy(LEGACY_STREAM, copy(d_small, small.as_ptr() as u64, small.len() as u64)));
+    // Managed memory, written by the host.
+    let managed = pattern(8192 + 5, 8);
+    let m = need!(a.malloc(managed.len() as u64, AllocKind::Managed)).addr;
+    // SAFETY: mapped in this process at `m` by the backend until it is dropped.
+    unsafe { std::slice::from_raw_parts_mut(m as *mut u8, managed.len()) }.copy_from_slice(&managed);
     // A module variable, changed from its initial value.
     let module = a.load_module(FATBIN).ok();
     if let Some(m) = module {
@@ -434,7 +463,7 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
     }));
     let allocations: Vec<(u64, u64)> = regions.iter().filter(|r| r.symbol.is_none()).map(|r| (r.addr, r.len)).collect();
     assert_eq!(allocations, {
-        let mut v = vec![(d_big, big.len() as u64), (d_small, small.len() as u64)];
+        let mut v = vec![(d_big, big.len() as u64), (d_small, small.len() as u64), (m, managed.len() as u64)];
         v.sort();
         v
     });
@@ -472,6 +501,9 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
     assert_eq!(allocs.len(), regions.len());
     assert!(read_back(&*b, d_big, big.len()) == big);
     assert_eq!(read_back(&*b, d_small, small.len()), small);
+    assert_eq!(read_back(&*b, m, managed.len()), managed, "managed memory restored");
+    // SAFETY: the restore mapped the managed memory at `m` in this process again.
+    assert!(unsafe { std::slice::from_raw_parts(m as *const u8, managed.len()) } == &managed[..]);
     if let Some(m) = module_b {
         let (table, _) = b.symbol(m, "table").unwrap();
         let got: Vec<f32> = read_back(&*b, table, 16).chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
@@ -501,6 +533,7 @@ macro_rules! conformance {
 
 conformance!(emu, super::make_emu;
     copies_in_every_direction,
+    managed_memory_is_shared_host_memory,
     allocations_are_distinct_and_tracked,
     launches_with_every_parameter_kind,
     launch_geometry_and_dynamic_shared_memory,
@@ -515,6 +548,7 @@ conformance!(emu, super::make_emu;
 
 conformance!(gpu, super::make_cuda;
     copies_in_every_direction,
+    managed_memory_is_shared_host_memory,
     allocations_are_distinct_and_tracked,
     launches_with_every_parameter_kind,
     launch_geometry_and_dynamic_shared_memory,

@@ -51,13 +51,10 @@ fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64>
         }
         (None, AllocKind::Device) => {}
         (None, _) => {
-            // The backend cannot share this memory with us (a real GPU's managed memory):
-            // that needs the shadow-page mechanism (crate::managed), not built yet. Refuse
-            // rather than hand out an address the host cannot touch.
+            // Both backends hand managed and pinned memory out as memfds; one that does not
+            // would give an address the host cannot touch: refuse it.
             let _ = call(&Request::Free { addr });
-            crate::errors::unsupported(
-                "cudaMallocManaged on this device (shadow pages not built yet)",
-            );
+            crate::errors::unsupported("host-accessible memory without a shared mapping on this device");
             return Err(cuda::ERROR_NOT_SUPPORTED);
         }
     }

@@ -901,7 +901,13 @@ pub fn register(addr: u64, len: u64, memfd: i32, init: Init) -> CudaResult<()> {
     let slot = REGIONS
         .iter()
         .position(|r| r.start.load(Acquire) == 0 && r.span.load(Relaxed) == 0)
-        .ok_or(cuda::ERROR_MEMORY_ALLOCATION)?;
+        .ok_or_else(|| {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Relaxed) {
+                eprintln!("crum: managed memory: more than {MAX_REGIONS} managed allocations at once are not supported");
+            }
+            cuda::ERROR_MEMORY_ALLOCATION
+        })?;
     let r = &REGIONS[slot];
     let alias = map_alias(memfd, span)?;
     let states = map(0, pages, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)

@@ -283,21 +283,6 @@ pub fn unmap(m: Mapping) -> DResult<()> {
     }
 }
 
-/// [`cuMemAllocManaged`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html)
-/// (attached globally: any stream may use it).
-pub fn alloc_managed(len: u64) -> DResult<u64> {
-    let mut p = 0;
-    // SAFETY: out-pointer to a local.
-    ck(unsafe { sys::cuMemAllocManaged(&mut p, len as usize, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32) })?;
-    Ok(p)
-}
-
-/// `cuMemFree` (for managed allocations).
-pub fn mem_free(addr: u64) -> DResult<()> {
-    // SAFETY: `addr` came from `alloc_managed` and is freed once (table-owned).
-    ck(unsafe { sys::cuMemFree_v2(addr) })
-}
-
 /// [`cuMemHostRegister`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html):
 /// page-lock a proxy mapping and map it for the device (its device address equals its host
 /// address under unified addressing), so copies from it are asynchronous DMA.

@@ -120,8 +120,15 @@ enum Region {
     /// Device memory placed by the planner (its physical mapping is in `Tables::mappings`,
     /// possibly shared with other small allocations).
     Device,
-    Managed,
+    /// Managed memory: host memory like `Pinned` (the device reaches it through unified
+    /// addressing); the application keeps shadow pages of it (`interpose::managed`).
+    Managed { _memfd: OwnedFd },
     Pinned { _memfd: OwnedFd },
+}
+
+/// Kinds backed by host memory mapped in this process (a memfd the application maps too).
+fn host_backed(kind: AllocKind) -> bool {
+    matches!(kind, AllocKind::PinnedHost | AllocKind::Managed)
 }
 
 struct Alloc {
@@ -367,7 +374,7 @@ impl Cuda {
             if addr.checked_add(len).is_some_and(|e| e <= s + a.len.max(1)) {
                 return Some(match a.region {
                     Region::Device => AllocKind::Device,
-                    Region::Managed => AllocKind::Managed,
+                    Region::Managed { .. } => AllocKind::Managed,
                     Region::Pinned { .. } => AllocKind::PinnedHost,
                 });
             }
@@ -385,17 +392,10 @@ impl Cuda {
         if len == 0 {
             return Err(bad());
         }
-        if kind == AllocKind::Managed {
-            let addr = driver::alloc_managed(len).map_err(|c| self.err(Op::Other, c))?;
-            if let Some(want) = at.filter(|&w| w != addr) {
-                let _ = driver::mem_free(addr);
-                tracing::error!(want = format_args!("{want:#x}"), got = format_args!("{addr:#x}"), "managed memory cannot be re-created at its recorded address");
-                return Err(BackendError::Cuda(cuda::ERROR_MEMORY_ALLOCATION));
-            }
-            self.tables.lock().unwrap().allocs.insert(addr, Alloc { len, region: Region::Managed });
-            return Ok(Allocation { addr, memfd: None });
-        }
-        let pinned = kind == AllocKind::PinnedHost;
+        // Managed memory is host memory registered with the driver, as pinned memory is: the
+        // application's shadow pages need a memfd to alias (the driver's own managed memory has
+        // none), and the planner places it at a replayable address.
+        let pinned = host_backed(kind);
         let mut planners = self.planner.lock().unwrap();
         let planner = if pinned { &mut planners.pinned } else { &mut planners.device };
         let placed = match at {
@@ -409,7 +409,7 @@ impl Cuda {
         let undo = |planner: &mut Planner| {
             let _ = planner.free(placed.addr);
         };
-        if kind == AllocKind::PinnedHost {
+        if pinned {
             let span = len.next_multiple_of(4096);
             let memfd = match pinned_map(placed.addr, span) {
                 Ok(fd) => fd,
@@ -425,7 +425,8 @@ impl Cuda {
                 return Err(self.err(Op::Other, c));
             }
             let fd = memfd.as_raw_fd();
-            self.tables.lock().unwrap().allocs.insert(placed.addr, Alloc { len, region: Region::Pinned { _memfd: memfd } });
+            let region = if kind == AllocKind::Managed { Region::Managed { _memfd: memfd } } else { Region::Pinned { _memfd: memfd } };
+            self.tables.lock().unwrap().allocs.insert(placed.addr, Alloc { len, region });
             return Ok(Allocation { addr: placed.addr, memfd: Some(fd) });
         }
         let mut made = Vec::new();
@@ -911,8 +912,8 @@ impl Backend for Cuda {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // Managed memory is the driver's own (no memfd the application could map): the
-        // application side keeps shadow pages for it.
+        // Pinned and managed memory are memfds the application maps (managed: behind its
+        // shadow pages), but device memory is not: no shared host mappings in general.
         Capabilities { name: "cuda", shared_host_mappings: false, cooperative_launch: self.props.cooperative_launch, textures: false, fixed_addresses: true }
     }
 
@@ -941,8 +942,7 @@ impl Backend for Cuda {
         let mut planners = self.planner.lock().unwrap();
         let a = self.tables.lock().unwrap().allocs.remove(&addr).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_VALUE))?;
         match a.region {
-            Region::Managed => driver::mem_free(addr).map_err(|c| self.err(Op::Other, c)),
-            Region::Pinned { .. } => {
+            Region::Managed { .. } | Region::Pinned { .. } => {
                 let span = a.len.next_multiple_of(4096);
                 let _ = driver::host_unregister(addr);
                 pinned_unmap(addr, span);
@@ -1137,7 +1137,7 @@ impl Backend for Cuda {
         let span = pitch.checked_mul(height - 1).and_then(|x| x.checked_add(width)).ok_or_else(bad)?;
         let kind = self.locate(dst, span).ok_or_else(bad)?;
         let s = self.stream(stream)?;
-        if kind == AllocKind::PinnedHost {
+        if host_backed(kind) {
             // Host memory mapped here: set it when the stream gets here (the driver's memset
             // entry points take device memory).
             return driver::launch_host_func(&s, Box::new(move || {
@@ -1362,10 +1362,7 @@ impl Drop for Cuda {
         t.events.clear();
         for (addr, a) in std::mem::take(&mut t.allocs) {
             match a.region {
-                Region::Managed => {
-                    let _ = driver::mem_free(addr);
-                }
-                Region::Pinned { .. } => {
+                Region::Managed { .. } | Region::Pinned { .. } => {
                     let _ = driver::host_unregister(addr);
                     pinned_unmap(addr, a.len.next_multiple_of(4096));
                 }
@@ -1409,7 +1406,7 @@ impl Cuda {
                 len: a.len,
                 kind: match a.region {
                     Region::Device => AllocKind::Device,
-                    Region::Managed => AllocKind::Managed,
+                    Region::Managed { .. } => AllocKind::Managed,
                     Region::Pinned { .. } => AllocKind::PinnedHost,
                 },
                 symbol: None,
@@ -1458,7 +1455,7 @@ impl Cuda {
             r
         };
         for (i, r) in regions.iter().enumerate() {
-            if r.kind == AllocKind::PinnedHost {
+            if host_backed(r.kind) {
                 // Host memory mapped here: hand it over directly.
                 // SAFETY: a live pinned allocation mapped here; the device is drained and the
                 // application is quiesced during a snapshot.
@@ -1509,7 +1506,7 @@ impl Cuda {
         };
         for (i, r) in regions.iter().enumerate() {
             let dst = targets[i];
-            if r.kind == AllocKind::PinnedHost {
+            if host_backed(r.kind) {
                 // SAFETY: the pinned allocation was just mapped here by `place`, and nothing
                 // uses it before the restore returns.
                 let bytes = unsafe { stage_slice(dst, r.len) };
