@@ -106,6 +106,10 @@ pub(crate) struct Region {
     shadow_fd: AtomicI32,
     /// Pages not INVALID (a region untouched since the last device call costs nothing).
     valid: AtomicU64,
+    /// Bounds of the pages not INVALID (`lo >= hi`: none): a flush of a large region touched
+    /// in a few places looks at those places only.
+    lo: AtomicU64,
+    hi: AtomicU64,
     rwin: AtomicU64,
     rnext: AtomicU64,
     wwin: AtomicU64,
@@ -129,6 +133,8 @@ impl Region {
             states: AtomicPtr::new(std::ptr::null_mut()),
             shadow_fd: AtomicI32::new(-1),
             valid: AtomicU64::new(0),
+            lo: AtomicU64::new(u64::MAX),
+            hi: AtomicU64::new(0),
             rwin: AtomicU64::new(1),
             rnext: AtomicU64::new(u64::MAX),
             wwin: AtomicU64::new(1),
@@ -155,6 +161,12 @@ impl Region {
 
     fn addr(&self, p: u64) -> u64 {
         self.start.load(Relaxed) + p * PAGE
+    }
+
+    /// Pages `[p, p+n)` are no longer INVALID.
+    fn touch(&self, p: u64, n: u64) {
+        self.lo.fetch_min(p, Relaxed);
+        self.hi.fetch_max(p + n, Relaxed);
     }
 }
 
@@ -300,6 +312,7 @@ impl Locked<'_> {
             r.set(q, if write { DIRTY } else { CLEAN });
         }
         r.valid.fetch_add(n, Relaxed);
+        r.touch(p, n);
         r.fetched.store(true, Relaxed);
         STATS.pages_fetched.fetch_add(n, Relaxed);
         true
@@ -335,6 +348,7 @@ impl Locked<'_> {
             }
         }
         r.valid.store(pages, Relaxed);
+        r.touch(0, pages);
         r.fetched.store(true, Relaxed);
     }
 
@@ -411,12 +425,15 @@ impl Locked<'_> {
     /// page then becomes INVALID (inaccessible until fetched again).
     fn flush(&self, invalidate: bool) {
         let r = self.r;
-        let pages = r.pages();
         let start = r.start.load(Relaxed);
         let span = r.span.load(Relaxed);
-        if r.valid.load(Relaxed) == 0 {
+        let lo = r.lo.load(Relaxed);
+        let hi = r.hi.load(Relaxed).min(r.pages());
+        if r.valid.load(Relaxed) == 0 || lo >= hi {
             return;
         }
+        // Only `[lo, hi)` holds pages that are not INVALID (inaccessible or absent already).
+        let (first, len) = (start + lo * PAGE, (hi - lo) * PAGE);
         let m = mode();
         // A fresh uffd region is registered from its first flush on, after its NEW pages are
         // read (reading an absent page of a registered region would wait for this lock).
@@ -426,10 +443,10 @@ impl Locked<'_> {
             match m {
                 Mode::Uffd if arm => {}
                 Mode::Uffd => {
-                    uffd::protect_all(start, span);
+                    uffd::protect_all(first, len);
                 }
                 _ => {
-                    protect(start, span, libc::PROT_NONE);
+                    protect(first, len, libc::PROT_NONE);
                 }
             }
         }
@@ -438,20 +455,20 @@ impl Locked<'_> {
         let data = new_pages_with_data(r);
         let alias = r.alias.load(Relaxed);
         let mut flushed = 0;
-        let mut p = 0;
+        let mut p = lo;
         // NEW pages travel if they hold data: the proxy's copy of a fresh region is zero.
         let send = |q: u64| match r.state(q) {
             DIRTY | WFIRST => true,
             NEW => data.as_ref().is_none_or(|d| d.has(q)) && !is_zero(src + q * PAGE),
             _ => false,
         };
-        while p < pages {
+        while p < hi {
             if !send(p) {
                 p += 1;
                 continue;
             }
             let mut n = 1;
-            while p + n < pages && send(p + n) {
+            while p + n < hi && send(p + n) {
                 n += 1;
             }
             copy(alias + p * PAGE, src + p * PAGE, n * PAGE);
@@ -468,12 +485,14 @@ impl Locked<'_> {
                 r.armed.store(true, Relaxed);
             }
             if m == Mode::Uffd {
-                uffd::drop_pages(start, span);
+                uffd::drop_pages(first, len);
             }
-            for q in 0..pages {
+            for q in lo..hi {
                 r.set(q, INVALID);
             }
             r.valid.store(0, Relaxed);
+            r.lo.store(u64::MAX, Relaxed);
+            r.hi.store(0, Relaxed);
             r.fetched.store(false, Relaxed);
             r.reported.store(0, Relaxed);
             r.rnext.store(u64::MAX, Relaxed);
@@ -980,6 +999,8 @@ pub fn register(addr: u64, len: u64, memfd: i32, init: Init) -> CudaResult<()> {
     r.states.store(st, Relaxed);
     r.shadow_fd.store(shadow_fd, Relaxed);
     r.valid.store(if fresh { pages } else { 0 }, Relaxed);
+    r.lo.store(if fresh { 0 } else { u64::MAX }, Relaxed);
+    r.hi.store(if fresh { pages } else { 0 }, Relaxed);
     r.rwin.store(1, Relaxed);
     r.rnext.store(u64::MAX, Relaxed);
     r.wwin.store(1, Relaxed);
