@@ -23,8 +23,9 @@
 //! Modes (`CRUM_MANAGED`, `crum run --managed`): `mprotect` (default), `uffd` (precise; the
 //! kernel tells reads from writes and system calls wait for the handler instead of failing
 //! with EFAULT; falls back to mprotect with a warning where userfaultfd is not allowed) and
-//! `verify` (mprotect that also reports reads of pages written since the last CUDA call,
-//! CRUM's read-before-write assumption, by single-stepping every access to a dirty page).
+//! `verify` (mprotect that also reports reads of pages written before being read since the
+//! last CUDA call — CRUM's read-before-write assumption — by single-stepping every access to
+//! a dirty page).
 #![allow(unsafe_code)]
 
 mod fault;
@@ -1046,7 +1047,7 @@ pub fn unregister(addr: u64) {
     r.span.store(0, Release);
 }
 
-/// Every live region's (address, span), for a device reset.
+/// Tear down every region (a device reset freed them all).
 pub fn unregister_all() {
     let addrs: Vec<u64> = {
         let high = HIGH.load(Acquire);

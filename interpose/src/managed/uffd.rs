@@ -16,7 +16,6 @@ use super::{Access, PAGE};
 const UFFD_API: u64 = 0xAA;
 const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
 const UFFDIO_REGISTER: libc::c_ulong = 0xC020_AA00;
-const UFFDIO_UNREGISTER: libc::c_ulong = 0x8010_AA01;
 const UFFDIO_WAKE: libc::c_ulong = 0x8010_AA02;
 const UFFDIO_COPY: libc::c_ulong = 0xC028_AA03;
 const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xC018_AA06;
@@ -164,12 +163,6 @@ pub fn restart() -> Result<(), String> {
 pub fn register(addr: u64, len: u64) -> bool {
     let mut r = Register { range: Range { start: addr, len }, mode: REGISTER_MODE_MISSING | REGISTER_MODE_WP, ioctls: 0 };
     ioctl(UFFDIO_REGISTER, &mut r).is_ok() && r.ioctls & NEEDED_IOCTLS == NEEDED_IOCTLS
-}
-
-#[allow(dead_code)]
-pub fn unregister(addr: u64, len: u64) {
-    let mut r = Range { start: addr, len };
-    let _ = ioctl(UFFDIO_UNREGISTER, &mut r);
 }
 
 /// Fill absent shadow pages `[dst, dst+len)` from `src` (the alias): write-protected (CLEAN)
