@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crum_integration_tests::{build_cuda, check_expected, children, crum_bin, gated_scenario, ScenarioOpts};
+use crum_integration_tests::{build_cuda, check_expected, children, crum_bin, gated_scenario, Gate, Proc, ScenarioOpts};
 
 const MODES: [&str; 3] = ["mprotect", "uffd", "verify"];
 
@@ -537,4 +537,49 @@ fn without_stats_the_library_prints_nothing_on_stderr() {
     let r = run(&exe, &[], "uffd", &[]);
     r.passed();
     assert!(r.stats().is_none(), "{}", r.describe());
+}
+
+/// An image taken in uffd mode restarts where userfaultfd is forbidden (`crum restart` under
+/// the `managed_nouffd` launcher): the restarted program says it falls back to mprotect and
+/// ends as the uninterrupted run.
+#[test]
+fn uffd_image_restarts_with_mprotect_where_userfaultfd_is_forbidden() {
+    if !uffd_full() {
+        return;
+    }
+    let exe = build("managed_ckpt");
+    let launcher = build("managed_nouffd");
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let mut reference = Proc::run(&exe, &[], &["--managed", "uffd"], &[], &t.join("ref.out")).unwrap();
+    let want = reference.success(Duration::from_secs(120)).unwrap();
+    let gate = Gate::new(&t.join("gate")).unwrap();
+    let mut p = Proc::run(&exe, &[], &["--managed", "uffd"], &[gate.env()], &t.join("first.out")).unwrap();
+    gate.wait_at(1, &mut p).unwrap();
+    gate.open_to(1).unwrap();
+    gate.wait_at(2, &mut p).unwrap();
+    let printed = p.stdout_len();
+    let img = p.checkpoint(&t.join("images")).unwrap();
+    p.kill9().unwrap();
+    gate.reset(i64::MAX).unwrap();
+    // The launcher is an nvcc program: it loads libcudart.so.13, here crum's own library.
+    let lib = t.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let crum_lib = crum_bin().with_file_name("libcrum.so");
+    std::os::unix::fs::symlink(&crum_lib, lib.join("libcudart.so.13")).unwrap();
+    let out = Command::new(&launcher)
+        .arg(crum_bin())
+        .arg("restart")
+        .arg(&img)
+        .env("LD_LIBRARY_PATH", &lib)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("userfaultfd is not available after the restart") && stderr.contains("mprotect"),
+        "{stderr}"
+    );
+    assert_eq!(p.stdout_prefix(printed) + &String::from_utf8_lossy(&out.stdout), want);
 }

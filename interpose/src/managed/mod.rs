@@ -1108,7 +1108,13 @@ pub fn before_restore() -> Result<(), String> {
     }
     LIVE.store(0, Release);
     if mode() == Mode::Uffd && MODE.load(Acquire) != 0 {
-        uffd::restart()?;
+        if let Err(why) = uffd::restart() {
+            // Saved where userfaultfd worked, restarted where it does not: the regions about
+            // to be restored are set up for page protection instead.
+            eprintln!("crum: managed memory: userfaultfd is not available after the restart ({why}); using mprotect");
+            fault::install(false);
+            MODE.store(Mode::Mprotect as u8, Release);
+        }
     }
     Ok(())
 }
