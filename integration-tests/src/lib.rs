@@ -307,26 +307,9 @@ impl Background {
     /// Pid of the program itself (a child of `crum run`; the proxy is another child, so the
     /// program is the one whose command line names `prog`), waiting up to 10 s for it.
     pub fn app_pid(&self, prog: &Path) -> Result<u32> {
-        let start = Instant::now();
-        loop {
-            if let Some(p) = children(self.pid()).into_iter().find(|&c| {
-                fs::read(format!("/proc/{c}/cmdline"))
-                    .map(|cl| {
-                        cl.split(|&b| b == 0).next() == Some(prog.as_os_str().as_encoded_bytes())
-                    })
-                    .unwrap_or(false)
-            }) {
-                return Ok(p);
-            }
-            if start.elapsed() > Duration::from_secs(10) {
-                bail!(
-                    "no process running {} under crum run (pid {})",
-                    prog.display(),
-                    self.pid()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        find_program(self.pid(), prog).with_context(|| {
+            format!("no process running {} under crum run (pid {})", prog.display(), self.pid())
+        })
     }
 
     /// `crum checkpoint <program pid> --dir <ckpt_dir>`; returns the image path it prints.
@@ -358,6 +341,25 @@ pub fn children(pid: u32) -> Vec<u32> {
         }
     }
     out
+}
+
+/// The child of `parent` (a `crum run`) whose command line starts with `prog`: the program,
+/// not the proxy. Waits up to 10 s for it to appear.
+fn find_program(parent: u32, prog: &Path) -> Result<u32> {
+    let start = Instant::now();
+    loop {
+        if let Some(p) = children(parent).into_iter().find(|&c| {
+            fs::read(format!("/proc/{c}/cmdline"))
+                .map(|cl| cl.split(|&b| b == 0).next() == Some(prog.as_os_str().as_encoded_bytes()))
+                .unwrap_or(false)
+        }) {
+            return Ok(p);
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!("not found within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// `crum checkpoint <pid> --dir <dir>`; returns the image path (last line of its stdout).
@@ -476,22 +478,7 @@ impl Proc {
         let Some(prog) = &self.prog else {
             return Ok(self.child.id());
         };
-        let start = Instant::now();
-        loop {
-            if let Some(p) = children(self.child.id()).into_iter().find(|&c| {
-                fs::read(format!("/proc/{c}/cmdline"))
-                    .map(|cl| {
-                        cl.split(|&b| b == 0).next() == Some(prog.as_os_str().as_encoded_bytes())
-                    })
-                    .unwrap_or(false)
-            }) {
-                return Ok(p);
-            }
-            if start.elapsed() > Duration::from_secs(10) {
-                bail!("{}: no program process found", self.what);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        find_program(self.child.id(), prog).with_context(|| format!("{}: no program process found", self.what))
     }
 
     /// Everything printed on stdout so far.
