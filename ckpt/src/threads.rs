@@ -128,10 +128,10 @@ fn futex_wake(word: &AtomicU32) {
 }
 
 /// Learns what the restorer-side code needs about the C library: the offset of the tid in
-/// the thread descriptor (by finding this thread's tid in it) and glibc's rseq area. Call
-/// on any thread before the first checkpoint; returns an error if the tid is not found.
+/// the thread descriptor and glibc's rseq area. Call on any thread before the first
+/// checkpoint; returns an error if the tid is not found or the threads disagree.
 pub fn probe_libc() -> Result<(), String> {
-    let off = find_tid_offset(gettid())?;
+    let off = tid_offset()?;
     let prev = TID_OFFSET.swap(off, Relaxed);
     if prev != 0 && prev != off {
         return Err(format!("tid offset in the thread descriptor differs between threads ({prev} vs {off})"));
@@ -149,18 +149,55 @@ pub fn probe_libc() -> Result<(), String> {
     Ok(())
 }
 
-/// Offset of `tid` inside the calling thread's `struct pthread`.
-fn find_tid_offset(tid: i32) -> Result<usize, String> {
-    // SAFETY: pthread_self returns the descriptor address; glibc's descriptor is far larger
-    // than the 2 KiB scanned here (it embeds the TCB, lists, and the rseq area past it).
-    let base = unsafe { libc::pthread_self() } as *const i32;
-    for i in 0..512 {
-        // SAFETY: within the descriptor, see above.
-        if unsafe { base.add(i).read_volatile() } == tid {
-            return Ok(i * 4);
+/// Bytes of the thread descriptor searched for the tid (glibc's is far larger: it embeds the
+/// TCB, lists, and the rseq area past it).
+const DESCRIPTOR_SCAN: usize = 2048;
+
+/// Offset of the tid field in the calling thread's `struct pthread`. glibc hands the kernel
+/// that field's address as the thread's clear-child-tid address, which the kernel tells
+/// (`PR_GET_TID_ADDRESS`, where it is built with checkpoint support). Otherwise the field is
+/// found by its value — which a pointer's upper half can equal by chance (a heap address's
+/// is about 0x55xx, a plausible tid), so an offset holding the tid in this thread is
+/// confirmed in a second thread.
+fn tid_offset() -> Result<usize, String> {
+    let here = tid_candidates();
+    let mut ctid: u64 = 0;
+    // SAFETY: prctl writes the address into the live local.
+    if unsafe { libc::prctl(PR_GET_TID_ADDRESS, &mut ctid as *mut u64) } == 0 {
+        // SAFETY: pthread_self cannot fail.
+        let off = ctid.wrapping_sub(unsafe { libc::pthread_self() } as u64) as usize;
+        if here.contains(&off) {
+            return Ok(off);
         }
     }
-    Err("cannot find the thread id in the C library's thread descriptor".into())
+    let known = TID_OFFSET.load(Relaxed);
+    let common: Vec<usize> = if known != 0 {
+        // A thread's value at an offset another thread confirmed is confirmation enough.
+        here.into_iter().filter(|&o| o == known).collect()
+    } else if here.len() <= 1 {
+        here
+    } else {
+        let other = std::thread::Builder::new()
+            .name("crum-probe".into())
+            .spawn(tid_candidates)
+            .and_then(|t| t.join().map_err(|_| std::io::Error::other("panicked")))
+            .map_err(|e| format!("cannot start a thread to find the thread id's offset: {e}"))?;
+        here.into_iter().filter(|o| other.contains(o)).collect()
+    };
+    match common[..] {
+        [off] => Ok(off),
+        [] => Err("cannot find the thread id in the C library's thread descriptor".into()),
+        _ => Err(format!("the thread id's offset in the C library's thread descriptor is ambiguous ({common:?})")),
+    }
+}
+
+/// Offsets in the calling thread's descriptor that hold its tid.
+fn tid_candidates() -> Vec<usize> {
+    let tid = gettid();
+    // SAFETY: pthread_self returns the descriptor address, valid for DESCRIPTOR_SCAN bytes.
+    let base = unsafe { libc::pthread_self() } as *const i32;
+    // SAFETY: within the descriptor, see above.
+    (0..DESCRIPTOR_SCAN / 4).filter(|&i| unsafe { base.add(i).read_volatile() } == tid).map(|i| i * 4).collect()
 }
 
 /// Installs the stop-signal handler (idempotent).
@@ -530,4 +567,18 @@ fn resume_restored(idx: usize) -> ! {
     // SAFETY: the slot's point was saved by crum_call_saved in a frame that is live in the
     // restored memory, on this thread's (restored) TLS.
     unsafe { crum_resume_at(s.rsp.load(Relaxed), 1) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tid_offset_names_the_field_holding_each_threads_own_tid() {
+        let off = tid_offset().unwrap();
+        assert!(tid_candidates().contains(&off));
+        let other = std::thread::spawn(|| (tid_offset(), tid_candidates())).join().unwrap();
+        assert_eq!(other.0.unwrap(), off, "threads disagree on the tid's offset");
+        assert!(other.1.contains(&off));
+    }
 }
