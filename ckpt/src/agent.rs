@@ -49,6 +49,8 @@ pub struct Hooks {
     /// In the parent after fork (and after a failed checkpoint): release the gate.
     pub resume: fn(),
     /// In a restarted process, before app threads run: rebuild external state from the sections.
+    /// Like `collect`, its Rust allocations come from the agent's arena (they stay) and it must
+    /// not call C library functions that `malloc`; the sections it reads are given back after.
     pub restore: fn(&dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String>,
 }
 
@@ -508,7 +510,6 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     };
     let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
     if r == 1 {
-        crate::alloc::leave();
         let out = after_restart(&h);
         // The writer's and pipes' fds belong to the process the image was taken of.
         std::mem::forget(ctx);
@@ -911,6 +912,10 @@ fn reap(child: i32, err_r: i32, err_w: i32) -> Result<(), String> {
 /// needs from the image, not from memory allocated during the checkpoint (that memory may
 /// postdate the memory map the image was cut along).
 fn after_restart(h: &Hooks) -> Outcome {
+    // The program's threads are stopped where the image caught them, some perhaps inside
+    // malloc holding its locks: until they run again the agent allocates from its arena, and
+    // what the restore allocates there stays (`alloc::keep`).
+    crate::alloc::enter_restored();
     // SAFETY: RESTART_INFO was written by the restorer before this thread ran.
     let info = unsafe { &*std::ptr::addr_of!(RESTART_INFO) };
     if info.magic != RESTART_MAGIC {
@@ -934,11 +939,18 @@ fn after_restart(h: &Hooks) -> Outcome {
         .collect();
     unmap_leftovers(&kept);
     restore_itimers(&state.itimers);
-    fix_curbrk();
+    let break_below = fix_curbrk();
     let reader = std::cell::RefCell::new(reader);
+    // The sections handed to the hook (device memory: possibly large), to give back after.
+    let buffers = std::cell::RefCell::new(Vec::new());
     let read = |name: &str| -> Option<Vec<u8>> {
         match read_hook_section(&mut reader.borrow_mut(), name) {
-            Ok(v) => v,
+            Ok(v) => {
+                if let Some(b) = &v {
+                    buffers.borrow_mut().push((b.as_ptr() as usize, b.capacity()));
+                }
+                v
+            }
             Err(e) => fatal(&format!("cannot read the image: {e}")),
         }
     };
@@ -946,7 +958,20 @@ fn after_restart(h: &Hooks) -> Outcome {
         fatal(&format!("restore hook: {e}"));
     }
     drop(reader);
+    for (p, len) in buffers.into_inner() {
+        crate::alloc::discard(p, len);
+    }
+    crate::alloc::keep();
     threads::release_all();
+    crate::alloc::leave();
+    if break_below {
+        // A failed shrink of the heap would leave glibc's break at the kernel's, far below,
+        // and its main arena would take the difference for memory given back (a corrupt
+        // heap). mallopt takes the arena's lock, which a thread stopped inside malloc may
+        // have held until now: hence only after they run.
+        // SAFETY: mallopt with a documented option; -1 disables trimming.
+        unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, -1) };
+    }
     Outcome::Restarted
 }
 
@@ -961,17 +986,21 @@ fn fatal(msg: &str) -> ! {
 /// the restorer's. If it lies above glibc's `__curbrk`, glibc would take a failed `brk` for a
 /// success (the kernel answers with its higher break) and use memory that is not there;
 /// pointing `__curbrk` at the kernel's break makes glibc grow its heap there instead (as a
-/// non-contiguous extension). If it lies below, the first `brk` fails cleanly and glibc
-/// falls back to `mmap`.
-fn fix_curbrk() {
+/// non-contiguous extension). If it lies below, growing fails cleanly (glibc falls back to
+/// `mmap`) but shrinking does not: returns true then, and the caller turns trimming off.
+fn fix_curbrk() -> bool {
     // SAFETY: brk(0) only reports; `__curbrk` is glibc's exported `void *` and no other
     // thread runs yet.
     unsafe {
         let k = libc::syscall(libc::SYS_brk, 0) as usize;
         let p = libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as *mut usize;
-        if !p.is_null() && k > *p {
+        if p.is_null() {
+            return false;
+        }
+        if k > *p {
             *p = k;
         }
+        k < *p
     }
 }
 

@@ -11,6 +11,12 @@
 //! the next [`enter`]; nothing allocated in it may outlive the checkpoint (the agent copies
 //! what it returns).
 //!
+//! A restored process starts with its threads stopped where the image caught them — inside
+//! `malloc` too, with its locks held — and the agent must restore the device before they run.
+//! It allocates from the arena then as well ([`enter_restored`]), and what it allocated
+//! stays: [`keep`] moves the arena's floor above it. Below the floor the arena is ordinary
+//! memory of the process (saved in images, never reset); above it, scratch.
+//!
 //! `interpose/src/agent_hook.rs` installs [`CrumAlloc`] as libcrum's global allocator. In
 //! binaries that do not (tests, the restorer), [`enter`]/[`leave`] change nothing.
 //!
@@ -32,6 +38,8 @@ static AGENT_TID: AtomicI32 = AtomicI32::new(0);
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 static HIGH: AtomicUsize = AtomicUsize::new(0);
+/// Start of the scratch part: what lies below was allocated while restoring and stays.
+static FLOOR: AtomicUsize = AtomicUsize::new(0);
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicUsize = AtomicUsize::new(0);
 static DEFERRED: [AtomicUsize; MAX_DEFERRED] = [ZERO; MAX_DEFERRED];
@@ -79,7 +87,20 @@ fn bump(layout: Layout) -> *mut u8 {
 /// checkpoint: images record the mapping but not its bytes.
 pub fn arena() -> Option<(u64, u64)> {
     let b = BASE.load(Acquire);
-    (b != 0).then(|| (b as u64, (b + ARENA_SIZE) as u64))
+    (b != 0).then(|| (FLOOR.load(Relaxed).max(b) as u64, (b + ARENA_SIZE) as u64))
+}
+
+/// Forgets the scratch part's allocations: bump from the floor again, pages given back.
+fn reset_scratch() {
+    let floor = FLOOR.load(Relaxed).max(BASE.load(Relaxed));
+    let high = HIGH.load(Relaxed);
+    if high > floor {
+        // SAFETY: our arena above the floor; nothing allocated there is alive (module docs).
+        // The pages read back as zeros and cost nothing in images.
+        unsafe { libc::madvise(floor as *mut libc::c_void, high - floor, libc::MADV_DONTNEED) };
+    }
+    NEXT.store(floor, Relaxed);
+    HIGH.store(floor, Relaxed);
 }
 
 /// Starts bump allocation for the calling (agent) thread. Call before stopping threads.
@@ -95,21 +116,50 @@ pub fn enter() {
             return;
         }
         BASE.store(p as usize, Release);
+        FLOOR.store(p as usize, Relaxed);
         NEXT.store(p as usize, Relaxed);
         HIGH.store(p as usize, Relaxed);
     } else {
-        let base = BASE.load(Relaxed);
-        let high = HIGH.load(Relaxed);
-        if high > base {
-            // SAFETY: our arena; nothing allocated in it is alive (see the module docs).
-            // The pages read back as zeros and cost nothing in images.
-            unsafe { libc::madvise(base as *mut libc::c_void, high - base, libc::MADV_DONTNEED) };
-        }
-        NEXT.store(base, Relaxed);
-        HIGH.store(base, Relaxed);
+        reset_scratch();
     }
     AGENT_TID.store(gettid(), Release);
 }
+
+/// In a restored process, before anything else on the agent thread: bump allocation again
+/// (the thread's id changed), above whatever the image's checkpoint had allocated (scratch,
+/// not in the image: zeros now).
+pub fn enter_restored() {
+    AGENT_TID.store(gettid(), Release);
+}
+
+/// Makes everything allocated from the arena so far permanent (the restore's state: tables,
+/// connections), while still in bump mode: it is saved in later images, never reset.
+pub fn keep() {
+    let high = HIGH.load(Relaxed);
+    if BASE.load(Relaxed) == 0 || high == 0 {
+        return;
+    }
+    let floor = (high + PAGE - 1) & !(PAGE - 1);
+    FLOOR.store(floor, Relaxed);
+    NEXT.store(floor, Relaxed);
+    HIGH.store(floor, Relaxed);
+}
+
+/// Gives back the whole pages of `[p, p+len)`, an arena allocation already freed (a large
+/// buffer of the restore, below the floor once [`keep`] runs).
+pub fn discard(p: usize, len: usize) {
+    if !in_arena(p as *mut u8) {
+        return;
+    }
+    let start = (p + PAGE - 1) & !(PAGE - 1);
+    let end = (p + len) & !(PAGE - 1);
+    if end > start {
+        // SAFETY: whole pages of a dead allocation in our arena; they read back as zeros.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
+const PAGE: usize = 4096;
 
 /// Gives the arena's pages back to the system once a checkpoint is over (its sections may be
 /// large: a CUDA program's device memory). Only from the agent thread, outside bump mode.
@@ -117,18 +167,13 @@ pub fn release() {
     if AGENT_TID.load(Acquire) != 0 {
         return;
     }
-    let base = BASE.load(Relaxed);
-    let high = HIGH.load(Relaxed);
-    if base != 0 && high > base {
-        // SAFETY: our arena; nothing allocated in it is alive after a checkpoint (module docs).
-        unsafe { libc::madvise(base as *mut libc::c_void, high - base, libc::MADV_DONTNEED) };
-        NEXT.store(base, Relaxed);
-        HIGH.store(base, Relaxed);
+    if BASE.load(Relaxed) != 0 {
+        reset_scratch();
     }
 }
 
 /// Ends bump allocation and frees what was released meanwhile. Call once the program's
-/// threads run again (or in a restored process, before they do).
+/// threads run again (in a restored process too: they may hold malloc's locks until then).
 pub fn leave() {
     AGENT_TID.store(0, Release);
     let n = NDEFERRED.swap(0, AcqRel).min(MAX_DEFERRED);

@@ -13,7 +13,7 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use zstd::zstd_safe;
+use zstd::zstd_safe::{self, zstd_sys};
 
 use super::format::*;
 use super::{ImageError, SECTION_PAGES, SECTION_REGIONS};
@@ -776,7 +776,7 @@ impl ImageReader {
 struct ChunkWork {
     buf: Vec<u8>,
     scratch: Vec<u8>,
-    dctx: zstd_safe::DCtx<'static>,
+    dctx: Dctx,
 }
 
 impl ChunkWork {
@@ -784,10 +784,48 @@ impl ChunkWork {
         ChunkWork {
             buf: Vec::new(),
             scratch: Vec::new(),
-            dctx: zstd_safe::DCtx::create(),
+            dctx: Dctx::new(),
         }
     }
 }
+
+/// A zstd decompression context on a workspace of ours, so that zstd never calls `malloc`:
+/// a restored process opens its image while its threads are still stopped, possibly inside
+/// `malloc` holding its locks (the writer's context is made the same way).
+struct Dctx {
+    _mem: Vec<u64>,
+    ctx: *mut zstd_sys::ZSTD_DCtx,
+}
+
+impl Dctx {
+    fn new() -> Dctx {
+        // SAFETY: pure function.
+        let bytes = unsafe { zstd_sys::ZSTD_estimateDCtxSize() };
+        let mut mem = vec![0u64; bytes.div_ceil(8) + 1];
+        // SAFETY: the workspace is 8-aligned, at least `bytes` long, owned by this value and
+        // never reallocated; zstd keeps it as the context's only memory.
+        let ctx = unsafe { zstd_sys::ZSTD_initStaticDCtx(mem.as_mut_ptr().cast(), mem.len() * 8) };
+        assert!(!ctx.is_null(), "zstd: static decompression workspace too small");
+        Dctx { _mem: mem, ctx }
+    }
+
+    /// Decompresses one whole frame into `dst`; the decompressed size, or zstd's error code.
+    fn decompress(&mut self, dst: &mut [u8], src: &[u8]) -> Result<usize, usize> {
+        // SAFETY: the context is ours; both buffers are live for the lengths given.
+        let n = unsafe {
+            zstd_sys::ZSTD_decompressDCtx(self.ctx, dst.as_mut_ptr().cast(), dst.len(), src.as_ptr().cast(), src.len())
+        };
+        // SAFETY: pure function.
+        if unsafe { zstd_sys::ZSTD_isError(n) } != 0 {
+            Err(n)
+        } else {
+            Ok(n)
+        }
+    }
+}
+
+// SAFETY: the context is plain memory owned by this value, used by one thread at a time.
+unsafe impl Send for Dctx {}
 
 /// What reading a chunk needs from the reader, shareable between threads.
 #[derive(Clone, Copy)]
