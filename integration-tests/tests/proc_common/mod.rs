@@ -97,6 +97,18 @@ impl Sandbox {
     pub fn sock(&self) -> PathBuf {
         self.path("sock")
     }
+    /// What the processes of this sandbox wrote to stderr so far (for failure messages).
+    pub fn stderr_files(&self) -> String {
+        let mut names: Vec<PathBuf> = fs::read_dir(self.tmp.path())
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "err")).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+            .iter()
+            .map(|p| format!("{}: {}", p.file_name().unwrap_or_default().to_string_lossy(), fs::read_to_string(p).unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 /// Output of an uninterrupted run, without crum.
@@ -129,7 +141,12 @@ impl Proc {
             if let Ok(Some(st)) = self.child.try_wait() {
                 panic!("process exited ({st}) before {n} lines: {}{}", self.output(), self.stderr());
             }
-            assert!(t0.elapsed() < Duration::from_secs(30), "timed out waiting for {n} lines: {}", self.output());
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "timed out waiting for {n} lines: {}\nstderr: {}",
+                self.output(),
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -153,6 +170,13 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+}
+
+/// A test that fails leaves no process running behind it (CI would spend its cores on it).
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
     }
 }
 
@@ -214,9 +238,10 @@ pub fn checkpoint(sb: &Sandbox, pid: u32) -> PathBuf {
         .unwrap();
     assert!(
         out.status.success(),
-        "crum checkpoint {pid} failed: {}(program alive: {})",
+        "crum checkpoint {pid} failed: {}(program alive: {})\n{}",
         String::from_utf8_lossy(&out.stderr),
-        Path::new(&format!("/proc/{pid}")).exists()
+        Path::new(&format!("/proc/{pid}")).exists(),
+        sb.stderr_files()
     );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
