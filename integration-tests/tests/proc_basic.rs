@@ -13,6 +13,15 @@ fn heap_keeps_growing_after_restart() {
     scenario("heap_grow", &["40", "15"]);
 }
 
+/// Shrinking the heap after a restart whose kernel break is not the program's (it is the
+/// restorer's, without CAP_SYS_RESOURCE) must not corrupt it.
+#[test]
+fn heap_shrinks_and_grows_again_after_restart() {
+    for _ in 0..3 {
+        scenario("heap_trim", &["40", "10"]);
+    }
+}
+
 #[test]
 fn anonymous_shared_and_file_mappings_survive_restart() {
     scenario("mappings", &["40", "15"]);
