@@ -206,10 +206,12 @@ unsafe impl GlobalAlloc for CrumAlloc {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if bump_mode() {
+            // Already zero: the arena hands out only memory above everything it handed out
+            // since its scratch part was last reset, and a reset gives the pages back (they
+            // read as zeros; in a restored process the scratch part is fresh memory). Not
+            // writing keeps untouched pages free (a restart's device-data buffer).
             let p = bump(layout);
             if !p.is_null() {
-                // SAFETY: a fresh arena range of layout.size() bytes.
-                unsafe { std::ptr::write_bytes(p, 0, layout.size()) };
                 return p;
             }
         }
