@@ -172,7 +172,16 @@ pub fn itimers() -> [(u64, u64); 3] {
         // SAFETY: as above.
         if unsafe { libc::getitimer(w, &mut v) } == 0 {
             let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-            out[i] = (us(v.it_interval), us(v.it_value));
+            let (interval, mut value) = (us(v.it_interval), us(v.it_value));
+            if interval != 0 && value == 0 {
+                // A periodic timer that expired with its signal still pending reads as
+                // disarmed: the kernel re-arms ITIMER_REAL only when SIGALRM is taken, which
+                // stopped threads do not do. Neither the signal nor (saved as is) the timer
+                // would come back at restart, and a program waiting for it would wait
+                // forever; due at once, it delivers the lost signal and runs on.
+                value = 1;
+            }
+            out[i] = (interval, value);
         }
     }
     out
@@ -429,6 +438,27 @@ mod tests {
         assert!(specials.iter().any(|s| s.name == "[vdso]"));
         assert!(regions.iter().all(|r| r.name != "[vsyscall]" && r.name != "[vdso]"));
         assert!(regions.iter().any(|r| r.name == "[stack]" && r.has_data));
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_periodic_timer_whose_signal_is_pending_is_saved_as_due_not_disarmed() {
+        // SAFETY: SIGALRM ignored (nothing in this test binary uses it), so the expiry's
+        // signal is never taken and the kernel does not re-arm the timer; both are put back.
+        unsafe {
+            let old = libc::signal(libc::SIGALRM, libc::SIG_IGN);
+            let it = libc::itimerval {
+                it_interval: libc::timeval { tv_sec: 0, tv_usec: 2000 },
+                it_value: libc::timeval { tv_sec: 0, tv_usec: 2000 },
+            };
+            libc::setitimer(libc::ITIMER_REAL, &it, std::ptr::null_mut());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let got = itimers()[0];
+            let off: libc::itimerval = std::mem::zeroed();
+            libc::setitimer(libc::ITIMER_REAL, &off, std::ptr::null_mut());
+            libc::signal(libc::SIGALRM, old);
+            assert_eq!(got, (2000, 1), "an expired periodic timer must be saved as due");
+        }
     }
 
     #[test]
