@@ -100,6 +100,14 @@ fn nvcc_version(nvcc: &Path) -> Result<String> {
     Ok(VER.get_or_init(|| v).clone())
 }
 
+/// A temporary name in `dir` for building `name`, then renamed into place: unique per process
+/// and thread, since tests running in parallel (threads of one binary, several binaries)
+/// may build the same program at once.
+pub fn build_tmp(dir: &Path, name: &str) -> PathBuf {
+    let thread = format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_ascii_alphanumeric(), "");
+    dir.join(format!("{name}.tmp{}-{thread}", std::process::id()))
+}
+
 /// Compile `integration-tests/cuda/<name>.cu` with `nvcc -cudart shared -arch=sm_80` into
 /// `integration-tests/build/`, cached by source, local headers, flags and nvcc version. Safe under parallel
 /// tests: each build writes a unique temporary file and renames it into place atomically.
@@ -133,12 +141,7 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
     if exe.exists() {
         return Ok(exe);
     }
-    let tmp = dir.join(format!(
-        "{name}.tmp{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let tmp = PathBuf::from(tmp.to_string_lossy().replace(['(', ')'], ""));
+    let tmp = build_tmp(&dir, name);
     let path = format!(
         "{}:{}",
         home.join("bin").display(),

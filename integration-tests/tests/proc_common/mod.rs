@@ -58,10 +58,7 @@ pub fn build_c(name: &str) -> PathBuf {
         _ => false,
     };
     if !fresh {
-        // Build to a temporary name and rename: tests running in parallel (threads of one
-        // test binary, or several binaries) may race here, so the name is per thread.
-        let thread = format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_ascii_alphanumeric(), "");
-        let tmp = dir.join(format!("{name}.{}-{thread}", std::process::id()));
+        let tmp = crum_integration_tests::build_tmp(&dir, name);
         let st = Command::new("cc")
             .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
             .arg(&tmp)
