@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::*};
 /// Virtual size of the arena (reserved, not committed).
 const ARENA_SIZE: usize = 64 << 30;
 const MAX_DEFERRED: usize = 16384;
+const PAGE: usize = 4096;
 
 static AGENT_TID: AtomicI32 = AtomicI32::new(0);
 static BASE: AtomicUsize = AtomicUsize::new(0);
@@ -83,8 +84,8 @@ fn bump(layout: Layout) -> *mut u8 {
     }
 }
 
-/// The arena's address range, once reserved. Its contents are scratch memory of one
-/// checkpoint: images record the mapping but not its bytes.
+/// The arena's scratch part (from the floor to the end), once reserved: memory of one
+/// checkpoint, whose bytes images do not record (they record the mapping).
 pub fn arena() -> Option<(u64, u64)> {
     let b = BASE.load(Acquire);
     (b != 0).then(|| (FLOOR.load(Relaxed).max(b) as u64, (b + ARENA_SIZE) as u64))
@@ -135,11 +136,10 @@ pub fn enter_restored() {
 /// Makes everything allocated from the arena so far permanent (the restore's state: tables,
 /// connections), while still in bump mode: it is saved in later images, never reset.
 pub fn keep() {
-    let high = HIGH.load(Relaxed);
-    if BASE.load(Relaxed) == 0 || high == 0 {
+    if BASE.load(Relaxed) == 0 {
         return;
     }
-    let floor = (high + PAGE - 1) & !(PAGE - 1);
+    let floor = HIGH.load(Relaxed).next_multiple_of(PAGE);
     FLOOR.store(floor, Relaxed);
     NEXT.store(floor, Relaxed);
     HIGH.store(floor, Relaxed);
@@ -151,15 +151,13 @@ pub fn discard(p: usize, len: usize) {
     if !in_arena(p as *mut u8) {
         return;
     }
-    let start = (p + PAGE - 1) & !(PAGE - 1);
-    let end = (p + len) & !(PAGE - 1);
+    let start = p.next_multiple_of(PAGE);
+    let end = (p + len) / PAGE * PAGE;
     if end > start {
         // SAFETY: whole pages of a dead allocation in our arena; they read back as zeros.
         unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
     }
 }
-
-const PAGE: usize = 4096;
 
 /// Gives the arena's pages back to the system once a checkpoint is over (its sections may be
 /// large: a CUDA program's device memory). Only from the agent thread, outside bump mode.
