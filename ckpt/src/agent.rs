@@ -4,9 +4,12 @@
 //! It takes requests from the control socket ([`crate::control`]), from the `--interval`
 //! timer and from the configured signal (`CRUM_CKPT_SIGNAL`). A checkpoint runs:
 //! `hooks.quiesce` → stop every other thread ([`crate::threads`]) → `hooks.collect` →
-//! capture ([`crate::capture`]) → [`ImageWriter::prepare`] → raw `fork` → the child writes
-//! the image without locks and exits; the parent releases the threads at once
-//! (`hooks.resume`), reaps the child, rotates old images and replies with the path.
+//! capture ([`crate::capture`]) → [`ImageWriter::prepare`] → raw `clone` (a fork whose exit
+//! signal is 0, with a pidfd: see [`fork_and_write`]) → the child writes the image without
+//! locks and exits; the parent releases the threads at once (`hooks.resume`), reaps the child
+//! through its pidfd, rotates old images and replies with the path. A writer that fails or is
+//! killed leaves no partial image: the agent removes it, and every checkpoint first removes
+//! what dead writers (of any process) left in its directory.
 //!
 //! The same code continues in a restored process: the fork point was saved with
 //! [`threads::agent_call_saved`], so after `crum restart` the agent wakes up there, removes
@@ -29,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use crate::capture::{self, Own};
 use crate::control::{ControlServer, Request, StatusReply};
-use crate::image::{keep_newest, ImageReader, ImageWriter, RegionMeta, WriterOptions};
+use crate::image::{clean_leftovers, keep_newest, ImageError, ImageReader, ImageWriter, RegionMeta, WriterOptions};
 use crate::state::{
     FdKind, FdState, ProcessState, Region, RegionKind, ThreadInfo, PROCESS_STATE_VERSION, REGION_GROWSDOWN,
     REGION_BLOB, REGION_SHARED_ANON, REGION_SHARED_FILE, SECTION_PROCESS,
@@ -459,7 +462,13 @@ struct ForkCtx {
     sections: Vec<(String, Vec<u8>)>,
     regions: Vec<Region>,
     sync: bool,
+    /// The writer's pid (sync: its exit code; negative: the fork's errno).
     child: i64,
+    /// The writer's pidfd (-1: none, the kernel has no `CLONE_PIDFD`).
+    pidfd: i32,
+    /// Test hook (`CRUM_TEST_STOP_WRITER=1`): the writer stops itself (SIGSTOP) once its
+    /// temporary directory exists, so a test can kill it mid-write.
+    stop_writer: bool,
     err_r: i32,
     err_w: i32,
     maps_buf: Vec<u8>,
@@ -480,6 +489,11 @@ fn checkpoint(cfg: &Config, dir: &Path) -> Outcome {
 }
 
 fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
+    // What failed or killed writers left here (of this process or any other) first: on a
+    // full disk their partial images would make this checkpoint fail too.
+    if let Err(e) = clean_leftovers(dir) {
+        tracing::warn!("cannot remove partial images: {e}");
+    }
     let h = hooks();
     let tq = Instant::now();
     PHASE_DRAIN_US.store(0, Relaxed);
@@ -542,11 +556,17 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
             Err(read_child_error(ctx.err_r, ctx.err_w))
         }
     } else if ctx.child < 0 {
-        Err(format!("fork failed: {}", std::io::Error::from_raw_os_error(-ctx.child as i32)))
+        // SAFETY: our own pipe fds, closed once here (no child holds them).
+        unsafe {
+            libc::close(ctx.err_r);
+            libc::close(ctx.err_w);
+        }
+        Err(format!("cannot start the image writer: {}", std::io::Error::from_raw_os_error(-ctx.child as i32)))
     } else {
-        reap(ctx.child as i32, ctx.err_r, ctx.err_w)
+        reap(ctx.child as i32, ctx.pidfd, ctx.err_r, ctx.err_w)
     };
     let path = ctx.writer.final_path().to_path_buf();
+    let partial = result.is_err().then(|| ctx.writer.remove_partial());
     drop(ctx);
     crate::alloc::release();
     match result {
@@ -558,7 +578,10 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
             }
             Outcome::Written(path)
         }
-        Err(e) => Outcome::Failed(e),
+        Err(e) => match partial {
+            Some(Err(r)) => Outcome::Failed(format!("{e} (and its partial image could not be removed: {r})")),
+            _ => Outcome::Failed(e),
+        },
     }
 }
 
@@ -639,6 +662,13 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> R
         regions: state.regions,
         sync: cfg.sync,
         child: 0,
+        pidfd: -1,
+        // SAFETY: getenv with a NUL-terminated name; the pointer is only tested for NULL and
+        // read at once (no lock: a stopped thread may hold std's environment lock).
+        stop_writer: unsafe {
+            let v = libc::getenv(c"CRUM_TEST_STOP_WRITER".as_ptr());
+            !v.is_null() && *v == b'1' as libc::c_char
+        },
         err_r: p[0],
         err_w: p[1],
         maps_buf: Vec::with_capacity(MAPS_BUF),
@@ -667,6 +697,14 @@ pub fn read_hook_section(reader: &mut ImageReader, name: &str) -> Result<Option<
     reader.read_region(idx).map(Some).map_err(|e| format!("section `{name}`: {e}"))
 }
 
+/// Starts the image writer: a raw `clone` without `CLONE_VM` (a fork, but no atfork
+/// handlers run: the program's threads are stopped, possibly holding the locks those would
+/// take) with exit signal 0 and `CLONE_PIDFD`. Exit signal 0 makes the writer invisible to the
+/// program's own child handling: no SIGCHLD reaches it, `waitpid(-1)`/`wait` without
+/// `__WALL`/`__WCLONE` do not see the writer (a shell's or mpirun's reaping handler cannot take
+/// it), and `SIGCHLD` set to `SIG_IGN` does not make the kernel reap it (auto-reaping applies
+/// only to children whose exit signal is SIGCHLD). The agent waits on the pidfd. Kernels
+/// without `CLONE_PIDFD` (before 5.2) get the same clone without it, waited for by pid.
 extern "C" fn fork_and_write(arg: u64) -> u64 {
     // SAFETY: `arg` is the ForkCtx owned by checkpoint(), live for this call.
     let ctx = unsafe { &mut *(arg as *mut ForkCtx) };
@@ -674,32 +712,55 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
         ctx.child = child_write(ctx) as i64;
         return 0;
     }
-    // SAFETY: raw fork: no atfork handlers; the child only runs child_write and exits.
-    let pid = unsafe { libc::syscall(libc::SYS_fork) };
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: clone without CLONE_VM and without a new stack is a fork: the child runs on its
+    // own copy of this stack and returns here with 0; only child_write and exit follow. The
+    // pidfd is written into the live local (parent_tid argument of CLONE_PIDFD).
+    let mut pid = unsafe {
+        libc::syscall(libc::SYS_clone, libc::CLONE_PIDFD as libc::c_ulong, 0usize, &mut pidfd as *mut libc::c_int, 0usize, 0usize)
+    };
+    if pid < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        pidfd = -1;
+        // SAFETY: as above, without CLONE_PIDFD.
+        pid = unsafe { libc::syscall(libc::SYS_clone, 0usize, 0usize, 0usize, 0usize, 0usize) };
+    }
     if pid == 0 {
         let code = child_write(ctx);
         // SAFETY: leave without running any destructor or atexit handler.
         unsafe { libc::syscall(libc::SYS_exit_group, code) };
     }
+    ctx.pidfd = if pid > 0 { pidfd } else { -1 };
     ctx.child = if pid < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(1) as i64) } else { pid };
     0
 }
 
-fn child_fail(ctx: &ForkCtx, what: &[u8], detail: &[u8]) -> i32 {
-    // SAFETY: raw writes of live slices to the error pipe.
-    unsafe {
-        libc::write(ctx.err_w, what.as_ptr() as *const libc::c_void, what.len());
-        libc::write(ctx.err_w, detail.as_ptr() as *const libc::c_void, detail.len());
+/// Room for one error report of the writer (errno + text; one atomic pipe write).
+const ERR_RECORD: usize = 512;
+
+/// Reports a failure through the error pipe: the errno behind it (0: none) as 4 bytes, then
+/// `what` and the error's operation. No allocation (the record is built on the stack); the
+/// parent turns the errno into its text ([`read_child_error`]).
+fn child_fail(ctx: &ForkCtx, what: &[u8], err: Option<&ImageError>) -> i32 {
+    let (detail, errno) = err.map_or(("", 0), error_detail);
+    let mut rec = [0u8; ERR_RECORD];
+    rec[..4].copy_from_slice(&errno.to_le_bytes());
+    let mut n = 4;
+    for part in [what, if err.is_some() && errno != 0 { b"cannot ".as_slice() } else { b"" }, detail.as_bytes()] {
+        let k = part.len().min(ERR_RECORD - n);
+        rec[n..n + k].copy_from_slice(&part[..k]);
+        n += k;
     }
+    // SAFETY: raw write of a live stack buffer to the error pipe.
+    unsafe { libc::write(ctx.err_w, rec.as_ptr() as *const libc::c_void, n) };
     1
 }
 
-fn error_detail(e: &crate::image::ImageError) -> &'static str {
-    use crate::image::ImageError as E;
+/// The failed operation's description and the errno behind it (0: none), without allocating.
+fn error_detail(e: &ImageError) -> (&'static str, i32) {
     match e {
-        E::Write { op, .. } => op,
-        E::Invalid(s) | E::Capacity(s) | E::Compress(s) => s,
-        _ => "image error",
+        ImageError::Write { op, source } => (op, source.raw_os_error().unwrap_or(0)),
+        ImageError::Invalid(s) | ImageError::Capacity(s) | ImageError::Compress(s) => (s, 0),
+        _ => ("image error", 0),
     }
 }
 
@@ -807,10 +868,15 @@ fn child_add_piece(
 /// Writes the image. In the forked child: no allocation, no locks.
 fn child_write(ctx: &mut ForkCtx) -> i32 {
     if !child_read_ranges(ctx) {
-        return child_fail(ctx, b"reading the memory map", b"");
+        return child_fail(ctx, b"reading the memory map", None);
     }
     if let Err(e) = ctx.writer.add_section(SECTION_PROCESS, true, &ctx.state_bytes) {
-        return child_fail(ctx, b"writing the process section: ", error_detail(&e).as_bytes());
+        return child_fail(ctx, b"writing the process section: ", Some(&e));
+    }
+    if ctx.stop_writer && !ctx.sync {
+        // Test hook: stop here, mid-write (the temporary directory exists and is locked).
+        // SAFETY: raw system calls on this process only.
+        unsafe { libc::syscall(libc::SYS_kill, libc::syscall(libc::SYS_getpid), libc::SIGSTOP) };
     }
     for i in 0..ctx.sections.len() {
         let (name, data) = (&ctx.sections[i].0, &ctx.sections[i].1);
@@ -822,7 +888,7 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
             ctx.writer.add_section(name, false, data)
         };
         if let Err(e) = r {
-            return child_fail(ctx, b"writing a hook section: ", error_detail(&e).as_bytes());
+            return child_fail(ctx, b"writing a hook section: ", Some(&e));
         }
     }
     let mut k = 0;
@@ -857,20 +923,22 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
                 }
                 let scratch = w == 1;
                 if let Err(e) = child_add_piece(&mut ctx.writer, ctx.sync, r, ps, pe, prot, scratch, flags, offset) {
-                    return child_fail(ctx, b"writing memory: ", error_detail(&e).as_bytes());
+                    return child_fail(ctx, b"writing memory: ", Some(&e));
                 }
             }
         }
     }
     if let Err(e) = ctx.writer.commit() {
-        return child_fail(ctx, b"committing the image: ", error_detail(&e).as_bytes());
+        return child_fail(ctx, b"committing the image: ", Some(&e));
     }
     0
 }
 
-/// Closes the error pipe and returns what the writer wrote into it.
+/// Closes the error pipe and returns what the writer reported into it (see [`child_fail`]):
+/// `the image writer failed writing memory: cannot write pages file: No space left on device
+/// (os error 28)`.
 fn read_child_error(err_r: i32, err_w: i32) -> String {
-    let mut buf = [0u8; 512];
+    let mut buf = [0u8; ERR_RECORD];
     // SAFETY: our own pipe fds, each closed once here; read into the live buffer.
     let n = unsafe {
         libc::close(err_w);
@@ -878,34 +946,51 @@ fn read_child_error(err_r: i32, err_w: i32) -> String {
         libc::close(err_r);
         n
     };
-    let msg = String::from_utf8_lossy(&buf[..n.max(0) as usize]).into_owned();
-    if msg.is_empty() {
-        "the image writer failed".into()
+    let n = n.max(0) as usize;
+    if n < 4 {
+        return "the image writer failed".into();
+    }
+    let errno = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    let text = String::from_utf8_lossy(&buf[4..n]);
+    if errno != 0 {
+        format!("the image writer failed {text}: {}", std::io::Error::from_raw_os_error(errno))
     } else {
-        format!("image writer failed {msg}")
+        format!("the image writer failed {text}")
     }
 }
 
-fn reap(child: i32, err_r: i32, err_w: i32) -> Result<(), String> {
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for our own child.
-        let r = unsafe { libc::waitpid(child, &mut status, libc::__WALL) };
-        if r == child {
-            break;
+/// Waits for the writer: through its pidfd (`waitid(P_PIDFD, …, __WALL)`: the writer's exit
+/// signal is 0, so only `__WALL`/`__WCLONE` waits see it), or by pid without one.
+fn reap(child: i32, pidfd: i32, err_r: i32, err_w: i32) -> Result<(), String> {
+    // SAFETY: siginfo_t is plain data; all-zero is valid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let (id_type, id) = if pidfd >= 0 { (libc::P_PIDFD, pidfd as libc::id_t) } else { (libc::P_PID, child as libc::id_t) };
+    let waited = loop {
+        // SAFETY: waits for our own child, writing into the live siginfo.
+        let r = unsafe { libc::waitid(id_type, id, &mut info, libc::WEXITED | libc::__WALL) };
+        if r == 0 {
+            break Ok(());
         }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return Err(format!("cannot wait for the image writer: {}", std::io::Error::last_os_error()));
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            break Err(e);
         }
+    };
+    if pidfd >= 0 {
+        // SAFETY: the pidfd is ours, closed once here.
+        unsafe { libc::close(pidfd) };
     }
     let msg = read_child_error(err_r, err_w);
-    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
-        return Ok(());
+    if let Err(e) = waited {
+        return Err(format!("cannot wait for the image writer: {e}"));
     }
-    if libc::WIFSIGNALED(status) {
-        return Err(format!("the image writer was killed by signal {}", libc::WTERMSIG(status)));
+    // SAFETY: waitid filled the CLD_* fields of the live siginfo.
+    let status = unsafe { info.si_status() };
+    match info.si_code {
+        libc::CLD_EXITED if status == 0 => Ok(()),
+        libc::CLD_EXITED => Err(msg),
+        _ => Err(format!("the image writer was killed by signal {status}")),
     }
-    Err(msg)
 }
 
 /// The restored process: tidy up after the restorer and let the program go. Reads what it

@@ -273,18 +273,10 @@ fn keep_newest_removes_only_older_complete_images() {
     assert!(imgs[3].exists());
 }
 
-#[test]
-fn crash_mid_write_leaves_only_an_ignored_temporary() {
-    let tmp = tempfile::tempdir().unwrap();
-    let good = make_image(tmp.path(), 0, None);
-    // A child starts a newer image and is killed before commit.
-    let opts = WriterOptions {
-        chunk_size: 64 * 1024,
-        seq: 1,
-        pid: 999_999_999,
-        ..Default::default()
-    };
-    let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
+/// Writes part of an image in a forked child that ends without committing (as a writer that
+/// dies mid-write); returns the temporary directory's name.
+fn die_mid_write(parent: &std::path::Path, opts: &WriterOptions) -> String {
+    let mut w = ImageWriter::prepare(parent, opts).unwrap();
     let data = noise(200_000, 9);
     let meta = RegionMeta {
         start: 0x1000,
@@ -294,15 +286,43 @@ fn crash_mid_write_leaves_only_an_ignored_temporary() {
         offset: 0,
         name: b"",
     };
-    w.add_region(&meta, &data).unwrap();
-    // Simulate the crash: forget the writer (no commit, no cleanup).
-    std::mem::forget(w);
-    let leftovers: Vec<String> = std::fs::read_dir(tmp.path())
+    // SAFETY: the child only uses the prepared writer (no allocation) and ends with _exit,
+    // without cleaning up: what a killed writer leaves.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let ok = w.add_region(&meta, &data).is_ok();
+        // SAFETY: ends the child without destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+    drop(w); // the parent only prepared: dropping its copy removes nothing
+    let leftovers: Vec<String> = std::fs::read_dir(parent)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.starts_with(".tmp-"))
         .collect();
-    assert_eq!(leftovers.len(), 1);
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    leftovers[0].clone()
+}
+
+#[test]
+fn crash_mid_write_leaves_only_an_ignored_temporary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = make_image(tmp.path(), 0, None);
+    // A child starts a newer image and dies before commit. The pid in the name is this
+    // (live) process's, as for a forked writer of a program that runs on: the leftover is
+    // stale all the same, because nothing holds its lock.
+    let opts = WriterOptions {
+        chunk_size: 64 * 1024,
+        seq: 1,
+        pid: std::process::id(),
+        ..Default::default()
+    };
+    let leftover = die_mid_write(tmp.path(), &opts);
 
     assert_eq!(latest_image(tmp.path()).unwrap(), Some(good.clone()));
     assert_eq!(
@@ -312,10 +332,70 @@ fn crash_mid_write_leaves_only_an_ignored_temporary() {
     );
     assert!(good.exists());
     assert!(
-        !tmp.path().join(&leftovers[0]).exists(),
+        !tmp.path().join(&leftover).exists(),
         "leftover of a dead writer is cleaned"
     );
     assert_eq!(clean_leftovers(tmp.path()).unwrap(), 0);
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 1, "only the complete image remains: {names:?}");
+}
+
+#[test]
+fn temporary_of_a_writer_holding_its_lock_is_kept_whatever_its_pid() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The pid in the name is long gone, but the writer (here, in this process) still writes.
+    let opts = WriterOptions {
+        chunk_size: 64 * 1024,
+        seq: 1,
+        pid: 999_999_999,
+        ..Default::default()
+    };
+    let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
+    w.add_section("note", false, b"in progress").unwrap();
+    let temp = w.temp_path();
+    assert!(temp.join("lock").is_file(), "a writer holds a lock file in its directory");
+    assert_eq!(clean_leftovers(tmp.path()).unwrap(), 0);
+    assert!(temp.exists(), "a live writer's directory is never removed");
+    w.commit().unwrap();
+    let img = w.final_path().to_path_buf();
+    assert!(!img.join("lock").exists(), "a complete image has no lock file");
+    ImageReader::open(&img).unwrap().verify().unwrap();
+    assert_eq!(latest_image(tmp.path()).unwrap(), Some(img));
+}
+
+#[test]
+fn remove_partial_removes_a_dead_writers_image_and_never_a_complete_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = WriterOptions { seq: 3, ..Default::default() };
+    let w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
+    let data = noise(200_000, 5);
+    let meta = RegionMeta { start: 0x1000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"" };
+    // SAFETY: as in die_mid_write.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let mut w = w;
+        let ok = w.add_region(&meta, &data).is_ok();
+        std::mem::forget(w);
+        // SAFETY: ends the child without destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(w.temp_path().exists());
+    assert!(w.remove_partial().unwrap(), "the partial image was there");
+    assert!(!w.temp_path().exists());
+    assert!(!w.remove_partial().unwrap(), "nothing left the second time");
+
+    let mut done = ImageWriter::prepare(tmp.path(), &WriterOptions { seq: 4, ..Default::default() }).unwrap();
+    done.add_region(&meta, &data).unwrap();
+    done.commit().unwrap();
+    assert!(!done.remove_partial().unwrap());
+    ImageReader::open(done.final_path()).unwrap().verify().unwrap();
 }
 
 #[test]

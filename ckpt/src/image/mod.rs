@@ -39,6 +39,9 @@ pub const SECTION_PAGES: &str = "pages";
 pub const IMAGE_PREFIX: &str = "ckpt-";
 /// Prefix of directories being written (never read as images; cleaned when their writer died).
 pub const TEMP_PREFIX: &str = ".tmp-";
+/// Prefix of a directory being written before its writer holds its lock (it is renamed to
+/// [`TEMP_PREFIX`] at once; see the writer's module docs).
+pub const NEW_PREFIX: &str = ".new-";
 
 /// Everything that can go wrong writing or reading an image. Each message is one line that
 /// names the problem; writer variants carry only static data so that building them in the

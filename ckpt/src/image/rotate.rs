@@ -4,13 +4,21 @@
 //! Complete images are directories named `ckpt-<utc>-<pid>-<seq>` holding an `inventory`
 //! (the writer renames into that name only after everything is fsynced). Names sort
 //! chronologically; ties break on sequence number. `.tmp-*` directories are writes in
-//! progress or leftovers of crashed writers; they are never read, and removed once the pid
-//! in their name is gone. Removal first renames an image to `.del-*`, so a half-removed
-//! image never looks complete.
+//! progress or leftovers of failed or killed writers; they are never read. One is removed
+//! when its `lock` file can be `flock`ed: its writer (whatever its pid, in whatever process)
+//! holds that lock for as long as it lives. A `.tmp-*` directory without a lock file (written
+//! by an older crum) and a `.new-*` one (a writer that died before taking its lock) are
+//! removed once the pid in their name is gone. Removal first renames a directory to
+//! `.del-*`, so a half-removed image never looks complete.
 
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{ImageError, IMAGE_PREFIX, TEMP_PREFIX};
+use nix::fcntl::{Flock, FlockArg};
+
+use super::{ImageError, IMAGE_PREFIX, NEW_PREFIX, TEMP_PREFIX};
 
 const DELETE_PREFIX: &str = ".del-";
 
@@ -37,9 +45,10 @@ fn parse_name(name: &str) -> Option<(String, u32, u64)> {
     Some((stamp.to_string(), pid, seq))
 }
 
-/// The pid in a `.tmp-ckpt-<stamp>-<pid>-<seq>` name.
+/// The pid in a `.tmp-ckpt-<stamp>-<pid>-<seq>` (or `.new-…`) name.
 fn temp_pid(name: &str) -> Option<u32> {
-    parse_name(name.strip_prefix(TEMP_PREFIX)?).map(|(_, pid, _)| pid)
+    let rest = name.strip_prefix(TEMP_PREFIX).or_else(|| name.strip_prefix(NEW_PREFIX))?;
+    parse_name(rest).map(|(_, pid, _)| pid)
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -98,12 +107,62 @@ fn remove(parent: &Path, name: &str) -> Result<(), ImageError> {
     std::fs::remove_dir_all(&to).map_err(|e| ImageError::io(&to, e))
 }
 
-/// Removes leftovers: `.tmp-*` directories whose writer's pid is gone and `.del-*`
-/// directories of interrupted removals. Returns how many were removed.
+/// Removes a directory of images (a leftover or a partial image) by renaming it to
+/// `.del-<name>` first. `NotFound` when `path` is not there (or another process removes it).
+pub(super) fn remove_dir(path: &Path) -> io::Result<()> {
+    let name = path.file_name().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut del = std::ffi::OsString::from(DELETE_PREFIX);
+    del.push(name);
+    let to = path.with_file_name(del);
+    std::fs::rename(path, &to)?;
+    match std::fs::remove_dir_all(&to) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// What holds a temporary directory.
+enum Writer {
+    /// Its writer lives (or it is not ours to judge: another user's).
+    Alive,
+    /// Its writer is gone; the lock (if it had one) is held until it is removed.
+    Gone(Option<Flock<File>>),
+}
+
+fn temp_writer(path: &Path, name: &str) -> Writer {
+    let by_pid = || {
+        if temp_pid(name).is_some_and(|p| !pid_alive(p)) {
+            Writer::Gone(None)
+        } else {
+            Writer::Alive
+        }
+    };
+    if name.starts_with(NEW_PREFIX) {
+        return by_pid();
+    }
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path.join("lock"));
+    match lock {
+        Ok(f) => match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(held) => Writer::Gone(Some(held)),
+            Err(_) => Writer::Alive,
+        },
+        // An older crum's directory, or one whose writer is renaming it into place.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => by_pid(),
+        Err(_) => Writer::Alive,
+    }
+}
+
+/// Removes leftovers: `.tmp-*` directories whose writer is gone (their lock can be taken, or
+/// without a lock file the pid in their name is gone), `.new-*` directories whose pid is
+/// gone, and `.del-*` directories of interrupted removals. Returns how many were removed.
+/// Safe to run from any process at any time: a live writer's directory is never removed.
 pub fn clean_leftovers(parent: &Path) -> Result<usize, ImageError> {
     let rd = match std::fs::read_dir(parent) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(ImageError::io(parent, e)),
     };
     let mut n = 0;
@@ -111,12 +170,23 @@ pub fn clean_leftovers(parent: &Path) -> Result<usize, ImageError> {
         let ent = ent.map_err(|e| ImageError::io(parent, e))?;
         let name = ent.file_name();
         let Some(name) = name.to_str() else { continue };
-        let stale = name.starts_with(DELETE_PREFIX)
-            || (name.starts_with(TEMP_PREFIX) && temp_pid(name).is_some_and(|p| !pid_alive(p)));
-        if stale {
-            let path = ent.path();
-            std::fs::remove_dir_all(&path).map_err(|e| ImageError::io(&path, e))?;
-            n += 1;
+        let path = ent.path();
+        let r = if name.starts_with(DELETE_PREFIX) {
+            std::fs::remove_dir_all(&path)
+        } else if name.starts_with(TEMP_PREFIX) || name.starts_with(NEW_PREFIX) {
+            match temp_writer(&path, name) {
+                Writer::Alive => continue,
+                // The lock stays held until the directory is gone.
+                Writer::Gone(_lock) => remove_dir(&path),
+            }
+        } else {
+            continue;
+        };
+        match r {
+            Ok(()) => n += 1,
+            // Someone else (another cleaner, the writer renaming it) was quicker.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ImageError::io(&path, e)),
         }
     }
     Ok(n)

@@ -15,6 +15,12 @@
 //! parent is fsynced. A crash or a full disk mid-write leaves only a temporary directory,
 //! which readers ignore and rotation cleans; older images are never touched.
 //!
+//! Liveness: the temporary directory holds a `lock` file the writer keeps `flock`ed while
+//! it writes. The directory is born as `.new-<name>`, gets its locked `lock`, and only then is
+//! renamed to `.tmp-<name>`, so a `.tmp-` directory without a lock holder is always a dead
+//! writer's, whatever its pid was: [`super::clean_leftovers`] removes exactly those (the lock
+//! goes away with the writer's last descriptor, also when it is killed).
+//!
 //! # Safety
 //! The unsafe code here calls libc and zstd. Invariants: every pointer/length pair passed to
 //! a system call comes from a live Rust slice; file descriptors stored in the writer are
@@ -33,7 +39,7 @@ use libc::c_int;
 use zstd::zstd_safe::zstd_sys;
 
 use super::format::*;
-use super::{ImageError, IMAGE_PREFIX, SECTION_PAGES, SECTION_REGIONS, TEMP_PREFIX};
+use super::{ImageError, IMAGE_PREFIX, NEW_PREFIX, SECTION_PAGES, SECTION_REGIONS, TEMP_PREFIX};
 
 /// Options of [`ImageWriter::prepare`].
 #[derive(Debug, Clone)]
@@ -111,8 +117,12 @@ pub struct ImageWriter {
     final_path: PathBuf,
     parent_fd: OwnedFd,
     tmp_name: CString,
+    /// `.new-<name>`: the directory before its lock is held (see the module docs).
+    new_name: CString,
     final_name: CString,
     dir_fd: c_int,
+    /// The `lock` file, `flock`ed while this writer writes.
+    lock_fd: c_int,
     pages_fd: c_int,
     regions_fd: c_int,
     begun: bool,
@@ -336,6 +346,8 @@ impl ImageWriter {
         }
         let tmp_name = CString::new(format!("{TEMP_PREFIX}{name}"))
             .map_err(|_| ImageError::Invalid("NUL in name"))?;
+        let new_name = CString::new(format!("{NEW_PREFIX}{name}"))
+            .map_err(|_| ImageError::Invalid("NUL in name"))?;
         let final_name = CString::new(name).map_err(|_| ImageError::Invalid("NUL in name"))?;
 
         let mut producer = [0u8; PRODUCER_LEN];
@@ -376,8 +388,10 @@ impl ImageWriter {
             final_path,
             parent_fd,
             tmp_name,
+            new_name,
             final_name,
             dir_fd: -1,
+            lock_fd: -1,
             pages_fd: -1,
             regions_fd: -1,
             begun: false,
@@ -415,6 +429,27 @@ impl ImageWriter {
         &self.final_path
     }
 
+    /// Where the image is written before it is complete (`<parent>/.tmp-<name>`).
+    pub fn temp_path(&self) -> PathBuf {
+        self.final_path.with_file_name(self.tmp_name.to_string_lossy().as_ref())
+    }
+
+    /// In the process that prepared the writer, once the process that wrote with it is gone
+    /// (a forked writer that failed or was killed): removes its partial image, if any.
+    /// Returns whether there was one. Never touches a complete image.
+    pub fn remove_partial(&self) -> Result<bool, ImageError> {
+        let mut found = false;
+        for name in [&self.tmp_name, &self.new_name] {
+            let p = self.final_path.with_file_name(name.to_string_lossy().as_ref());
+            match super::rotate::remove_dir(&p) {
+                Ok(()) => found = true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ImageError::io(p, e)),
+            }
+        }
+        Ok(found)
+    }
+
     /// Creates the temporary directory and the memory files (first call only).
     fn begin(&mut self) -> Result<(), ImageError> {
         if self.failed {
@@ -425,9 +460,10 @@ impl ImageWriter {
         }
         self.begun = true;
         let pfd = self.parent_fd.as_raw_fd();
+        // Born as `.new-<name>`: no cleaner looks at it before its lock is held.
         check(
-            // SAFETY: `tmp_name` is a NUL-terminated C string; `pfd` is the open parent directory.
-            unsafe { libc::mkdirat(pfd, self.tmp_name.as_ptr(), 0o700) },
+            // SAFETY: `new_name` is a NUL-terminated C string; `pfd` is the open parent directory.
+            unsafe { libc::mkdirat(pfd, self.new_name.as_ptr(), 0o700) },
             "create temporary directory",
         )?;
         self.dir_fd = check(
@@ -435,7 +471,7 @@ impl ImageWriter {
             unsafe {
                 libc::openat(
                     pfd,
-                    self.tmp_name.as_ptr(),
+                    self.new_name.as_ptr(),
                     libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
                 )
             },
@@ -443,6 +479,25 @@ impl ImageWriter {
         )?;
         // SAFETY: `dir_fd` was just opened.
         unsafe { libc::fchmod(self.dir_fd, 0o700) };
+        self.lock_fd = create_file(self.dir_fd, c"lock", "create lock file")?;
+        check(
+            // SAFETY: plain system call on the descriptor just opened.
+            unsafe { libc::flock(self.lock_fd, libc::LOCK_EX | libc::LOCK_NB) },
+            "lock the temporary directory",
+        )?;
+        check(
+            // SAFETY: both names are NUL-terminated C strings relative to the open parent fd.
+            unsafe {
+                libc::renameat2(
+                    pfd,
+                    self.new_name.as_ptr(),
+                    pfd,
+                    self.tmp_name.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
+            },
+            "rename temporary directory",
+        )?;
         self.pages_fd = create_file(self.dir_fd, c"pages", "create pages file")?;
         self.regions_fd = create_file(self.dir_fd, c"regions", "create regions file")?;
         let mut hdr = [0u8; REGIONS_HEADER_LEN];
@@ -799,7 +854,6 @@ impl ImageWriter {
         close(&mut fd);
         r?;
         fsync(self.dir_fd, "fsync image directory")?;
-        close(&mut self.dir_fd);
 
         let pfd = self.parent_fd.as_raw_fd();
         // RENAME_NOREPLACE: never replace an existing image of the same name.
@@ -816,6 +870,12 @@ impl ImageWriter {
             },
             "rename image into place",
         )?;
+        // The image is complete: its lock file goes (the directory descriptor followed the
+        // rename). A crash before this leaves an empty `lock` file, which readers ignore.
+        // SAFETY: NUL-terminated name relative to the open image directory.
+        unsafe { libc::unlinkat(self.dir_fd, c"lock".as_ptr(), 0) };
+        close(&mut self.dir_fd);
+        close(&mut self.lock_fd);
         fsync(pfd, "fsync parent directory")
     }
 
@@ -829,16 +889,21 @@ impl ImageWriter {
         }
         close(&mut self.pages_fd);
         close(&mut self.regions_fd);
+        let pfd = self.parent_fd.as_raw_fd();
         if self.dir_fd < 0 {
-            let pfd = self.parent_fd.as_raw_fd();
-            // SAFETY: NUL-terminated name relative to the open parent directory.
-            self.dir_fd = unsafe {
-                libc::openat(
-                    pfd,
-                    self.tmp_name.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
-            };
+            for name in [&self.tmp_name, &self.new_name] {
+                // SAFETY: NUL-terminated name relative to the open parent directory.
+                self.dir_fd = unsafe {
+                    libc::openat(
+                        pfd,
+                        name.as_ptr(),
+                        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    )
+                };
+                if self.dir_fd >= 0 {
+                    break;
+                }
+            }
         }
         if self.dir_fd >= 0 {
             let unlink = |name: &CStr| {
@@ -848,6 +913,7 @@ impl ImageWriter {
             unlink(c"inventory");
             unlink(c"regions");
             unlink(c"pages");
+            unlink(c"lock");
             for i in 0..self.sections.len() {
                 let mut fname = [0u8; 32];
                 let n = section_file_name(i, &mut fname);
@@ -855,14 +921,11 @@ impl ImageWriter {
             }
             close(&mut self.dir_fd);
         }
-        // SAFETY: NUL-terminated name relative to the open parent directory.
-        unsafe {
-            libc::unlinkat(
-                self.parent_fd.as_raw_fd(),
-                self.tmp_name.as_ptr(),
-                libc::AT_REMOVEDIR,
-            )
-        };
+        for name in [&self.tmp_name, &self.new_name] {
+            // SAFETY: NUL-terminated name relative to the open parent directory.
+            unsafe { libc::unlinkat(pfd, name.as_ptr(), libc::AT_REMOVEDIR) };
+        }
+        close(&mut self.lock_fd);
     }
 }
 
@@ -876,6 +939,7 @@ impl Drop for ImageWriter {
         close(&mut self.pages_fd);
         close(&mut self.regions_fd);
         close(&mut self.dir_fd);
+        close(&mut self.lock_fd);
     }
 }
 
