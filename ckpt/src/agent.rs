@@ -46,6 +46,8 @@ pub struct Hooks {
     /// Before threads are stopped: hold new CUDA calls at the gate, drain in-flight calls.
     pub quiesce: fn() -> Result<(), String>,
     /// After threads are stopped, before fork: extra image sections (name, bytes) e.g. device state.
+    /// Every one is required (an image without it is refused) and listed in the process
+    /// state's `hook_sections`; a restorer must name them as understood.
     /// Runs while the program's threads are stopped: its Rust allocations come from the
     /// agent's arena (`crate::alloc`); it must not call C library functions that `malloc`.
     pub collect: fn() -> Result<Vec<(String, Vec<u8>)>, String>,
@@ -81,8 +83,12 @@ fn progress_done() {
     let _ = IN_PROGRESS.fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(1)));
 }
 
-/// At program exit (atexit): let a checkpoint in progress finish and answer first.
+/// At program exit (atexit): let a checkpoint in progress finish and answer first. Not in
+/// a child the program forked (it has no agent; `after_fork_child` clears its count too).
 extern "C" fn wait_for_checkpoints() {
+    if !is_owner() {
+        return;
+    }
     let t0 = Instant::now();
     while IN_PROGRESS.load(SeqCst) != 0 && t0.elapsed() < Duration::from_secs(600) {
         std::thread::sleep(Duration::from_millis(2));
@@ -232,6 +238,224 @@ enum Reply {
 struct Job {
     dir: Option<PathBuf>,
     reply: Option<mpsc::Sender<Reply>>,
+    /// Not a checkpoint: the agent thread is to end ([`suspend_threads`]).
+    quit: bool,
+}
+
+/// The process whose agent this is (the restored process's pid after a restart): a child the
+/// program forked has no crum threads, whatever its copy of this memory says.
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
+fn is_owner() -> bool {
+    // SAFETY: getpid cannot fail.
+    OWNER_PID.load(SeqCst) == unsafe { libc::getpid() }
+}
+
+/// crum's threads: the control thread, the agent thread, the checkpoint-signal thread.
+const CONTROL: usize = 0;
+const ENGINE: usize = 1;
+const SIGNAL: usize = 2;
+const THREAD_NAMES: [&str; 3] = ["crum-control", "crum-agent", "crum-signal"];
+/// Which of crum's threads run (set by the starter, cleared by the thread as it ends).
+static RUNNING: [AtomicBool; 3] = [AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false)];
+/// The kernel tid of each thread that has ended (0: running or never started), so that
+/// [`suspend_threads`] can wait until it has left the thread group.
+static EXIT_TID: [AtomicI32; 3] = [AtomicI32::new(0), AtomicI32::new(0), AtomicI32::new(0)];
+/// Set while crum's threads are to end ([`suspend_threads`]).
+static SUSPEND: AtomicBool = AtomicBool::new(false);
+/// Nesting of [`suspend_threads`]/[`resume_threads`].
+static SUSPENDED: Mutex<u32> = Mutex::new(0);
+
+/// What crum's threads are started from, kept so that they can be started again after
+/// [`suspend_threads`].
+struct Runtime {
+    cfg: Config,
+    server: std::sync::Arc<ControlServer>,
+    tx: mpsc::Sender<Job>,
+    /// The agent thread's queue; taken by the agent thread while it runs.
+    rx: Option<mpsc::Receiver<Job>>,
+    /// Read end of the checkpoint-signal pipe (-1: no `--on-signal`).
+    trigger_r: i32,
+}
+
+static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
+
+fn runtime() -> std::sync::MutexGuard<'static, Option<Runtime>> {
+    RUNTIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts one of crum's threads with every signal blocked from its first instruction: the
+/// creating thread blocks them all around `pthread_create`, so the new thread inherits a full
+/// mask (it then unblocks only the stop signal, [`block_all_signals`]). A process-directed
+/// signal can never land on a crum thread.
+fn spawn_blocked(which: usize, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    // SAFETY: sigfillset/pthread_sigmask on live locals; the old mask is restored below.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    };
+    EXIT_TID[which].store(0, SeqCst);
+    RUNNING[which].store(true, SeqCst);
+    let r = std::thread::Builder::new().name(THREAD_NAMES[which].into()).spawn(move || {
+        f();
+        // The thread's last word: it leaves the thread group right after.
+        RUNNING[which].store(false, SeqCst);
+        EXIT_TID[which].store(threads::gettid(), SeqCst);
+    });
+    // SAFETY: restores the caller's own mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if let Err(e) = r {
+        RUNNING[which].store(false, SeqCst);
+        return Err(format!("cannot start the {} thread: {e}", THREAD_NAMES[which]));
+    }
+    Ok(())
+}
+
+/// Starts those of crum's threads that do not run (all of them at start).
+fn spawn_threads(rt: &mut Runtime) -> Result<(), String> {
+    if !RUNNING[CONTROL].load(SeqCst) {
+        let (server, tx) = (rt.server.clone(), rt.tx.clone());
+        spawn_blocked(CONTROL, move || control_loop(&server, tx))?;
+    }
+    if !RUNNING[ENGINE].load(SeqCst) {
+        if let Some(rx) = rt.rx.take() {
+            let (cfg, tx) = (rt.cfg.clone(), rt.tx.clone());
+            spawn_blocked(ENGINE, move || {
+                engine_loop(cfg, &rx, tx);
+                if let Some(rt) = runtime().as_mut() {
+                    rt.rx = Some(rx);
+                }
+            })?;
+        }
+    }
+    if rt.trigger_r >= 0 && !RUNNING[SIGNAL].load(SeqCst) {
+        let (rfd, tx) = (rt.trigger_r, rt.tx.clone());
+        spawn_blocked(SIGNAL, move || signal_loop(rfd, tx))?;
+    }
+    Ok(())
+}
+
+/// Ends crum's threads (control, agent, signal) and waits until they have left the thread
+/// group, so that the program is single-threaded again if it was before crum: `unshare` and
+/// `setns` of a user or mount namespace require that (`libcrum_libc.so` wraps them). A
+/// checkpoint in progress finishes first. Returns whether threads were ended (`false` in a
+/// child the program forked, which has none, or without an agent). Pair with
+/// [`resume_threads`].
+pub fn suspend_threads() -> bool {
+    let mut depth = SUSPENDED.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_owner() || runtime().is_none() {
+        return false;
+    }
+    *depth += 1;
+    if *depth > 1 {
+        return true;
+    }
+    SUSPEND.store(true, SeqCst);
+    let t0 = Instant::now();
+    // The threads that hand the agent work end first (a request they took is answered),
+    // then the agent thread, after the work queued before its quit job.
+    for which in [CONTROL, SIGNAL, ENGINE] {
+        if RUNNING[which].load(SeqCst) {
+            match which {
+                CONTROL => wake_control(),
+                SIGNAL => {
+                    let b = [TRIGGER_QUIT];
+                    // SAFETY: write(2) of a live byte to our own pipe.
+                    unsafe { libc::write(TRIGGER_W, b.as_ptr() as *const libc::c_void, 1) };
+                }
+                _ => {
+                    let tx = runtime().as_ref().map(|rt| rt.tx.clone());
+                    if let Some(tx) = tx {
+                        let _ = tx.send(Job { dir: None, reply: None, quit: true });
+                    }
+                }
+            }
+        }
+        loop {
+            let tid = EXIT_TID[which].load(SeqCst);
+            let gone = if RUNNING[which].load(SeqCst) {
+                false
+            } else {
+                tid == 0 || !Path::new(&format!("/proc/self/task/{tid}")).exists()
+            };
+            if gone {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                eprintln!("crum: the {} thread did not end within 60 s; the program stays multithreaded", THREAD_NAMES[which]);
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    true
+}
+
+/// Starts crum's threads again after [`suspend_threads`].
+pub fn resume_threads() {
+    let mut depth = SUSPENDED.lock().unwrap_or_else(|e| e.into_inner());
+    if *depth == 0 || !is_owner() {
+        return;
+    }
+    *depth -= 1;
+    if *depth > 0 {
+        return;
+    }
+    SUSPEND.store(false, SeqCst);
+    if let Some(rt) = runtime().as_mut() {
+        if let Err(e) = spawn_threads(rt) {
+            eprintln!("crum: checkpoints disabled: {e}");
+        }
+    }
+}
+
+/// Wakes the control thread out of `accept` with a status request through its own socket.
+fn wake_control() {
+    use std::io::{BufRead, Write};
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() } as u32;
+    let path = crate::control::socket_path_in(&crate::control::socket_dir(), pid);
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(&path) else { return };
+    let Ok(mut line) = serde_json::to_vec(&Request::Status) else { return };
+    line.push(b'\n');
+    if s.write_all(&line).is_ok() {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+        let mut reply = String::new();
+        let _ = std::io::BufReader::new(s).read_line(&mut reply);
+    }
+}
+
+/// Writer descriptors of the checkpoint in progress (error pipe ends, pidfd; -1: none): a
+/// child the program forks meanwhile closes its copies ([`after_fork_child`]), or the agent
+/// would wait for that child to close the pipe.
+static WRITER_FDS: [AtomicI32; 3] = [AtomicI32::new(-1), AtomicI32::new(-1), AtomicI32::new(-1)];
+
+fn publish_writer_fds(fds: [i32; 3]) {
+    for (slot, fd) in WRITER_FDS.iter().zip(fds) {
+        slot.store(fd, SeqCst);
+    }
+}
+
+/// In a child the program forked (pthread_atfork): it has no crum threads and takes no part
+/// in the parent's checkpoint. Clears the checkpoint-in-progress count (its `exit` must not
+/// wait for a checkpoint that is not its own) and closes its copies of the writer's
+/// descriptors. Only atomics and `close`: async-signal-safe.
+extern "C" fn after_fork_child() {
+    IN_PROGRESS.store(0, SeqCst);
+    for r in &RUNNING {
+        r.store(false, SeqCst);
+    }
+    for slot in &WRITER_FDS {
+        let fd = slot.swap(-1, SeqCst);
+        if fd >= 0 {
+            // SAFETY: the parent's writer descriptor, copied into this child by fork; this
+            // child never uses it.
+            unsafe { libc::close(fd) };
+        }
+    }
 }
 
 /// Starts the agent if this process runs under `crum run` (its environment says so);
@@ -248,47 +472,47 @@ pub fn start_from_env() {
 
 fn start(cfg: Result<Config, String>) -> Result<(), String> {
     let cfg = cfg?;
-    // The proxy channel (set up by `crum run`) belongs to the interposer, whose restore hook
-    // builds a new one: never save or restore its descriptor.
-    if let Some(fd) = std::env::var("CRUM_CHANNEL").ok().and_then(|v| v.parse::<i32>().ok()) {
-        exclude_fd(fd);
-    }
+    // The proxy channel (`crum run`'s, moved above the program's fds by the interposer's
+    // constructor) belongs to the interposer, whose restore hook builds a new one: it is
+    // excluded there (never saved or restored).
     threads::probe_libc()?;
     threads::install_handler()?;
     // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() } as u32;
-    let server = ControlServer::bind(pid).map_err(|e| e.to_string())?;
+    let pid = unsafe { libc::getpid() };
+    OWNER_PID.store(pid, SeqCst);
+    let server = ControlServer::bind(pid as u32).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel::<Job>();
-    if let Some(sig) = cfg.signal {
-        install_trigger(sig, tx.clone())?;
+    let trigger_r = match cfg.signal {
+        Some(sig) => install_trigger(sig)?,
+        None => -1,
+    };
+    // SAFETY: registers plain functions without arguments; the first only sleeps and reads
+    // atomics, the second only stores atomics and closes descriptors (async-signal-safe).
+    unsafe {
+        libc::atexit(wait_for_checkpoints);
+        libc::pthread_atfork(None, None, Some(after_fork_child));
     }
-    // SAFETY: registers a plain function without arguments; it only sleeps and reads an atomic.
-    unsafe { libc::atexit(wait_for_checkpoints) };
-    let ctl_tx = tx.clone();
-    std::thread::Builder::new()
-        .name("crum-control".into())
-        .spawn(move || control_loop(server, ctl_tx))
-        .map_err(|e| format!("cannot start the control thread: {e}"))?;
-    std::thread::Builder::new()
-        .name("crum-agent".into())
-        .spawn(move || engine_loop(cfg, rx, tx))
-        .map_err(|e| format!("cannot start the agent thread: {e}"))?;
-    Ok(())
+    let mut guard = runtime();
+    let rt = guard.insert(Runtime { cfg, server: std::sync::Arc::new(server), tx, rx: Some(rx), trigger_r });
+    spawn_threads(rt)
 }
 
-/// Blocks every signal on a crum thread but the stop signal (crum threads are stopped and
-/// restored like the program's).
+/// Sets a crum thread's mask to every signal but the stop signal (crum threads are stopped
+/// and restored like the program's). The thread starts with all of them blocked
+/// ([`spawn_blocked`]).
 fn block_all_signals() {
     // SAFETY: sigfillset/pthread_sigmask on a live local set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut set);
         libc::sigdelset(&mut set, threads::stop_signal());
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     }
 }
 
 static mut TRIGGER_W: i32 = -1;
+/// Written into the checkpoint-signal pipe by [`suspend_threads`]: the signal thread ends.
+const TRIGGER_QUIT: u8 = 0xff;
 
 extern "C" fn on_trigger(_sig: libc::c_int) {
     let b = [1u8];
@@ -296,7 +520,8 @@ extern "C" fn on_trigger(_sig: libc::c_int) {
     unsafe { libc::write(TRIGGER_W, b.as_ptr() as *const libc::c_void, 1) };
 }
 
-fn install_trigger(sig: i32, tx: mpsc::Sender<Job>) -> Result<(), String> {
+/// Installs the checkpoint-signal handler; returns the read end of its pipe.
+fn install_trigger(sig: i32) -> Result<i32, String> {
     let mut p = [0i32; 2];
     // SAFETY: pipe2 writes two fds into the live array; the handler is installed after
     // TRIGGER_W is set, and only reads it.
@@ -304,6 +529,9 @@ fn install_trigger(sig: i32, tx: mpsc::Sender<Job>) -> Result<(), String> {
         if libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             return Err("cannot create the signal pipe".into());
         }
+        // Above the program's fd range (`crate::highfd`).
+        p[0] = crate::highfd::move_high_raw(p[0]);
+        p[1] = crate::highfd::move_high_raw(p[1]);
         TRIGGER_W = p[1];
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_trigger as *const () as usize;
@@ -312,37 +540,44 @@ fn install_trigger(sig: i32, tx: mpsc::Sender<Job>) -> Result<(), String> {
             return Err(format!("cannot install the checkpoint signal handler for {sig}"));
         }
     }
-    let rfd = p[0];
-    std::thread::Builder::new()
-        .name("crum-signal".into())
-        .spawn(move || {
-            block_all_signals();
-            let mut b = [0u8; 64];
-            loop {
-                // SAFETY: read into the live buffer.
-                let n = unsafe { libc::read(rfd, b.as_mut_ptr() as *mut libc::c_void, b.len()) };
-                if n == 0 {
-                    return;
-                }
-                if n < 0 {
-                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                        continue;
-                    }
-                    return;
-                }
-                if tx.send(Job { dir: None, reply: None }).is_err() {
-                    return;
-                }
-            }
-        })
-        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
-    Ok(())
+    Ok(p[0])
 }
 
-fn control_loop(server: ControlServer, tx: mpsc::Sender<Job>) {
+/// The checkpoint-signal thread: one checkpoint per byte the handler writes.
+fn signal_loop(rfd: i32, tx: mpsc::Sender<Job>) {
+    block_all_signals();
+    let mut b = [0u8; 64];
+    loop {
+        // SAFETY: read into the live buffer.
+        let n = unsafe { libc::read(rfd, b.as_mut_ptr() as *mut libc::c_void, b.len()) };
+        if n == 0 {
+            return;
+        }
+        if n < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return;
+        }
+        if b[..n as usize].contains(&TRIGGER_QUIT) && SUSPEND.load(SeqCst) {
+            return;
+        }
+        if tx.send(Job { dir: None, reply: None, quit: false }).is_err() {
+            return;
+        }
+    }
+}
+
+fn control_loop(server: &ControlServer, tx: mpsc::Sender<Job>) {
     block_all_signals();
     loop {
-        let (req, responder) = match server.accept() {
+        // Checked after each request: `suspend_threads` sends one to wake this thread.
+        if SUSPEND.load(SeqCst) && ACCEPTED_SINCE_SUSPEND.swap(false, SeqCst) {
+            return;
+        }
+        let r = server.accept();
+        ACCEPTED_SINCE_SUSPEND.store(SUSPEND.load(SeqCst), SeqCst);
+        let (req, responder) = match r {
             Ok(r) => r,
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(50));
@@ -358,7 +593,7 @@ fn control_loop(server: ControlServer, tx: mpsc::Sender<Job>) {
             Request::Checkpoint { dir, exit } => {
                 let (rtx, rrx) = mpsc::channel();
                 IN_PROGRESS.fetch_add(1, SeqCst);
-                if tx.send(Job { dir, reply: Some(rtx) }).is_err() {
+                if tx.send(Job { dir, reply: Some(rtx), quit: false }).is_err() {
                     let _ = responder.reply(Err("the checkpoint agent is not running".into()));
                     progress_done();
                     continue;
@@ -392,7 +627,7 @@ fn control_loop(server: ControlServer, tx: mpsc::Sender<Job>) {
     }
 }
 
-fn engine_loop(cfg: Config, rx: mpsc::Receiver<Job>, _keepalive: mpsc::Sender<Job>) {
+fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<Job>) {
     block_all_signals();
     if let Err(e) = threads::probe_libc() {
         eprintln!("crum: checkpoints disabled: {e}");
@@ -412,6 +647,7 @@ fn engine_loop(cfg: Config, rx: mpsc::Receiver<Job>, _keepalive: mpsc::Sender<Jo
             },
         };
         let (dir, reply) = match job {
+            Some(j) if j.quit => return,
             Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.reply),
             None => (cfg.dir.clone(), None),
         };
@@ -633,6 +869,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> R
         brk,
         rlimits: capture::rlimits(),
         umask: capture::umask(),
+        hook_sections: sections.iter().map(|(n, _)| n.clone()).collect(),
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -881,11 +1118,13 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
     for i in 0..ctx.sections.len() {
         let (name, data) = (&ctx.sections[i].0, &ctx.sections[i].1);
         // Large sections go through the memory path: chunked, zero chunks skipped, compressed.
+        // Hook sections are required: a restart without them would be wrong (the process
+        // state lists them too, so that one missing from the inventory is noticed as well).
         let r = if data.len() >= BLOB_MIN {
             let meta = RegionMeta { start: 0, len: data.len() as u64, prot: 0, flags: REGION_BLOB, offset: 0, name: name.as_bytes() };
             ctx.writer.add_region(&meta, data)
         } else {
-            ctx.writer.add_section(name, false, data)
+            ctx.writer.add_section(name, true, data)
         };
         if let Err(e) = r {
             return child_fail(ctx, b"writing a hook section: ", Some(&e));

@@ -3,13 +3,22 @@
 //!
 //! Thread registers are not here: each stopped thread's state is in the program's own memory
 //! (its signal frame and the agent's thread slots), which the image holds byte for byte.
+//!
+//! The section is untrusted input: [`ProcessState::decode`] reads strings in place (their
+//! length checked against the bytes left before one is copied), lists grow only as their
+//! elements are actually read, and a limit on the whole decode backs both up.
 
 use serde::{Deserialize, Serialize};
 
 /// Name of the image section holding a [`ProcessState`].
 pub const SECTION_PROCESS: &str = "process";
-/// Version of the [`ProcessState`] encoding; a restorer refuses any other.
-pub const PROCESS_STATE_VERSION: u32 = 1;
+/// Version of the [`ProcessState`] encoding written. Version 2 added
+/// [`ProcessState::hook_sections`] (at the end); version 1 is still read (with none).
+pub const PROCESS_STATE_VERSION: u32 = 2;
+/// The oldest version a restorer still reads; it refuses any other.
+pub const PROCESS_STATE_OLDEST: u32 = 1;
+/// Most memory one decode may claim (a backstop: lengths are checked one by one first).
+const DECODE_LIMIT: usize = 1 << 30;
 
 /// Everything about a process, apart from memory contents, that a restart needs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -19,8 +28,11 @@ pub struct ProcessState {
     pub pid: i32,
     /// Pids this program had before, oldest first (one per earlier restart).
     pub pid_history: Vec<i32>,
+    #[serde(deserialize_with = "bounded::string")]
     pub exe: String,
+    #[serde(deserialize_with = "bounded::strings")]
     pub cmdline: Vec<String>,
+    #[serde(deserialize_with = "bounded::string")]
     pub cwd: String,
     /// Memory regions in address order, special ones (`[vdso]`, ...) excluded.
     pub regions: Vec<Region>,
@@ -44,6 +56,12 @@ pub struct ProcessState {
     /// Linux `struct rlimit` values (cur, max) for every resource, indexed by resource.
     pub rlimits: Vec<(u64, u64)>,
     pub umask: u32,
+    /// The hook sections (e.g. a CUDA program's `crum.device`, `crum.device.data`) this image
+    /// was written with, each a metadata section or a [`REGION_BLOB`] region: a restart
+    /// refuses the image if one is missing, even when it is gone from the inventory too.
+    /// Empty in version 1 images (nothing known).
+    #[serde(deserialize_with = "bounded::strings")]
+    pub hook_sections: Vec<String>,
 }
 
 /// One mapping of the address space.
@@ -55,6 +73,7 @@ pub struct Region {
     pub prot: u32,
     pub kind: RegionKind,
     /// The path or pseudo-name from /proc/self/maps (informational, and for shared files).
+    #[serde(deserialize_with = "bounded::string")]
     pub name: String,
     /// Whether the image holds this region's bytes.
     pub has_data: bool,
@@ -84,12 +103,17 @@ pub enum RegionKind {
     /// anonymous mapping filled from the image (sharing with other processes is not kept).
     SharedAnon,
     /// A shared mapping of a regular file: mapped from the file again; bytes live in the file.
-    SharedFile { path: String, offset: u64 },
+    SharedFile {
+        #[serde(deserialize_with = "bounded::string")]
+        path: String,
+        offset: u64,
+    },
 }
 
 /// A kernel special mapping the program's C library refers to by address.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Special {
+    #[serde(deserialize_with = "bounded::string")]
     pub name: String,
     pub start: u64,
     pub end: u64,
@@ -118,9 +142,21 @@ pub enum FdKind {
     /// stdin/stdout/stderr: taken from the restarting process.
     Stdio,
     /// A regular file or directory, reopened by path and checked for changes.
-    File { path: String, pos: u64, size: u64, mtime_ns: i128, dev: u64, ino: u64, dir: bool },
+    File {
+        #[serde(deserialize_with = "bounded::string")]
+        path: String,
+        pos: u64,
+        size: u64,
+        mtime_ns: i128,
+        dev: u64,
+        ino: u64,
+        dir: bool,
+    },
     /// A character device (reopened by path), e.g. /dev/null.
-    CharDev { path: String },
+    CharDev {
+        #[serde(deserialize_with = "bounded::string")]
+        path: String,
+    },
     /// A terminal: taken from the restarting terminal.
     Tty,
     /// One end of a pipe whose both ends are in the process; `id` pairs the ends; the
@@ -131,7 +167,10 @@ pub enum FdKind {
     /// The agent's control socket: re-created under the restarted process's pid.
     ControlListener,
     /// Something crum cannot restore; the restart fails naming it.
-    Unsupported { what: String },
+    Unsupported {
+        #[serde(deserialize_with = "bounded::string")]
+        what: String,
+    },
 }
 
 /// A signal disposition as the kernel's `struct sigaction` (rt_sigaction ABI).
@@ -151,21 +190,62 @@ impl ProcessState {
             .expect("encoding plain data into a Vec cannot fail")
     }
 
-    /// Decodes and checks the version.
+    /// Decodes and checks the version (versions [`PROCESS_STATE_OLDEST`] to
+    /// [`PROCESS_STATE_VERSION`]). No length in the bytes makes it allocate more than the
+    /// bytes can fill.
     pub fn decode(bytes: &[u8]) -> Result<ProcessState, String> {
-        let (s, used): (ProcessState, usize) =
-            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-                .map_err(|e| format!("corrupt process section: {e}"))?;
+        let cfg = bincode::config::standard().with_limit::<DECODE_LIMIT>();
+        let corrupt = |e: bincode::error::DecodeError| format!("corrupt process section: {e}");
+        // The version is the first field.
+        let (version, _): (u32, usize) = bincode::serde::decode_from_slice(bytes, cfg).map_err(corrupt)?;
+        if !(PROCESS_STATE_OLDEST..=PROCESS_STATE_VERSION).contains(&version) {
+            return Err(format!(
+                "process section version {version} is not supported (this crum reads {PROCESS_STATE_OLDEST} to {PROCESS_STATE_VERSION})"
+            ));
+        }
+        // Version 1 is version 2 without its last field, `hook_sections`: an empty list is
+        // the single byte 0.
+        let owned;
+        let bytes = if version == 1 {
+            owned = [bytes, &[0u8]].concat();
+            &owned[..]
+        } else {
+            bytes
+        };
+        let (s, used): (ProcessState, usize) = bincode::serde::decode_from_slice(bytes, cfg).map_err(corrupt)?;
         if used != bytes.len() {
             return Err("corrupt process section: trailing bytes".into());
         }
-        if s.version != PROCESS_STATE_VERSION {
-            return Err(format!(
-                "process section version {} is not supported (this crum reads {})",
-                s.version, PROCESS_STATE_VERSION
-            ));
-        }
         Ok(s)
+    }
+}
+
+/// Serde readers of strings that borrow from the input (bincode checks the length against
+/// the bytes left) instead of allocating the length first.
+mod bounded {
+    use serde::de::{Deserialize, Deserializer, Error, Visitor};
+
+    struct Str;
+
+    impl Visitor<'_> for Str {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_owned())
+        }
+    }
+
+    pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        d.deserialize_str(Str)
+    }
+
+    #[derive(serde::Deserialize)]
+    struct One(#[serde(deserialize_with = "string")] String);
+
+    pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        Ok(Vec::<One>::deserialize(d)?.into_iter().map(|o| o.0).collect())
     }
 }
 
@@ -196,6 +276,7 @@ mod tests {
             brk: 0x20000,
             rlimits: vec![(1, 2)],
             umask: 0o022,
+            hook_sections: vec!["crum.device".into(), "crum.device.data".into()],
         }
     }
 
@@ -247,5 +328,41 @@ mod tests {
     fn decode_rejects_truncated_bytes() {
         let b = sample(vec![], vec![]).encode();
         assert!(ProcessState::decode(&b[..b.len() / 2]).is_err());
+    }
+
+    #[test]
+    fn version_1_sections_still_decode_with_no_hook_sections() {
+        // A version 1 section is a version 2 one without its last field.
+        let mut s = sample(vec![], vec![]);
+        s.version = 1;
+        s.hook_sections.clear();
+        let mut b = s.encode();
+        assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
+        assert_eq!(ProcessState::decode(&b).unwrap(), s);
+        // ... and a version 1 section with bytes left over is still refused.
+        b.push(7);
+        b.push(0);
+        assert!(ProcessState::decode(&b).is_err());
+    }
+
+    /// bincode's varint for `v`.
+    fn varint(v: u64) -> Vec<u8> {
+        bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap()
+    }
+
+    #[test]
+    fn a_string_or_list_length_beyond_the_input_is_refused_before_allocating() {
+        let s = sample(vec![], vec![]);
+        let good = s.encode();
+        // `exe` ("/bin/x", length byte 6) and `cmdline` (2 strings) follow pid and history.
+        let at = good.windows(7).position(|w| w == b"\x06/bin/x").unwrap();
+        for huge in [u64::MAX, 1 << 40, 1 << 29] {
+            for field in [at, at + 7] {
+                let mut b = good.clone();
+                b.splice(field..field + 1, varint(huge));
+                let e = ProcessState::decode(&b).unwrap_err();
+                assert!(e.starts_with("corrupt process section"), "{huge}: {e}");
+            }
+        }
     }
 }

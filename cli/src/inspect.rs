@@ -7,14 +7,15 @@
 //! region of device/managed/pinned memory and module variables, streams, events, textures.
 //!
 //! Exit codes: 0 described (and verified, with `--verify`), 1 error (the message names it; a
-//! corrupt device section is one).
+//! corrupt device section is one). The device checks are `crum_restart::check`'s, the code
+//! `crum restart` runs before it changes anything.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use crum_ckpt::image::{latest_image, utc_stamp, Encoding, ImageReader, RegionInfo};
-use crum_wire::ckpt::{DeviceState, SECTION_DEVICE, SECTION_DEVICE_DATA};
+use crum_wire::ckpt::{DeviceState, SECTION_DEVICE_DATA};
 use crum_wire::AllocKind;
 use indicatif::HumanBytes;
 
@@ -96,14 +97,16 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
 /// The description of the image at `path` (human text, or JSON with `json`).
 fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
     let mut r = ImageReader::open(path)?;
-    let verified = if verify {
-        r.verify()?;
-        true
+    // The same checks as `crum restart` makes before it changes anything (with `--verify`,
+    // every chunk of process memory too); without `--verify` the device state is decoded
+    // and checked but no data is read.
+    let device = if verify {
+        crum_restart::check::image(&mut r, true)?
     } else {
-        false
+        crum_restart::check::device_state(&mut r)?
     };
+    let verified = verify;
     let inv = r.inventory().clone();
-    let device = device_state(&r)?;
     let regions = r.regions().to_vec();
     let mapped: u64 = regions.iter().map(|g| g.len).sum();
     let stored_len: u64 = regions.iter().filter(|g| g.has_data).map(|g| g.len).sum();
@@ -224,46 +227,6 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         describe_device(&mut o, d, *data_size)?;
     }
     Ok(o)
-}
-
-/// The decoded `crum.device` section and the size of `crum.device.data`, or None for an
-/// image of a program that used no device. Errors name the section and what is wrong.
-fn device_state(r: &ImageReader) -> anyhow::Result<Option<(DeviceState, u64)>> {
-    let section = |n: &str| r.inventory().sections.iter().find(|s| s.name == n).cloned();
-    let Some(sec) = section(SECTION_DEVICE) else {
-        if section(SECTION_DEVICE_DATA).is_some() {
-            anyhow::bail!(
-                "the image has a `{SECTION_DEVICE_DATA}` section but no `{SECTION_DEVICE}` section"
-            );
-        }
-        return Ok(None);
-    };
-    let bytes = r
-        .section(SECTION_DEVICE)
-        .with_context(|| format!("reading the `{SECTION_DEVICE}` section"))?
-        .unwrap_or_default();
-    let state = DeviceState::decode(&bytes)
-        .map_err(anyhow::Error::msg)
-        .with_context(|| {
-            format!(
-                "the `{SECTION_DEVICE}` section ({}) cannot be decoded",
-                sec.file
-            )
-        })?;
-    // Large device data is stored as a compressed blob region of that name.
-    let blob = r
-        .regions()
-        .iter()
-        .find(|x| !crum_ckpt::state::is_process_memory(x.flags) && x.name_lossy() == SECTION_DEVICE_DATA)
-        .map(|x| x.len);
-    let data_size = section(SECTION_DEVICE_DATA).map(|s| s.size).or(blob).unwrap_or(0);
-    if data_size != state.data_len {
-        anyhow::bail!(
-            "the `{SECTION_DEVICE}` section describes {} bytes of device data but `{SECTION_DEVICE_DATA}` holds {data_size}",
-            state.data_len
-        );
-    }
-    Ok(Some((state, data_size)))
 }
 
 fn kind_name(k: AllocKind) -> &'static str {
@@ -493,6 +456,7 @@ fn describe_device(o: &mut String, d: &DeviceState, data_size: u64) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crum_wire::ckpt::SECTION_DEVICE;
 
     fn golden() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../ckpt/tests/golden/image-1.0")
@@ -749,6 +713,9 @@ mod tests {
         wrong_version.version = 99;
         let mut outside = d.clone();
         outside.regions[0].data_offset = d.data_len;
+        let mut huge_list = DeviceState::empty().encode();
+        assert_eq!(&huge_list[..5], &[1, 0, 0, 0, 0], "version, backend, device, next handle, modules");
+        huge_list.splice(4..5, [253, 0, 0, 0, 0, 0, 1, 0, 0]);
         let cases: Vec<(&str, Vec<u8>, &str)> = vec![
             ("garbage", vec![0xff; 7], "cannot be decoded"),
             (
@@ -764,6 +731,9 @@ mod tests {
             ("version", wrong_version.encode(), "version 99"),
             ("outside", outside.encode(), "outside the saved data"),
             ("empty", Vec::new(), "cannot be decoded"),
+            // A list length of 2^40 (the modules): refused before anything is allocated
+            // (it aborted `crum inspect` on a 26 TB allocation).
+            ("huge list", huge_list, "runs past the end"),
         ];
         for (tag, bytes, want) in cases {
             let tmp = TempDir::new(tag);

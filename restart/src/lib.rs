@@ -14,6 +14,7 @@
 //! agent in the restored program.
 #![deny(unsafe_code)]
 
+pub mod check;
 mod layout;
 mod sys;
 
@@ -66,7 +67,7 @@ impl Plan {
 
     /// Whether the image holds a CUDA program's device state.
     pub fn has_device(&self) -> bool {
-        self.reader.inventory().sections.iter().any(|s| s.name == crum_wire::ckpt::SECTION_DEVICE)
+        matches!(check::find_hook(&self.reader, crum_wire::ckpt::SECTION_DEVICE), Ok(Some(_)))
     }
 }
 
@@ -96,15 +97,22 @@ fn start_proxy(exe: &Path, device: &str) -> Result<i64, RestartError> {
     Ok(fd as i64)
 }
 
-/// Opens and checks an image and everything a restart of it needs; starts nothing.
+/// Opens and checks an image and everything a restart of it needs; starts nothing and
+/// changes nothing. Every section is read and checked here, the device sections included
+/// (by [`check::image`], as `crum inspect --verify`), except process memory, whose chunks
+/// are checked as they are mapped: still before any file of the program is touched.
 pub fn validate(dir: &Path) -> Result<Plan, RestartError> {
     let dir = std::fs::canonicalize(dir).map_err(|_| ImageError::Missing { path: dir.to_path_buf() })?;
-    let reader = ImageReader::open_for_restore(&dir, &[SECTION_PROCESS])?;
+    let mut understood = vec![SECTION_PROCESS];
+    understood.extend(check::UNDERSTOOD_HOOKS);
+    let mut reader = ImageReader::open_for_restore(&dir, &understood)?;
     let bytes = reader
         .section(SECTION_PROCESS)?
         .ok_or_else(|| ImageError::MissingSection { name: SECTION_PROCESS.to_string() })?;
     let state = ProcessState::decode(&bytes).map_err(RestartError::Invalid)?;
     check_regions(&reader, &state)?;
+    check::hook_sections(&reader, &state)?;
+    check::image(&mut reader, false)?;
     check_files(&state)?;
     if !Path::new(&state.cwd).is_dir() {
         return Err(RestartError::Invalid(format!("working directory {} no longer exists", state.cwd)));
@@ -115,6 +123,9 @@ pub fn validate(dir: &Path) -> Result<Plan, RestartError> {
 fn check_regions(reader: &ImageReader, st: &ProcessState) -> Result<(), RestartError> {
     let page = 4096u64;
     let mut prev_end = 0u64;
+    for r in reader.regions() {
+        check::region_flags(r)?;
+    }
     for r in reader.regions().iter().filter(|r| is_process_memory(r.flags)) {
         if r.start % page != 0 || r.len % page != 0 || r.len == 0 {
             return Err(RestartError::Invalid(format!("image region {:#x}+{:#x} is not page aligned", r.start, r.len)));
@@ -129,8 +140,16 @@ fn check_regions(reader: &ImageReader, st: &ProcessState) -> Result<(), RestartE
     }
     let covered =
         |a: u64| reader.regions().iter().any(|r| is_process_memory(r.flags) && (r.start..r.start + r.len).contains(&a));
-    if !covered(st.entry) || !covered(st.main_stack - 8) || !covered(st.restart_info) {
+    if !covered(st.entry) || !st.main_stack.checked_sub(8).is_some_and(covered) || !covered(st.restart_info) {
         return Err(RestartError::Invalid("image lacks the agent's memory (entry, stack or restart block)".into()));
+    }
+    if st.main_slot as usize >= crum_ckpt::threads::MAX_THREADS {
+        return Err(RestartError::Invalid(format!("the main thread's slot {} does not exist", st.main_slot)));
+    }
+    for s in &st.specials {
+        if s.start % page != 0 || s.end % page != 0 || s.start >= s.end || s.end > 0x7fff_ffff_f000 {
+            return Err(RestartError::Invalid(format!("special mapping {} at {:#x}-{:#x} is impossible", s.name, s.start, s.end)));
+        }
     }
     Ok(())
 }
@@ -354,6 +373,7 @@ mod tests {
             brk: 0,
             rlimits: vec![],
             umask: 0o022,
+            hook_sections: vec![],
         }
     }
 

@@ -6,7 +6,10 @@
 //! concatenated (region `i` at `regions[i].data_offset`, `regions[i].len` bytes). A restart
 //! replays the state on a fresh proxy, on any backend (`crum restart --device ...`).
 
-use bincode::{Decode, Encode};
+use bincode::de::read::Reader;
+use bincode::de::{Decode, Decoder};
+use bincode::error::DecodeError;
+use bincode::Encode;
 
 use crate::msg::{AllocKind, TexDesc};
 
@@ -18,7 +21,11 @@ pub const SECTION_DEVICE_DATA: &str = "crum.device.data";
 pub const DEVICE_STATE_VERSION: u32 = 1;
 
 /// Everything a restart needs to rebuild the device side of a program.
-#[derive(Debug, Clone, PartialEq, Encode, Decode)]
+///
+/// Its `Decode` (and that of [`SavedFunction`] and [`SavedMemory`]) is written by hand, in
+/// field order, so that every list and string length is checked against the bytes left
+/// before anything is allocated (see [`bounded_len`]); the encoding is bincode's own.
+#[derive(Debug, Clone, PartialEq, Encode)]
 pub struct DeviceState {
     pub version: u32,
     /// Backend the image was taken on (`emu`, `cuda`); informational.
@@ -51,7 +58,7 @@ pub struct DeviceState {
 }
 
 /// A module: its fat binary lives in the program's memory (restored with the process).
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Eq, Encode, bincode::Decode)]
 pub struct SavedModule {
     pub handle: u64,
     /// Address and length of the fat binary in the program.
@@ -59,7 +66,7 @@ pub struct SavedModule {
     pub image_len: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Eq, Encode)]
 pub struct SavedFunction {
     pub handle: u64,
     pub module: u64,
@@ -69,7 +76,7 @@ pub struct SavedFunction {
 }
 
 /// One region of memory the device side owns.
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Eq, Encode)]
 pub struct SavedMemory {
     pub addr: u64,
     pub len: u64,
@@ -80,14 +87,14 @@ pub struct SavedMemory {
     pub data_offset: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, bincode::Decode)]
 pub struct SavedStream {
     pub handle: u64,
     pub flags: u32,
     pub priority: i32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, bincode::Decode)]
 pub struct SavedEvent {
     pub handle: u64,
     pub flags: u32,
@@ -95,6 +102,102 @@ pub struct SavedEvent {
     /// `cudaEventElapsedTime` between saved events still works. None: never recorded.
     pub completed_ago_ns: Option<u64>,
 }
+
+/// A list or string length read from untrusted bytes, refused unless at least that many
+/// bytes are left: every element of every list takes at least one byte, so a larger length
+/// is a lie, and refusing it here means nothing is allocated for it. Needs a reader that can
+/// peek (a slice: [`DeviceState::decode`]); others refuse every non-empty list.
+fn bounded_len<D: Decoder>(d: &mut D) -> Result<usize, DecodeError> {
+    let len = u64::decode(d)?;
+    let len = usize::try_from(len).map_err(|_| DecodeError::OutsideUsizeRange(len))?;
+    if d.reader().peek_read(len).is_none() {
+        return Err(DecodeError::OtherString(format!("a length of {len} runs past the end of the data")));
+    }
+    Ok(len)
+}
+
+fn bounded_vec<C, T: Decode<C>, D: Decoder<Context = C>>(d: &mut D) -> Result<Vec<T>, DecodeError> {
+    let len = bounded_len(d)?;
+    d.claim_container_read::<T>(len)?;
+    let mut v = Vec::with_capacity(len);
+    for _ in 0..len {
+        d.unclaim_bytes_read(std::mem::size_of::<T>());
+        v.push(T::decode(d)?);
+    }
+    Ok(v)
+}
+
+fn bounded_bytes<D: Decoder>(d: &mut D) -> Result<Vec<u8>, DecodeError> {
+    let len = bounded_len(d)?;
+    d.claim_container_read::<u8>(len)?;
+    let mut v = vec![0u8; len];
+    d.reader().read(&mut v)?;
+    Ok(v)
+}
+
+fn bounded_string<D: Decoder>(d: &mut D) -> Result<String, DecodeError> {
+    String::from_utf8(bounded_bytes(d)?).map_err(|e| DecodeError::Utf8 { inner: e.utf8_error() })
+}
+
+/// `Option<T>` as bincode writes it: a 0/1 tag, then the value.
+fn option<C, T, D: Decoder<Context = C>>(
+    d: &mut D,
+    value: impl FnOnce(&mut D) -> Result<T, DecodeError>,
+) -> Result<Option<T>, DecodeError> {
+    match u8::decode(d)? {
+        0 => Ok(None),
+        1 => value(d).map(Some),
+        _ => Err(DecodeError::Other("an option tag is neither 0 nor 1")),
+    }
+}
+
+impl<C> Decode<C> for DeviceState {
+    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        Ok(DeviceState {
+            version: Decode::decode(d)?,
+            backend: bounded_string(d)?,
+            device_name: bounded_string(d)?,
+            next_handle: Decode::decode(d)?,
+            modules: bounded_vec(d)?,
+            functions: bounded_vec(d)?,
+            regions: bounded_vec(d)?,
+            registered: bounded_vec(d)?,
+            streams: bounded_vec(d)?,
+            events: bounded_vec(d)?,
+            textures: bounded_vec(d)?,
+            data_len: Decode::decode(d)?,
+            pending_error: Decode::decode(d)?,
+            sticky_error: Decode::decode(d)?,
+            printf: bounded_bytes(d)?,
+        })
+    }
+}
+bincode::impl_borrow_decode!(DeviceState);
+
+impl<C> Decode<C> for SavedFunction {
+    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        Ok(SavedFunction {
+            handle: Decode::decode(d)?,
+            module: Decode::decode(d)?,
+            name: bounded_string(d)?,
+            max_dynamic_shared: option(d, |d| i32::decode(d))?,
+        })
+    }
+}
+bincode::impl_borrow_decode!(SavedFunction);
+
+impl<C> Decode<C> for SavedMemory {
+    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        Ok(SavedMemory {
+            addr: Decode::decode(d)?,
+            len: Decode::decode(d)?,
+            kind: Decode::decode(d)?,
+            symbol: option(d, |d| Ok((u64::decode(d)?, bounded_string(d)?)))?,
+            data_offset: Decode::decode(d)?,
+        })
+    }
+}
+bincode::impl_borrow_decode!(SavedMemory);
 
 impl DeviceState {
     /// The state of a program that has not used the device yet.
@@ -148,5 +251,134 @@ impl DeviceState {
     /// Bytes of device memory proper / managed / pinned (for `crum inspect`).
     pub fn bytes_of(&self, kind: AllocKind) -> u64 {
         self.regions.iter().filter(|r| r.kind == kind).map(|r| r.len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(n: usize, printf: Vec<u8>) -> DeviceState {
+        let mut s = DeviceState::empty();
+        s.backend = "emu".into();
+        s.device_name = "crum emulated device".into();
+        s.next_handle = 0x40;
+        let mut off = 0;
+        for i in 0..n as u64 {
+            s.modules.push(SavedModule { handle: i, image_addr: 0x5555_0000_0000 + i, image_len: 100 + i });
+            s.functions.push(SavedFunction {
+                handle: 0x100 + i,
+                module: i,
+                name: format!("_Z6kernel{i}"),
+                max_dynamic_shared: (i % 2 == 0).then_some(1024 * i as i32),
+            });
+            s.regions.push(SavedMemory {
+                addr: crate::DEVICE_VA_BASE + (i << 20),
+                len: 4096 * (i + 1),
+                kind: [AllocKind::Device, AllocKind::Managed, AllocKind::PinnedHost][i as usize % 3],
+                symbol: (i % 2 == 1).then(|| (i, format!("var{i}"))),
+                data_offset: off,
+            });
+            off += 4096 * (i + 1);
+            s.registered.push((0x7f00_0000_0000 + (i << 12), 4096));
+            s.streams.push(SavedStream { handle: 0x200 + i, flags: 1, priority: -(i as i32) });
+            s.events.push(SavedEvent { handle: 0x300 + i, flags: 2, completed_ago_ns: Some(i) });
+            s.textures.push((0x400 + i, TexDesc {
+                    base: 0x1000,
+                    width: 4,
+                    height: 1,
+                    depth: 1,
+                    pitch: 16,
+                    bits: [32, 0, 0, 0],
+                    format_kind: 2,
+                    address_mode: [0; 3],
+                    filter_mode: 0,
+                    read_mode: 0,
+                    normalized: false,
+                }));
+        }
+        s.data_len = off;
+        s.printf = printf;
+        s
+    }
+
+    /// bincode's varint for `v` (as the encoder writes lengths).
+    fn varint(v: u64) -> Vec<u8> {
+        bincode::encode_to_vec(v, crate::msg::config_unlimited()).unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn device_state_round_trips(n in 0usize..6, printf in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let s = sample(n, printf);
+            prop_assert_eq!(DeviceState::decode(&s.encode()).unwrap(), s);
+        }
+
+        /// The decoder on damaged bytes: a flipped byte, or a huge length written over any
+        /// position (where a list or string length lies, it must be refused before anything
+        /// is allocated). Every outcome is a value or an error; a panic or an abort on a huge
+        /// allocation fails the test.
+        #[test]
+        fn device_state_decode_of_damaged_bytes_never_panics(
+            n in 0usize..4,
+            at in any::<prop::sample::Index>(),
+            flip in any::<u8>(),
+            huge in prop_oneof![Just(u64::MAX), Just(1u64 << 40), Just(1u64 << 32), 1u64..1 << 20],
+            insert in any::<bool>(),
+        ) {
+            let mut b = sample(n, b"out".to_vec()).encode();
+            let i = at.index(b.len());
+            if insert {
+                let v = varint(huge);
+                b.splice(i..(i + v.len()).min(b.len()), v);
+            } else {
+                b[i] ^= flip | 1;
+            }
+            let _ = DeviceState::decode(&b);
+        }
+    }
+
+    #[test]
+    fn a_list_or_string_length_beyond_the_input_is_refused_before_allocating() {
+        // version 1, then each length-prefixed field in turn given a length of 2^40 (or
+        // u64::MAX: a capacity overflow before the fix) with nothing after it.
+        let head = |fields_before: &[&[u8]]| {
+            let mut b = varint(1);
+            for f in fields_before {
+                b.extend_from_slice(f);
+            }
+            b
+        };
+        let empty = [0u8];
+        let handle = varint(0x40);
+        for huge in [1u64 << 40, u64::MAX, 1 << 20] {
+            let cases: Vec<(&str, Vec<u8>)> = vec![
+                ("backend", head(&[])),
+                ("modules", head(&[&empty, &empty, &handle])),
+                ("functions", head(&[&empty, &empty, &handle, &empty])),
+                ("regions", head(&[&empty, &empty, &handle, &empty, &empty])),
+                ("textures", head(&[&empty, &empty, &handle, &empty, &empty, &empty, &empty, &empty, &empty])),
+            ];
+            for (what, mut b) in cases {
+                b.extend(varint(huge));
+                b.extend_from_slice(&[0u8; 16]);
+                let e = DeviceState::decode(&b).unwrap_err();
+                assert!(e.contains("runs past the end") || e.contains("OutsideUsizeRange"), "{what}/{huge}: {e}");
+            }
+        }
+        // printf, the last field, after a valid state.
+        let mut b = DeviceState::empty().encode();
+        b.pop();
+        b.extend(varint(1 << 40));
+        assert!(DeviceState::decode(&b).unwrap_err().contains("runs past the end"));
+        // A function name inside a list.
+        let s = sample(1, Vec::new());
+        let mut b = s.encode();
+        let name = b"_Z6kernel0";
+        let at = b.windows(name.len()).position(|w| w == name).unwrap();
+        assert_eq!(b[at - 1], name.len() as u8);
+        b.splice(at - 1..at, varint(u64::MAX / 2));
+        assert!(DeviceState::decode(&b).unwrap_err().contains("runs past the end"));
     }
 }

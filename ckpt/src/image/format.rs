@@ -36,6 +36,8 @@ pub const CHUNK_RECORD_FIXED: usize = 24;
 pub const SECTION_REQUIRED: u32 = 1;
 /// Section flag: the file is protected per chunk (by the region table), its checksum field is 0.
 pub const SECTION_CHUNKED: u32 = 2;
+/// Every section flag this reader knows; an entry with any other bit set is refused.
+pub const SECTION_FLAGS: u32 = SECTION_REQUIRED | SECTION_CHUNKED;
 /// Region data flag: the region's contents are stored (else only its description is).
 pub const REGION_HAS_DATA: u32 = 1;
 
@@ -45,6 +47,8 @@ pub const MAX_INVENTORY_BYTES: u64 =
     (INVENTORY_HEADER_LEN + MAX_SECTIONS * SECTION_ENTRY_LEN + 4) as u64;
 pub const MAX_REGIONS: u32 = 1 << 20;
 pub const MAX_REGIONS_FILE: u64 = 1 << 30;
+/// Largest metadata section read into memory (large hook data goes through the chunk path).
+pub const MAX_SECTION_FILE: u64 = 1 << 30;
 pub const MIN_CHUNK: u32 = 64 * 1024;
 pub const MAX_CHUNK: u32 = 64 * 1024 * 1024;
 pub const MIN_PAGE: u32 = 4096;

@@ -3,9 +3,10 @@
 //! inventory, region table and metadata sections checksummed as wholes and memory per chunk.
 //!
 //! # Safety
-//! The only unsafe code is `madvise(MADV_POPULATE_WRITE)` and `posix_fadvise` hints: the
-//! madvise range is rounded inward to whole pages inside a live `&mut [u8]` owned by the
-//! caller, and populating never changes memory contents.
+//! The unsafe code is `madvise(MADV_POPULATE_WRITE)` and `posix_fadvise` hints (the madvise
+//! range is rounded inward to whole pages inside a live `&mut [u8]` owned by the caller, and
+//! populating never changes memory contents), zstd's static decompression context, and a
+//! fallible zeroed allocation handed to a `Vec` with the layout it was made with.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -249,6 +250,19 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
                 format!("section `{name}` or its file appears twice"),
             ));
         }
+        if flags & !SECTION_FLAGS != 0 {
+            return Err(ImageError::corrupt(
+                F,
+                format!("section `{name}` has unknown flags {:#x}", flags & !SECTION_FLAGS),
+            ));
+        }
+        // Only `pages` is protected per chunk; every other file has its checksum here.
+        if (flags & SECTION_CHUNKED != 0) != (name == SECTION_PAGES) {
+            return Err(ImageError::corrupt(
+                F,
+                format!("section `{name}` is wrongly marked as chunked or not"),
+            ));
+        }
         sections.push(SectionInfo {
             name,
             required: flags & SECTION_REQUIRED != 0,
@@ -438,6 +452,23 @@ fn parse_regions(
     Ok((chunk_size, regions))
 }
 
+/// A zeroed buffer of `len` bytes from the global allocator, or None if it refuses (where
+/// `vec![0; len]` would abort). Zeroed allocations of fresh memory are not written.
+fn zeroed_vec(len: usize) -> Option<Vec<u8>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of `[u8; len]`, so
+    // capacity `len` matches it; all `len` bytes are initialized (zero).
+    Some(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
 /// Faults in the whole pages of `dst` in one system call before it is filled: much cheaper
 /// than one page fault per 4 KiB when restoring into fresh memory. A failure (old kernel)
 /// only loses the speed-up.
@@ -593,7 +624,7 @@ impl ImageReader {
                 detail: format!("section `{name}` is chunked memory, not a metadata blob"),
             });
         }
-        let data = read_capped(&self.dir.join(&s.file), &s.file, u64::MAX, Some(s.size))?;
+        let data = read_capped(&self.dir.join(&s.file), &s.file, MAX_SECTION_FILE, Some(s.size))?;
         if crc32fast::hash(&data) != s.crc32 {
             return Err(ImageError::Checksum {
                 what: format!("section `{name}`"),
@@ -618,37 +649,48 @@ impl ImageReader {
         self.read_region_impl(idx, dst, true)
     }
 
-    /// Region `idx`'s contents in a new buffer.
+    /// Region `idx`'s contents in a new buffer. The buffer is asked of the allocator as
+    /// zeroed memory, and a refusal is an error, not an abort: the length of a region of
+    /// zero chunks is not bounded by the image's size.
     pub fn read_region(&mut self, idx: usize) -> Result<Vec<u8>, ImageError> {
         let len = self.region(idx)?.len;
-        let len = usize::try_from(len).map_err(|_| ImageError::DestinationSize {
-            index: idx,
-            len,
-            dst: 0,
-        })?;
-        let mut v = vec![0u8; len];
+        let too_big = || {
+            ImageError::corrupt(
+                "regions",
+                format!("region {idx} is {len} bytes, more than this process can allocate"),
+            )
+        };
+        let n = usize::try_from(len).map_err(|_| too_big())?;
+        let mut v = zeroed_vec(n).ok_or_else(too_big)?;
         self.read_region_impl(idx, &mut v, true)?;
         Ok(v)
     }
 
     /// Reads and checks every chunk and metadata section (what `crum inspect --verify` does).
     pub fn verify(&mut self) -> Result<(), ImageError> {
-        let names: Vec<String> = self
-            .inventory
-            .sections
-            .iter()
-            .filter(|s| !s.chunked)
-            .map(|s| s.name.clone())
-            .collect();
-        for n in names.iter().filter(|n| n.as_str() != SECTION_REGIONS) {
-            self.section(n)?;
-        }
-        let mut chunk = vec![0u8; self.chunk_size as usize];
+        self.verify_sections()?;
         for ri in 0..self.regions.len() {
-            for ci in 0..self.regions[ri].chunks.len() {
-                let clen = self.chunk_len(ri, ci);
-                self.read_chunk(ri, ci, &mut chunk[..clen], false)?;
-            }
+            self.verify_region(ri)?;
+        }
+        Ok(())
+    }
+
+    /// Reads every metadata section and checks its checksum.
+    pub fn verify_sections(&self) -> Result<(), ImageError> {
+        for s in self.inventory.sections.iter().filter(|s| !s.chunked && s.name != SECTION_REGIONS) {
+            self.section(&s.name)?;
+        }
+        Ok(())
+    }
+
+    /// Reads every chunk of region `idx` (one chunk's worth of memory at a time): checks its
+    /// checksum and that it decompresses to its recorded size.
+    pub fn verify_region(&mut self, idx: usize) -> Result<(), ImageError> {
+        self.region(idx)?;
+        let mut chunk = vec![0u8; self.chunk_size as usize];
+        for ci in 0..self.regions[idx].chunks.len() {
+            let clen = self.chunk_len(idx, ci);
+            self.read_chunk(idx, ci, &mut chunk[..clen], false)?;
         }
         Ok(())
     }
