@@ -126,3 +126,16 @@ fn a_region_longer_than_memory_reads_as_an_error_not_an_abort() {
     // The small region still reads.
     assert_eq!(r.read_region(0).unwrap(), vec![7u8; 8192]);
 }
+
+#[test]
+fn a_section_name_or_file_with_a_control_character_is_refused_in_one_line() {
+    // Found by the fuzzer (restart/tests/image_fuzz.rs): the error printed the name as it
+    // was, newline included.
+    for (field, at) in [("name", 1usize), ("file", 64 + 1)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = image(tmp.path(), &[]);
+        edit_inventory(&img, "note", |inv, entry| inv[entry + at] = b'\n');
+        let e = open_err(&img);
+        assert!(e.contains("invalid name or file name") && e.contains("\\n"), "{field}: {e}");
+    }
+}

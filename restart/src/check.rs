@@ -99,7 +99,7 @@ pub fn device_state(r: &mut ImageReader) -> Result<Option<(DeviceState, u64)>, R
 /// none contradicting another or the region, a hook-section blob only at address 0.
 pub fn region_flags(g: &RegionInfo) -> Result<(), RestartError> {
     let known = REGION_SHARED_ANON | REGION_SHARED_FILE | REGION_GROWSDOWN | REGION_BLOB;
-    let what = || format!("image region {:#x}+{:#x} ({})", g.start, g.len, g.name_lossy());
+    let what = || format!("image region {:#x}+{:#x} ({})", g.start, g.len, g.name_lossy().escape_debug());
     if g.flags & !known != 0 {
         return Err(invalid(format!("{} has unknown flags {:#x}", what(), g.flags & !known)));
     }
@@ -130,23 +130,30 @@ pub fn region_flags(g: &RegionInfo) -> Result<(), RestartError> {
     Ok(())
 }
 
-/// The hook sections the process state lists are all there, and every stored section blob
-/// is one of them (for version 1 states, which list none: one this crum understands).
+/// The hook sections the process state lists are all there, and none is there that it does
+/// not list (a version 1 state lists none: then any this crum understands may be there).
 pub fn hook_sections(r: &ImageReader, st: &ProcessState) -> Result<(), RestartError> {
     for name in &st.hook_sections {
         if find_hook(r, name)?.is_none() {
-            return Err(invalid(format!("the image lacks its `{name}` section (the process state lists it)")));
+            return Err(invalid(format!(
+                "the image lacks its `{}` section (the process state lists it)",
+                name.escape_debug()
+            )));
         }
     }
-    for g in r.regions().iter().filter(|g| !is_process_memory(g.flags)) {
-        let name = g.name_lossy();
-        let listed = if st.hook_sections.is_empty() {
+    let blobs = r.regions().iter().filter(|g| !is_process_memory(g.flags)).map(|g| g.name_lossy());
+    let sections = r.inventory().sections.iter().map(|s| s.name.clone()).filter(|n| UNDERSTOOD_HOOKS.contains(&n.as_str()));
+    for name in blobs.chain(sections) {
+        let listed = if st.version < 2 {
             UNDERSTOOD_HOOKS.contains(&name.as_str())
         } else {
             st.hook_sections.contains(&name)
         };
         if !listed {
-            return Err(invalid(format!("the image stores a section `{name}` its process state does not list")));
+            return Err(invalid(format!(
+                "the image holds a section `{}` its process state does not list",
+                name.escape_debug()
+            )));
         }
     }
     Ok(())

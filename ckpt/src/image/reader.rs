@@ -168,7 +168,7 @@ fn read_capped(
 }
 
 fn plain_file_name(name: &str) -> bool {
-    !name.is_empty() && !name.starts_with('.') && !name.contains('/')
+    !name.is_empty() && !name.starts_with('.') && !name.contains('/') && !name.contains(char::is_control)
 }
 
 fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
@@ -238,10 +238,10 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
         let crc32 = c.u32()?;
         let size = c.u64()?;
         let file = get_str(c.bytes(SECTION_FILE_FIELD)?, F, "section file")?;
-        if name.is_empty() || !plain_file_name(&file) {
+        if name.is_empty() || name.contains(char::is_control) || !plain_file_name(&file) {
             return Err(ImageError::corrupt(
                 F,
-                format!("section `{name}` has an invalid file name `{file}`"),
+                format!("section `{}` has an invalid name or file name `{}`", name.escape_debug(), file.escape_debug()),
             ));
         }
         if sections.iter().any(|s| s.name == name || s.file == file) {
