@@ -1,6 +1,7 @@
 //! Bad input to the restart of a CUDA program gets a clear error and loses nothing: an
 //! unknown device, a GPU that is not there, a corrupt device state, a device section that does
-//! not match its data, and an image restarted by something other than `crum restart`.
+//! not match its data, and an image restarted by something other than `crum restart`. A
+//! restarted program whose proxy is killed gets CUDA errors instead of hanging.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -97,4 +98,54 @@ fn a_cuda_image_restarted_without_a_proxy_is_refused() {
         Ok(never) => match never {},
         Err(e) => assert!(e.to_string().contains("CUDA program"), "{e}"),
     }
+}
+
+/// The device proxy `crum restart` started for the restarted program `pid`: the process
+/// whose command line is `crum proxy ... --watch-pid <pid>`. Waits for it.
+fn proxy_of(pid: u32) -> u32 {
+    let t0 = std::time::Instant::now();
+    loop {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(cl) = std::fs::read(format!("/proc/{p}/cmdline")) else { continue };
+            let args: Vec<&[u8]> = cl.split(|&b| b == 0).collect();
+            if args.get(1) == Some(&&b"proxy"[..]) && args.windows(2).any(|w| w[0] == b"--watch-pid" && w[1] == pid.to_string().as_bytes()) {
+                return p;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no proxy for the restarted program {pid}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat.
+fn stat_field(pid: u32, n: usize) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(") ").unwrap();
+    rest.split_whitespace().nth(n - 3).unwrap().to_string()
+}
+
+#[test]
+fn killing_the_proxy_of_a_restarted_program_fails_its_cuda_calls_instead_of_hanging() {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = cuda_image(tmp.path());
+    let mut r = Proc::restart(&image, None, &tmp.path().join("restart.out")).expect("crum restart");
+    let pid = r.child.id();
+    // The restarted program computes through its new proxy (it prints again).
+    let t0 = std::time::Instant::now();
+    while r.stdout().lines().count() < 1 {
+        assert!(!r.exited(), "the restarted program ended early:\n{}", r.report());
+        assert!(t0.elapsed() < Duration::from_secs(120), "the restarted program printed nothing:\n{}", r.report());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let proxy = proxy_of(pid);
+    // Not the program's child: the program never sees crum's proxy (no SIGCHLD, not taken by
+    // its waitpid(-1), not reaped under SIGCHLD = SIG_IGN).
+    assert_ne!(stat_field(proxy, 4), pid.to_string(), "the proxy's parent is the program");
+    assert!(!crum_integration_tests::children(pid).contains(&proxy));
+    let st = Command::new("kill").args(["-9", &proxy.to_string()]).status().unwrap();
+    assert!(st.success());
+    let code = r.wait(Duration::from_secs(120)).expect("the program ends instead of hanging");
+    assert_eq!(code, Some(1), "{}", r.report());
+    assert!(r.stdout().contains("cudaErrorDevicesUnavailable"), "{}", r.report());
 }

@@ -106,6 +106,14 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
     })?);
     ch.wait_ready(Duration::from_secs(60))
         .map_err(|_| cuda::ERROR_DEVICES_UNAVAILABLE)?;
+    // The proxy's death must be seen even while it is a zombie that its parent has not
+    // reaped yet (`kill(pid, 0)` succeeds on a zombie): a pidfd, crum's own descriptor,
+    // above the program's range.
+    match ch.watch_proxy(crum_ckpt::highfd::move_high_raw) {
+        Ok(w) => crum_ckpt::agent::exclude_fd(w),
+        Err(ChannelError::ProxyGone) => return Err(cuda::ERROR_DEVICES_UNAVAILABLE),
+        Err(e) => tracing::warn!("{e}; a dead proxy is noticed by its pid only"),
+    }
     // One CUDA process per proxy: a second process that inherited the channel (a child the
     // program started) must not drive the first one's device state.
     let owner = ch.app_pid();
@@ -193,6 +201,11 @@ pub fn proxy_pid() -> u32 {
 /// every thread uses from now on. The old channel (restored from the image; its proxy is
 /// gone) is retired, so a thread still waiting on it sees `ProxyGone` and moves over.
 pub fn reconnect(fd: i32) -> Result<(), String> {
+    // The old proxy's pidfd came back with the image but is not open here: its number is
+    // free for the program again (unless it is the new channel's).
+    if let Some(w) = current().map(|o| o.ch.watch_fd()).filter(|&w| w >= 0 && w != fd) {
+        crum_ckpt::agent::include_fd(w);
+    }
     // A program saved before its first CUDA call connects here for the first time.
     let c = connect_fd(fd, current().is_none()).map_err(|e| format!("cannot connect to the new device proxy ({})", cuda::name(e)))?;
     let old = current();

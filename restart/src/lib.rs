@@ -73,24 +73,23 @@ impl Plan {
 
 /// Starts `crum proxy` on a new channel (after the program's descriptors are restored, so
 /// the channel takes a free number) and returns the channel's descriptor, which stays open
-/// for the program. The proxy's parent is this process, i.e. the program: it ends with it.
+/// for the program. The proxy is not the program's child ([`sys::spawn_detached`]: a double
+/// fork), so the program never meets it — no SIGCHLD when it ends, not taken by the
+/// program's `waitpid(-1)`, not reaped under `SIGCHLD = SIG_IGN`. It watches this process
+/// (the program) through a pidfd (`--watch-pid`) and ends with it; the program's interposer
+/// watches the proxy the same way, so a dead proxy gives CUDA errors, never a hang.
 fn start_proxy(exe: &Path, device: &str) -> Result<i64, RestartError> {
-    use std::os::unix::process::CommandExt;
     let ch = crum_wire::Channel::create()
         .map_err(|e| RestartError::Sys { what: "creating the device proxy channel".into(), source: e })?;
     let fd = ch.raw_fd();
-    std::process::Command::new(exe)
-        .arg("proxy")
-        .arg("--channel-fd")
-        .arg(fd.to_string())
-        .arg("--device")
-        .arg(device)
-        .arg("--parent")
-        .arg(std::process::id().to_string())
-        .stdin(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| RestartError::Sys { what: format!("starting the device proxy {}", exe.display()), source: e })?;
+    let args = ["proxy", "--channel-fd", &fd.to_string(), "--device", device, "--watch-pid", &std::process::id().to_string()]
+        .map(String::from);
+    sys::spawn_detached(exe, &args).map_err(|e| match e {
+        RestartError::Sys { source, .. } => {
+            RestartError::Sys { what: format!("starting the device proxy {}", exe.display()), source }
+        }
+        e => e,
+    })?;
     // The descriptor belongs to the program from now on; the mapping is a leftover the
     // agent removes.
     std::mem::forget(ch);

@@ -124,6 +124,82 @@ pub fn write_all(fd: i32, mut data: &[u8]) -> Result<(), RestartError> {
     Ok(())
 }
 
+/// Starts `exe args` as a process that is not a child of this one (the program it becomes):
+/// a double fork — an intermediate child forks the process and exits at once, so it is handed
+/// to the reaper (init or the nearest subreaper). The program never meets it: no SIGCHLD when
+/// it ends, never returned by the program's `wait`/`waitpid(-1)` (whatever flags), never
+/// counted as a child. (A single fork with exit signal 0 would not do: `execve` resets the
+/// exit signal to SIGCHLD.) It runs in its own process group with stdin on /dev/null and no
+/// signal blocked. An exec failure comes back through a close-on-exec pipe, whose end closes
+/// when the exec succeeds.
+pub fn spawn_detached(exe: &Path, args: &[String]) -> Result<(), RestartError> {
+    use std::os::unix::ffi::OsStrExt;
+    extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    let what = || format!("starting {}", exe.display());
+    let path = CString::new(exe.as_os_str().as_bytes()).map_err(|_| RestartError::Invalid(format!("{} contains NUL", exe.display())))?;
+    let mut owned = vec![path.clone()];
+    for a in args {
+        owned.push(cstr(a)?);
+    }
+    let mut argv: Vec<*const libc::c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let null = open("/dev/null", libc::O_RDONLY)?;
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into the live array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        close(null);
+        return Err(sys_err(what()));
+    }
+    // SAFETY: a raw fork (no atfork handlers). The intermediate and the grandchild call only
+    // async-signal-safe functions on memory prepared above (strings, argv, fds) and end in
+    // execve or _exit.
+    let mid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as usize, 0usize, 0usize, 0usize, 0usize) };
+    if mid == 0 {
+        // SAFETY: see above; only the new processes' own state changes.
+        unsafe {
+            let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as usize, 0usize, 0usize, 0usize, 0usize);
+            if pid == 0 {
+                libc::setpgid(0, 0);
+                libc::dup2(null, 0);
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+                libc::execve(path.as_ptr(), argv.as_ptr(), environ);
+            }
+            let e: i32 = if pid < 0 { *libc::__errno_location() } else { 0 };
+            if pid <= 0 {
+                libc::write(p[1], (&e as *const i32).cast(), 4);
+            }
+            libc::_exit(if pid < 0 { 1 } else { 0 });
+        }
+    }
+    let clone_err = std::io::Error::last_os_error();
+    close(p[1]);
+    close(null);
+    if mid < 0 {
+        close(p[0]);
+        return Err(RestartError::Sys { what: what(), source: clone_err });
+    }
+    let mut st = 0;
+    // SAFETY: reaps our own intermediate child, which exits at once.
+    while unsafe { libc::waitpid(mid as i32, &mut st, 0) } < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {}
+    let mut e = [0u8; 4];
+    let n = loop {
+        // SAFETY: reads into the live buffer from our pipe (EOF once the exec succeeded).
+        let n = unsafe { libc::read(p[0], e.as_mut_ptr().cast(), 4) };
+        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break n;
+        }
+    };
+    close(p[0]);
+    if n == 4 {
+        return Err(RestartError::Sys { what: what(), source: std::io::Error::from_raw_os_error(i32::from_ne_bytes(e)) });
+    }
+    Ok(())
+}
+
 /// The agent's control socket under this (the restarted process's) pid.
 pub fn control_listener() -> Result<i32, RestartError> {
     use std::os::fd::IntoRawFd;

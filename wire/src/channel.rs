@@ -5,7 +5,10 @@
 //! in `cudaStreamSynchronize` never holds up another thread's calls. Both sides spin briefly
 //! and then sleep on a futex in the shared mapping (cross-process futexes, so not
 //! `FUTEX_PRIVATE`). Waits poll for the other side's death every few tens of milliseconds:
-//! the application gets [`ChannelError::ProxyGone`] instead of hanging.
+//! the application gets [`ChannelError::ProxyGone`] instead of hanging. The application
+//! watches the proxy through a pidfd ([`Channel::watch_proxy`]), which becomes readable when
+//! the proxy exits, also while it is a zombie that nobody reaps (`kill(pid, 0)` succeeds on a
+//! zombie).
 //!
 //! Layout (all offsets from the start of the memfd):
 //! `[Header: 4 KiB][lane 0: ctl 4 KiB | ring RING | reply REPLY][lane 1]...`
@@ -28,7 +31,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -142,6 +145,8 @@ const POLL: Duration = Duration::from_millis(20);
 pub struct Channel {
     base: *mut u8,
     fd: OwnedFd,
+    /// Application side: a pidfd of the proxy (-1: none), owned by the channel.
+    watch: AtomicI32,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and the disciplined
@@ -155,6 +160,11 @@ impl Drop for Channel {
         // SAFETY: `base` was returned by mmap with length SIZE and no reference into the
         // mapping outlives `self` (lanes hold an `Arc<Channel>`).
         unsafe { libc::munmap(self.base.cast(), SIZE) };
+        let w = self.watch.load(Acquire);
+        if w >= 0 {
+            // SAFETY: the pidfd is owned by this channel and closed once, here.
+            unsafe { libc::close(w) };
+        }
     }
 }
 
@@ -229,13 +239,13 @@ impl Channel {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Channel { base: p.cast(), fd })
+        Ok(Channel { base: p.cast(), fd, watch: AtomicI32::new(-1) })
     }
 
     /// In a restarted process, for the channel of a proxy that no longer exists (its memory
     /// came back from the image): replace the mapping with fresh private zero pages marked
     /// dead, so that a thread still holding one of its lanes gets `ProxyGone` at once and
-    /// later images store only zero pages for it.
+    /// later images store only zero pages for it. Its proxy watch is forgotten.
     pub fn retire(&self) {
         // SAFETY: replaces our own mapping of SIZE bytes at `base` in place (MAP_FIXED over
         // it); references into it (lanes) stay valid, now to zeroed private memory.
@@ -252,6 +262,9 @@ impl Channel {
         if p != libc::MAP_FAILED {
             self.header().state.store(DEAD, Release);
         }
+        // Its pidfd, too, belonged to the process the image was taken of: the number is not
+        // ours here (it may be another descriptor now); forget it without closing it.
+        self.watch.store(-1, Release);
     }
 
     /// Where the channel is mapped in this process: (address, length).
@@ -332,18 +345,69 @@ impl Channel {
         }
     }
 
+    /// Application side, once the proxy is ready: watch it through a pidfd (`pidfd_open` of
+    /// the pid it announced), so that its death is seen even while it is an unreaped zombie.
+    /// `place` may move the new descriptor (to where crum keeps its own) and returns where it
+    /// is; the channel owns it from then on. Returns the descriptor (to exclude it from
+    /// checkpoints). A second call returns the first descriptor.
+    pub fn watch_proxy(&self, place: impl FnOnce(RawFd) -> RawFd) -> Result<RawFd, ChannelError> {
+        let w = self.watch.load(Acquire);
+        if w >= 0 {
+            return Ok(w);
+        }
+        let h = self.header();
+        if h.state.load(Acquire) != READY {
+            return Err(ChannelError::ProxyGone);
+        }
+        let pid = h.proxy_pid.load(Acquire) as libc::pid_t;
+        let fd = match pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(ChannelError::ProxyGone),
+            Err(e) => return Err(ChannelError::Setup(format!("cannot watch the device proxy {pid}: {e}"))),
+        };
+        let fd = place(fd);
+        self.watch.store(fd, Release);
+        Ok(fd)
+    }
+
+    /// The pidfd [`watch_proxy`](Self::watch_proxy) opened (-1: none).
+    pub fn watch_fd(&self) -> RawFd {
+        self.watch.load(Acquire)
+    }
+
     fn proxy_alive(&self) -> bool {
         let h = self.header();
         match h.state.load(Acquire) {
             DEAD => false,
             STARTING => true,
             _ => {
+                let w = self.watch.load(Acquire);
+                match pidfd_exited(w) {
+                    Some(false) => return true,
+                    Some(true) => {
+                        self.proxy_exited(w);
+                        return false;
+                    }
+                    None => {}
+                }
                 let pid = h.proxy_pid.load(Acquire) as libc::pid_t;
                 // SAFETY: kill with signal 0 only checks for existence/permission.
                 pid > 0
                     && (unsafe { libc::kill(pid, 0) } == 0
                         || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH))
             }
+        }
+    }
+
+    /// The watched proxy has exited: mark the channel dead (every waiter fails at once) and
+    /// reap the proxy should it be this process's child (it is `crum run`'s, or after a
+    /// restart nobody's but the reaper's; the wait then fails harmlessly).
+    fn proxy_exited(&self, pidfd: RawFd) {
+        self.set_dead();
+        // SAFETY: siginfo_t is plain data; waitid writes into the live local.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PIDFD, pidfd as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::__WALL);
         }
     }
 
@@ -391,6 +455,55 @@ impl Channel {
                 lane: i,
             })
             .collect()
+    }
+}
+
+/// `pidfd_open(pid, 0)`: a descriptor that becomes readable when the process exits.
+fn pidfd_open(pid: libc::pid_t) -> io::Result<RawFd> {
+    if pid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: pidfd_open with a pid and no flags; returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Whether the process behind pidfd `fd` has exited (a zombie has); None when `fd` is not a
+/// usable descriptor.
+fn pidfd_exited(fd: RawFd) -> Option<bool> {
+    if fd < 0 {
+        return None;
+    }
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: polls one live pollfd without waiting.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    match r {
+        0 => Some(false),
+        r if r > 0 && p.revents & libc::POLLNVAL == 0 => Some(true),
+        _ => None,
+    }
+}
+
+/// Another process watched through a pidfd: [`exited`](Self::exited) turns true when it ends,
+/// also while it is a zombie nobody reaps (unlike `kill(pid, 0)`). The proxy watches the
+/// restored program it serves this way (it is not that program's child).
+pub struct PeerWatch(OwnedFd);
+
+impl PeerWatch {
+    /// Watches process `pid` (`ESRCH`: it is gone already).
+    pub fn open(pid: i32) -> io::Result<PeerWatch> {
+        let fd = pidfd_open(pid)?;
+        // SAFETY: a new descriptor that nothing else owns.
+        Ok(PeerWatch(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Whether the watched process has ended.
+    pub fn exited(&self) -> bool {
+        pidfd_exited(self.0.as_raw_fd()).unwrap_or(true)
     }
 }
 

@@ -9,7 +9,7 @@ pub mod ckpt;
 pub mod cuda;
 pub mod msg;
 
-pub use channel::{Channel, ClientLane, Incoming, ServerLane};
+pub use channel::{Channel, ClientLane, Incoming, PeerWatch, ServerLane};
 pub use msg::{AllocKind, Body, CopyKind, DeviceProps, FuncInfo, Reply, Request, TexDesc};
 
 /// Environment variable holding the channel memfd number (set by `crum run`).

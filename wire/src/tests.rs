@@ -160,6 +160,55 @@ fn call_fails_with_proxy_gone_when_proxy_marked_dead() {
 }
 
 #[test]
+fn call_fails_with_proxy_gone_when_the_watched_proxy_is_an_unreaped_zombie() {
+    // The "proxy": a child that ends at once and that nobody reaps (as crum's proxy after a
+    // restart, the child of a program that does not reap it): `kill(pid, 0)` still succeeds.
+    let mut proxy = std::process::Command::new("true").spawn().unwrap();
+    let ch = Arc::new(Channel::create().unwrap());
+    ch.set_ready(proxy.id());
+    let fd = ch.watch_proxy(|fd| fd).unwrap();
+    assert!(fd >= 0 && ch.watch_fd() == fd);
+    assert_eq!(ch.watch_proxy(|_| unreachable!()).unwrap(), fd, "watched once");
+    let mut client = ch.claim_lane().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = client.call(&Request::DeviceSync);
+        std::mem::forget(client);
+        let _ = tx.send(matches!(r, Err(crate::ChannelError::ProxyGone)));
+    });
+    let gone = rx.recv_timeout(std::time::Duration::from_secs(60));
+    assert_eq!(gone, Ok(true), "the call must fail with ProxyGone, not hang");
+    // The channel reaped its dead proxy (its own child here).
+    assert!(proxy.try_wait().is_err(), "the zombie was reaped by the channel");
+}
+
+#[test]
+fn a_watched_peer_is_seen_to_exit_while_a_zombie() {
+    let mut child = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let w = crate::PeerWatch::open(child.id() as i32).unwrap();
+    assert!(!w.exited());
+    child.kill().unwrap();
+    // Not reaped yet: a zombie, which `kill(pid, 0)` would take for alive.
+    let t0 = std::time::Instant::now();
+    while !w.exited() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "exit not seen");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    child.wait().unwrap();
+    assert!(w.exited());
+}
+
+#[test]
+fn watching_a_proxy_that_is_gone_fails() {
+    let mut proxy = std::process::Command::new("true").spawn().unwrap();
+    proxy.wait().unwrap();
+    let ch = Channel::create().unwrap();
+    assert!(ch.watch_proxy(|fd| fd).is_err(), "not ready yet");
+    ch.set_ready(proxy.id());
+    assert!(matches!(ch.watch_proxy(|fd| fd), Err(crate::ChannelError::ProxyGone)));
+}
+
+#[test]
 fn released_lane_can_be_claimed_again() {
     let ch = Arc::new(Channel::create().unwrap());
     let client = ch.claim_lane().unwrap();
