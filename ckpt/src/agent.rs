@@ -966,7 +966,9 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
         // SAFETY: leave without running any destructor or atexit handler.
         unsafe { libc::syscall(libc::SYS_exit_group, code) };
     }
-    ctx.pidfd = if pid > 0 { pidfd } else { -1 };
+    // Above the program's fd range before its threads run again (`crate::highfd`: raw
+    // system calls, no allocation).
+    ctx.pidfd = if pid > 0 { crate::highfd::move_high_raw(pidfd) } else { -1 };
     ctx.child = if pid < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(1) as i64) } else { pid };
     0
 }
