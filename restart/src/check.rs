@@ -6,9 +6,9 @@
 //! A hook section is stored as a metadata section, or (when large) as a [`REGION_BLOB`]
 //! region of the same name; [`hook_section`] reads either.
 
-use crum_ckpt::image::{ImageReader, RegionInfo};
+use crum_ckpt::image::{ImageError, ImageReader, RegionInfo, SECTION_PAGES, SECTION_REGIONS};
 use crum_ckpt::state::{
-    is_process_memory, ProcessState, REGION_BLOB, REGION_GROWSDOWN, REGION_SHARED_ANON, REGION_SHARED_FILE,
+    is_process_memory, ProcessState, REGION_BLOB, SECTION_PROCESS, REGION_GROWSDOWN, REGION_SHARED_ANON, REGION_SHARED_FILE,
 };
 use crum_wire::ckpt::{DeviceState, SECTION_DEVICE, SECTION_DEVICE_DATA};
 
@@ -34,7 +34,7 @@ pub enum HookPlace {
 }
 
 impl HookPlace {
-    pub fn len(self) -> u64 {
+    pub fn bytes(self) -> u64 {
         match self {
             HookPlace::Section { size } => size,
             HookPlace::Blob { len, .. } => len,
@@ -61,8 +61,8 @@ pub fn find_hook(r: &ImageReader, name: &str) -> Result<Option<HookPlace>, Resta
 /// The bytes of hook section `name` (checksums verified), or None if absent.
 pub fn hook_section(r: &mut ImageReader, name: &str, max: u64) -> Result<Option<Vec<u8>>, RestartError> {
     let Some(place) = find_hook(r, name)? else { return Ok(None) };
-    if place.len() > max {
-        return Err(invalid(format!("section `{name}` is {} bytes, more than the limit of {max}", place.len())));
+    if place.bytes() > max {
+        return Err(invalid(format!("section `{name}` is {} bytes, more than the limit of {max}", place.bytes())));
     }
     Ok(Some(match place {
         HookPlace::Section { .. } => r.section(name)?.unwrap_or_default(),
@@ -85,7 +85,7 @@ pub fn device_state(r: &mut ImageReader) -> Result<Option<(DeviceState, u64)>, R
     };
     let state = DeviceState::decode(&bytes)
         .map_err(|e| invalid(format!("the `{SECTION_DEVICE}` section cannot be decoded: {e}")))?;
-    let data_size = data.map_or(0, HookPlace::len);
+    let data_size = data.map_or(0, HookPlace::bytes);
     if data_size != state.data_len {
         return Err(invalid(format!(
             "the `{SECTION_DEVICE}` section describes {} bytes of device data but `{SECTION_DEVICE_DATA}` holds {data_size}",
@@ -125,6 +125,21 @@ pub fn region_flags(g: &RegionInfo) -> Result<(), RestartError> {
         }
         if g.has_data {
             return Err(invalid(format!("{} is a shared file mapping with stored contents", what())));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a required section nobody restoring the image understands: besides the format's
+/// own and `process`, the hook sections this crum knows ([`UNDERSTOOD_HOOKS`]) and those the
+/// process state lists (written by the program's own hooks, which restore them).
+pub fn required_sections(r: &ImageReader, st: &ProcessState) -> Result<(), RestartError> {
+    for s in r.inventory().sections.iter().filter(|s| s.required) {
+        let known = [SECTION_REGIONS, SECTION_PAGES, SECTION_PROCESS].contains(&s.name.as_str())
+            || UNDERSTOOD_HOOKS.contains(&s.name.as_str())
+            || st.hook_sections.contains(&s.name);
+        if !known {
+            return Err(ImageError::UnknownRequiredSection { name: s.name.clone() }.into());
         }
     }
     Ok(())

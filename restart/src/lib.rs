@@ -102,13 +102,12 @@ fn start_proxy(exe: &Path, device: &str) -> Result<i64, RestartError> {
 /// are checked as they are mapped: still before any file of the program is touched.
 pub fn validate(dir: &Path) -> Result<Plan, RestartError> {
     let dir = std::fs::canonicalize(dir).map_err(|_| ImageError::Missing { path: dir.to_path_buf() })?;
-    let mut understood = vec![SECTION_PROCESS];
-    understood.extend(check::UNDERSTOOD_HOOKS);
-    let mut reader = ImageReader::open_for_restore(&dir, &understood)?;
+    let mut reader = ImageReader::open(&dir)?;
     let bytes = reader
         .section(SECTION_PROCESS)?
         .ok_or_else(|| ImageError::MissingSection { name: SECTION_PROCESS.to_string() })?;
     let state = ProcessState::decode(&bytes).map_err(RestartError::Invalid)?;
+    check::required_sections(&reader, &state)?;
     check_regions(&reader, &state)?;
     check::hook_sections(&reader, &state)?;
     check::image(&mut reader, false)?;

@@ -674,3 +674,22 @@ fn version_1_images_still_validate() {
     let plan = crum_restart::validate(&img).unwrap();
     assert!(plan.has_device());
 }
+
+#[test]
+fn a_required_section_neither_understood_nor_listed_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = build(&cuda_spec(100));
+    let opts = WriterOptions { chunk_size: CHUNK, dir_name: Some("img".into()), ..Default::default() };
+    let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
+    w.add_section(SECTION_PROCESS, true, &b.process).unwrap();
+    let (state, data) = b.device.as_ref().unwrap();
+    w.add_section(SECTION_DEVICE, true, state).unwrap();
+    w.add_section(SECTION_DEVICE_DATA, true, data).unwrap();
+    w.add_section("future.thing", true, b"?").unwrap();
+    for (meta, data) in &b.regions {
+        w.add_region(meta, data).unwrap();
+    }
+    w.commit().unwrap();
+    let e = validate_err(w.final_path());
+    assert!(e.contains("requires section `future.thing`"), "{e}");
+}
