@@ -25,7 +25,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -388,7 +388,11 @@ pub fn suspend_threads() -> bool {
                 eprintln!("crum: the {} thread did not end within 60 s; the program stays multithreaded", THREAD_NAMES[which]);
                 break;
             }
-            std::thread::sleep(Duration::from_micros(200));
+            // One nanosleep, not std's sleep, which restarts after each signal: in a program
+            // that keeps signals coming it would never return.
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: 200_000 };
+            // SAFETY: nanosleep with a live timespec and no remainder pointer.
+            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
         }
     }
     true
@@ -412,30 +416,51 @@ pub fn resume_threads() {
     }
 }
 
-/// Wakes the control thread out of `accept` with a status request through its own socket.
+/// Wakes the control thread out of `accept` with a status request through its own socket;
+/// returns once it is answered or the control thread has ended (after another request).
 fn wake_control() {
-    use std::io::{BufRead, Write};
+    use std::io::{Read, Write};
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
     let path = crate::control::socket_path_in(&crate::control::socket_dir(), pid);
     let Ok(mut s) = std::os::unix::net::UnixStream::connect(&path) else { return };
     let Ok(mut line) = serde_json::to_vec(&Request::Status) else { return };
     line.push(b'\n');
-    if s.write_all(&line).is_ok() {
-        let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
-        let mut reply = String::new();
-        let _ = std::io::BufReader::new(s).read_line(&mut reply);
+    if s.write_all(&line).is_err() || s.set_read_timeout(Some(Duration::from_millis(20))).is_err() {
+        return;
+    }
+    let mut b = [0u8; 256];
+    while RUNNING[CONTROL].load(SeqCst) {
+        match s.read(&mut b) {
+            Ok(_) => return,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {}
+            Err(_) => return,
+        }
     }
 }
 
-/// Writer descriptors of the checkpoint in progress (error pipe ends, pidfd; -1: none): a
-/// child the program forks meanwhile closes its copies ([`after_fork_child`]), or the agent
-/// would wait for that child to close the pipe.
-static WRITER_FDS: [AtomicI32; 3] = [AtomicI32::new(-1), AtomicI32::new(-1), AtomicI32::new(-1)];
+/// The writer's error pipe of the checkpoint in progress (read end, write end; -1: none)
+/// and its inode: a child the program forks meanwhile closes its copies
+/// ([`after_fork_child`]) instead of holding the pipe open for as long as it lives.
+static WRITER_PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+static WRITER_PIPE_INO: AtomicU64 = AtomicU64::new(0);
 
-fn publish_writer_fds(fds: [i32; 3]) {
-    for (slot, fd) in WRITER_FDS.iter().zip(fds) {
-        slot.store(fd, SeqCst);
+fn publish_writer_pipe(r: i32, w: i32) {
+    let ino = if r >= 0 { fd_inode(r) } else { 0 };
+    WRITER_PIPE_INO.store(ino, SeqCst);
+    WRITER_PIPE[0].store(r, SeqCst);
+    WRITER_PIPE[1].store(w, SeqCst);
+}
+
+/// The inode of `fd` (0: not open). Async-signal-safe.
+fn fd_inode(fd: i32) -> u64 {
+    // SAFETY: fstat into a live local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
+        st.st_ino
+    } else {
+        0
     }
 }
 
@@ -448,11 +473,14 @@ extern "C" fn after_fork_child() {
     for r in &RUNNING {
         r.store(false, SeqCst);
     }
-    for slot in &WRITER_FDS {
+    let ino = WRITER_PIPE_INO.swap(0, SeqCst);
+    for slot in &WRITER_PIPE {
         let fd = slot.swap(-1, SeqCst);
-        if fd >= 0 {
-            // SAFETY: the parent's writer descriptor, copied into this child by fork; this
-            // child never uses it.
+        // The number is checked against the pipe's inode: the parent may have closed it (and
+        // the program reused the number) just before the fork.
+        if fd >= 0 && ino != 0 && fd_inode(fd) == ino {
+            // SAFETY: the parent's writer pipe, copied into this child by fork; this child
+            // never uses it.
             unsafe { libc::close(fd) };
         }
     }
@@ -571,55 +599,53 @@ fn signal_loop(rfd: i32, tx: mpsc::Sender<Job>) {
 fn control_loop(server: &ControlServer, tx: mpsc::Sender<Job>) {
     block_all_signals();
     loop {
-        // Checked after each request: `suspend_threads` sends one to wake this thread.
-        if SUSPEND.load(SeqCst) && ACCEPTED_SINCE_SUSPEND.swap(false, SeqCst) {
+        serve_one(server, &tx);
+        // After each request: `suspend_threads` sends one to wake this thread.
+        if SUSPEND.load(SeqCst) {
             return;
         }
-        let r = server.accept();
-        ACCEPTED_SINCE_SUSPEND.store(SUSPEND.load(SeqCst), SeqCst);
-        let (req, responder) = match r {
-            Ok(r) => r,
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
+    }
+}
+
+/// Accepts and answers one control request.
+fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
+    let r = server.accept();
+    let (req, responder) = match r {
+        Ok(r) => r,
+        Err(_) => {
+            std::thread::sleep(Duration::from_millis(50));
+            return;
+        }
+    };
+    match req {
+        Request::Status => {
+            let mut st = STATUS.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+            st.checkpoints = CHECKPOINTS.load(Relaxed);
+            let _ = responder.reply_status(st);
+        }
+        Request::Checkpoint { dir, exit } => {
+            let (rtx, rrx) = mpsc::channel();
+            IN_PROGRESS.fetch_add(1, SeqCst);
+            if tx.send(Job { dir, reply: Some(rtx), quit: false }).is_err() {
+                let _ = responder.reply(Err("the checkpoint agent is not running".into()));
+                progress_done();
+                return;
             }
-        };
-        match req {
-            Request::Status => {
-                let mut st = STATUS.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
-                st.checkpoints = CHECKPOINTS.load(Relaxed);
-                let _ = responder.reply_status(st);
+            let answer = rrx.recv();
+            let answered = |resp: &Result<Reply, mpsc::RecvError>| !matches!(resp, Ok(Reply::Restarted));
+            if !answered(&answer) {
+                // A restored process: nobody waits for this request here.
+                IN_PROGRESS.store(0, SeqCst);
             }
-            Request::Checkpoint { dir, exit } => {
-                let (rtx, rrx) = mpsc::channel();
-                IN_PROGRESS.fetch_add(1, SeqCst);
-                if tx.send(Job { dir, reply: Some(rtx), quit: false }).is_err() {
-                    let _ = responder.reply(Err("the checkpoint agent is not running".into()));
+            match answer {
+                Ok(Reply::Done(r)) => {
+                    let ok = r.is_ok();
+                    let _ = responder.reply(r);
                     progress_done();
-                    continue;
-                }
-                let answer = rrx.recv();
-                let answered = |resp: &Result<Reply, mpsc::RecvError>| !matches!(resp, Ok(Reply::Restarted));
-                if !answered(&answer) {
-                    // A restored process: nobody waits for this request here.
-                    IN_PROGRESS.store(0, SeqCst);
-                }
-                match answer {
-                    Ok(Reply::Done(r)) => {
-                        let ok = r.is_ok();
-                        let _ = responder.reply(r);
-                        progress_done();
-                        if ok && exit {
-                            server.remove_socket();
-                            // SAFETY: ends the process after the requester has its answer.
-                            unsafe { libc::_exit(0) };
-                        }
-                    }
-                    // The connection belongs to the process the image was taken of.
-                    Ok(Reply::Restarted) => std::mem::forget(responder),
-                    Err(_) => {
-                        let _ = responder.reply(Err("the checkpoint agent stopped".into()));
-                        progress_done();
+                    if ok && exit {
+                        server.remove_socket();
+                        // SAFETY: ends the process after the requester has its answer.
+                        unsafe { libc::_exit(0) };
                     }
                 }
             }
@@ -637,6 +663,12 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
     loop {
         let job = match next {
             Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
+                // The connection belongs to the process the image was taken of.
+                Ok(Reply::Restarted) => std::mem::forget(responder),
+                Err(_) => {
+                    let _ = responder.reply(Err("the checkpoint agent stopped".into()));
+                    progress_done();
+                }
                 Ok(j) => Some(j),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -780,6 +812,8 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
         stop_us = us(t_stopped - t0),
         device_us = us(device_time),
         fork_us = us((t_forked - t_stopped).saturating_sub(device_time)),
+    // Published while the threads are stopped (no fork of the program is under way).
+    publish_writer_pipe(ctx.err_r, ctx.err_w);
         pause_us = us(tq.elapsed()),
         threads_stopped_us = us(pause),
         device_bytes = PHASE_DEVICE_BYTES.load(Relaxed),
@@ -823,6 +857,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
 
 fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
+    publish_writer_pipe(-1, -1);
     let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
     *device_time = tc.elapsed();
     threads::prepare_restart_stacks()?;
@@ -833,7 +868,8 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> R
     let skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut fds = capture::fds(&skip, Some(&control_path), &mut own);
     if let Some(&(fd, _)) = own.iter().find(|(_, k)| *k == Own::Listener) {
-        fds.push(FdState { fd, flags: 0, kind: FdKind::ControlListener });
+        // Close-on-exec, like every descriptor of crum's (`crate::highfd`).
+        fds.push(FdState { fd, flags: libc::O_CLOEXEC as u32, kind: FdKind::ControlListener });
     }
     let (start_brk, brk) = capture::brk();
     let slots = threads::live_slots();
@@ -1216,6 +1252,9 @@ fn reap(child: i32, pidfd: i32, err_r: i32, err_w: i32) -> Result<(), String> {
         if e.raw_os_error() != Some(libc::EINTR) {
             break Err(e);
         }
+        // The writer has ended: what it reported is in the pipe. Not waiting for end of file:
+        // a child the program forked may still hold a copy of the write end.
+        libc::fcntl(err_r, libc::F_SETFL, libc::O_NONBLOCK);
     };
     if pidfd >= 0 {
         // SAFETY: the pidfd is ours, closed once here.
@@ -1282,6 +1321,15 @@ fn after_restart(h: &Hooks) -> Outcome {
     };
     if let Err(e) = (h.restore)(&read) {
         fatal(&format!("restore hook: {e}"));
+    }
+    // SAFETY: getpid cannot fail.
+    OWNER_PID.store(unsafe { libc::getpid() }, SeqCst);
+    if info.channel_fd >= 0 {
+        // The new proxy's channel, opened by the restorer at the lowest free number: above
+        // the program's range, close-on-exec, like `crum run`'s (`crate::highfd`).
+        let fd = crate::highfd::move_high_raw(info.channel_fd as i32);
+        // SAFETY: the program's threads are stopped; nothing else reads RESTART_INFO now.
+        unsafe { (*std::ptr::addr_of_mut!(RESTART_INFO)).channel_fd = fd as i64 };
     }
     drop(reader);
     for (p, len) in buffers.into_inner() {

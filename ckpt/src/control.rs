@@ -233,7 +233,8 @@ impl ControlServer {
             }
             std::fs::remove_file(&path).map_err(io_err(&path))?;
         }
-        let listener = UnixListener::bind(&path).map_err(io_err(&path))?;
+        // Above the program's fd range, close-on-exec (`crate::highfd`).
+        let listener = crate::highfd::move_high(UnixListener::bind(&path).map_err(io_err(&path))?);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(io_err(&path))?;
         Ok(ControlServer { listener, path })
@@ -248,7 +249,12 @@ impl ControlServer {
     /// `crum ps`) or garbage are dropped; neither is returned.
     pub fn accept(&self) -> Result<(Request, Responder), ControlError> {
         loop {
-            let (mut stream, _) = self.listener.accept().map_err(io_err(&self.path))?;
+            // Waits in poll, not in accept: a blocked accept holds the lowest free descriptor
+            // number, which the program's next open would skip; the connection then moves
+            // above the program's range (`crate::highfd`).
+            crate::highfd::wait_readable(&self.listener);
+            let (stream, _) = self.listener.accept().map_err(io_err(&self.path))?;
+            let mut stream = crate::highfd::move_high(stream);
             let uid = match peer_uid(&stream) {
                 Ok(u) => u,
                 Err(_) => continue,

@@ -7,6 +7,7 @@ pub mod alloc;
 pub mod arch;
 pub mod capture;
 pub mod control;
+pub mod highfd;
 pub mod image;
 pub mod state;
 pub mod threads;

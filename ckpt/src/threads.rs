@@ -352,6 +352,40 @@ fn save_name(slot: &Slot, tid: i32) {
     slot.name[1].store(u64::from_ne_bytes(b[8..].try_into().unwrap_or_default()), Relaxed);
 }
 
+/// How long a thread may block the stop signal before a checkpoint gives up on it.
+const BLOCKED_GRACE: Duration = Duration::from_millis(300);
+
+/// `SIGRTMAX-1`, the stop signal's name.
+pub fn stop_signal_name() -> String {
+    let off = libc::SIGRTMAX() - stop_signal();
+    if off == 0 {
+        "SIGRTMAX".into()
+    } else {
+        format!("SIGRTMAX-{off}")
+    }
+}
+
+/// Whether thread `tid` of this process blocks the stop signal (`SigBlk` in its status).
+fn blocks_stop_signal(tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { return false };
+    mask_blocks(&s, stop_signal())
+}
+
+/// Whether the `SigBlk:` line of a /proc status text has signal `sig` set.
+fn mask_blocks(status: &str, sig: i32) -> bool {
+    let Some(line) = status.lines().find_map(|l| l.strip_prefix("SigBlk:")) else { return false };
+    let Ok(mask) = u64::from_str_radix(line.trim(), 16) else { return false };
+    (1..=64).contains(&sig) && mask & (1u64 << (sig - 1)) != 0
+}
+
+fn blocked_message(tid: i32, name: &str) -> String {
+    format!(
+        "thread {tid} ({name}) blocks signal {} (crum's stop signal), so crum cannot stop it for a checkpoint; \
+         the program must leave that signal unblocked in every thread",
+        stop_signal_name()
+    )
+}
+
 /// Stops every thread but the caller (the agent). On error all threads stopped so far are
 /// released again. Returns the number of slots used (the caller's slot included).
 pub fn stop_all(timeout: Duration) -> Result<usize, String> {
@@ -403,6 +437,8 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
         // Wait for every signalled thread.
         let n = NSLOTS.load(Acquire);
         for slot in SLOTS.iter().take(n).skip(1) {
+            // Since when the thread has been seen blocking the stop signal.
+            let mut blocked_since: Option<Instant> = None;
             while slot.state.load(Acquire) == SIGNALLED {
                 let tid = slot.tid.load(Relaxed);
                 if !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
@@ -410,12 +446,25 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
                     slot.tid.store(-1, Release);
                     break;
                 }
+                // A thread that blocks the stop signal would never stop: say so at once
+                // (after a grace period for the moments in which the C library blocks every
+                // signal, e.g. inside pthread_create or posix_spawn).
+                if blocks_stop_signal(tid) {
+                    let since = *blocked_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= BLOCKED_GRACE {
+                        let name = thread_name(tid);
+                        release_all();
+                        return Err(blocked_message(tid, &name));
+                    }
+                } else {
+                    blocked_since = None;
+                }
                 if Instant::now() > deadline {
                     let name = thread_name(tid);
                     release_all();
                     return Err(format!(
-                        "thread {tid} ({name}) did not stop within {timeout:?} (does it block signal {}?)",
-                        stop_signal()
+                        "thread {tid} ({name}) did not stop within {timeout:?} (it neither ran its handler for {}, crum's stop signal, nor blocked it)",
+                        stop_signal_name()
                     ));
                 }
                 futex_wait(&slot.state, SIGNALLED, Some(Duration::from_millis(10)));
@@ -572,6 +621,18 @@ fn resume_restored(idx: usize) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sigblk_is_read_from_the_status_text() {
+        let status = "Name:\tx\nSigPnd:\t0000000000000000\nSigBlk:\t4000000000000001\nSigIgn:\t0\n";
+        assert!(mask_blocks(status, 63));
+        assert!(mask_blocks(status, 1));
+        assert!(!mask_blocks(status, 64));
+        assert!(!mask_blocks(status, 10));
+        assert!(!mask_blocks("Name:\tx\n", 63));
+        let m = blocked_message(42, "worker");
+        assert!(m.contains("thread 42 (worker) blocks signal SIGRTMAX-1 (crum's stop signal)"), "{m}");
+    }
 
     #[test]
     fn tid_offset_names_the_field_holding_each_threads_own_tid() {

@@ -185,7 +185,9 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let lib = interposer()?;
 
     let channel = Arc::new(Channel::create().context("creating the channel")?);
-    let fd = channel.raw_fd();
+    // The proxy and the program get the channel above the program's fd range (the program
+    // opens fd 3 first, as without crum), and only they get it (`pass_fd`).
+    let fd = high_channel_fd(channel.raw_fd())?;
     let exe = std::env::current_exe().context("locating the crum binary")?;
 
     // Signals for the program are handled by a thread (sigwait); block them here before any
@@ -230,6 +232,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
             ch.set_dead();
             tracing::debug!(?st, "proxy ended");
         });
+    pass_fd(&mut proxy, fd);
     }
 
     // The C library wrappers first (their calls into libcrum are resolved by name).
@@ -277,6 +280,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
             } else {
                 126
             });
+    pass_fd(&mut cmd, fd);
         }
     };
     let app_pid = Arc::new(AtomicI32::new(app.id() as i32));
@@ -336,6 +340,37 @@ fn reraise(s: Signal) -> nix::Result<()> {
         )?;
     }
     set.thread_unblock()?;
+/// A close-on-exec duplicate of the channel descriptor `fd` above the program's fd range
+/// (`crum_ckpt::highfd`); `fd` itself is made close-on-exec, so no child inherits the low
+/// number. The duplicate is handed only to the proxy and the program ([`pass_fd`]); the
+/// program's preloaded library moves it again if needed and keeps it close-on-exec.
+fn high_channel_fd(fd: std::os::fd::RawFd) -> anyhow::Result<std::os::fd::RawFd> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    use std::os::fd::BorrowedFd;
+    #[allow(unsafe_code)]
+    // SAFETY: `fd` is the channel's descriptor, open for as long as `channel` lives (all of
+    // `main`).
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    fcntl(b, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).context("marking the channel close-on-exec")?;
+    let hi = fcntl(b, FcntlArg::F_DUPFD_CLOEXEC(crum_ckpt::highfd::base()))
+        .or_else(|_| fcntl(b, FcntlArg::F_DUPFD_CLOEXEC(3)))
+        .context("duplicating the channel descriptor")?;
+    Ok(hi)
+}
+
+/// The child inherits `fd` (close-on-exec is cleared in the child only).
+fn pass_fd(cmd: &mut Command, fd: std::os::fd::RawFd) {
+    #[allow(unsafe_code)]
+    // SAFETY: the hook runs in the forked child before exec and only calls fcntl on a
+    // descriptor number, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+}
+
     // Core dumps of crum itself are not wanted.
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
     signal::raise(s)

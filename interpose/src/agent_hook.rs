@@ -2,14 +2,46 @@
 //! `crum run` (`CRUM_RUN=1`) — CUDA or not. Device state plugs into checkpoints through
 //! `crum_ckpt::agent::set_hooks`.
 //!
+//! The constructor also takes over the proxy channel `crum run` passed in `CRUM_CHANNEL`:
+//! moved above the program's fd range and close-on-exec (`crum_ckpt::highfd`), excluded from
+//! images, and the variable removed, so that programs this one executes neither inherit the
+//! descriptor nor see a number that names nothing in them.
+//!
 //! # Safety
 //! The constructor is a plain `extern "C" fn` placed in `.init_array`; it runs once, on the
 //! main thread, after libc is initialised and before `main`.
 #![allow(unsafe_code)]
 
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+
+/// The channel descriptor taken over from `CRUM_CHANNEL` (-1: none).
+static CHANNEL_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// The proxy channel `crum run` handed to this process, if any.
+pub fn channel_fd() -> Option<i32> {
+    let fd = CHANNEL_FD.load(SeqCst);
+    (fd >= 0).then_some(fd)
+}
+
+fn adopt_channel() {
+    let Some(v) = std::env::var_os(crum_wire::ENV_CHANNEL) else { return };
+    // Before main, on the only thread: nothing reads the environment concurrently.
+    std::env::remove_var(crum_wire::ENV_CHANNEL);
+    let Some(fd) = v.to_str().and_then(|s| s.parse::<i32>().ok()) else { return };
+    // SAFETY: F_GETFD on any number is harmless.
+    if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return;
+    }
+    let fd = crum_ckpt::highfd::move_high_raw(fd);
+    CHANNEL_FD.store(fd, SeqCst);
+    // The interposer's restore hook builds a new channel: never save or restore this one.
+    crum_ckpt::agent::exclude_fd(fd);
+}
+
 extern "C" fn crum_agent_ctor() {
     // A panic must not unwind into the dynamic loader.
     let _ = std::panic::catch_unwind(|| {
+        adopt_channel();
         crate::ckpt::install();
         crum_ckpt::agent::start_from_env();
     });
@@ -18,6 +50,21 @@ extern "C" fn crum_agent_ctor() {
 #[used]
 #[link_section = ".init_array"]
 static AGENT_CTOR: extern "C" fn() = crum_agent_ctor;
+
+/// Ends crum's threads so that the program is single-threaded again if it was before crum
+/// (`unshare`/`setns` of a user or mount namespace need that); called by `libcrum_libc.so`'s
+/// wrappers of those functions. Returns 1 if threads were ended (then call
+/// [`crum_threads_resume`] after the system call), 0 if there were none.
+#[no_mangle]
+pub extern "C" fn crum_threads_suspend() -> libc::c_int {
+    std::panic::catch_unwind(crum_ckpt::agent::suspend_threads).unwrap_or(false) as libc::c_int
+}
+
+/// Starts crum's threads again after [`crum_threads_suspend`].
+#[no_mangle]
+pub extern "C" fn crum_threads_resume() {
+    let _ = std::panic::catch_unwind(crum_ckpt::agent::resume_threads);
+}
 
 /// libcrum's allocator: the system's, except for the checkpoint agent while the program's
 /// threads are stopped (see `crum_ckpt::alloc`: a stopped thread may hold a malloc lock).

@@ -81,10 +81,8 @@ pub fn init_logging() {
 
 fn connect() -> CudaResult<Conn> {
     init_logging();
-    let fd: i32 = match std::env::var(crum_wire::ENV_CHANNEL)
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    // Taken over from `CRUM_CHANNEL` by the library's constructor (`agent_hook`).
+    let fd: i32 = match crate::agent_hook::channel_fd() {
         Some(fd) => fd,
         None => {
             tracing::error!(

@@ -11,7 +11,7 @@
 #![deny(unsafe_code)]
 
 mod abi_gen;
-mod agent_hook;
+pub(crate) mod agent_hook;
 pub mod api;
 pub mod ckpt;
 pub mod client;

@@ -9,6 +9,12 @@
 //! - `sigaction` and `signal` for the signals libcrum's fault handler owns: the program's
 //!   handler is recorded and chained to (`crum_sigaction`, `crum_signal`), not installed.
 //!
+//! - `unshare` and `setns` of a user or mount namespace (or any of `setns`'s kinds): the
+//!   kernel refuses them (EINVAL) in a multithreaded process, and crum's own threads would
+//!   make every program one. libcrum ends its threads around the call
+//!   (`crum_threads_suspend`/`crum_threads_resume`) so a program that is single-threaded
+//!   without crum stays so for the call.
+//!
 //! Everything is resolved once, in the library constructor: libcrum's functions by name
 //! (absent without libcrum: the wrappers then only forward), the C library's from
 //! `libc.so.6` itself. The wrappers allocate nothing, take no locks and keep `errno` as the
@@ -27,6 +33,8 @@ const NOT_OURS: c_int = -2;
 static PREPARE: AtomicUsize = AtomicUsize::new(0);
 static CRUM_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static CRUM_SIGNAL: AtomicUsize = AtomicUsize::new(0);
+static CRUM_SUSPEND: AtomicUsize = AtomicUsize::new(0);
+static CRUM_RESUME: AtomicUsize = AtomicUsize::new(0);
 
 fn libc_handle() -> *mut c_void {
     static H: AtomicUsize = AtomicUsize::new(0);
@@ -61,6 +69,10 @@ extern "C" fn init() {
     crum(c"crum_prepare_range", &PREPARE);
     crum(c"crum_sigaction", &CRUM_SIGACTION);
     crum(c"crum_signal", &CRUM_SIGNAL);
+    crum(c"crum_threads_suspend", &CRUM_SUSPEND);
+    crum(c"crum_threads_resume", &CRUM_RESUME);
+    real(c"unshare", &UNSHARE);
+    real(c"setns", &SETNS);
     resolve_all();
     real(c"sigaction", &SIGACTION);
     real(c"signal", &SIGNAL);
@@ -257,4 +269,62 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
     let f = real(c"signal", &SIGNAL);
     // SAFETY: the C library's signal.
     unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t>(f)(sig, handler) }
+}
+
+static UNSHARE: AtomicUsize = AtomicUsize::new(0);
+static SETNS: AtomicUsize = AtomicUsize::new(0);
+
+/// `unshare` flags the kernel allows only in a single-threaded process (a new user
+/// namespace implies `CLONE_THREAD`, a new mount namespace `CLONE_FS`).
+const SINGLE_THREADED_UNSHARE: c_int =
+    libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_FS | libc::CLONE_VM | libc::CLONE_SIGHAND | libc::CLONE_THREAD;
+
+/// Runs `call` with crum's threads ended, if `needed` and libcrum is there; keeps the
+/// call's errno.
+fn single_threaded(needed: bool, call: impl FnOnce() -> c_int) -> c_int {
+    let (s, r) = (CRUM_SUSPEND.load(Relaxed), CRUM_RESUME.load(Relaxed));
+    if !needed || s == 0 || r == 0 {
+        return call();
+    }
+    // SAFETY: libcrum's functions without arguments.
+    let suspended = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> c_int>(s)() } != 0;
+    let ret = call();
+    if suspended {
+        // SAFETY: as above; errno is the call's again afterwards.
+        unsafe {
+            let e = *libc::__errno_location();
+            std::mem::transmute::<usize, unsafe extern "C" fn()>(r)();
+            *libc::__errno_location() = e;
+        }
+    }
+    ret
+}
+
+/// The program's `unshare`: with crum's threads ended for the flags that need a
+/// single-threaded process.
+///
+/// # Safety
+/// As the C library's `unshare`.
+#[no_mangle]
+pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
+    let f = real(c"unshare", &UNSHARE);
+    single_threaded(flags & SINGLE_THREADED_UNSHARE != 0, || {
+        // SAFETY: the C library's unshare.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> c_int>(f)(flags) }
+    })
+}
+
+/// The program's `setns`: with crum's threads ended for a user or mount namespace, or a
+/// kind the descriptor decides (0, or a pidfd's set of kinds).
+///
+/// # Safety
+/// As the C library's `setns`.
+#[no_mangle]
+pub unsafe extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
+    let f = real(c"setns", &SETNS);
+    let needed = nstype == 0 || nstype & (libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0;
+    single_threaded(needed, || {
+        // SAFETY: the C library's setns.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_int) -> c_int>(f)(fd, nstype) }
+    })
 }
