@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use crate::capture::{self, Own};
 use crate::control::{ControlServer, Request, StatusReply};
-use crate::image::{clean_leftovers, keep_newest, ImageError, ImageReader, ImageWriter, RegionMeta, WriterOptions};
+use crate::image::{clean_leftovers, keep_newest_of, ImageError, ImageReader, ImageWriter, RegionMeta, WriterOptions};
 use crate::state::{
     FdKind, FdState, ProcessState, Region, RegionKind, ThreadInfo, PROCESS_STATE_VERSION, REGION_GROWSDOWN,
     REGION_BLOB, REGION_SHARED_ANON, REGION_SHARED_FILE, SECTION_PROCESS,
@@ -178,11 +178,8 @@ impl Config {
     /// `CRUM_CKPT_SYNC` through `get`.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         let dir = PathBuf::from(get("CRUM_CKPT_DIR").unwrap_or_else(|| "crum-images".into()));
-        let dir = if dir.is_absolute() {
-            dir
-        } else {
-            std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?.join(dir)
-        };
+        // Absolute and normalised (no `.`, `..` or `//`): image paths are printed.
+        let dir = crate::control::absolute(&dir).map_err(|e| format!("cannot read the working directory: {e}"))?;
         let interval = match get("CRUM_CKPT_INTERVAL") {
             Some(v) if !v.is_empty() => {
                 let s: f64 = v.parse().map_err(|_| format!("CRUM_CKPT_INTERVAL={v} is not a number of seconds"))?;
@@ -194,14 +191,18 @@ impl Config {
             _ => None,
         };
         let keep = match get("CRUM_CKPT_KEEP") {
-            Some(v) if !v.is_empty() => v.parse().map_err(|_| format!("CRUM_CKPT_KEEP={v} is not a count"))?,
+            Some(v) if !v.is_empty() => match v.parse() {
+                Ok(0) => return Err(format!("CRUM_CKPT_KEEP={v} must be at least 1 (unset: keep every image)")),
+                Ok(n) => n,
+                Err(_) => return Err(format!("CRUM_CKPT_KEEP={v} is not a count")),
+            },
             _ => 0,
         };
         let signal = match get("CRUM_CKPT_SIGNAL") {
             Some(v) if !v.is_empty() => {
                 let s: i32 = v.parse().map_err(|_| format!("CRUM_CKPT_SIGNAL={v} is not a signal number"))?;
-                if !(1..=64).contains(&s) || s == libc::SIGKILL || s == libc::SIGSTOP {
-                    return Err(format!("CRUM_CKPT_SIGNAL={v} cannot be caught"));
+                if let Some(why) = trigger_signal_problem(s) {
+                    return Err(format!("CRUM_CKPT_SIGNAL={v} {why}"));
                 }
                 Some(s)
             }
@@ -209,6 +210,20 @@ impl Config {
         };
         let sync = get("CRUM_CKPT_SYNC").is_some_and(|v| v == "1");
         Ok(Config { dir, interval, keep, signal, sync })
+    }
+}
+
+/// Why signal `sig` cannot be the checkpoint trigger (`crum run --on-signal`,
+/// `CRUM_CKPT_SIGNAL`), or None when it can: KILL and STOP cannot be caught, and the fault
+/// signals are raised by faults (crum's managed memory handles SIGSEGV itself).
+pub fn trigger_signal_problem(sig: i32) -> Option<&'static str> {
+    match sig {
+        libc::SIGKILL | libc::SIGSTOP => Some("cannot be caught"),
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP => {
+            Some("is a fault signal, not a trigger")
+        }
+        s if !(1..=64).contains(&s) => Some("is not a signal number"),
+        _ => None,
     }
 }
 
@@ -621,6 +636,7 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
         Request::Status => {
             let mut st = STATUS.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
             st.checkpoints = CHECKPOINTS.load(Relaxed);
+            st.lineage = Some(crate::lineage::current().id);
             let _ = responder.reply_status(st);
         }
         Request::Checkpoint { dir, exit } => {
@@ -648,6 +664,12 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
                         unsafe { libc::_exit(0) };
                     }
                 }
+                // The connection belongs to the process the image was taken of.
+                Ok(Reply::Restarted) => std::mem::forget(responder),
+                Err(_) => {
+                    let _ = responder.reply(Err("the checkpoint agent stopped".into()));
+                    progress_done();
+                }
             }
         }
     }
@@ -663,12 +685,6 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
     loop {
         let job = match next {
             Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
-                // The connection belongs to the process the image was taken of.
-                Ok(Reply::Restarted) => std::mem::forget(responder),
-                Err(_) => {
-                    let _ = responder.reply(Err("the checkpoint agent stopped".into()));
-                    progress_done();
-                }
                 Ok(j) => Some(j),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -700,7 +716,7 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
             Outcome::Written(p) => {
                 CHECKPOINTS.fetch_add(1, Relaxed);
                 *STATUS.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(StatusReply { checkpoints: 0, last_image: Some(p.clone()) });
+                    Some(StatusReply { checkpoints: 0, last_image: Some(p.clone()), lineage: None });
                 Reply::Done(Ok(p))
             }
             Outcome::Failed(e) => {
@@ -727,6 +743,8 @@ enum Outcome {
 struct ForkCtx {
     writer: ImageWriter,
     state_bytes: Vec<u8>,
+    /// The optional `crum.lineage` section (`crate::lineage`).
+    lineage: Vec<u8>,
     sections: Vec<(String, Vec<u8>)>,
     regions: Vec<Region>,
     sync: bool,
@@ -763,6 +781,8 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
         tracing::warn!("cannot remove partial images: {e}");
     }
     let h = hooks();
+    // Before the threads stop: its lock is never taken while they are stopped.
+    let lineage = crate::lineage::current().encode();
     let tq = Instant::now();
     PHASE_DRAIN_US.store(0, Relaxed);
     PHASE_DEVICE_BYTES.store(0, Relaxed);
@@ -782,7 +802,10 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     let mut device_time = Duration::ZERO;
     let prepared = prepare(cfg, dir, &h, &mut device_time);
     let mut ctx = match prepared {
-        Ok(c) => c,
+        Ok(mut c) => {
+            c.lineage = lineage;
+            c
+        }
         Err(e) => {
             threads::release_all();
             crate::alloc::leave();
@@ -790,6 +813,8 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
             return Outcome::Failed(e);
         }
     };
+    // Published while the threads are stopped (no fork of the program is under way).
+    publish_writer_pipe(ctx.err_r, ctx.err_w);
     let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
     if r == 1 {
         let out = after_restart(&h);
@@ -812,8 +837,6 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
         stop_us = us(t_stopped - t0),
         device_us = us(device_time),
         fork_us = us((t_forked - t_stopped).saturating_sub(device_time)),
-    // Published while the threads are stopped (no fork of the program is under way).
-    publish_writer_pipe(ctx.err_r, ctx.err_w);
         pause_us = us(tq.elapsed()),
         threads_stopped_us = us(pause),
         device_bytes = PHASE_DEVICE_BYTES.load(Relaxed),
@@ -835,15 +858,20 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     } else {
         reap(ctx.child as i32, ctx.pidfd, ctx.err_r, ctx.err_w)
     };
+    publish_writer_pipe(-1, -1);
     let path = ctx.writer.final_path().to_path_buf();
     let partial = result.is_err().then(|| ctx.writer.remove_partial());
     drop(ctx);
     crate::alloc::release();
     match result {
         Ok(()) => {
+            crate::lineage::written(&path);
             if cfg.keep > 0 {
-                if let Err(e) = keep_newest(dir, cfg.keep) {
-                    tracing::warn!("cannot remove old images: {e}");
+                // Only the program's own line (`crate::lineage`): never images newer than the
+                // one it was restarted from, nor other programs'.
+                match keep_newest_of(dir, cfg.keep, crate::lineage::may_remove) {
+                    Ok(removed) => crate::lineage::removed(&removed),
+                    Err(e) => tracing::warn!("cannot remove old images: {e}"),
                 }
             }
             Outcome::Written(path)
@@ -857,7 +885,6 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
 
 fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
-    publish_writer_pipe(-1, -1);
     let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
     *device_time = tc.elapsed();
     threads::prepare_restart_stacks()?;
@@ -931,6 +958,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> R
     Ok(Box::new(ForkCtx {
         writer,
         state_bytes,
+        lineage: Vec::new(),
         sections,
         regions: state.regions,
         sync: cfg.sync,
@@ -1148,6 +1176,12 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
     if let Err(e) = ctx.writer.add_section(SECTION_PROCESS, true, &ctx.state_bytes) {
         return child_fail(ctx, b"writing the process section: ", Some(&e));
     }
+    if !ctx.lineage.is_empty() {
+        // Optional: what the image's program descends from, for people and rotation.
+        if let Err(e) = ctx.writer.add_section(crate::lineage::SECTION_LINEAGE, false, &ctx.lineage) {
+            return child_fail(ctx, b"writing the lineage section: ", Some(&e));
+        }
+    }
     if ctx.stop_writer && !ctx.sync {
         // Test hook: stop here, mid-write (the temporary directory exists and is locked).
         // SAFETY: raw system calls on this process only.
@@ -1219,6 +1253,9 @@ fn read_child_error(err_r: i32, err_w: i32) -> String {
     // SAFETY: our own pipe fds, each closed once here; read into the live buffer.
     let n = unsafe {
         libc::close(err_w);
+        // The writer has ended: what it reported is in the pipe. Not waiting for end of file:
+        // a child the program forked may still hold a copy of the write end.
+        libc::fcntl(err_r, libc::F_SETFL, libc::O_NONBLOCK);
         let n = libc::read(err_r, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
         libc::close(err_r);
         n
@@ -1252,9 +1289,6 @@ fn reap(child: i32, pidfd: i32, err_r: i32, err_w: i32) -> Result<(), String> {
         if e.raw_os_error() != Some(libc::EINTR) {
             break Err(e);
         }
-        // The writer has ended: what it reported is in the pipe. Not waiting for end of file:
-        // a child the program forked may still hold a copy of the write end.
-        libc::fcntl(err_r, libc::F_SETFL, libc::O_NONBLOCK);
     };
     if pidfd >= 0 {
         // SAFETY: the pidfd is ours, closed once here.
@@ -1289,6 +1323,15 @@ fn after_restart(h: &Hooks) -> Outcome {
     let n = (info.path_len as usize).min(info.path.len());
     let image = PathBuf::from(std::ffi::OsStr::from_bytes(&info.path[..n]));
     PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).push(info.old_pid as i32);
+    // SAFETY: getpid cannot fail.
+    OWNER_PID.store(unsafe { libc::getpid() }, SeqCst);
+    if info.channel_fd >= 0 {
+        // The new proxy's channel, opened by the restorer at the lowest free number: above
+        // the program's range, close-on-exec, like `crum run`'s (`crate::highfd`).
+        let fd = crate::highfd::move_high_raw(info.channel_fd as i32);
+        // SAFETY: the program's threads are stopped; nothing else reads RESTART_INFO now.
+        unsafe { (*std::ptr::addr_of_mut!(RESTART_INFO)).channel_fd = fd as i64 };
+    }
     let reader = ImageReader::open(&image).unwrap_or_else(|e| fatal(&format!("cannot reopen the image: {e}")));
     let state = reader
         .section(SECTION_PROCESS)
@@ -1322,15 +1365,6 @@ fn after_restart(h: &Hooks) -> Outcome {
     if let Err(e) = (h.restore)(&read) {
         fatal(&format!("restore hook: {e}"));
     }
-    // SAFETY: getpid cannot fail.
-    OWNER_PID.store(unsafe { libc::getpid() }, SeqCst);
-    if info.channel_fd >= 0 {
-        // The new proxy's channel, opened by the restorer at the lowest free number: above
-        // the program's range, close-on-exec, like `crum run`'s (`crate::highfd`).
-        let fd = crate::highfd::move_high_raw(info.channel_fd as i32);
-        // SAFETY: the program's threads are stopped; nothing else reads RESTART_INFO now.
-        unsafe { (*std::ptr::addr_of_mut!(RESTART_INFO)).channel_fd = fd as i64 };
-    }
     drop(reader);
     for (p, len) in buffers.into_inner() {
         crate::alloc::discard(p, len);
@@ -1338,6 +1372,9 @@ fn after_restart(h: &Hooks) -> Outcome {
     crate::alloc::keep();
     threads::release_all();
     crate::alloc::leave();
+    // A new lineage (its threads run again: normal allocation, no lock held by a stopped
+    // thread), so that rotation never removes images newer than `image`.
+    crate::lineage::begin_restarted(&image);
     if break_below {
         // A failed shrink of the heap would leave glibc's break at the kernel's, far below,
         // and its main arena would take the difference for memory given back (a corrupt
@@ -1455,5 +1492,25 @@ mod tests {
         assert!(Config::from_vars(vars(&[("CRUM_CKPT_INTERVAL", "-1")])).is_err());
         assert!(Config::from_vars(vars(&[("CRUM_CKPT_SIGNAL", "9")])).is_err());
         assert!(Config::from_vars(vars(&[("CRUM_CKPT_KEEP", "x")])).is_err());
+    }
+
+    #[test]
+    fn config_refuses_keep_zero_and_untriggerable_signals() {
+        let e = Config::from_vars(vars(&[("CRUM_CKPT_KEEP", "0")])).unwrap_err();
+        assert!(e.contains("at least 1"), "{e}");
+        for sig in ["9", "19"] {
+            let e = Config::from_vars(vars(&[("CRUM_CKPT_SIGNAL", sig)])).unwrap_err();
+            assert!(e.contains("cannot be caught"), "{e}");
+        }
+        let e = Config::from_vars(vars(&[("CRUM_CKPT_SIGNAL", "11")])).unwrap_err();
+        assert!(e.contains("fault signal"), "{e}");
+    }
+
+    #[test]
+    fn config_directory_is_normalised() {
+        let c = Config::from_vars(vars(&[("CRUM_CKPT_DIR", "/x//y/./z/../imgs")])).unwrap();
+        assert_eq!(c.dir, PathBuf::from("/x/y/imgs"));
+        let c = Config::from_vars(vars(&[("CRUM_CKPT_DIR", "./imgs")])).unwrap();
+        assert_eq!(c.dir, std::env::current_dir().unwrap().canonicalize().unwrap().join("imgs"));
     }
 }

@@ -1,11 +1,14 @@
 //! The per-process control socket: how `crum checkpoint` and `crum ps` talk to the agent
 //! inside a program running under crum.
 //!
-//! One Unix stream socket per process at `$XDG_RUNTIME_DIR/crum/<pid>.sock` (fallback
-//! `/tmp/crum-<uid>/<pid>.sock`; `CRUM_CONTROL_DIR` overrides both). The directory is
-//! created 0700 and refused if it is not owned by us or is accessible to others; the socket
-//! is 0600; the server checks every peer's uid with `SO_PEERCRED` and refuses other users,
-//! and the client checks the server's the same way.
+//! One Unix stream socket per process at `$XDG_RUNTIME_DIR/crum/<pid>.sock` (`CRUM_CONTROL_DIR`
+//! overrides it). Without `XDG_RUNTIME_DIR` the directory is the first of `/tmp/crum-<uid>`,
+//! `/run/user/<uid>/crum` and `$HOME/.crum-control` that is ours and private or does not exist
+//! yet (the latter two only when their parent is ours and others cannot write it): another
+//! user who pre-creates `/tmp/crum-<uid>` cannot take checkpoints away ([`socket_dir`]). The
+//! directory is created 0700 and refused if it is not owned by us or is accessible to others;
+//! the socket is 0600; the server checks every peer's uid with `SO_PEERCRED` and refuses
+//! other users, and the client checks the server's the same way.
 //!
 //! Wire format: one JSON object per line in each direction.
 //! Request: `{"op":"checkpoint","dir":"/abs/dir"|null,"exit":false}` or `{"op":"status"}`.
@@ -34,8 +37,15 @@ pub enum ControlError {
     OtherUser { pid: u32 },
     #[error("process {pid} is not running under crum (no control socket at {path})")]
     NotUnderCrum { pid: u32, path: PathBuf },
-    #[error("control directory {path} is not private to this user; refusing to use it")]
-    UnsafeDir { path: PathBuf },
+    #[error(
+        "control directory {path} is not private to this user (owner uid {owner}, mode {mode:o}); \
+         refusing to use it: remove it, or set XDG_RUNTIME_DIR or CRUM_CONTROL_DIR to a private directory"
+    )]
+    UnsafeDir { path: PathBuf, owner: u32, mode: u32 },
+    #[error("process {pid} is stopped (state {state}); continue it (kill -CONT {pid}) and try again")]
+    Stopped { pid: u32, state: char },
+    #[error("process {pid} did not answer within {secs} s")]
+    NoAnswer { pid: u32, secs: u64 },
     #[error("control socket peer has uid {uid}, not ours ({ours})")]
     Peer { uid: u32, ours: u32 },
     #[error("malformed control message: {0}")]
@@ -75,6 +85,9 @@ pub struct StatusReply {
     pub checkpoints: u64,
     /// The newest image written, if any.
     pub last_image: Option<PathBuf>,
+    /// The program's lineage (`crate::lineage`): a new one after every restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<String>,
 }
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -164,7 +177,8 @@ pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
     Ok(cred.uid())
 }
 
-/// The directory holding the control sockets (not created).
+/// The directory holding the control sockets (not created): `CRUM_CONTROL_DIR`, else
+/// `$XDG_RUNTIME_DIR/crum`, else the first usable of [`fallback_dirs`].
 pub fn socket_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("CRUM_CONTROL_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
@@ -172,7 +186,73 @@ pub fn socket_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("crum");
     }
-    PathBuf::from(format!("/tmp/crum-{}", our_uid()))
+    first_usable(&fallback_dirs())
+}
+
+/// Where the control sockets go without `XDG_RUNTIME_DIR`, in order: `/tmp/crum-<uid>`, then
+/// `/run/user/<uid>/crum` and `$HOME/.crum-control` where their parent is ours and not
+/// writable by others (so nobody else can pre-create them).
+fn fallback_dirs() -> Vec<PathBuf> {
+    let uid = our_uid();
+    let mut v = vec![PathBuf::from(format!("/tmp/crum-{uid}"))];
+    let ours_closed = |p: &Path| {
+        std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+    };
+    let run = PathBuf::from(format!("/run/user/{uid}"));
+    if ours_closed(&run) {
+        v.push(run.join("crum"));
+    }
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute()) {
+        if ours_closed(&home) {
+            v.push(home.join(".crum-control"));
+        }
+    }
+    v
+}
+
+/// The first of `dirs` that is ours and private, or absent (the server creates it private);
+/// the first one when none is (binding there fails, naming it and why).
+fn first_usable(dirs: &[PathBuf]) -> PathBuf {
+    dirs.iter()
+        .find(|d| match std::fs::symlink_metadata(d) {
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+            Ok(_) => check_private_dir(d).is_ok(),
+        })
+        .or(dirs.first())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `path` made absolute (from the working directory) and normalised: no `.`, `..` or repeated
+/// `/`. The part that exists is canonical (symbolic links resolved); `..` beyond it is
+/// resolved by name.
+pub fn absolute(path: &Path) -> io::Result<PathBuf> {
+    use std::path::Component;
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    let comps: Vec<Component<'_>> = abs.components().collect();
+    let mut i = comps.len();
+    let mut base = loop {
+        let prefix: PathBuf = comps[..i].iter().collect();
+        match prefix.canonicalize() {
+            Ok(c) => break c,
+            Err(_) if i > 1 => i -= 1,
+            Err(e) => return Err(e),
+        }
+    };
+    for c in &comps[i..] {
+        match c {
+            Component::ParentDir => {
+                base.pop();
+            }
+            Component::Normal(n) => base.push(n),
+            _ => {}
+        }
+    }
+    Ok(base)
 }
 
 /// The control socket path of `pid` in `dir`.
@@ -202,6 +282,8 @@ fn check_private_dir(dir: &Path) -> Result<(), ControlError> {
     if !md.is_dir() || md.uid() != our_uid() || md.mode() & 0o077 != 0 {
         return Err(ControlError::UnsafeDir {
             path: dir.to_path_buf(),
+            owner: md.uid(),
+            mode: md.mode() & 0o7777,
         });
     }
     Ok(())
@@ -326,10 +408,8 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
         Some(uid) if uid != our_uid() => return Err(ControlError::OtherUser { pid }),
         Some(_) => {}
     }
-    if check_private_dir(dir).is_err() && dir.exists() {
-        return Err(ControlError::UnsafeDir {
-            path: dir.to_path_buf(),
-        });
+    if dir.exists() {
+        check_private_dir(dir)?;
     }
     let stream = match UnixStream::connect(&path) {
         Ok(s) => s,
@@ -353,10 +433,60 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
     Ok(stream)
 }
 
+/// The state letter of process `pid` (`/proc/<pid>/stat`: R, S, D, T stopped, t traced, Z
+/// zombie, ...), None when it is gone.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Fails when `pid` cannot answer: gone, or stopped (SIGSTOP, a debugger), where its agent
+/// thread is stopped too and a request would wait forever.
+fn check_can_answer(pid: u32) -> Result<(), ControlError> {
+    match proc_state(pid) {
+        None | Some('Z') | Some('X') => Err(ControlError::NoProcess { pid }),
+        Some(state @ ('T' | 't')) => Err(ControlError::Stopped { pid, state }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// How often a waiting client looks at the state of the process it waits for.
+const STATE_POLL_MS: u16 = 200;
+
+/// Waits until `s` has a reply to read, for at most `limit` (None: as long as `pid` can
+/// answer: a checkpoint of a large program takes as long as it takes), checking that `pid`
+/// is neither gone nor stopped meanwhile.
+fn wait_reply(s: &UnixStream, path: &Path, pid: u32, limit: Option<Duration>) -> Result<(), ControlError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(STATE_POLL_MS)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+            // Readable, or closed (the read reports it).
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(io_err(path)(e.into())),
+        }
+        check_can_answer(pid)?;
+        if let Some(l) = limit {
+            if t0.elapsed() >= l {
+                return Err(ControlError::NoAnswer { pid, secs: l.as_secs() });
+            }
+        }
+    }
+}
+
 fn exchange(dir: &Path, pid: u32, req: &Request) -> Result<Reply, ControlError> {
+    exchange_within(dir, pid, req, None)
+}
+
+fn exchange_within(dir: &Path, pid: u32, req: &Request, limit: Option<Duration>) -> Result<Reply, ControlError> {
     let path = socket_path_in(dir, pid);
     let mut s = connect(dir, pid)?;
+    check_can_answer(pid)?;
     send_line(&mut s, req).map_err(io_err(&path))?;
+    wait_reply(&s, &path, pid, limit)?;
     let line = read_line(&s)
         .map_err(io_err(&path))?
         .ok_or_else(|| ControlError::Failed {
@@ -383,12 +513,11 @@ pub fn request_checkpoint_in(
     dir: Option<&Path>,
     exit: bool,
 ) -> Result<PathBuf, ControlError> {
+    // Absolute (the agent's working directory is not ours) and normalised: the image path
+    // the agent reports is printed.
     let dir = match dir {
-        Some(d) if d.is_relative() => {
-            let cwd = std::env::current_dir().map_err(io_err(d))?;
-            Some(cwd.join(d))
-        }
-        d => d.map(Path::to_path_buf),
+        Some(d) => Some(absolute(d).map_err(io_err(d))?),
+        None => None,
     };
     let reply = exchange(sock_dir, pid, &Request::Checkpoint { dir, exit })?;
     match reply {
@@ -409,9 +538,18 @@ pub fn request_checkpoint_in(
     }
 }
 
-/// Asks process `pid` (in `sock_dir`) for its status.
+/// How long [`request_status_in`] waits for an answer.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Asks process `pid` (in `sock_dir`) for its status, waiting at most [`STATUS_TIMEOUT`].
 pub fn request_status_in(sock_dir: &Path, pid: u32) -> Result<StatusReply, ControlError> {
-    match exchange(sock_dir, pid, &Request::Status)? {
+    request_status_within(sock_dir, pid, STATUS_TIMEOUT)
+}
+
+/// [`request_status_in`] waiting at most `limit` (an agent answers once a checkpoint in
+/// progress is over).
+pub fn request_status_within(sock_dir: &Path, pid: u32, limit: Duration) -> Result<StatusReply, ControlError> {
+    match exchange_within(sock_dir, pid, &Request::Status, Some(limit))? {
         Reply {
             ok: true,
             status: Some(s),
@@ -513,6 +651,85 @@ mod tests {
         assert!(peer_allowed(1000, 1000));
         assert!(!peer_allowed(0, 1000));
         assert!(!peer_allowed(1001, 1000));
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("crum-control-test-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn absolute_paths_are_normalised() {
+        assert_eq!(absolute(Path::new("/nonexistent-crum//a/./b/../c/")).unwrap(), PathBuf::from("/nonexistent-crum/a/c"));
+        let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
+        assert_eq!(absolute(Path::new("./x/../y")).unwrap(), cwd.join("y"));
+        assert_eq!(absolute(Path::new("/tmp/../tmp//")).unwrap(), PathBuf::from("/tmp"));
+    }
+
+    #[test]
+    fn a_hostile_control_directory_is_passed_over_for_a_private_one() {
+        let t = scratch("hostile");
+        let planted = t.join("crum-planted");
+        std::fs::create_dir(&planted).unwrap();
+        // What another user's pre-created directory looks like to us: open to others (or
+        // owned by them, which only root can arrange).
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let alt = t.join("alt");
+        assert_eq!(first_usable(&[planted.clone(), alt.clone()]), alt);
+        // Binding there works; binding in the planted one fails naming it.
+        let server = ControlServer::bind_in(&alt, 1).unwrap();
+        drop(server);
+        let e = ControlServer::bind_in(&planted, 1).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains(&planted.display().to_string()) && msg.contains("mode 777"), "{msg}");
+        // None usable: the first, so that the error names it.
+        std::fs::set_permissions(&alt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(first_usable(&[planted.clone(), alt.clone()]), planted);
+        std::fs::remove_dir_all(&t).unwrap();
+    }
+
+    /// A process that is stopped (SIGSTOP) cannot answer: the client says so instead of
+    /// waiting forever, whether it was stopped before the request or while it waited.
+    #[test]
+    fn checkpoint_of_a_stopped_process_fails_naming_the_state() {
+        let t = scratch("stopped");
+        let dir = t.join("sock");
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        // The socket carries the child's pid; nobody ever answers on it.
+        let server = ControlServer::bind_in(&dir, pid).unwrap();
+        let kill = move |sig: &str| {
+            assert!(std::process::Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
+        };
+        let wait_state = |want: char| {
+            let t0 = std::time::Instant::now();
+            while proc_state(pid) != Some(want) {
+                assert!(t0.elapsed() < Duration::from_secs(30), "process {pid} never reached state {want}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        kill("-STOP");
+        wait_state('T');
+        let e = request_checkpoint_in(&dir, pid, None, false).unwrap_err();
+        assert!(matches!(e, ControlError::Stopped { pid: p, state: 'T' } if p == pid), "{e}");
+        assert!(e.to_string().contains("is stopped"), "{e}");
+        kill("-CONT");
+        wait_state('S');
+        // Stopped while the request waits for its answer.
+        let agent = std::thread::spawn(move || {
+            let (_req, responder) = server.accept().unwrap();
+            kill("-STOP");
+            // Never answered: the connection stays open until the client gives up.
+            responder
+        });
+        let e = request_checkpoint_in(&dir, pid, None, false).unwrap_err();
+        assert!(matches!(e, ControlError::Stopped { .. }), "{e}");
+        drop(agent.join().unwrap());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_dir_all(&t).unwrap();
     }
 
     #[test]

@@ -9,5 +9,6 @@ pub mod capture;
 pub mod control;
 pub mod highfd;
 pub mod image;
+pub mod lineage;
 pub mod state;
 pub mod threads;

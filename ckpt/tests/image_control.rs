@@ -55,6 +55,7 @@ fn checkpoint_request_round_trips_and_socket_is_private() {
         resp.reply_status(StatusReply {
             checkpoints: 2,
             last_image: None,
+            lineage: None,
         })
         .unwrap();
         server

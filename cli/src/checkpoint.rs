@@ -48,7 +48,21 @@ fn one(sock_dir: &Path, pid: u32, args: &Args) -> anyhow::Result<PathBuf> {
 }
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
+    if let Some(dir) = &args.dir {
+        if let Some(problem) = crate::trust::image_dir_problem(dir) {
+            eprintln!(
+                "crum: warning: --dir {}: {problem}; `crum restart` will refuse images there \
+                 (use a directory only you can write)",
+                dir.display()
+            );
+        }
+    }
     run_in(&control::socket_dir(), &args, &mut std::io::stdout())
+}
+
+/// The image path as printed: canonical (no `.`, `..`, `//` or links) when it can be resolved.
+fn printable(path: PathBuf) -> PathBuf {
+    path.canonicalize().unwrap_or(path)
 }
 
 /// `crum checkpoint` against the control sockets in `sock_dir`, printing paths to `out`.
@@ -64,14 +78,14 @@ fn run_in(sock_dir: &Path, args: &Args, out: &mut dyn std::io::Write) -> anyhow:
         vec![args.pid.expect("clap requires a pid without --all")]
     };
     if pids.len() == 1 {
-        let path = one(sock_dir, pids[0], args)?;
+        let path = printable(one(sock_dir, pids[0], args)?);
         writeln!(out, "{}", path.display())?;
         return Ok(0);
     }
     let mut failed = 0;
     for pid in pids {
         match one(sock_dir, pid, args) {
-            Ok(path) => writeln!(out, "{}", path.display())?,
+            Ok(path) => writeln!(out, "{}", printable(path).display())?,
             Err(e) => {
                 eprintln!("crum: error: {e:#}");
                 failed += 1;

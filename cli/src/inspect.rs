@@ -83,7 +83,9 @@ pub(crate) fn human_time(unix_ms: u64) -> String {
 }
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
-    let mut path = args.image.clone();
+    // Canonical (printed), and the real error (permission denied, ...) for a path we cannot
+    // reach, not "does not exist".
+    let mut path = args.image.canonicalize().with_context(|| format!("cannot inspect {}", args.image.display()))?;
     if path.is_dir() && !path.join("inventory").exists() {
         if let Some(newest) = latest_image(&path).context("listing images")? {
             eprintln!("crum: describing the newest image in {}", path.display());
@@ -106,6 +108,12 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         crum_restart::check::device_state(&mut r)?
     };
     let verified = verify;
+    // Optional (images of older crums have none); untrusted like every section.
+    let lineage = match r.section(crum_ckpt::lineage::SECTION_LINEAGE) {
+        Ok(Some(b)) => Some(crum_ckpt::lineage::Lineage::decode(&b).map_err(|e| anyhow::anyhow!(e))?),
+        Ok(None) => None,
+        Err(e) => return Err(e.into()),
+    };
     let inv = r.inventory().clone();
     let regions = r.regions().to_vec();
     let mapped: u64 = regions.iter().map(|g| g.len).sum();
@@ -143,6 +151,9 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
                 "image_bytes": disk,
             },
             "verified": verified,
+            "lineage": lineage.as_ref().map(|l| serde_json::json!({
+                "id": l.id, "parent": l.parent, "restarted_from": l.restarted_from,
+            })),
             "regions": regions_json,
             "device": device.as_ref().map(|(d, n)| device_json(d, *n)),
         });
@@ -175,6 +186,9 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         HumanBytes(u64::from(r.chunk_size()))
     )?;
     writeln!(o, "on disk    {}", HumanBytes(disk))?;
+    if let Some(l) = &lineage {
+        writeln!(o, "lineage    {}", l.describe())?;
+    }
     if verified {
         writeln!(o, "verified   every chunk and section matches its checksum")?;
     }

@@ -12,6 +12,7 @@ mod proxy;
 mod ps;
 mod restart;
 mod run;
+mod trust;
 
 #[derive(Parser)]
 #[command(name = "crum", version, about = "Transparent checkpoint-restart for CUDA applications")]

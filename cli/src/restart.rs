@@ -1,8 +1,12 @@
 //! `crum restart <image-dir>`: continue a checkpointed program in this terminal. The
 //! `crum` process becomes the program (it keeps this pid); see `crum_restart`. A CUDA
 //! program's image gets a fresh device proxy on the chosen device.
+//!
+//! An image is code run with the restarting user's rights: unless `--trust` names one
+//! image explicitly, the image (and the directory of images it is picked from) must be the
+//! user's own and reachable only through directories others cannot write (`crate::trust`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
@@ -13,18 +17,58 @@ pub struct Args {
     /// emu or cuda. An image taken on one device restarts on another.
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Restart this image even if it belongs to another user or lies in a directory others
+    /// can write (it runs with your rights). Only for an image named explicitly, not for a
+    /// directory of images.
+    #[arg(long)]
+    pub trust: bool,
     /// An image directory, or a directory of images (the newest complete one is used).
     pub image: PathBuf,
 }
 
+/// The image `crum restart ARG` restarts: ARG itself or the newest complete image in it,
+/// canonical, checked by the trust rules unless `trust`.
+pub fn choose_image(arg: &Path, trust: bool) -> anyhow::Result<PathBuf> {
+    // The real error (permission denied, not a directory, ...), not "does not exist".
+    let path = arg.canonicalize().with_context(|| format!("cannot restart {}", arg.display()))?;
+    if !path.is_dir() {
+        bail!("cannot restart {}: not a directory", path.display());
+    }
+    let is_image = path
+        .join("inventory")
+        .try_exists()
+        .with_context(|| format!("cannot restart {}", path.display()))?;
+    let image = if is_image {
+        path
+    } else {
+        if trust {
+            bail!(
+                "--trust needs an image, not a directory of images: name the image to restart \
+                 (`ls {}`)",
+                path.display()
+            );
+        }
+        crate::trust::check_images_dir(&path).with_context(|| {
+            format!("refusing to restart from {} (it must be yours and private)", path.display())
+        })?;
+        crum_ckpt::image::latest_image(&path)
+            .with_context(|| format!("cannot restart {}", path.display()))?
+            .with_context(|| format!("cannot restart {}: it holds no complete image", path.display()))?
+    };
+    if !trust {
+        crate::trust::check_image(&image).with_context(|| {
+            format!(
+                "refusing to restart {} (name it with --trust to run it with your rights anyway)",
+                image.display()
+            )
+        })?;
+    }
+    Ok(image)
+}
+
 pub fn main(args: Args) -> anyhow::Result<i32> {
     let device = crate::proxy::device_choice(&args.device)?;
-    let mut dir = args.image;
-    if dir.is_dir() && !dir.join("inventory").exists() {
-        if let Ok(Some(latest)) = crum_ckpt::image::latest_image(&dir) {
-            dir = latest;
-        }
-    }
+    let dir = choose_image(&args.image, args.trust)?;
     let exe = std::env::current_exe().context("locating the crum binary")?;
     let opts = crum_restart::Options { proxy: Some((exe, args.device.clone())) };
     if device == crum_proxy::DeviceChoice::Cuda {

@@ -33,12 +33,15 @@ pub struct Args {
     /// Directory for checkpoint images.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Keep the newest N images.
-    #[arg(long, value_name = "N")]
+    /// Keep the newest N (at least 1) images of this program's lineage; older ones are
+    /// removed. Images of other programs, and images newer than the one a restarted program
+    /// was restarted from, are never removed.
+    #[arg(long, value_name = "N", value_parser = parse_keep)]
     pub keep: Option<u32>,
-    /// Checkpoint when this signal arrives (e.g. USR1, SIGTERM, 10).
-    #[arg(long, value_name = "SIG")]
-    pub on_signal: Option<String>,
+    /// Checkpoint when this signal arrives (e.g. USR1, SIGTERM, 10). Not KILL or STOP
+    /// (they cannot be caught) nor a fault signal (SEGV, BUS, ILL, FPE, TRAP).
+    #[arg(long, value_name = "SIG", value_parser = parse_trigger_signal)]
+    pub on_signal: Option<Signal>,
     /// How managed memory is tracked (see docs/managed-memory.md): `mprotect` (page
     /// protection, the default), `uffd` (userfaultfd, precise; falls back to mprotect with a
     /// warning where not allowed), or `verify` (mprotect that reports programs reading
@@ -106,6 +109,26 @@ pub fn parse_signal(s: &str) -> anyhow::Result<Signal> {
         .with_context(|| format!("unknown signal `{s}`"))
 }
 
+/// `--keep N`: a count of at least 1 (clap's value parser, so that `--keep 0` is refused
+/// with the usage error).
+fn parse_keep(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("must be at least 1 (leave --keep out to keep every image)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a count of images")),
+    }
+}
+
+/// `--on-signal SIG`: a signal the agent can catch and that faults do not raise (clap's value
+/// parser).
+fn parse_trigger_signal(s: &str) -> Result<Signal, String> {
+    let sig = parse_signal(s).map_err(|e| e.to_string())?;
+    match crum_ckpt::agent::trigger_signal_problem(sig as i32) {
+        Some(why) => Err(format!("{sig} {why}")),
+        None => Ok(sig),
+    }
+}
+
 fn find_program(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         return Some(PathBuf::from(name));
@@ -171,7 +194,16 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         }
     }
     let interval = args.interval.as_deref().map(parse_duration).transpose()?;
-    let ckpt_signal = args.on_signal.as_deref().map(parse_signal).transpose()?;
+    let ckpt_signal = args.on_signal;
+    if let Some(dir) = &args.dir {
+        if let Some(problem) = crate::trust::image_dir_problem(dir) {
+            eprintln!(
+                "crum: warning: --dir {}: {problem}; `crum restart` will refuse images there \
+                 (use a directory only you can write)",
+                dir.display()
+            );
+        }
+    }
     if let Some(path) = find_program(program) {
         if statically_linked_cudart(&path)? {
             bail!(
@@ -200,6 +232,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
 
     let mut proxy = Command::new(&exe);
     clean_signal_mask(&mut proxy);
+    pass_fd(&mut proxy, fd);
     let mut proxy = proxy
         .arg("proxy")
         .arg("--channel-fd")
@@ -232,7 +265,6 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
             ch.set_dead();
             tracing::debug!(?st, "proxy ended");
         });
-    pass_fd(&mut proxy, fd);
     }
 
     // The C library wrappers first (their calls into libcrum are resolved by name).
@@ -248,6 +280,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     }
     let mut cmd = Command::new(program);
     clean_signal_mask(&mut cmd);
+    pass_fd(&mut cmd, fd);
     cmd.args(&args.command[1..])
         .env("LD_PRELOAD", preload)
         .env(crum_wire::ENV_CHANNEL, fd.to_string())
@@ -256,7 +289,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
             "CRUM_CKPT_DIR",
             args.dir
                 .clone()
-                .unwrap_or_else(|| PathBuf::from("./crum-images")),
+                .unwrap_or_else(|| PathBuf::from("crum-images")),
         );
     if let Some(i) = interval {
         cmd.env("CRUM_CKPT_INTERVAL", format!("{i}"));
@@ -280,7 +313,6 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
             } else {
                 126
             });
-    pass_fd(&mut cmd, fd);
         }
     };
     let app_pid = Arc::new(AtomicI32::new(app.id() as i32));
@@ -306,6 +338,37 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         return Ok(128 + sig);
     }
     Ok(status.code().unwrap_or(1))
+}
+
+/// A close-on-exec duplicate of the channel descriptor `fd` above the program's fd range
+/// (`crum_ckpt::highfd`); `fd` itself is made close-on-exec, so no child inherits the low
+/// number. The duplicate is handed only to the proxy and the program ([`pass_fd`]); the
+/// program's preloaded library moves it again if needed and keeps it close-on-exec.
+fn high_channel_fd(fd: std::os::fd::RawFd) -> anyhow::Result<std::os::fd::RawFd> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    use std::os::fd::BorrowedFd;
+    #[allow(unsafe_code)]
+    // SAFETY: `fd` is the channel's descriptor, open for as long as `channel` lives (all of
+    // `main`).
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    fcntl(b, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).context("marking the channel close-on-exec")?;
+    let hi = fcntl(b, FcntlArg::F_DUPFD_CLOEXEC(crum_ckpt::highfd::base()))
+        .or_else(|_| fcntl(b, FcntlArg::F_DUPFD_CLOEXEC(3)))
+        .context("duplicating the channel descriptor")?;
+    Ok(hi)
+}
+
+/// The child inherits `fd` (close-on-exec is cleared in the child only).
+fn pass_fd(cmd: &mut Command, fd: std::os::fd::RawFd) {
+    #[allow(unsafe_code)]
+    // SAFETY: the hook runs in the forked child before exec and only calls fcntl on a
+    // descriptor number, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
 }
 
 /// Children must not inherit the signals we block for the forwarding thread.
@@ -340,37 +403,6 @@ fn reraise(s: Signal) -> nix::Result<()> {
         )?;
     }
     set.thread_unblock()?;
-/// A close-on-exec duplicate of the channel descriptor `fd` above the program's fd range
-/// (`crum_ckpt::highfd`); `fd` itself is made close-on-exec, so no child inherits the low
-/// number. The duplicate is handed only to the proxy and the program ([`pass_fd`]); the
-/// program's preloaded library moves it again if needed and keeps it close-on-exec.
-fn high_channel_fd(fd: std::os::fd::RawFd) -> anyhow::Result<std::os::fd::RawFd> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    use std::os::fd::BorrowedFd;
-    #[allow(unsafe_code)]
-    // SAFETY: `fd` is the channel's descriptor, open for as long as `channel` lives (all of
-    // `main`).
-    let b = unsafe { BorrowedFd::borrow_raw(fd) };
-    fcntl(b, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).context("marking the channel close-on-exec")?;
-    let hi = fcntl(b, FcntlArg::F_DUPFD_CLOEXEC(crum_ckpt::highfd::base()))
-        .or_else(|_| fcntl(b, FcntlArg::F_DUPFD_CLOEXEC(3)))
-        .context("duplicating the channel descriptor")?;
-    Ok(hi)
-}
-
-/// The child inherits `fd` (close-on-exec is cleared in the child only).
-fn pass_fd(cmd: &mut Command, fd: std::os::fd::RawFd) {
-    #[allow(unsafe_code)]
-    // SAFETY: the hook runs in the forked child before exec and only calls fcntl on a
-    // descriptor number, which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::fcntl(fd, libc::F_SETFD, 0);
-            Ok(())
-        });
-    }
-}
-
     // Core dumps of crum itself are not wanted.
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
     signal::raise(s)
@@ -395,5 +427,20 @@ mod tests {
         assert_eq!(parse_signal("SIGTERM").unwrap(), Signal::SIGTERM);
         assert_eq!(parse_signal("10").unwrap(), Signal::SIGUSR1);
         assert!(parse_signal("NOPE").is_err());
+    }
+
+    #[test]
+    fn keep_zero_and_uncatchable_or_fault_signals_are_refused_at_parsing() {
+        assert_eq!(parse_keep("2"), Ok(2));
+        assert!(parse_keep("0").unwrap_err().contains("at least 1"));
+        assert!(parse_keep("x").is_err());
+        assert_eq!(parse_trigger_signal("USR1"), Ok(Signal::SIGUSR1));
+        for s in ["KILL", "SIGSTOP", "9", "19"] {
+            let e = parse_trigger_signal(s).unwrap_err();
+            assert!(e.contains("cannot be caught"), "{s}: {e}");
+        }
+        for s in ["SEGV", "BUS", "TRAP", "ILL", "FPE"] {
+            assert!(parse_trigger_signal(s).unwrap_err().contains("fault"), "{s}");
+        }
     }
 }

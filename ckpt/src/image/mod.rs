@@ -28,7 +28,7 @@ pub use format::{
     utc_stamp, Encoding, FORMAT_MAJOR, FORMAT_MINOR, MAX_NAME_LEN, MAX_SECTION_NAME_LEN,
 };
 pub use reader::{ChunkInfo, ImageReader, Inventory, RegionInfo, SectionInfo};
-pub use rotate::{clean_leftovers, keep_newest, latest_image, list_images, ImageEntry};
+pub use rotate::{clean_leftovers, keep_newest, keep_newest_of, latest_image, list_images, ImageEntry};
 pub use writer::{ImageWriter, RegionMeta, WriterOptions};
 
 /// Name of the reserved section holding the region table (chunk index included).

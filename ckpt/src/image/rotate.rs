@@ -196,19 +196,25 @@ pub fn clean_leftovers(parent: &Path) -> Result<usize, ImageError> {
 /// leftovers of crashed writes. Only complete images count, so an older image is removed
 /// only once a newer one is complete. Returns how many images were removed.
 pub fn keep_newest(parent: &Path, n: usize) -> Result<usize, ImageError> {
+    keep_newest_of(parent, n, |_| true).map(|v| v.len())
+}
+
+/// [`keep_newest`] among the images whose directory name `ours` accepts (a program's own
+/// line, `crate::lineage`): the others are neither counted nor removed. Returns the names
+/// of the images removed.
+pub fn keep_newest_of(parent: &Path, n: usize, ours: impl Fn(&str) -> bool) -> Result<Vec<String>, ImageError> {
     let n = n.max(1);
     clean_leftovers(parent)?;
-    let images = list_images(parent)?;
+    let images: Vec<String> = list_images(parent)?
+        .into_iter()
+        .filter_map(|e| e.path.file_name().and_then(|s| s.to_str()).map(str::to_owned))
+        .filter(|name| ours(name))
+        .collect();
     let excess = images.len().saturating_sub(n);
-    for e in &images[..excess] {
-        let name = e
-            .path
-            .file_name()
-            .and_then(|s| s.to_str())
-            .expect("listed names are UTF-8");
+    for name in &images[..excess] {
         remove(parent, name)?;
     }
-    Ok(excess)
+    Ok(images[..excess].to_vec())
 }
 
 #[cfg(test)]
@@ -224,5 +230,30 @@ mod tests {
         assert_eq!(parse_name("ckpt-x-1"), None);
         assert_eq!(parse_name("other"), None);
         assert_eq!(temp_pid(".tmp-ckpt-20261122T223722.123Z-99-1"), Some(99));
+    }
+
+    #[test]
+    fn keep_newest_of_counts_and_removes_only_the_accepted_images() {
+        let t = std::env::temp_dir().join(format!("crum-rotate-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        let names = [
+            "ckpt-20260101T000001.000Z-5-1",
+            "ckpt-20260101T000002.000Z-5-2",
+            "ckpt-20260101T000003.000Z-5-3",
+            "ckpt-20260101T000004.000Z-9-4",
+            "ckpt-20260101T000005.000Z-9-5",
+        ];
+        for n in names {
+            std::fs::create_dir_all(t.join(n)).unwrap();
+            std::fs::write(t.join(n).join("inventory"), b"").unwrap();
+        }
+        // A program restarted from image 2 wrote 4 and 5: its line is 1, 2, 4, 5; 3 is newer
+        // than its restart point and stays whatever --keep says.
+        let ours = |n: &str| n != names[2];
+        let removed = keep_newest_of(&t, 2, ours).unwrap();
+        assert_eq!(removed, vec![names[0].to_string(), names[1].to_string()]);
+        let left: Vec<_> = list_images(&t).unwrap().into_iter().map(|e| e.path).collect();
+        assert_eq!(left, vec![t.join(names[2]), t.join(names[3]), t.join(names[4])]);
+        std::fs::remove_dir_all(&t).unwrap();
     }
 }
