@@ -29,8 +29,14 @@ pub struct Args {
 /// The image `crum restart ARG` restarts: ARG itself or the newest complete image in it,
 /// canonical, checked by the trust rules unless `trust`.
 pub fn choose_image(arg: &Path, trust: bool) -> anyhow::Result<PathBuf> {
-    // The real error (permission denied, not a directory, ...), not "does not exist".
-    let path = arg.canonicalize().with_context(|| format!("cannot restart {}", arg.display()))?;
+    // The real error (permission denied, ...), not "does not exist" for every failure.
+    let path = match arg.canonicalize() {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("cannot restart {}: it does not exist", arg.display())
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot restart {}", arg.display()))),
+    };
     if !path.is_dir() {
         bail!("cannot restart {}: not a directory", path.display());
     }
@@ -53,7 +59,13 @@ pub fn choose_image(arg: &Path, trust: bool) -> anyhow::Result<PathBuf> {
         })?;
         crum_ckpt::image::latest_image(&path)
             .with_context(|| format!("cannot restart {}", path.display()))?
-            .with_context(|| format!("cannot restart {}: it holds no complete image", path.display()))?
+            .with_context(|| {
+                format!(
+                    "cannot restart {}: not a complete crum image (no inventory file), nor a \
+                     directory holding one",
+                    path.display()
+                )
+            })?
     };
     if !trust {
         crate::trust::check_image(&image).with_context(|| {
