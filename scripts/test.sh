@@ -7,3 +7,7 @@ cd "$repo"
 eval "$(scripts/setup-cuda.sh --env)"
 cargo build --workspace --locked
 cargo test --workspace --locked -- --test-threads="${CRUM_TEST_THREADS:-2}"
+# Fault injection (issue 12), one run of each scenario, small: a killed writer, proxy
+# (under crum run and after a restart), program or client, and a full file system must
+# never hang or lose a saved image. Longer: scripts/fault-inject.sh 60.
+FAULT_STEPS=${FAULT_STEPS:-200} FAULT_BALLAST_MIB=${FAULT_BALLAST_MIB:-16} scripts/fault-inject.sh 6
