@@ -7,6 +7,12 @@
 //! images, and the variable removed, so that programs this one executes neither inherit the
 //! descriptor nor see a number that names nothing in them.
 //!
+//! A program that executes another program in its own process (`exec` without `fork`: a
+//! launcher, a shell's `exec`) stays under `crum run`: `libcrum_libc.so`'s exec wrappers
+//! clear close-on-exec on the channel for the call ([`crum_exec_channel`]) when the caller
+//! is the process that holds it, and the new image's constructor finds it again by its
+//! memfd name (the variable is gone by then).
+//!
 //! # Safety
 //! The constructor is a plain `extern "C" fn` placed in `.init_array`; it runs once, on the
 //! main thread, after libc is initialised and before `main`.
@@ -16,6 +22,11 @@ use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
 /// The channel descriptor taken over from `CRUM_CHANNEL` (-1: none).
 static CHANNEL_FD: AtomicI32 = AtomicI32::new(-1);
+/// The process that holds [`CHANNEL_FD`] (a forked child does not: it must not keep it
+/// across its own exec).
+static CHANNEL_PID: AtomicI32 = AtomicI32::new(0);
+/// The name `Channel::create` gives the memfd, as `/proc/self/fd` shows it.
+const CHANNEL_LINK: &str = "/memfd:crum-channel";
 
 /// The proxy channel `crum run` handed to this process, if any.
 pub fn channel_fd() -> Option<i32> {
@@ -23,17 +34,59 @@ pub fn channel_fd() -> Option<i32> {
     (fd >= 0).then_some(fd)
 }
 
+/// Makes `fd` the channel this process holds (taken over at start, or a restart's new one).
+pub fn set_channel_fd(fd: i32) {
+    CHANNEL_FD.store(fd, SeqCst);
+    // SAFETY: getpid cannot fail.
+    CHANNEL_PID.store(unsafe { libc::getpid() }, SeqCst);
+}
+
+/// The channel descriptor if this process holds one and is the process that took it over
+/// (not a forked child), else -1. `libcrum_libc.so`'s exec wrappers keep it open across an
+/// exec of this very process. Async-signal-safe (atomics and getpid only).
+#[no_mangle]
+pub extern "C" fn crum_exec_channel() -> libc::c_int {
+    let fd = CHANNEL_FD.load(SeqCst);
+    // SAFETY: getpid cannot fail.
+    if fd >= 0 && CHANNEL_PID.load(SeqCst) == unsafe { libc::getpid() } {
+        fd
+    } else {
+        -1
+    }
+}
+
+/// The channel an exec of this process kept open (see [`crum_exec_channel`]): the memfd
+/// named like `Channel::create`'s among the open descriptors. Only under `crum run`.
+fn inherited_channel() -> Option<i32> {
+    if std::env::var_os("CRUM_RUN").is_none_or(|v| v != "1") {
+        return None;
+    }
+    std::fs::read_dir("/proc/self/fd").ok()?.flatten().find_map(|e| {
+        let fd = e.file_name().to_str()?.parse::<i32>().ok()?;
+        let target = std::fs::read_link(e.path()).ok()?;
+        target.to_str()?.starts_with(CHANNEL_LINK).then_some(fd)
+    })
+}
+
 fn adopt_channel() {
-    let Some(v) = std::env::var_os(crum_wire::ENV_CHANNEL) else { return };
-    // Before main, on the only thread: nothing reads the environment concurrently.
-    std::env::remove_var(crum_wire::ENV_CHANNEL);
-    let Some(fd) = v.to_str().and_then(|s| s.parse::<i32>().ok()) else { return };
+    let fd = match std::env::var_os(crum_wire::ENV_CHANNEL) {
+        Some(v) => {
+            // Before main, on the only thread: nothing reads the environment concurrently.
+            std::env::remove_var(crum_wire::ENV_CHANNEL);
+            let Some(fd) = v.to_str().and_then(|s| s.parse::<i32>().ok()) else { return };
+            fd
+        }
+        None => match inherited_channel() {
+            Some(fd) => fd,
+            None => return,
+        },
+    };
     // SAFETY: F_GETFD on any number is harmless.
     if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         return;
     }
     let fd = crum_ckpt::highfd::move_high_raw(fd);
-    CHANNEL_FD.store(fd, SeqCst);
+    set_channel_fd(fd);
     // The interposer's restore hook builds a new channel: never save or restore this one.
     crum_ckpt::agent::exclude_fd(fd);
 }

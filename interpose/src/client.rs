@@ -138,8 +138,21 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
         // SAFETY: registers a handler that only stores to an atomic (async-signal-safe).
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     }
-    let mut overflow = ch.claim_lane().ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
-    let callbacks = ch.claim_lane();
+    // Lanes come back as the proxy's threads see their clients gone (a program image an exec
+    // replaced): wait a little for one rather than fail at once.
+    let t0 = std::time::Instant::now();
+    let mut overflow = loop {
+        match ch.claim_lane() {
+            Some(l) => break l,
+            None if t0.elapsed() < Duration::from_secs(2) => std::thread::sleep(Duration::from_millis(1)),
+            None => {
+                tracing::error!("every lane of the crum channel is taken");
+                return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
+            }
+        }
+    };
+    // Hello before any other lane is claimed: when this process executed a new program, the
+    // proxy takes every lane but this one for the old image's and releases them.
     let reply = overflow
         .call(&Request::Hello {
             pid: std::process::id(),
@@ -148,6 +161,7 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
     if reply.status != 0 {
         return Err(reply.status);
     }
+    let callbacks = ch.claim_lane();
     let proxy_pid = ch.proxy_pid();
     Ok(Conn {
         ch,
@@ -206,6 +220,7 @@ pub fn reconnect(fd: i32) -> Result<(), String> {
     }
     // A program saved before its first CUDA call connects here for the first time.
     let c = connect_fd(fd, current().is_none()).map_err(|e| format!("cannot connect to the new device proxy ({})", cuda::name(e)))?;
+    crate::agent_hook::set_channel_fd(fd);
     let old = current();
     let new: &'static Conn = Box::leak(Box::new(c));
     CURRENT.store(new as *const Conn as *mut Conn, Ordering::Release);

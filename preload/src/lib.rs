@@ -15,6 +15,14 @@
 //!   (`crum_threads_suspend`/`crum_threads_resume`) so a program that is single-threaded
 //!   without crum stays so for the call.
 //!
+//! - The `exec` family: a program that executes another program in its own process stays
+//!   under `crum run`. When the caller is the process holding crum's proxy channel
+//!   (`crum_exec_channel`), the channel's close-on-exec flag is cleared for the call (and set
+//!   again if it fails); the new image's libcrum finds it by name. Every other descriptor
+//!   of crum's stays close-on-exec, and a forked child's exec keeps nothing. The variadic
+//!   `execl`, `execlp` and `execle` (not definable in stable Rust) are `src/exec.c`, reached
+//!   through naked entry points here, and call the wrappers of `execv`, `execvp`, `execve`.
+//!
 //! Everything is resolved once, in the library constructor: libcrum's functions by name
 //! (absent without libcrum: the wrappers then only forward), the C library's from
 //! `libc.so.6` itself. The wrappers allocate nothing, take no locks and keep `errno` as the
@@ -35,6 +43,7 @@ static CRUM_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static CRUM_SIGNAL: AtomicUsize = AtomicUsize::new(0);
 static CRUM_SUSPEND: AtomicUsize = AtomicUsize::new(0);
 static CRUM_RESUME: AtomicUsize = AtomicUsize::new(0);
+static CRUM_EXEC_CHANNEL: AtomicUsize = AtomicUsize::new(0);
 
 fn libc_handle() -> *mut c_void {
     static H: AtomicUsize = AtomicUsize::new(0);
@@ -71,6 +80,7 @@ extern "C" fn init() {
     crum(c"crum_signal", &CRUM_SIGNAL);
     crum(c"crum_threads_suspend", &CRUM_SUSPEND);
     crum(c"crum_threads_resume", &CRUM_RESUME);
+    crum(c"crum_exec_channel", &CRUM_EXEC_CHANNEL);
     real(c"unshare", &UNSHARE);
     real(c"setns", &SETNS);
     resolve_all();
@@ -327,4 +337,93 @@ pub unsafe extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
         // SAFETY: the C library's setns.
         unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_int) -> c_int>(f)(fd, nstype) }
     })
+}
+
+/// Runs an exec call with crum's proxy channel open across it when this process holds the
+/// channel (libcrum says so: same process, not a forked child); close-on-exec again if the
+/// call returns (it failed). Keeps the call's errno.
+fn keeping_channel(call: impl FnOnce() -> c_int) -> c_int {
+    let f = CRUM_EXEC_CHANNEL.load(Relaxed);
+    // SAFETY: libcrum's function without arguments (atomics and getpid only).
+    let fd = if f == 0 { -1 } else { unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> c_int>(f)() } };
+    if fd >= 0 {
+        // SAFETY: F_SETFD on libcrum's own descriptor.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+    }
+    let ret = call();
+    if fd >= 0 {
+        // SAFETY: as above; errno is the call's again afterwards.
+        unsafe {
+            let e = *libc::__errno_location();
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            *libc::__errno_location() = e;
+        }
+    }
+    ret
+}
+
+type Argv = *const *const libc::c_char;
+type Path = *const libc::c_char;
+
+/// Define the exec wrapper `$name`: the C library's `$name` through [`keeping_channel`].
+macro_rules! wrap_exec {
+    ($( $name:ident ( $($arg:ident : $ty:ty),* ); )*) => {
+        $(
+            /// The C library's function of the same name, with crum's proxy channel kept
+            /// open across it for the process holding it.
+            ///
+            /// # Safety
+            /// As the C library's function of the same name.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+                static F: AtomicUsize = AtomicUsize::new(0);
+                // SAFETY: NUL-terminated literal.
+                let name = unsafe { CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) };
+                let f = real(name, &F);
+                keeping_channel(|| {
+                    // SAFETY: `f` is the C library's function with this very signature.
+                    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> c_int>(f)($($arg),*) }
+                })
+            }
+        )*
+    };
+}
+
+wrap_exec! {
+    execve(path: Path, argv: Argv, envp: Argv);
+    execv(path: Path, argv: Argv);
+    execvp(file: Path, argv: Argv);
+    execvpe(file: Path, argv: Argv, envp: Argv);
+    fexecve(fd: c_int, argv: Argv, envp: Argv);
+    execveat(dirfd: c_int, path: Path, argv: Argv, envp: Argv, flags: c_int);
+}
+
+/// Exported entry points of the variadic exec functions: a jump to their C definitions
+/// (`src/exec.c`, hidden), which gather the arguments and call the wrappers above.
+macro_rules! naked_exec {
+    ($( $name:ident => $target:ident; )*) => {
+        unsafe extern "C" {
+            $( fn $target(); )*
+        }
+        $(
+            /// The variadic C library function of the same name (see `src/exec.c`).
+            ///
+            /// # Safety
+            /// As the C library's function of the same name.
+            #[unsafe(naked)]
+            #[no_mangle]
+            pub unsafe extern "C" fn $name() {
+                #[cfg(target_arch = "x86_64")]
+                core::arch::naked_asm!("jmp {}", sym $target);
+                #[cfg(target_arch = "aarch64")]
+                core::arch::naked_asm!("b {}", sym $target);
+            }
+        )*
+    };
+}
+
+naked_exec! {
+    execl => crum_execl;
+    execlp => crum_execlp;
+    execle => crum_execle;
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crum_wire::channel::MAX_REPLY;
+use crum_wire::channel::{LANES, MAX_REPLY};
 use crum_wire::{cuda, Body, Channel, CopyKind, Reply, Request, ServerLane};
 
 use crate::backend::*;
@@ -57,6 +57,10 @@ pub struct Server {
     /// After a restart: device printf output produced before the checkpoint and not yet
     /// delivered; it goes out first with the next synchronizing reply.
     restored_printf: Mutex<Vec<u8>>,
+    /// Lanes a thread serves now.
+    serving: [std::sync::atomic::AtomicBool; LANES],
+    /// Lanes of a program image that an exec replaced: their threads release them.
+    stale: [std::sync::atomic::AtomicBool; LANES],
 }
 
 fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
@@ -81,6 +85,8 @@ impl Server {
             pending_ckpt: Mutex::default(),
             restored_sticky: AtomicU32::new(0),
             restored_printf: Mutex::default(),
+            serving: std::array::from_fn(|_| Default::default()),
+            stale: std::array::from_fn(|_| Default::default()),
         })
     }
 
@@ -102,18 +108,29 @@ impl Server {
     }
 
     fn serve_lane(self: Arc<Self>, mut lane: ServerLane) {
-        let alive = || true;
         let lane_index = lane.index();
+        self.serving[lane_index].store(true, Ordering::SeqCst);
+        let alive = || !self.stale[lane_index].load(Ordering::SeqCst);
         loop {
             let inc = match lane.recv(&alive) {
                 Ok(i) => i,
+                Err(_) if !alive() => {
+                    // The thread that used it belonged to a program image an exec replaced.
+                    tracing::debug!(lane = lane_index, "lane of a replaced program image released");
+                    self.stale[lane_index].store(false, Ordering::SeqCst);
+                    self.serving[lane_index].store(false, Ordering::SeqCst);
+                    lane.release();
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(lane = lane.index(), "lane closed: {e}");
+                    self.serving[lane_index].store(false, Ordering::SeqCst);
                     return;
                 }
             };
             let req = match inc.request {
                 Ok(Request::Close) => {
+                    self.serving[lane_index].store(false, Ordering::SeqCst);
                     lane.release();
                     return;
                 }
@@ -218,12 +235,19 @@ impl Server {
         match req {
             Request::Hello { pid } => {
                 let mut g = self.app.lock().unwrap();
-                if g.is_none() {
-                    let app = Arc::new(AppMemory::new(pid));
-                    b.attach_app(app.clone());
-                    *g = Some(app);
-                    self.channel.set_app_pid(pid);
+                match &*g {
+                    None => {}
+                    // The program's process executed a new program (its first connection
+                    // comes from the same process): nothing of the old image is left.
+                    Some(a) if a.pid() == pid => self.reset_for_new_image(lane),
+                    // The interposer refuses a second process (it reads the channel's
+                    // owner first); a stray Hello changes nothing.
+                    Some(_) => return Err(cuda::ERROR_DEVICES_UNAVAILABLE),
                 }
+                let app = Arc::new(AppMemory::new(pid));
+                b.attach_app(app.clone());
+                *g = Some(app);
+                self.channel.set_app_pid(pid);
                 Ok(Body::Value(std::process::id() as u64))
             }
             Request::Close => Ok(Body::None),
@@ -438,6 +462,9 @@ impl Server {
             Request::WaitCallback => {
                 let mut q = self.callbacks.queue.lock().unwrap();
                 loop {
+                    if self.stale[lane].load(Ordering::SeqCst) {
+                        return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
+                    }
                     if let Some(c) = q.pop_front() {
                         return Ok(Body::Callback {
                             id: c.id,
@@ -579,6 +606,41 @@ impl Server {
         };
         code(b.memcpy(StreamId(a.stream), op))?;
         self.sync_if(sync, a.stream)
+    }
+
+    /// The program's process executed a new program, which connects on `lane`: the old
+    /// image's lanes are released (their threads are gone), its host callbacks are never
+    /// run (its code is gone), and its device state — modules, memory, streams, events,
+    /// registrations, errors — is dropped, as a new process would find the device.
+    fn reset_for_new_image(&self, lane: usize) {
+        tracing::info!("the program executed a new program: device state of the old one dropped");
+        for i in (0..LANES).filter(|&i| i != lane && self.serving[i].load(Ordering::SeqCst)) {
+            self.stale[i].store(true, Ordering::SeqCst);
+            self.channel.wake_server(i);
+        }
+        self.callbacks.queue.lock().unwrap().clear();
+        for done in self.callbacks.done.lock().unwrap().values_mut() {
+            *done = true;
+        }
+        self.callbacks.finished.notify_all();
+        self.callbacks.ready.notify_all();
+        let b = &*self.backend;
+        let objects = std::mem::take(&mut *self.objects.lock().unwrap());
+        for &addr in objects.registered.keys() {
+            let _ = b.host_unregister(addr);
+        }
+        for &m in objects.modules.keys() {
+            let _ = b.unload_module(ModuleId(m));
+        }
+        if let Err(e) = b.device_reset() {
+            tracing::warn!("resetting the device for the new program: {e}");
+        }
+        let _ = b.take_async_error();
+        let _ = b.take_printf(usize::MAX);
+        self.deferred.store(0, Ordering::SeqCst);
+        self.restored_sticky.store(0, Ordering::SeqCst);
+        self.restored_printf.lock().unwrap().clear();
+        *self.pending_ckpt.lock().unwrap() = None;
     }
 
     fn run_callback(&self, id: u64, func: u64, data: u64) {

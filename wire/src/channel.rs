@@ -312,6 +312,15 @@ impl Channel {
         }
     }
 
+    /// Proxy side: wake the thread serving `lane` from its idle wait, so that it polls its
+    /// `alive` check now (see [`ServerLane::recv`]).
+    pub fn wake_server(&self, lane: usize) {
+        let c = self.ctl(lane);
+        // A thread about to sleep compares against 1: it returns at once.
+        c.server_sleep.store(0, SeqCst);
+        futex_wake(&c.server_sleep);
+    }
+
     pub fn set_app_pid(&self, pid: u32) {
         self.header().app_pid.store(pid, Release);
     }
