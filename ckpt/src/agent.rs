@@ -73,6 +73,62 @@ impl Default for Hooks {
 
 static HOOKS: Mutex<Option<Hooks>> = Mutex::new(None);
 static EXCLUDED_FDS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// Descriptors the program inherited when `crum run` started it, as (fd, st_dev, st_ino):
+/// the launching environment's (a shell's or batch system's pipe), not the program's own.
+/// One crum cannot restore is saved as [`FdKind::Inherited`]: `crum restart` passes its own
+/// descriptor of that number, or /dev/null with a warning. Updated after a restart.
+static INHERITED: Mutex<Vec<(i32, u64, u64)>> = Mutex::new(Vec::new());
+/// The problems named by the last checkpoint started by the agent itself (timer, signal),
+/// printed on the program's stderr only when they change.
+static LAST_WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// (st_dev, st_ino) of an open descriptor.
+fn fd_identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: fstat into a live local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Records the descriptors open now (above 2, not crum's own) as inherited.
+fn record_inherited() {
+    let skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let fds: Vec<(i32, u64, u64)> = capture::numeric_entries(c"/proc/self/fd")
+        .into_iter()
+        .filter(|&fd| fd > 2 && !skip.contains(&fd))
+        .filter_map(|fd| fd_identity(fd).map(|(d, i)| (fd, d, i)))
+        .collect();
+    *INHERITED.lock().unwrap_or_else(|e| e.into_inner()) = fds;
+}
+
+/// In a restored process: the inherited descriptors are now what `crum restart` passed on
+/// (or /dev/null, or gone). Allocates nothing (the program's threads may be stopped).
+fn refresh_inherited() {
+    let mut g = INHERITED.lock().unwrap_or_else(|e| e.into_inner());
+    g.retain_mut(|(fd, d, i)| match fd_identity(*fd) {
+        Some((nd, ni)) => {
+            (*d, *i) = (nd, ni);
+            true
+        }
+        None => false,
+    });
+}
+
+/// Marks the unrestorable descriptors the program inherited at `crum run` as
+/// [`FdKind::Inherited`], and names what remains that a restart cannot restore.
+fn classify_fds(fds: &mut [FdState]) -> Vec<String> {
+    let inherited = INHERITED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut problems = Vec::new();
+    for f in fds.iter_mut() {
+        let FdKind::Unsupported { what } = &f.kind else { continue };
+        if fd_identity(f.fd).is_some_and(|(d, i)| inherited.contains(&(f.fd, d, i))) {
+            f.kind = FdKind::Inherited { what: what.clone() };
+        } else {
+            problems.push(format!("fd {} ({what}) cannot be restored", f.fd));
+        }
+    }
+    problems
+}
 static STATUS: Mutex<Option<StatusReply>> = Mutex::new(None);
 static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
 /// Checkpoints requested and not yet answered (or, for timed ones, not yet finished): a
@@ -171,11 +227,14 @@ pub struct Config {
     pub signal: Option<i32>,
     /// Write synchronously while the threads are stopped (benchmark baseline).
     pub sync: bool,
+    /// Refuse to write an image a restart could not restore exactly (`crum run --strict`,
+    /// `CRUM_STRICT=1`): what it names is an error instead of a warning.
+    pub strict: bool,
 }
 
 impl Config {
     /// Reads `CRUM_CKPT_DIR`, `CRUM_CKPT_INTERVAL`, `CRUM_CKPT_KEEP`, `CRUM_CKPT_SIGNAL`,
-    /// `CRUM_CKPT_SYNC` through `get`.
+    /// `CRUM_CKPT_SYNC`, `CRUM_STRICT` through `get`.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         let dir = PathBuf::from(get("CRUM_CKPT_DIR").unwrap_or_else(|| "crum-images".into()));
         // Absolute and normalised (no `.`, `..` or `//`): image paths are printed.
@@ -209,7 +268,8 @@ impl Config {
             _ => None,
         };
         let sync = get("CRUM_CKPT_SYNC").is_some_and(|v| v == "1");
-        Ok(Config { dir, interval, keep, signal, sync })
+        let strict = get("CRUM_STRICT").is_some_and(|v| v == "1");
+        Ok(Config { dir, interval, keep, signal, sync, strict })
     }
 }
 
@@ -235,16 +295,17 @@ pub fn trigger_signal_problem(sig: i32) -> Option<&'static str> {
 pub fn checkpoint_now(dir: &Path, sync: bool) -> Result<PathBuf, String> {
     threads::probe_libc()?;
     threads::install_handler()?;
-    let cfg = Config { dir: dir.to_path_buf(), interval: None, keep: 0, signal: None, sync };
-    match checkpoint(&cfg, dir) {
-        Outcome::Written(p) => Ok(p),
+    let cfg = Config { dir: dir.to_path_buf(), interval: None, keep: 0, signal: None, sync, strict: false };
+    match checkpoint(&cfg, dir, false) {
+        Outcome::Written(p, _) => Ok(p),
         Outcome::Failed(e) => Err(e),
         Outcome::Restarted => Ok(dir.to_path_buf()),
     }
 }
 
 enum Reply {
-    Done(Result<PathBuf, String>),
+    /// The image and the problems it names (see [`classify_fds`]), or why there is none.
+    Done(Result<(PathBuf, Vec<String>), String>),
     /// The request was in flight in the process an image was taken of; this is the restored
     /// process and the requester's connection does not exist here.
     Restarted,
@@ -252,6 +313,8 @@ enum Reply {
 
 struct Job {
     dir: Option<PathBuf>,
+    /// `crum checkpoint --strict`: no image if a restart could not restore it exactly.
+    strict: bool,
     reply: Option<mpsc::Sender<Reply>>,
     /// Not a checkpoint: the agent thread is to end ([`suspend_threads`]).
     quit: bool,
@@ -384,7 +447,7 @@ pub fn suspend_threads() -> bool {
                 _ => {
                     let tx = runtime().as_ref().map(|rt| rt.tx.clone());
                     if let Some(tx) = tx {
-                        let _ = tx.send(Job { dir: None, reply: None, quit: true });
+                        let _ = tx.send(Job { dir: None, strict: false, reply: None, quit: true });
                     }
                 }
             }
@@ -520,6 +583,8 @@ fn start(cfg: Result<Config, String>) -> Result<(), String> {
     // excluded there (never saved or restored).
     threads::probe_libc()?;
     threads::install_handler()?;
+    // Before crum opens anything of its own (the channel is already excluded).
+    record_inherited();
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
     OWNER_PID.store(pid, SeqCst);
@@ -605,7 +670,7 @@ fn signal_loop(rfd: i32, tx: mpsc::Sender<Job>) {
         if b[..n as usize].contains(&TRIGGER_QUIT) && SUSPEND.load(SeqCst) {
             return;
         }
-        if tx.send(Job { dir: None, reply: None, quit: false }).is_err() {
+        if tx.send(Job { dir: None, strict: false, reply: None, quit: false }).is_err() {
             return;
         }
     }
@@ -639,10 +704,10 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
             st.lineage = Some(crate::lineage::current().id);
             let _ = responder.reply_status(st);
         }
-        Request::Checkpoint { dir, exit } => {
+        Request::Checkpoint { dir, exit, strict } => {
             let (rtx, rrx) = mpsc::channel();
             IN_PROGRESS.fetch_add(1, SeqCst);
-            if tx.send(Job { dir, reply: Some(rtx), quit: false }).is_err() {
+            if tx.send(Job { dir, strict, reply: Some(rtx), quit: false }).is_err() {
                 let _ = responder.reply(Err("the checkpoint agent is not running".into()));
                 progress_done();
                 return;
@@ -656,7 +721,7 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
             match answer {
                 Ok(Reply::Done(r)) => {
                     let ok = r.is_ok();
-                    let _ = responder.reply(r);
+                    let _ = responder.reply_checkpoint(r);
                     progress_done();
                     if ok && exit {
                         server.remove_socket();
@@ -694,16 +759,16 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
                 Err(_) => return,
             },
         };
-        let (dir, reply) = match job {
+        let (dir, strict, reply) = match job {
             Some(j) if j.quit => return,
-            Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.reply),
-            None => (cfg.dir.clone(), None),
+            Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.strict, j.reply),
+            None => (cfg.dir.clone(), false, None),
         };
         let timed = reply.is_none();
         if timed {
             IN_PROGRESS.fetch_add(1, SeqCst);
         }
-        let outcome = checkpoint(&cfg, &dir);
+        let outcome = checkpoint(&cfg, &dir, strict);
         if matches!(outcome, Outcome::Restarted) {
             IN_PROGRESS.store(0, SeqCst);
         } else if timed {
@@ -713,11 +778,21 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
             next = Some(Instant::now() + i);
         }
         let msg = match outcome {
-            Outcome::Written(p) => {
+            Outcome::Written(p, problems) => {
                 CHECKPOINTS.fetch_add(1, Relaxed);
                 *STATUS.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(StatusReply { checkpoints: 0, last_image: Some(p.clone()), lineage: None });
-                Reply::Done(Ok(p))
+                if reply.is_none() {
+                    // Nobody asked: say it on the program's stderr, once per change.
+                    let mut last = LAST_WARNED.lock().unwrap_or_else(|e| e.into_inner());
+                    if *last != problems {
+                        for w in &problems {
+                            eprintln!("crum: warning: image {}: {w}; restarting it will fail", p.display());
+                        }
+                        *last = problems.clone();
+                    }
+                }
+                Reply::Done(Ok((p, problems)))
             }
             Outcome::Failed(e) => {
                 if reply.is_none() {
@@ -734,13 +809,16 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
 }
 
 enum Outcome {
-    Written(PathBuf),
+    /// The image, and what in it a restart cannot restore ([`classify_fds`]).
+    Written(PathBuf, Vec<String>),
     Failed(String),
     Restarted,
 }
 
 /// Everything the forked child needs, built before the fork.
 struct ForkCtx {
+    /// What a restart of this image cannot restore ([`classify_fds`]); arena memory.
+    problems: Vec<String>,
     writer: ImageWriter,
     state_bytes: Vec<u8>,
     /// The optional `crum.lineage` section (`crate::lineage`).
@@ -766,15 +844,15 @@ struct ForkCtx {
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-fn checkpoint(cfg: &Config, dir: &Path) -> Outcome {
-    match checkpoint_inner(cfg, dir) {
+fn checkpoint(cfg: &Config, dir: &Path, strict: bool) -> Outcome {
+    match checkpoint_inner(cfg, dir, strict || cfg.strict) {
         // Copied after `alloc::leave`: the message may live in the agent's bump arena.
         Outcome::Failed(e) => Outcome::Failed(e.as_str().to_owned()),
         o => o,
     }
 }
 
-fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
+fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool) -> Outcome {
     // What failed or killed writers left here (of this process or any other) first: on a
     // full disk their partial images would make this checkpoint fail too.
     if let Err(e) = clean_leftovers(dir) {
@@ -800,7 +878,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     }
     let t_stopped = Instant::now();
     let mut device_time = Duration::ZERO;
-    let prepared = prepare(cfg, dir, &h, &mut device_time);
+    let prepared = prepare(cfg, dir, &h, &mut device_time, strict);
     let mut ctx = match prepared {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -825,6 +903,8 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     let t_forked = Instant::now();
     threads::release_all();
     crate::alloc::leave();
+    // Out of the arena (which `alloc::release` below gives back) into ordinary memory.
+    let problems: Vec<String> = ctx.problems.iter().map(|p| p.as_str().to_owned()).collect();
     let pause = t0.elapsed();
     LAST_PAUSE_US.store(pause.as_micros() as u64, Relaxed);
     (h.resume)();
@@ -874,7 +954,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
                     Err(e) => tracing::warn!("cannot remove old images: {e}"),
                 }
             }
-            Outcome::Written(path)
+            Outcome::Written(path, problems)
         }
         Err(e) => match partial {
             Some(Err(r)) => Outcome::Failed(format!("{e} (and its partial image could not be removed: {r})")),
@@ -883,7 +963,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path) -> Outcome {
     }
 }
 
-fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> Result<Box<ForkCtx>, String> {
+fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, strict: bool) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
     let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
     *device_time = tc.elapsed();
@@ -894,6 +974,10 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> R
     let control_path = crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32);
     let skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut fds = capture::fds(&skip, Some(&control_path), &mut own);
+    let problems = classify_fds(&mut fds);
+    if strict && !problems.is_empty() {
+        return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
+    }
     if let Some(&(fd, _)) = own.iter().find(|(_, k)| *k == Own::Listener) {
         // Close-on-exec, like every descriptor of crum's (`crate::highfd`).
         fds.push(FdState { fd, flags: libc::O_CLOEXEC as u32, kind: FdKind::ControlListener });
@@ -956,6 +1040,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration) -> R
     }
     let state_bytes = state.encode();
     Ok(Box::new(ForkCtx {
+        problems,
         writer,
         state_bytes,
         lineage: Vec::new(),
@@ -1347,6 +1432,7 @@ fn after_restart(h: &Hooks) -> Outcome {
         .collect();
     unmap_leftovers(&kept);
     restore_itimers(&state.itimers);
+    refresh_inherited();
     let break_below = fix_curbrk();
     let reader = std::cell::RefCell::new(reader);
     // The sections handed to the hook (device memory: possibly large), to give back after.

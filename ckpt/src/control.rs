@@ -73,7 +73,13 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
 pub enum Request {
     /// Write an image into `dir` (the agent's configured directory if None; always absolute
     /// when sent by [`request_checkpoint`]) and, with `exit`, end the program afterwards.
-    Checkpoint { dir: Option<PathBuf>, exit: bool },
+    /// With `strict`, write none if a restart could not restore the process exactly.
+    Checkpoint {
+        dir: Option<PathBuf>,
+        exit: bool,
+        #[serde(default)]
+        strict: bool,
+    },
     /// Report the agent's state.
     Status,
 }
@@ -99,6 +105,18 @@ struct Reply {
     error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     status: Option<StatusReply>,
+    /// What the image written cannot restore (a restart of it fails naming the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+/// A checkpoint written: its image and what in it a restart cannot restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpointed {
+    pub path: PathBuf,
+    /// One line per problem (e.g. "fd 5 (socket:[123]) cannot be restored"); empty when a
+    /// restart restores everything.
+    pub warnings: Vec<String>,
 }
 
 /// Answers one request; dropping it without replying closes the connection (the client
@@ -110,11 +128,18 @@ pub struct Responder {
 
 impl Responder {
     /// Replies to a checkpoint request with the image path or an error message.
-    pub fn reply(mut self, result: Result<PathBuf, String>) -> io::Result<()> {
+    pub fn reply(self, result: Result<PathBuf, String>) -> io::Result<()> {
+        self.reply_checkpoint(result.map(|p| (p, Vec::new())))
+    }
+
+    /// Replies to a checkpoint request with the image path and what it cannot restore, or
+    /// an error message.
+    pub fn reply_checkpoint(mut self, result: Result<(PathBuf, Vec<String>), String>) -> io::Result<()> {
         let r = match result {
-            Ok(p) => Reply {
+            Ok((p, warnings)) => Reply {
                 ok: true,
                 path: Some(p),
+                warnings,
                 ..Default::default()
             },
             Err(e) => Reply {
@@ -502,8 +527,9 @@ pub fn request_checkpoint(
     pid: u32,
     dir: Option<&Path>,
     exit: bool,
-) -> Result<PathBuf, ControlError> {
-    request_checkpoint_in(&socket_dir(), pid, dir, exit)
+    strict: bool,
+) -> Result<Checkpointed, ControlError> {
+    request_checkpoint_in(&socket_dir(), pid, dir, exit, strict)
 }
 
 /// [`request_checkpoint`] with an explicit socket directory.
@@ -512,20 +538,22 @@ pub fn request_checkpoint_in(
     pid: u32,
     dir: Option<&Path>,
     exit: bool,
-) -> Result<PathBuf, ControlError> {
+    strict: bool,
+) -> Result<Checkpointed, ControlError> {
     // Absolute (the agent's working directory is not ours) and normalised: the image path
     // the agent reports is printed.
     let dir = match dir {
         Some(d) => Some(absolute(d).map_err(io_err(d))?),
         None => None,
     };
-    let reply = exchange(sock_dir, pid, &Request::Checkpoint { dir, exit })?;
+    let reply = exchange(sock_dir, pid, &Request::Checkpoint { dir, exit, strict })?;
     match reply {
         Reply {
             ok: true,
-            path: Some(p),
+            path: Some(path),
+            warnings,
             ..
-        } => Ok(p),
+        } => Ok(Checkpointed { path, warnings }),
         Reply {
             ok: false, error, ..
         } => Err(ControlError::Failed {
@@ -712,7 +740,7 @@ mod tests {
         };
         kill("-STOP");
         wait_state('T');
-        let e = request_checkpoint_in(&dir, pid, None, false).unwrap_err();
+        let e = request_checkpoint_in(&dir, pid, None, false, false).unwrap_err();
         assert!(matches!(e, ControlError::Stopped { pid: p, state: 'T' } if p == pid), "{e}");
         assert!(e.to_string().contains("is stopped"), "{e}");
         kill("-CONT");
@@ -724,7 +752,7 @@ mod tests {
             // Never answered: the connection stays open until the client gives up.
             responder
         });
-        let e = request_checkpoint_in(&dir, pid, None, false).unwrap_err();
+        let e = request_checkpoint_in(&dir, pid, None, false, false).unwrap_err();
         assert!(matches!(e, ControlError::Stopped { .. }), "{e}");
         drop(agent.join().unwrap());
         child.kill().unwrap();
@@ -737,9 +765,12 @@ mod tests {
         let r = Request::Checkpoint {
             dir: Some("/x".into()),
             exit: true,
+            strict: false,
         };
         let s = serde_json::to_string(&r).unwrap();
-        assert_eq!(s, r#"{"op":"checkpoint","dir":"/x","exit":true}"#);
+        assert_eq!(s, r#"{"op":"checkpoint","dir":"/x","exit":true,"strict":false}"#);
+        // An older client's request (no `strict`) is still understood.
+        assert_eq!(serde_json::from_str::<Request>(r#"{"op":"checkpoint","dir":"/x","exit":true}"#).unwrap(), r);
         assert_eq!(
             serde_json::from_str::<Request>(r#"{"op":"status"}"#).unwrap(),
             Request::Status

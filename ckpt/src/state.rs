@@ -166,11 +166,30 @@ pub enum FdKind {
     Dup { of: i32 },
     /// The agent's control socket: re-created under the restarted process's pid.
     ControlListener,
-    /// Something crum cannot restore; the restart fails naming it.
+    /// Something crum cannot restore; named when the image is written (an error under
+    /// `--strict`), and the restart fails naming it.
     Unsupported {
         #[serde(deserialize_with = "bounded::string")]
         what: String,
     },
+    /// A descriptor the program inherited when `crum run` started it (not created by the
+    /// program) that crum cannot restore itself, e.g. a pipe from the launching shell or
+    /// batch system: `crum restart` passes its own descriptor of the same number, or
+    /// /dev/null with a warning.
+    Inherited {
+        #[serde(deserialize_with = "bounded::string")]
+        what: String,
+    },
+}
+
+impl FdKind {
+    /// Why the descriptor cannot be restored as it was, if so.
+    pub fn problem(&self) -> Option<&str> {
+        match self {
+            FdKind::Unsupported { what } => Some(what),
+            _ => None,
+        }
+    }
 }
 
 /// A signal disposition as the kernel's `struct sigaction` (rt_sigaction ABI).
@@ -294,11 +313,12 @@ mod tests {
 
     fn fd() -> impl Strategy<Value = FdState> {
         (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
-            let kind = match fd % 5 {
+            let kind = match fd % 6 {
                 0 => FdKind::Pipe { id: flags as u64, read: true, data },
                 1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
                 2 => FdKind::Dup { of: fd / 2 },
                 3 => FdKind::Unsupported { what: path },
+                4 => FdKind::Inherited { what: path },
                 _ => FdKind::ControlListener,
             };
             FdState { fd, flags, kind }

@@ -36,17 +36,19 @@ fn checkpoint_request_round_trips_and_socket_is_private() {
 
     let agent = std::thread::spawn(move || {
         let (req, resp) = server.accept().unwrap();
-        let Request::Checkpoint { dir, exit } = req else {
+        let Request::Checkpoint { dir, exit, strict } = req else {
             panic!("expected checkpoint, got {req:?}")
         };
-        assert!(exit);
-        resp.reply(Ok(dir.unwrap().join("ckpt-x"))).unwrap();
+        assert!(exit && !strict);
+        resp.reply_checkpoint(Ok((dir.unwrap().join("ckpt-x"), vec!["fd 5 (socket:[1]) cannot be restored".into()])))
+            .unwrap();
         let (req, resp) = server.accept().unwrap();
         assert_eq!(
             req,
             Request::Checkpoint {
                 dir: None,
-                exit: false
+                exit: false,
+                strict: true
             }
         );
         resp.reply(Err("disk full".into())).unwrap();
@@ -61,12 +63,13 @@ fn checkpoint_request_round_trips_and_socket_is_private() {
         server
     });
     // A relative directory is sent absolute (the agent's working directory differs).
-    let path = request_checkpoint_in(&dir, pid, Some(std::path::Path::new("imgs")), true).unwrap();
+    let done = request_checkpoint_in(&dir, pid, Some(std::path::Path::new("imgs")), true, false).unwrap();
     assert_eq!(
-        path,
+        done.path,
         std::env::current_dir().unwrap().join("imgs").join("ckpt-x")
     );
-    let e = request_checkpoint_in(&dir, pid, None, false).unwrap_err();
+    assert_eq!(done.warnings, ["fd 5 (socket:[1]) cannot be restored"]);
+    let e = request_checkpoint_in(&dir, pid, None, false, true).unwrap_err();
     assert!(
         matches!(&e, ControlError::Failed { message, .. } if message == "disk full"),
         "{e}"
@@ -96,10 +99,10 @@ fn pid_without_socket_is_not_under_crum_and_dead_pid_is_not_running() {
     let dir = t.path().join("crum");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let e = request_checkpoint_in(&dir, std::process::id(), None, false).unwrap_err();
+    let e = request_checkpoint_in(&dir, std::process::id(), None, false, false).unwrap_err();
     assert!(matches!(e, ControlError::NotUnderCrum { .. }), "{e}");
     assert!(e.to_string().contains("not running under crum"));
-    let e = request_checkpoint_in(&dir, 999_999_999, None, false).unwrap_err();
+    let e = request_checkpoint_in(&dir, 999_999_999, None, false, false).unwrap_err();
     assert!(matches!(e, ControlError::NoProcess { .. }), "{e}");
 }
 
@@ -123,7 +126,7 @@ fn foreign_process() -> (u32, Option<std::process::Child>) {
 fn pid_of_another_user_is_refused() {
     let t = private_dir();
     let (pid, child) = foreign_process();
-    let e = request_checkpoint_in(t.path(), pid, None, false).unwrap_err();
+    let e = request_checkpoint_in(t.path(), pid, None, false, false).unwrap_err();
     if let Some(mut c) = child {
         let _ = c.kill();
         let _ = c.wait();

@@ -28,6 +28,10 @@ pub struct Args {
     /// Checkpoint every program of this user running under crum.
     #[arg(long)]
     pub all: bool,
+    /// Write no image if a restart could not restore the program exactly (what would
+    /// otherwise be a warning, such as a socket crum cannot restore, is an error).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 fn spinner(pid: u32) -> indicatif::ProgressBar {
@@ -42,9 +46,13 @@ fn spinner(pid: u32) -> indicatif::ProgressBar {
 
 fn one(sock_dir: &Path, pid: u32, args: &Args) -> anyhow::Result<PathBuf> {
     let pb = spinner(pid);
-    let r = control::request_checkpoint_in(sock_dir, pid, args.dir.as_deref(), args.exit);
+    let r = control::request_checkpoint_in(sock_dir, pid, args.dir.as_deref(), args.exit, args.strict);
     pb.finish_and_clear();
-    r.with_context(|| format!("checkpoint of process {pid}"))
+    let done = r.with_context(|| format!("checkpoint of process {pid}"))?;
+    for w in &done.warnings {
+        eprintln!("crum: warning: process {pid}: {w}; a restart of this image will fail (--strict: write none)");
+    }
+    Ok(done.path)
 }
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
@@ -113,6 +121,7 @@ mod tests {
             dir: Some(PathBuf::from("/imgs")),
             exit: false,
             all,
+            strict: false,
         }
     }
 

@@ -48,6 +48,11 @@ pub struct Args {
     /// managed memory they wrote since the last CUDA call). Sets CRUM_MANAGED.
     #[arg(long, value_enum, value_name = "MODE")]
     pub managed: Option<ManagedMode>,
+    /// Write no image a restart could not restore exactly: what would be a warning at
+    /// checkpoint time (a socket, a deleted file, ...) fails the checkpoint instead. Sets
+    /// CRUM_STRICT=1.
+    #[arg(long)]
+    pub strict: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -302,6 +307,9 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     }
     if let Some(s) = ckpt_signal {
         cmd.env("CRUM_CKPT_SIGNAL", (s as i32).to_string());
+    }
+    if args.strict {
+        cmd.env("CRUM_STRICT", "1");
     }
     let mut app = match cmd.spawn() {
         Ok(c) => c,

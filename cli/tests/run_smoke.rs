@@ -60,14 +60,19 @@ fn build(name: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/cuda")
         .join(format!("{name}.cu"));
+    // Built under a name of this process and thread, then renamed into place: copies of the
+    // suite running at once must not write a binary another one is executing.
+    let thread = format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_ascii_alphanumeric(), "");
+    let tmp = dir.join(format!("{name}{tag}.tmp{}-{thread}", std::process::id()));
     let st = Command::new(nvcc())
         .args(["-arch=sm_80", "-o"])
-        .arg(&exe)
+        .arg(&tmp)
         .arg(&src)
         .args(extra)
         .status()
         .unwrap();
     assert!(st.success(), "nvcc {name}");
+    std::fs::rename(&tmp, &exe).unwrap();
     exe
 }
 

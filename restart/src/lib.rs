@@ -279,12 +279,17 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::enter(fs, state.main_stack, state.entry, state.main_slot as u64)
 }
 
-/// Re-creates the program's file descriptors (fds 0-2 are the restarting terminal's).
+/// Re-creates the program's file descriptors (fds 0-2 are the restarting process's). A
+/// descriptor the program inherited at `crum run` that crum cannot restore
+/// ([`FdKind::Inherited`]) is this process's own of the same number, or /dev/null with a
+/// warning.
 fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
     fds.sort_by_key(|f| f.fd);
     let base = fds.last().map_or(3, |f| f.fd + 1).max(3);
-    sys::close_from(3);
+    let passed_on: Vec<i32> =
+        fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
+    sys::close_from_except(3, &passed_on);
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
     for f in &fds {
@@ -326,6 +331,18 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
             }
             FdKind::ControlListener => sys::control_listener()?,
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
+            FdKind::Inherited { .. } if passed_on.contains(&f.fd) => {
+                sys::set_cloexec(f.fd, cloexec);
+                continue;
+            }
+            FdKind::Inherited { what } => {
+                eprintln!(
+                    "crum: warning: fd {} of the program ({what}, inherited when `crum run` started it) is \
+                     /dev/null now: `crum restart` was started without an fd {} to pass on",
+                    f.fd, f.fd
+                );
+                sys::open("/dev/null", libc::O_RDWR)?
+            }
         };
         let hi = sys::move_high(tmp, base)?;
         sys::dup_to(hi, f.fd, cloexec)?;

@@ -102,6 +102,42 @@ pub fn close(fd: i32) {
 }
 
 /// Closes every fd from `first` up (the restorer's own).
+/// Whether `fd` is open in this process.
+pub fn is_open(fd: i32) -> bool {
+    // SAFETY: F_GETFD on any number is harmless.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+pub fn set_cloexec(fd: i32, on: bool) {
+    // SAFETY: F_SETFD on our fd.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, if on { libc::FD_CLOEXEC } else { 0 }) };
+}
+
+/// Closes every fd from `first` on except those in `keep`.
+pub fn close_from_except(first: i32, keep: &[i32]) {
+    let mut keep: Vec<i32> = keep.iter().copied().filter(|&k| k >= first).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut from = first;
+    for k in keep {
+        if k > from {
+            close_range(from, k - 1);
+        }
+        from = k + 1;
+    }
+    close_from(from);
+}
+
+fn close_range(first: i32, last: i32) {
+    // SAFETY: close_range only closes fds of this process.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0) };
+    if r != 0 {
+        for fd in first..=last.min(4095) {
+            close(fd);
+        }
+    }
+}
+
 pub fn close_from(first: i32) {
     // SAFETY: close_range(first, ~0, 0) only closes fds of this process.
     let r = unsafe { libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0) };
