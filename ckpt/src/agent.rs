@@ -218,6 +218,10 @@ pub fn restart_channel_fd() -> Option<i32> {
     (info.magic == RESTART_MAGIC && info.channel_fd >= 0).then_some(info.channel_fd as i32)
 }
 
+/// The exit code of a program ended after a checkpoint (`crum checkpoint --exit`, `crum run
+/// --on-signal SIG --exit`): EX_TEMPFAIL, "stopped, restart it", told apart from finishing.
+pub const EXIT_CHECKPOINTED: i32 = 75;
+
 /// Agent configuration (from `crum run`'s environment variables).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -230,11 +234,14 @@ pub struct Config {
     /// Refuse to write an image a restart could not restore exactly (`crum run --strict`,
     /// `CRUM_STRICT=1`): what it names is an error instead of a warning.
     pub strict: bool,
+    /// End the program ([`EXIT_CHECKPOINTED`]) after a checkpoint the signal triggered was
+    /// written (`crum run --on-signal SIG --exit`, `CRUM_CKPT_EXIT=1`).
+    pub exit_on_signal: bool,
 }
 
 impl Config {
     /// Reads `CRUM_CKPT_DIR`, `CRUM_CKPT_INTERVAL`, `CRUM_CKPT_KEEP`, `CRUM_CKPT_SIGNAL`,
-    /// `CRUM_CKPT_SYNC`, `CRUM_STRICT` through `get`.
+    /// `CRUM_CKPT_SYNC`, `CRUM_STRICT`, `CRUM_CKPT_EXIT` through `get`.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         let dir = PathBuf::from(get("CRUM_CKPT_DIR").unwrap_or_else(|| "crum-images".into()));
         // Absolute and normalised (no `.`, `..` or `//`): image paths are printed.
@@ -269,7 +276,11 @@ impl Config {
         };
         let sync = get("CRUM_CKPT_SYNC").is_some_and(|v| v == "1");
         let strict = get("CRUM_STRICT").is_some_and(|v| v == "1");
-        Ok(Config { dir, interval, keep, signal, sync, strict })
+        let exit_on_signal = get("CRUM_CKPT_EXIT").is_some_and(|v| v == "1");
+        if exit_on_signal && signal.is_none() {
+            return Err("CRUM_CKPT_EXIT=1 needs CRUM_CKPT_SIGNAL (crum run --exit needs --on-signal)".into());
+        }
+        Ok(Config { dir, interval, keep, signal, sync, strict, exit_on_signal })
     }
 }
 
@@ -295,9 +306,10 @@ pub fn trigger_signal_problem(sig: i32) -> Option<&'static str> {
 pub fn checkpoint_now(dir: &Path, sync: bool) -> Result<PathBuf, String> {
     threads::probe_libc()?;
     threads::install_handler()?;
-    let cfg = Config { dir: dir.to_path_buf(), interval: None, keep: 0, signal: None, sync, strict: false };
-    match checkpoint(&cfg, dir, false) {
-        Outcome::Written(p, _) => Ok(p),
+    let cfg =
+        Config { dir: dir.to_path_buf(), interval: None, keep: 0, signal: None, sync, strict: false, exit_on_signal: false };
+    match checkpoint(&cfg, dir, false, false) {
+        Outcome::Written(p, _) | Outcome::Held(p, _) => Ok(p),
         Outcome::Failed(e) => Err(e),
         Outcome::Restarted => Ok(dir.to_path_buf()),
     }
@@ -315,6 +327,11 @@ struct Job {
     dir: Option<PathBuf>,
     /// `crum checkpoint --strict`: no image if a restart could not restore it exactly.
     strict: bool,
+    /// Sent by the checkpoint signal's thread.
+    signal: bool,
+    /// `crum checkpoint --exit`: the requester, answered by the agent itself, which then
+    /// ends the process with the program's threads still stopped.
+    exit_reply: Option<crate::control::Responder>,
     reply: Option<mpsc::Sender<Reply>>,
     /// Not a checkpoint: the agent thread is to end ([`suspend_threads`]).
     quit: bool,
@@ -447,7 +464,7 @@ pub fn suspend_threads() -> bool {
                 _ => {
                     let tx = runtime().as_ref().map(|rt| rt.tx.clone());
                     if let Some(tx) = tx {
-                        let _ = tx.send(Job { dir: None, strict: false, reply: None, quit: true });
+                        let _ = tx.send(Job { dir: None, strict: false, signal: false, exit_reply: None, reply: None, quit: true });
                     }
                 }
             }
@@ -670,7 +687,7 @@ fn signal_loop(rfd: i32, tx: mpsc::Sender<Job>) {
         if b[..n as usize].contains(&TRIGGER_QUIT) && SUSPEND.load(SeqCst) {
             return;
         }
-        if tx.send(Job { dir: None, strict: false, reply: None, quit: false }).is_err() {
+        if tx.send(Job { dir: None, strict: false, signal: true, exit_reply: None, reply: None, quit: false }).is_err() {
             return;
         }
     }
@@ -704,10 +721,21 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
             st.lineage = Some(crate::lineage::current().id);
             let _ = responder.reply_status(st);
         }
-        Request::Checkpoint { dir, exit, strict } => {
+        Request::Checkpoint { dir, exit: true, strict } => {
+            // The agent answers and ends the process (see `EXIT_CHECKPOINTED`).
+            IN_PROGRESS.fetch_add(1, SeqCst);
+            let job = Job { dir, strict, signal: false, exit_reply: Some(responder), reply: None, quit: false };
+            if let Err(mpsc::SendError(job)) = tx.send(job) {
+                if let Some(r) = job.exit_reply {
+                    let _ = r.reply(Err("the checkpoint agent is not running".into()));
+                }
+                progress_done();
+            }
+        }
+        Request::Checkpoint { dir, exit: false, strict } => {
             let (rtx, rrx) = mpsc::channel();
             IN_PROGRESS.fetch_add(1, SeqCst);
-            if tx.send(Job { dir, strict, reply: Some(rtx), quit: false }).is_err() {
+            if tx.send(Job { dir, strict, signal: false, exit_reply: None, reply: Some(rtx), quit: false }).is_err() {
                 let _ = responder.reply(Err("the checkpoint agent is not running".into()));
                 progress_done();
                 return;
@@ -720,14 +748,8 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
             }
             match answer {
                 Ok(Reply::Done(r)) => {
-                    let ok = r.is_ok();
                     let _ = responder.reply_checkpoint(r);
                     progress_done();
-                    if ok && exit {
-                        server.remove_socket();
-                        // SAFETY: ends the process after the requester has its answer.
-                        unsafe { libc::_exit(0) };
-                    }
                 }
                 // The connection belongs to the process the image was taken of.
                 Ok(Reply::Restarted) => std::mem::forget(responder),
@@ -759,19 +781,49 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
                 Err(_) => return,
             },
         };
-        let (dir, strict, reply) = match job {
+        let (dir, strict, signal, exit_reply, reply) = match job {
             Some(j) if j.quit => return,
-            Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.strict, j.reply),
-            None => (cfg.dir.clone(), false, None),
+            Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.strict, j.signal, j.exit_reply, j.reply),
+            None => (cfg.dir.clone(), false, false, None, None),
         };
-        let timed = reply.is_none();
+        let timed = reply.is_none() && exit_reply.is_none();
         if timed {
             IN_PROGRESS.fetch_add(1, SeqCst);
         }
-        let outcome = checkpoint(&cfg, &dir, strict);
+        let exit_after = exit_reply.is_some() || (signal && cfg.exit_on_signal);
+        let outcome = checkpoint(&cfg, &dir, strict, exit_after);
+        if let Outcome::Held(p, problems) = outcome {
+            // The program's threads are stopped and stay so; the agent allocates from its
+            // arena. Answer, then end the process: nothing the program would do after the
+            // image (output) happens twice once it is restarted.
+            if let Some(rt) = runtime().as_ref() {
+                rt.server.remove_socket();
+            }
+            match exit_reply {
+                Some(r) => {
+                    let _ = r.reply_checkpoint(Ok((p, problems)));
+                }
+                None => eprintln!(
+                    "crum: checkpointed to {} on signal {}; stopping (exit {EXIT_CHECKPOINTED})",
+                    p.display(),
+                    cfg.signal.unwrap_or(0)
+                ),
+            }
+            // SAFETY: ends the process; the image is complete (its writer was reaped).
+            unsafe { libc::_exit(EXIT_CHECKPOINTED) };
+        }
         if matches!(outcome, Outcome::Restarted) {
             IN_PROGRESS.store(0, SeqCst);
+            // The requester's connection belongs to the process the image was taken of.
+            std::mem::forget(exit_reply);
         } else if timed {
+            progress_done();
+        } else if let Some(r) = exit_reply {
+            // Not written: the program goes on.
+            let _ = r.reply_checkpoint(match &outcome {
+                Outcome::Failed(e) => Err(e.clone()),
+                _ => Err("the checkpoint ended without an image".into()),
+            });
             progress_done();
         }
         if let Some(i) = cfg.interval {
@@ -801,6 +853,7 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
                 Reply::Done(Err(e))
             }
             Outcome::Restarted => Reply::Restarted,
+            Outcome::Held(..) => unreachable!("a held outcome ends the process above"),
         };
         if let Some(r) = reply {
             let _ = r.send(msg);
@@ -811,6 +864,9 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
 enum Outcome {
     /// The image, and what in it a restart cannot restore ([`classify_fds`]).
     Written(PathBuf, Vec<String>),
+    /// As `Written`, for a process to end now (`exit_after`): the program's threads are still
+    /// stopped and the agent still allocates from its arena.
+    Held(PathBuf, Vec<String>),
     Failed(String),
     Restarted,
 }
@@ -844,15 +900,17 @@ struct ForkCtx {
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-fn checkpoint(cfg: &Config, dir: &Path, strict: bool) -> Outcome {
-    match checkpoint_inner(cfg, dir, strict || cfg.strict) {
+fn checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) -> Outcome {
+    match checkpoint_inner(cfg, dir, strict || cfg.strict, exit_after) {
         // Copied after `alloc::leave`: the message may live in the agent's bump arena.
         Outcome::Failed(e) => Outcome::Failed(e.as_str().to_owned()),
         o => o,
     }
 }
 
-fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool) -> Outcome {
+/// `exit_after`: the process ends after a successful image; it is written while the
+/// program's threads stay stopped ([`Outcome::Held`]).
+fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) -> Outcome {
     // What failed or killed writers left here (of this process or any other) first: on a
     // full disk their partial images would make this checkpoint fail too.
     if let Err(e) = clean_leftovers(dir) {
@@ -891,6 +949,9 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool) -> Outcome {
             return Outcome::Failed(e);
         }
     };
+    if exit_after {
+        ctx.sync = true;
+    }
     // Published while the threads are stopped (no fork of the program is under way).
     publish_writer_pipe(ctx.err_r, ctx.err_w);
     let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
@@ -901,6 +962,19 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool) -> Outcome {
         return out;
     }
     let t_forked = Instant::now();
+    if exit_after && ctx.child == 0 {
+        // Written while the threads were stopped; they stay so (the caller ends the process).
+        publish_writer_pipe(-1, -1);
+        let path = ctx.writer.final_path().to_path_buf();
+        crate::lineage::written(&path);
+        if cfg.keep > 0 {
+            if let Ok(removed) = keep_newest_of(dir, cfg.keep, crate::lineage::may_remove) {
+                crate::lineage::removed(&removed);
+            }
+        }
+        let problems = std::mem::take(&mut ctx.problems);
+        return Outcome::Held(path, problems);
+    }
     threads::release_all();
     crate::alloc::leave();
     // Out of the arena (which `alloc::release` below gives back) into ordinary memory.

@@ -16,7 +16,8 @@ use crum_ckpt::control;
 /// Arguments of `crum checkpoint`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Process id of a program running under `crum run`.
+    /// Process id of a program running under `crum run`, or of the `crum run` (or `crum
+    /// restart`'s caller) that started it: the program below it is checkpointed.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub pid: Option<u32>,
     /// Write the image under this directory instead of the program's configured one.
@@ -44,7 +45,40 @@ fn spinner(pid: u32) -> indicatif::ProgressBar {
     pb
 }
 
+/// The process to checkpoint for `pid`: itself if it runs under crum (it has a control
+/// socket), else the nearest process below it that does (`crum run`'s pid names its
+/// program, as a batch script knows it from `$!`).
+fn target(sock_dir: &Path, pid: u32) -> u32 {
+    let has_socket = |p: u32| control::socket_path_in(sock_dir, p).exists();
+    if has_socket(pid) {
+        return pid;
+    }
+    let mut level = vec![pid];
+    for _ in 0..8 {
+        let next: Vec<u32> = level.iter().flat_map(|&p| children(p)).collect();
+        if let Some(&p) = next.iter().find(|&&p| has_socket(p)) {
+            return p;
+        }
+        if next.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    pid
+}
+
+/// The children of `pid` (every thread's).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| s.split_whitespace().filter_map(|w| w.parse().ok()).collect::<Vec<u32>>())
+        .collect()
+}
+
 fn one(sock_dir: &Path, pid: u32, args: &Args) -> anyhow::Result<PathBuf> {
+    let pid = target(sock_dir, pid);
     let pb = spinner(pid);
     let r = control::request_checkpoint_in(sock_dir, pid, args.dir.as_deref(), args.exit, args.strict);
     pb.finish_and_clear();

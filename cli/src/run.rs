@@ -42,6 +42,11 @@ pub struct Args {
     /// (they cannot be caught) nor a fault signal (SEGV, BUS, ILL, FPE, TRAP).
     #[arg(long, value_name = "SIG", value_parser = parse_trigger_signal)]
     pub on_signal: Option<Signal>,
+    /// With --on-signal: end the program once the checkpoint that signal triggered is
+    /// written, with exit code 75 ("checkpointed and stopped", apart from finishing). For
+    /// batch jobs signalled before their time limit (Slurm `--signal=B:USR1@60`).
+    #[arg(long, requires = "on_signal")]
+    pub exit: bool,
     /// How managed memory is tracked (see docs/managed-memory.md): `mprotect` (page
     /// protection, the default), `uffd` (userfaultfd, precise; falls back to mprotect with a
     /// warning where not allowed), or `verify` (mprotect that reports programs reading
@@ -310,6 +315,9 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     }
     if args.strict {
         cmd.env("CRUM_STRICT", "1");
+    }
+    if args.exit {
+        cmd.env("CRUM_CKPT_EXIT", "1");
     }
     let mut app = match cmd.spawn() {
         Ok(c) => c,

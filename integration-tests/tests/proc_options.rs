@@ -79,12 +79,13 @@ fn checkpoint_exit_ends_the_program_and_the_image_continues_it() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let img = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    assert_eq!(p.wait_exit(), 0, "the program did not end after --exit");
+    assert_eq!(p.wait_exit(), 75, "the program did not end with 75 (checkpointed and stopped) after --exit");
     let expected = expected_output(&sb, &prog, &["100", "10"]);
     assert!(p.lines() < expected.lines().count(), "the program ran to its end despite --exit");
     let mut r = restart(&sb, &img, "restart.out");
     assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
     assert_continues(&expected, 0, &p.output(), &r.output(), true, "restart after --exit");
+    assert_eq!(format!("{}{}", p.output(), r.output()), expected, "output around --exit doubled or lost");
 }
 
 /// The program started by `crum run` (a child of it whose executable is `prog`).
@@ -126,4 +127,55 @@ fn crum_run_flags_reach_the_agent_and_its_images_restart() {
     let mut r = restart(&sb, &newest, "restart.out");
     assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
     assert_continues(&expected, 0, &run.output(), &r.output(), true, "restart of an image taken under crum run");
+}
+
+/// The batch-job pattern (Slurm `--signal=B:USR1@60`, then requeue): `crum run --on-signal
+/// USR1 --exit` ends with 75 once the signal's image is written, not 0 as when the program
+/// finishes; `crum checkpoint` takes `crum run`'s pid (what a job script has in `$!`).
+#[test]
+fn on_signal_exit_stops_with_75_after_the_image_and_checkpoint_takes_crum_runs_pid() {
+    let sb = Sandbox::new();
+    let prog = build_c("counter");
+    let mut cmd = std::process::Command::new(crum_bin());
+    cmd.args(["run", "--device", "emu", "--on-signal", "USR1", "--exit", "--dir"])
+        .arg(sb.images())
+        .arg("--")
+        .arg(&prog)
+        .args(["300", "10"])
+        .current_dir(sb.path("run"))
+        .env("CRUM_CONTROL_DIR", sb.sock());
+    let mut run = spawn_cmd(&mut cmd, sb.path("run.out"));
+    run.wait_lines(3);
+    // crum run's own pid: the program below it is checkpointed (and goes on).
+    let out = std::process::Command::new(crum_bin())
+        .args(["checkpoint", &run.pid().to_string(), "--dir"])
+        .arg(sb.images())
+        .env("CRUM_CONTROL_DIR", sb.sock())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "checkpoint of crum run's pid: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(images(&sb).len(), 1);
+    let n = run.lines();
+    run.wait_lines(n + 2);
+    let pid = program_child(run.pid(), &prog).expect("the program is a child of crum run");
+    send_signal(pid, libc::SIGUSR1);
+    assert_eq!(run.wait_exit(), 75, "crum run --exit: {}", run.stderr());
+    assert!(run.stderr().contains("stopping (exit 75)"), "{}", run.stderr());
+    let all = images(&sb);
+    assert_eq!(all.len(), 2, "{all:?}");
+    let expected = expected_output(&sb, &prog, &["300", "10"]);
+    assert!(run.lines() < expected.lines().count(), "the program ran to its end");
+    let mut r = restart(&sb, &all[1], "restart.out");
+    assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
+    assert_continues(&expected, 0, &run.output(), &r.output(), true, "restart of the image --exit stopped at");
+    // The image was written with the program stopped, and it ended there: nothing it printed
+    // before the end is printed again by the restart.
+    assert_eq!(format!("{}{}", run.output(), r.output()), expected, "output around --exit doubled or lost");
+}
+
+#[test]
+fn exit_needs_on_signal() {
+    let out = std::process::Command::new(crum_bin()).args(["run", "--exit", "--", "true"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--on-signal"), "{}", String::from_utf8_lossy(&out.stderr));
 }
