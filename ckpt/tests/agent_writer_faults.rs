@@ -3,23 +3,14 @@
 //! is removed, and the next checkpoint works. Dead writers' leftovers of any process are
 //! removed by the next checkpoint into the directory. One test per binary: stopping "every
 //! other thread" must not meet other tests' threads.
+mod common;
+use common::noise;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crum_ckpt::agent::checkpoint_now;
 use crum_ckpt::image::ImageReader;
 
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn entries(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

@@ -1,5 +1,7 @@
 //! Bad images: each is refused with a one-line error naming the problem.
 
+mod common;
+use common::noise;
 use std::path::{Path, PathBuf};
 
 use crum_ckpt::image::{
@@ -7,17 +9,6 @@ use crum_ckpt::image::{
     RegionMeta, WriterOptions, FORMAT_MAJOR, FORMAT_MINOR,
 };
 
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// An image with one region of two 64 KiB chunks (raw noise, then compressible) and
 /// sections `process` (required) and `extra` (optional).

@@ -1,5 +1,7 @@
 //! Image round trips: what the writer stores, the reader gives back byte for byte.
 
+mod common;
+use common::noise;
 use crum_ckpt::image::{
     latest_image, Encoding, ImageReader, ImageWriter, RegionMeta, WriterOptions,
 };
@@ -15,17 +17,6 @@ fn opts(chunk: u32) -> WriterOptions {
 }
 
 /// Deterministic pseudo-random bytes (xorshift), incompressible.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 #[test]
 fn mixed_region_round_trips_and_skips_zero_pages() {

@@ -91,13 +91,7 @@ fn one(sock_dir: &Path, pid: u32, args: &Args) -> anyhow::Result<PathBuf> {
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
     if let Some(dir) = &args.dir {
-        if let Some(problem) = crate::trust::image_dir_problem(dir) {
-            eprintln!(
-                "crum: warning: --dir {}: {problem}; `crum restart` will refuse images there \
-                 (use a directory only you can write)",
-                dir.display()
-            );
-        }
+        crate::trust::warn_about_dir(dir);
     }
     run_in(&control::socket_dir(), &args, &mut std::io::stdout())
 }

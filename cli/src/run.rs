@@ -206,13 +206,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let interval = args.interval.as_deref().map(parse_duration).transpose()?;
     let ckpt_signal = args.on_signal;
     if let Some(dir) = &args.dir {
-        if let Some(problem) = crate::trust::image_dir_problem(dir) {
-            eprintln!(
-                "crum: warning: --dir {}: {problem}; `crum restart` will refuse images there \
-                 (use a directory only you can write)",
-                dir.display()
-            );
-        }
+        crate::trust::warn_about_dir(dir);
     }
     if let Some(path) = find_program(program) {
         if statically_linked_cudart(&path)? {

@@ -175,6 +175,17 @@ pub fn image_dir_problem(dir: &Path) -> Option<TrustError> {
     }
 }
 
+/// Warns on stderr when `--dir` names a directory `crum restart` will refuse images from.
+pub fn warn_about_dir(dir: &Path) {
+    if let Some(problem) = image_dir_problem(dir) {
+        eprintln!(
+            "crum: warning: --dir {}: {problem}; `crum restart` will refuse images there \
+             (use a directory only you can write)",
+            dir.display()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,13 +50,7 @@ fn spawn_with_fd7(sb: &Sandbox, mut cmd: Command, fd7: Option<&OwnedFd>, name: &
 }
 
 fn run_with_fd7(sb: &Sandbox, args: &[&str], fd7: &OwnedFd, env: &[(&str, &str)]) -> Proc {
-    let mut cmd = Command::new(build_c("inherited_fd"));
-    cmd.args(args)
-        .current_dir(sb.path("run"))
-        .env("LD_PRELOAD", preload())
-        .env("CRUM_RUN", "1")
-        .env("CRUM_CKPT_DIR", sb.images())
-        .env("CRUM_CONTROL_DIR", sb.sock());
+    let mut cmd = under_crum(sb, &build_c("inherited_fd"), args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -77,12 +71,6 @@ fn crum_checkpoint(sb: &Sandbox, pid: u32, extra: &[&str]) -> Output {
         .env("CRUM_CONTROL_DIR", sb.sock())
         .output()
         .unwrap()
-}
-
-fn images(sb: &Sandbox) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(sb.images()).unwrap().flatten().map(|e| e.path()).collect();
-    v.sort();
-    v
 }
 
 /// Everything written into the pipe until every writer closed it.
@@ -162,14 +150,14 @@ fn a_socket_the_program_made_is_named_at_checkpoint_and_strict_writes_no_image()
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(c.status.success(), "{err}");
     assert!(err.contains("warning") && err.contains("socket:[") && err.contains("cannot be restored"), "not named: {err}");
-    let written = images(&sb);
+    let written = sb.list_images();
     assert_eq!(written.len(), 1);
 
     let c = crum_checkpoint(&sb, p.pid(), &["--strict"]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(!c.status.success(), "--strict wrote an image: {err}");
     assert!(err.contains("--strict") && err.contains("socket:["), "{err}");
-    assert_eq!(images(&sb), written, "--strict left something in the image directory");
+    assert_eq!(sb.list_images(), written, "--strict left something in the image directory");
     // The program goes on, and a plain checkpoint still works.
     let lines = p.lines();
     p.wait_lines(lines + 2);
@@ -186,7 +174,7 @@ fn crum_strict_in_the_environment_makes_every_checkpoint_strict() {
     let c = crum_checkpoint(&sb, p.pid(), &[]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(!c.status.success() && err.contains("socket:["), "{err}");
-    assert!(images(&sb).is_empty());
+    assert!(sb.list_images().is_empty());
     // The program goes on.
     let lines = p.lines();
     p.wait_lines(lines + 2);

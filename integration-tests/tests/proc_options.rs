@@ -5,16 +5,6 @@ mod proc_common;
 use proc_common::*;
 use std::time::{Duration, Instant};
 
-fn images(sb: &Sandbox) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(sb.images())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("ckpt-"))
-        .collect();
-    v.sort();
-    v
-}
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
@@ -31,11 +21,11 @@ fn interval_writes_images_periodically_and_keep_removes_older_ones() {
     let mut p = run_under_crum(&sb, &prog, &["300", "10"], &[("CRUM_CKPT_INTERVAL", "0.15"), ("CRUM_CKPT_KEEP", "2")], "run.out");
     let mut seen = std::collections::BTreeSet::new();
     wait_for("four periodic images", || {
-        seen.extend(images(&sb));
+        seen.extend(sb.list_images());
         seen.len() >= 4
     });
     // An image is complete before older ones are removed: briefly there are three.
-    wait_for("--keep 2 to leave two images", || images(&sb).len() <= 2);
+    wait_for("--keep 2 to leave two images", || sb.list_images().len() <= 2);
     p.kill9();
     let expected = expected_output(&sb, &prog, &["300", "10"]);
     // Given the image directory, `crum restart` takes the newest complete image.
@@ -51,11 +41,11 @@ fn checkpoint_signal_triggers_an_image() {
     let mut p = run_under_crum(&sb, &prog, &["300", "10"], &[("CRUM_CKPT_SIGNAL", "10")], "run.out");
     p.wait_lines(3);
     send_signal(p.pid(), libc::SIGUSR1);
-    wait_for("an image after SIGUSR1", || !images(&sb).is_empty());
+    wait_for("an image after SIGUSR1", || !sb.list_images().is_empty());
     p.wait_lines(p.lines() + 2);
     p.kill9();
     let expected = expected_output(&sb, &prog, &["300", "10"]);
-    let mut r = restart(&sb, &images(&sb)[0], "restart.out");
+    let mut r = restart(&sb, &sb.list_images()[0], "restart.out");
     assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
     assert_continues(&expected, 0, &p.output(), &r.output(), true, "restart from a signal-triggered image");
 }
@@ -88,6 +78,22 @@ fn checkpoint_exit_ends_the_program_and_the_image_continues_it() {
     assert_eq!(format!("{}{}", p.output(), r.output()), expected, "output around --exit doubled or lost");
 }
 
+/// `crum run --device emu FLAGS --dir <sandbox images> -- prog args` in the sandbox's `run`
+/// directory, stdout to `run.out`.
+fn crum_run(sb: &Sandbox, flags: &[&str], prog: &std::path::Path, args: &[&str]) -> Proc {
+    let mut cmd = std::process::Command::new(crum_bin());
+    cmd.args(["run", "--device", "emu"])
+        .args(flags)
+        .arg("--dir")
+        .arg(sb.images())
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .current_dir(sb.path("run"))
+        .env("CRUM_CONTROL_DIR", sb.sock());
+    spawn_cmd(&mut cmd, sb.path("run.out"))
+}
+
 /// The program started by `crum run` (a child of it whose executable is `prog`).
 fn program_child(run_pid: u32, prog: &std::path::Path) -> Option<u32> {
     let kids = std::fs::read_to_string(format!("/proc/{run_pid}/task/{run_pid}/children")).ok()?;
@@ -100,29 +106,21 @@ fn program_child(run_pid: u32, prog: &std::path::Path) -> Option<u32> {
 fn crum_run_flags_reach_the_agent_and_its_images_restart() {
     let sb = Sandbox::new();
     let prog = build_c("counter");
-    let mut cmd = std::process::Command::new(crum_bin());
-    cmd.args(["run", "--device", "emu", "--interval", "150ms", "--keep", "2", "--on-signal", "USR1", "--dir"])
-        .arg(sb.images())
-        .arg("--")
-        .arg(&prog)
-        .args(["300", "10"])
-        .current_dir(sb.path("run"))
-        .env("CRUM_CONTROL_DIR", sb.sock());
-    let mut run = spawn_cmd(&mut cmd, sb.path("run.out"));
+    let mut run = crum_run(&sb, &["--interval", "150ms", "--keep", "2", "--on-signal", "USR1"], &prog, &["300", "10"]);
     run.wait_lines(3);
     let pid = program_child(run.pid(), &prog).expect("the program is a child of crum run");
     let mut seen = std::collections::BTreeSet::new();
     wait_for("three periodic images", || {
-        seen.extend(images(&sb));
+        seen.extend(sb.list_images());
         seen.len() >= 3
     });
-    wait_for("--keep 2 to leave two images", || images(&sb).len() <= 2);
+    wait_for("--keep 2 to leave two images", || sb.list_images().len() <= 2);
     send_signal(pid, libc::SIGUSR1);
     let n = run.lines();
     run.wait_lines(n + 3);
     send_signal(pid, libc::SIGKILL);
     run.wait_exit();
-    let newest = images(&sb).pop().unwrap();
+    let newest = sb.list_images().pop().unwrap();
     let expected = expected_output(&sb, &prog, &["300", "10"]);
     let mut r = restart(&sb, &newest, "restart.out");
     assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
@@ -136,15 +134,7 @@ fn crum_run_flags_reach_the_agent_and_its_images_restart() {
 fn on_signal_exit_stops_with_75_after_the_image_and_checkpoint_takes_crum_runs_pid() {
     let sb = Sandbox::new();
     let prog = build_c("counter");
-    let mut cmd = std::process::Command::new(crum_bin());
-    cmd.args(["run", "--device", "emu", "--on-signal", "USR1", "--exit", "--dir"])
-        .arg(sb.images())
-        .arg("--")
-        .arg(&prog)
-        .args(["300", "10"])
-        .current_dir(sb.path("run"))
-        .env("CRUM_CONTROL_DIR", sb.sock());
-    let mut run = spawn_cmd(&mut cmd, sb.path("run.out"));
+    let mut run = crum_run(&sb, &["--on-signal", "USR1", "--exit"], &prog, &["300", "10"]);
     run.wait_lines(3);
     // crum run's own pid: the program below it is checkpointed (and goes on).
     let out = std::process::Command::new(crum_bin())
@@ -154,14 +144,14 @@ fn on_signal_exit_stops_with_75_after_the_image_and_checkpoint_takes_crum_runs_p
         .output()
         .unwrap();
     assert!(out.status.success(), "checkpoint of crum run's pid: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(images(&sb).len(), 1);
+    assert_eq!(sb.list_images().len(), 1);
     let n = run.lines();
     run.wait_lines(n + 2);
     let pid = program_child(run.pid(), &prog).expect("the program is a child of crum run");
     send_signal(pid, libc::SIGUSR1);
     assert_eq!(run.wait_exit(), 75, "crum run --exit: {}", run.stderr());
     assert!(run.stderr().contains("stopping (exit 75)"), "{}", run.stderr());
-    let all = images(&sb);
+    let all = sb.list_images();
     assert_eq!(all.len(), 2, "{all:?}");
     let expected = expected_output(&sb, &prog, &["300", "10"]);
     assert!(run.lines() < expected.lines().count(), "the program ran to its end");

@@ -21,16 +21,6 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn images(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("ckpt-"))
-        .collect();
-    v.sort();
-    v
-}
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -231,7 +221,7 @@ fn keep_never_removes_images_newer_than_the_restart_point() {
     }
     p.kill9();
     // --keep 2: the first image is gone, the second and third are kept.
-    assert_eq!(images(&sb.images()), first[1..].to_vec());
+    assert_eq!(images_in(&sb.images()), first[1..].to_vec());
     let old_lineage = lineage_line(&sb, &first[2]);
     assert_eq!(lineage_line(&sb, &first[1]), old_lineage);
 
@@ -259,7 +249,7 @@ fn keep_never_removes_images_newer_than_the_restart_point() {
 
     // The third image of the first lineage (newer than the restart point) is still there;
     // rotation removed the restart point and the restarted program's oldest image.
-    let left = images(&sb.images());
+    let left = images_in(&sb.images());
     assert!(left.contains(&first[2]), "the newer image of the first lineage was removed: {left:?}");
     assert_eq!(left, vec![first[2].clone(), second[1].clone(), second[2].clone()]);
     // And it still restarts.

@@ -9,48 +9,35 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
-/* Count the arguments after `arg` up to the terminating NULL. */
-#define COUNT(n, arg)                                                                    \
-    do {                                                                                 \
-        va_list ap;                                                                      \
-        va_start(ap, arg);                                                               \
-        n = 1;                                                                           \
-        while (va_arg(ap, char *) != NULL) n++;                                          \
-        va_end(ap);                                                                      \
-    } while (0)
+/* Declare `char *argv[]` holding `arg` and the arguments after it up to the terminating
+ * NULL (included), and leave `ap` after that NULL, started (the caller ends it). */
+#define GATHER(argv, arg, ap)                                                            \
+    size_t n_ = 1;                                                                       \
+    va_start(ap, arg);                                                                   \
+    while (va_arg(ap, char *) != NULL) n_++;                                             \
+    va_end(ap);                                                                          \
+    char *argv[n_ + 1];                                                                  \
+    va_start(ap, arg);                                                                   \
+    argv[0] = (char *)arg;                                                               \
+    for (size_t i_ = 1; i_ <= n_; i_++) argv[i_] = va_arg(ap, char *)
 
 HIDDEN int crum_execl(const char *path, const char *arg, ...) {
-    size_t n;
-    COUNT(n, arg);
-    char *argv[n + 1];
     va_list ap;
-    va_start(ap, arg);
-    argv[0] = (char *)arg;
-    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(ap, char *);
+    GATHER(argv, arg, ap);
     va_end(ap);
     return execv(path, argv);
 }
 
 HIDDEN int crum_execlp(const char *file, const char *arg, ...) {
-    size_t n;
-    COUNT(n, arg);
-    char *argv[n + 1];
     va_list ap;
-    va_start(ap, arg);
-    argv[0] = (char *)arg;
-    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(ap, char *);
+    GATHER(argv, arg, ap);
     va_end(ap);
     return execvp(file, argv);
 }
 
 HIDDEN int crum_execle(const char *path, const char *arg, ...) {
-    size_t n;
-    COUNT(n, arg);
-    char *argv[n + 1];
     va_list ap;
-    va_start(ap, arg);
-    argv[0] = (char *)arg;
-    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(ap, char *);
+    GATHER(argv, arg, ap);
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
     return execve(path, argv, envp);

@@ -94,6 +94,10 @@ impl Sandbox {
     pub fn sock(&self) -> PathBuf {
         self.path("sock")
     }
+    /// The images in [`Sandbox::images`], oldest first.
+    pub fn list_images(&self) -> Vec<PathBuf> {
+        images_in(&self.images())
+    }
     /// What the processes of this sandbox wrote to stderr so far (for failure messages).
     pub fn stderr_files(&self) -> String {
         let mut names: Vec<PathBuf> = fs::read_dir(self.tmp.path())
@@ -216,8 +220,21 @@ fn spawn(cmd: &mut Command, out: PathBuf) -> Proc {
     Proc { child, out }
 }
 
-/// Starts `prog` under crum in the sandbox's `run` directory.
-pub fn run_under_crum(sb: &Sandbox, prog: &Path, args: &[&str], extra_env: &[(&str, &str)], name: &str) -> Proc {
+/// The images (`ckpt-*`) in `dir`, oldest first.
+pub fn images_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("ckpt-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `prog args` set up to run under crum (the agent preloaded) in the sandbox's `run`
+/// directory, its images and control socket in the sandbox.
+pub fn under_crum(sb: &Sandbox, prog: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(prog);
     cmd.args(args)
         .current_dir(sb.path("run"))
@@ -225,6 +242,12 @@ pub fn run_under_crum(sb: &Sandbox, prog: &Path, args: &[&str], extra_env: &[(&s
         .env("CRUM_RUN", "1")
         .env("CRUM_CKPT_DIR", sb.images())
         .env("CRUM_CONTROL_DIR", sb.sock());
+    cmd
+}
+
+/// Starts `prog` under crum in the sandbox's `run` directory.
+pub fn run_under_crum(sb: &Sandbox, prog: &Path, args: &[&str], extra_env: &[(&str, &str)], name: &str) -> Proc {
+    let mut cmd = under_crum(sb, prog, args);
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
