@@ -1507,7 +1507,7 @@ fn after_restart(h: &Hooks) -> Outcome {
     unmap_leftovers(&kept);
     restore_itimers(&state.itimers);
     refresh_inherited();
-    let break_below = fix_curbrk();
+    fix_curbrk();
     let reader = std::cell::RefCell::new(reader);
     // The sections handed to the hook (device memory: possibly large), to give back after.
     let buffers = std::cell::RefCell::new(Vec::new());
@@ -1535,14 +1535,6 @@ fn after_restart(h: &Hooks) -> Outcome {
     // A new lineage (its threads run again: normal allocation, no lock held by a stopped
     // thread), so that rotation never removes images newer than `image`.
     crate::lineage::begin_restarted(&image);
-    if break_below {
-        // A failed shrink of the heap would leave glibc's break at the kernel's, far below,
-        // and its main arena would take the difference for memory given back (a corrupt
-        // heap). mallopt takes the arena's lock, which a thread stopped inside malloc may
-        // have held until now: hence only after they run.
-        // SAFETY: mallopt with a documented option; -1 disables trimming.
-        unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, -1) };
-    }
     Outcome::Restarted
 }
 
@@ -1552,26 +1544,43 @@ fn fatal(msg: &str) -> ! {
     unsafe { libc::_exit(125) }
 }
 
-/// Reconciles glibc's cached program break with the kernel's. Without CAP_SYS_RESOURCE the
-/// restorer cannot move the kernel's heap bounds to the program's, so the kernel's break is
-/// the restorer's. If it lies above glibc's `__curbrk`, glibc would take a failed `brk` for a
-/// success (the kernel answers with its higher break) and use memory that is not there;
-/// pointing `__curbrk` at the kernel's break makes glibc grow its heap there instead (as a
-/// non-contiguous extension). If it lies below, growing fails cleanly (glibc falls back to
-/// `mmap`) but shrinking does not: returns true then, and the caller turns trimming off.
-fn fix_curbrk() -> bool {
+/// Reconciles glibc's cached program break with the kernel's, where the restorer could not
+/// point the kernel's heap at the program's (`PR_SET_MM_MAP` refused: a kernel without
+/// CONFIG_CHECKPOINT_RESTORE); the kernel's break is then the restorer's. Above glibc's
+/// `__curbrk`, glibc would take a failed `brk` for a success (the kernel answers with its
+/// higher break) and use memory that is not there; pointing `__curbrk` at the kernel's break
+/// makes glibc grow its heap there instead (a non-contiguous extension). Below it, a trim
+/// would shrink to the kernel's break (glibc stores the break the kernel answers) and take
+/// the difference for memory given back: a corrupt heap. Pointing `__curbrk` there too stops
+/// trimming (glibc trims only when its break is its heap's end), and a guard page at the
+/// kernel's break makes every later `brk` fail cleanly (glibc grows with mmap instead), so
+/// neither needs the allocator's lock, which a thread stopped inside malloc may hold.
+fn fix_curbrk() {
     // SAFETY: brk(0) only reports; `__curbrk` is glibc's exported `void *` and no other
-    // thread runs yet.
+    // thread runs yet. The guard is a new PROT_NONE mapping where nothing is mapped.
     unsafe {
         let k = libc::syscall(libc::SYS_brk, 0) as usize;
         let p = libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as *mut usize;
-        if p.is_null() {
-            return false;
+        if p.is_null() || k == *p {
+            return;
         }
-        if k > *p {
-            *p = k;
+        if k < *p {
+            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+            let at = k.next_multiple_of(page);
+            let g = libc::mmap(
+                at as *mut libc::c_void,
+                page,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            );
+            if g != libc::MAP_FAILED && g as usize != at {
+                // A kernel older than MAP_FIXED_NOREPLACE placed it elsewhere: useless there.
+                libc::munmap(g, page);
+            }
         }
-        k < *p
+        *p = k;
     }
 }
 

@@ -217,6 +217,18 @@ fn stat_field(n: usize) -> Option<u64> {
     rest.split(' ').nth(n - 3)?.trim().parse().ok()
 }
 
+/// The kernel's memory-layout bookkeeping of this process, in the order of `struct
+/// prctl_mm_map` (start_code, end_code, start_data, end_data, start_brk, brk, start_stack,
+/// arg_start, arg_end, env_start, env_end), from /proc/self/stat (fields 26-28, 45-51) and
+/// `brk(0)`.
+pub fn mm_layout() -> Option<[u64; 11]> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<u64> = rest.split(' ').map(|v| v.trim().parse().unwrap_or(0)).collect();
+    let at = |n: usize| f.get(n - 3).copied();
+    Some([at(26)?, at(27)?, at(45)?, at(46)?, at(47)?, brk().1, at(28)?, at(48)?, at(49)?, at(50)?, at(51)?])
+}
+
 /// Where the process's argument strings start (`arg_start`, field 48 of /proc/self/stat).
 pub fn arg_start() -> u64 {
     stat_field(48).unwrap_or(0)

@@ -24,7 +24,7 @@ pub fn base() -> i32 {
     let mut rl: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 { rl.rlim_cur } else { 1024 };
-    soft.saturating_sub(ROOM).min(PREFERRED).max(3) as i32
+    soft.saturating_sub(ROOM).clamp(3, PREFERRED) as i32
 }
 
 /// Moves the descriptor `fd` (owned by the caller) to a free number at or above [`base`],

@@ -1,7 +1,7 @@
 //! Checkpoint → SIGKILL → restart of single- and multi-threaded C programs: memory (stack,
 //! heap growing after restart, anonymous/shared/file mappings) and thread-local storage.
 mod proc_common;
-use proc_common::scenario;
+use proc_common::*;
 
 #[test]
 fn single_thread_counter_restarts_with_identical_output() {
@@ -13,13 +13,60 @@ fn heap_keeps_growing_after_restart() {
     scenario("heap_grow", &["40", "15"]);
 }
 
-/// Shrinking the heap after a restart whose kernel break is not the program's (it is the
-/// restorer's, without CAP_SYS_RESOURCE) must not corrupt it.
+/// The heap shrinks (glibc trims it with brk) and grows again after a restart.
 #[test]
 fn heap_shrinks_and_grows_again_after_restart() {
     for _ in 0..3 {
         scenario("heap_trim", &["40", "10"]);
     }
+}
+
+/// The same where the kernel's break stays the restorer's (a kernel without PR_SET_MM_MAP;
+/// forced here): glibc must neither shrink its heap to the kernel's break (a corrupt heap:
+/// "double free or corruption") nor grow into memory that is not there.
+#[test]
+fn heap_shrinks_and_grows_again_after_restart_where_the_break_cannot_be_moved() {
+    for _ in 0..3 {
+        scenario_full("heap_trim", &["40", "10"], &[("CRUM_TEST_KEEP_BRK", "1")], |_| {});
+    }
+}
+
+/// (start_brk, brk) of a process, from /proc/<pid>/stat, and whether its maps name a "[heap]".
+fn kernel_heap(pid: u32) -> (u64, bool) {
+    let stat = read(std::path::Path::new(&format!("/proc/{pid}/stat")));
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let start_brk = rest.split(' ').nth(47 - 3).unwrap().parse().unwrap();
+    let maps = read(std::path::Path::new(&format!("/proc/{pid}/maps")));
+    (start_brk, maps.lines().any(|l| l.ends_with("[heap]")))
+}
+
+/// A restarted program's heap is the kernel's heap again, where it was (PR_SET_MM_MAP needs
+/// no privilege), in a restart of a restart too.
+#[test]
+fn restarted_program_heap_is_the_kernels_heap() {
+    let size = 0u32;
+    // SAFETY: PR_SET_MM_MAP_SIZE only writes the struct's size to a live u32.
+    if unsafe { libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_MAP_SIZE, &size as *const u32, 0, 0) } != 0 {
+        eprintln!("skipped: this kernel has no PR_SET_MM_MAP (CONFIG_CHECKPOINT_RESTORE)");
+        return;
+    }
+    let prog = build_c("heap_trim");
+    let sb = Sandbox::new();
+    let mut p = run_under_crum(&sb, &prog, &["5000", "10"], &[], "run.out");
+    p.wait_lines(3);
+    let (start_brk, named) = kernel_heap(p.pid());
+    assert!(named && start_brk > 0, "the program under crum run has no [heap]");
+    let img = checkpoint(&sb, p.pid());
+    p.kill9();
+    let mut r = restart(&sb, &img, "restart.out");
+    r.wait_lines(3);
+    assert_eq!(kernel_heap(r.pid()), (start_brk, true), "restarted: the kernel's heap is not the program's");
+    let img2 = checkpoint(&sb, r.pid());
+    r.kill9();
+    let mut r2 = restart(&sb, &img2, "restart2.out");
+    r2.wait_lines(3);
+    assert_eq!(kernel_heap(r2.pid()), (start_brk, true), "restart of a restart: the kernel's heap is not the program's");
+    r2.kill9();
 }
 
 #[test]

@@ -269,12 +269,12 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::chdir(&state.cwd)?;
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
-    sys::set_brk(state.start_brk, state.brk);
     sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd);
     sys::block_signals();
     sys::unregister_rseq();
     sys::set_sigactions(&state.sigactions)?;
     layout::move_specials(&state)?;
+    sys::set_brk(state.start_brk, state.brk);
     let fs = state.threads.iter().find(|t| t.slot == state.main_slot).map(|t| t.fs_base).unwrap_or(0);
     sys::enter(fs, state.main_stack, state.entry, state.main_slot as u64)
 }

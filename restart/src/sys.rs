@@ -267,17 +267,43 @@ pub fn set_rlimits(l: &[(u64, u64)]) {
     }
 }
 
-/// Points the kernel's heap at the program's (needs CAP_SYS_RESOURCE; without it the heap
-/// stays an ordinary mapping and glibc's malloc grows with mmap instead of brk).
-pub fn set_brk(start: u64, brk: u64) {
-    if start == 0 || brk < start {
-        return;
+/// Points the kernel's heap at the program's: its break and where it starts, so that the
+/// restored program's `brk` grows and shrinks its own heap. `PR_SET_MM_MAP` needs no privilege
+/// (kernels built with CONFIG_CHECKPOINT_RESTORE, as distributions' are); the single-field
+/// `PR_SET_MM_*` forms need CAP_SYS_RESOURCE. Returns whether the kernel took it; if not, the
+/// restored agent reconciles glibc with the kernel's break (`agent::fix_curbrk`). Called last
+/// before entering the program: this process's own allocator must not grow its heap after.
+/// `CRUM_TEST_KEEP_BRK` (tests only) leaves the kernel's break alone, as such a kernel would.
+pub fn set_brk(start: u64, brk: u64) -> bool {
+    if start == 0 || brk < start || std::env::var_os("CRUM_TEST_KEEP_BRK").is_some() {
+        return false;
+    }
+    #[repr(C)]
+    struct PrctlMmMap {
+        fields: [u64; 11],
+        auxv: *mut u64,
+        auxv_size: u32,
+        exe_fd: u32,
+    }
+    if let Some(mut fields) = crum_ckpt::capture::mm_layout() {
+        fields[4] = start;
+        fields[5] = brk;
+        // auxv_size 0 and exe_fd -1: leave the auxiliary vector and /proc/self/exe as they are.
+        let map = PrctlMmMap { fields, auxv: std::ptr::null_mut(), auxv_size: 0, exe_fd: u32::MAX };
+        // SAFETY: a live struct of the kernel's layout and its size; the kernel only checks
+        // the values and records them in its bookkeeping.
+        let r = unsafe {
+            libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_MAP, &map as *const PrctlMmMap, std::mem::size_of::<PrctlMmMap>(), 0)
+        };
+        if r == 0 {
+            return true;
+        }
     }
     // SAFETY: prctl(PR_SET_MM, ...) only changes mm bookkeeping; failure is harmless.
     unsafe {
         libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_BRK, brk, 0, 0);
         libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_START_BRK, start, 0, 0);
-        libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_BRK, brk, 0, 0);
+        libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_BRK, brk, 0, 0) == 0
     }
 }
 

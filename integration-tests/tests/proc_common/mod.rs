@@ -256,8 +256,16 @@ pub fn run_under_crum(sb: &Sandbox, prog: &Path, args: &[&str], extra_env: &[(&s
 
 /// `crum restart <image>` in the sandbox's `run` directory.
 pub fn restart(sb: &Sandbox, image: &Path, name: &str) -> Proc {
+    restart_env(sb, image, name, &[])
+}
+
+/// [`restart`] with more environment for `crum restart`.
+pub fn restart_env(sb: &Sandbox, image: &Path, name: &str, env: &[(&str, &str)]) -> Proc {
     let mut cmd = Command::new(crum_bin());
     cmd.arg("restart").arg(image).current_dir(sb.path("run")).env("CRUM_CONTROL_DIR", sb.sock());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     spawn(&mut cmd, sb.path(name))
 }
 
@@ -317,6 +325,11 @@ pub fn scenario(name: &str, args: &[&str]) {
 }
 
 pub fn scenario_with(name: &str, args: &[&str], check_files: impl Fn(&Sandbox)) {
+    scenario_full(name, args, &[], check_files)
+}
+
+/// [`scenario_with`], every `crum restart` with `restart_env_` added to its environment.
+pub fn scenario_full(name: &str, args: &[&str], restart_env_: &[(&str, &str)], check_files: impl Fn(&Sandbox)) {
     let prog = build_c(name);
     let sb = Sandbox::new();
     let expected = expected_output(&sb, &prog, args);
@@ -334,7 +347,7 @@ pub fn scenario_with(name: &str, args: &[&str], check_files: impl Fn(&Sandbox)) 
 
     // Restart from the second image; checkpoint the restarted process, kill it and restart
     // that image too (restart of a restart).
-    let mut r2 = restart(&sb, &img2, "restart2.out");
+    let mut r2 = restart_env(&sb, &img2, "restart2.out", restart_env_);
     r2.wait_lines(3);
     let img3 = checkpoint(&sb, r2.pid());
     let n = r2.lines();
@@ -342,14 +355,14 @@ pub fn scenario_with(name: &str, args: &[&str], check_files: impl Fn(&Sandbox)) 
     r2.kill9();
     let out_r2 = r2.output();
     let s2 = assert_continues(&expected, 0, &before, &out_r2, false, &format!("{name}: restart from the second checkpoint"));
-    let mut r3 = restart(&sb, &img3, "restart3.out");
+    let mut r3 = restart_env(&sb, &img3, "restart3.out", restart_env_);
     let code = r3.wait_exit();
     assert_eq!(code, 0, "{name}: restart of a restart exited with {code}: {}", r3.stderr());
     assert_continues(&expected, s2, &out_r2, &r3.output(), true, &format!("{name}: restart of a restart"));
     check_files(&sb);
 
     // Restart from the first image, to the end.
-    let mut r1 = restart(&sb, &img1, "restart1.out");
+    let mut r1 = restart_env(&sb, &img1, "restart1.out", restart_env_);
     let code = r1.wait_exit();
     assert_eq!(code, 0, "{name}: restart from the first checkpoint exited with {code}: {}", r1.stderr());
     assert_continues(&expected, 0, &before, &r1.output(), true, &format!("{name}: restart from the first checkpoint"));
