@@ -64,6 +64,13 @@ wait_for() {
 # wait_exit PID: waits for a background job to end (0) or the deadline (1).
 wait_exit() { wait_for eval "! kill -0 $1 2>/dev/null"; }
 has_line() { grep -q "$2" "$1" 2>/dev/null; }
+# settled FILE PATTERN: the program's output reaches FILE through a pipe and `cat` (a restart
+# gives a program back the regular files its stdout and stderr were, so they are pipes
+# here, like a terminal): waits up to 10 s after the program ended for the line to arrive.
+settled() {
+  local t0=$SECONDS
+  until has_line "$1" "$2"; do [ $((SECONDS - t0)) -ge 10 ] && return 1; sleep 0.02; done
+}
 app_of() { pgrep -P "$1" -f "^$bin " | head -n 1; }
 rand_ms() { echo $((RANDOM % $1)); }
 sleep_ms() { sleep "$(printf '0.%03d' "$1")"; }
@@ -72,7 +79,7 @@ sleep_ms() { sleep "$(printf '0.%03d' "$1")"; }
 start_app() {
   local d=$1; shift
   mkdir -p "$d"
-  ( closed_fds "$crum" run "$@" -- "$bin" "$STEPS" "$d/log" "$BALLAST" ) > "$d/out" 2> "$d/err" &
+  ( closed_fds "$crum" run "$@" -- "$bin" "$STEPS" "$d/log" "$BALLAST" ) > >(cat > "$d/out") 2> >(cat > "$d/err") &
   runpid=$!
   pids_to_kill+=("$runpid")
   app=""
@@ -86,7 +93,7 @@ finish() {
   local d=$1
   if ! wait_exit "$runpid"; then hang "program did not finish ($d)"; kill -9 "$app" "$runpid" 2>/dev/null; return 1; fi
   wait "$runpid" 2>/dev/null
-  grep -q '^PASS' "$d/out" || lost "uninterrupted part of the run failed: $(grep -m1 FAIL "$d/out" "$d/err")"
+  settled "$d/out" '^PASS' || lost "uninterrupted part of the run failed: $(grep -m1 FAIL "$d/out" "$d/err")"
 }
 
 # No `.tmp-` leftovers may remain in an image directory once no writer runs.
@@ -107,12 +114,12 @@ verify_images() {
   for img in "$dir"/ckpt-*; do
     [ -f "$img/inventory" ] || continue
     out=$work/restart.$RANDOM
-    ( closed_fds "$crum" restart "$img" ) > "$out.out" 2> "$out.err" &
+    ( closed_fds "$crum" restart "$img" ) > >(cat > "$out.out") 2> >(cat > "$out.err") &
     local rp=$!
     pids_to_kill+=("$rp")
     if ! wait_exit "$rp"; then hang "restart of $img did not finish"; kill -9 "$rp"; continue; fi
     wait "$rp" 2>/dev/null
-    if grep -q '^PASS' "$out.out"; then
+    if settled "$out.out" '^PASS'; then
       n_verified=$((n_verified + 1))
     else
       lost "restart of $(basename "$img") failed: $(tail -n 2 "$out.err" "$out.out" | tr '\n' ' ')"
@@ -167,7 +174,7 @@ s_kill_proxy_restart() {
   "$crum" checkpoint "$app" --dir "$imgs" > /dev/null 2>&1 || lost "checkpoint failed"
   kill -9 "$app"; wait "$runpid" 2>/dev/null
   local img; img=$(ls -d "$imgs"/ckpt-* | tail -n 1)
-  ( closed_fds "$crum" restart "$img" ) > "$d/r.out" 2> "$d/r.err" &
+  ( closed_fds "$crum" restart "$img" ) > >(cat > "$d/r.out") 2> >(cat > "$d/r.err") &
   local rp=$!
   pids_to_kill+=("$rp")
   local proxy=""

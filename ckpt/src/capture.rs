@@ -312,8 +312,10 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
             unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, e.fd, fd) == 0 }
         });
         if let Some(d) = dup_of {
-            if fd > 2 {
-                out.push(FdState { fd, flags, kind: FdKind::Dup { of: d.fd } });
+            // stdin/stdout/stderr are a dup only of one restored as a file (`> log 2>&1`).
+            if fd > 2 || matches!(d.kind, FdKind::File { .. } | FdKind::Dup { .. }) {
+                let of = if let FdKind::Dup { of } = d.kind { of } else { d.fd };
+                out.push(FdState { fd, flags, kind: FdKind::Dup { of } });
                 continue;
             }
         }
@@ -330,7 +332,9 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
                 continue;
             }
         }
-        if fd <= 2 {
+        // stdin/stdout/stderr: the regular file they are (`gzip -c < in > out`), else the
+        // restarting process's (a terminal, a pipe from the launcher).
+        if fd <= 2 && !(fmt == libc::S_IFREG && link.starts_with('/') && !link.ends_with(" (deleted)")) {
             out.push(FdState { fd, flags, kind: FdKind::Stdio });
             continue;
         }

@@ -413,13 +413,132 @@ fn close_inherited(cmd: &mut Command) {
     }
 }
 
-/// A program under `crum run` or `crum restart` with stdout and stderr going to files, so a
-/// test can see how much it printed before a checkpoint and stitch the outputs of a chain of
+/// What a child writes to one of its standard streams, through a pipe: a test reads it while
+/// the child runs, and everything the child wrote before it died is there once it is reaped
+/// (the pipe is drained on every read, under the lock the collecting thread reads with). A
+/// pipe and not a file because a restart gives a program back the regular files its
+/// standard streams were; a pipe is the restarting process's own, like a terminal. A copy
+/// goes to a file for post-mortems.
+pub struct Capture {
+    inner: std::sync::Arc<CaptureInner>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct CaptureInner {
+    read: std::io::PipeReader,
+    buf: std::sync::Mutex<(Vec<u8>, Option<fs::File>)>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl CaptureInner {
+    /// Moves whatever the pipe holds into the buffer; false at end of file.
+    fn drain(&self) -> bool {
+        use std::io::Write;
+        let mut g = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chunk = [0u8; 65536];
+        loop {
+            match (&self.read).read(&mut chunk) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    g.0.extend_from_slice(&chunk[..n]);
+                    if let Some(f) = &mut g.1 {
+                        let _ = f.write_all(&chunk[..n]);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+impl Capture {
+    /// A pipe whose write end is for the child (`Stdio::from`), copied to `copy` too.
+    pub fn new(copy: &Path) -> Result<(Capture, std::io::PipeWriter)> {
+        let (read, write) = std::io::pipe().context("pipe")?;
+        set_nonblocking(&read)?;
+        let file = fs::File::create(copy).with_context(|| format!("create {}", copy.display()))?;
+        let inner = std::sync::Arc::new(CaptureInner {
+            read,
+            buf: std::sync::Mutex::new((Vec::new(), Some(file))),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let i = inner.clone();
+        let thread = std::thread::spawn(move || {
+            while !i.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if !poll_in(&i.read, 50) {
+                    continue;
+                }
+                if !i.drain() {
+                    break;
+                }
+            }
+        });
+        Ok((Capture { inner, thread: Some(thread) }, write))
+    }
+
+    /// Everything written so far.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.inner.drain();
+        self.inner.buf.lock().unwrap_or_else(|e| e.into_inner()).0.clone()
+    }
+
+    /// Everything written so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes()).into_owned()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> Result<()> {
+    // SAFETY: fcntl on a descriptor we own; no memory is passed.
+    let r = unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK)
+    };
+    if r < 0 {
+        bail!("fcntl O_NONBLOCK: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `fd` is readable (or at end of file) within `ms` milliseconds.
+#[allow(unsafe_code)]
+fn poll_in(fd: &impl std::os::fd::AsRawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+/// Spawns `cmd` with stdin from /dev/null and stdout, stderr captured ([`Capture`]; copies
+/// in `out` and `out` with the extension `err`).
+pub fn spawn_captured(cmd: &mut Command, out: &Path) -> Result<(Child, Capture, Capture)> {
+    let (o, ow) = Capture::new(out)?;
+    let (e, ew) = Capture::new(&out.with_extension("err"))?;
+    let child = cmd.stdin(Stdio::null()).stdout(ow).stderr(ew).spawn()?;
+    // The write ends must not stay open here (a child's exit would not end the stream).
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    Ok((child, o, e))
+}
+
+/// A program under `crum run` or `crum restart` with stdout and stderr captured, so a test
+/// can see how much it printed before a checkpoint and stitch the outputs of a chain of
 /// restarts together ([`Proc::stdout_prefix`]).
 pub struct Proc {
     pub child: Child,
-    /// stdout file (stderr is next to it, `.err`).
+    /// Copy of stdout (stderr's is next to it, `.err`).
     pub out: PathBuf,
+    stdout: Capture,
+    stderr: Capture,
     /// The program's executable when `child` is `crum run` (the program is its child); None
     /// when `child` is `crum restart` (which becomes the program).
     prog: Option<PathBuf>,
@@ -429,17 +548,12 @@ pub struct Proc {
 impl Proc {
     fn spawn(mut cmd: Command, out: &Path, prog: Option<&Path>, what: String) -> Result<Proc> {
         close_inherited(&mut cmd);
-        let f = fs::File::create(out).with_context(|| format!("create {}", out.display()))?;
-        let e = fs::File::create(out.with_extension("err"))?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(f)
-            .stderr(e)
-            .spawn()
-            .with_context(|| format!("spawn {what}"))?;
+        let (child, stdout, stderr) = spawn_captured(&mut cmd, out).with_context(|| format!("spawn {what}"))?;
         Ok(Proc {
             child,
             out: out.to_path_buf(),
+            stdout,
+            stderr,
             prog: prog.map(Path::to_path_buf),
             what,
         })
@@ -486,22 +600,22 @@ impl Proc {
 
     /// Everything printed on stdout so far.
     pub fn stdout(&self) -> String {
-        fs::read_to_string(&self.out).unwrap_or_default()
+        self.stdout.text()
     }
 
     /// Everything printed on stderr so far.
     pub fn stderr(&self) -> String {
-        fs::read_to_string(self.out.with_extension("err")).unwrap_or_default()
+        self.stderr.text()
     }
 
     /// Bytes on stdout now.
     pub fn stdout_len(&self) -> u64 {
-        fs::metadata(&self.out).map(|m| m.len()).unwrap_or(0)
+        self.stdout.bytes().len() as u64
     }
 
     /// The first `len` bytes of stdout.
     pub fn stdout_prefix(&self, len: u64) -> String {
-        let s = fs::read(&self.out).unwrap_or_default();
+        let s = self.stdout.bytes();
         String::from_utf8_lossy(&s[..(len as usize).min(s.len())]).into_owned()
     }
 

@@ -42,11 +42,7 @@ fn with_fd7(cmd: &mut Command, fd7: Option<&OwnedFd>) {
 
 fn spawn_with_fd7(sb: &Sandbox, mut cmd: Command, fd7: Option<&OwnedFd>, name: &str) -> Proc {
     with_fd7(&mut cmd, fd7);
-    let out = sb.path(name);
-    let f = std::fs::File::create(&out).unwrap();
-    let e = std::fs::File::create(out.with_extension("err")).unwrap();
-    let child = cmd.stdin(std::process::Stdio::null()).stdout(f).stderr(e).spawn().unwrap();
-    Proc { child, out }
+    Proc::captured(&mut cmd, sb.path(name))
 }
 
 fn run_with_fd7(sb: &Sandbox, args: &[&str], fd7: &OwnedFd, env: &[(&str, &str)]) -> Proc {

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crum_ckpt::image::{ImageError, ImageReader};
-use crum_ckpt::state::{is_process_memory, FdKind, ProcessState, SECTION_PROCESS};
+use crum_ckpt::state::{is_process_memory, FdKind, FdState, ProcessState, SECTION_PROCESS};
 
 /// Why a restart did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -156,28 +156,38 @@ fn writable(flags: u32) -> bool {
     flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
 }
 
+/// Why the file of a [`FdKind::File`] descriptor cannot be reopened as it was, if so.
+fn file_problem(f: &FdState) -> Option<&'static str> {
+    let FdKind::File { path, size, mtime_ns, dev, ino, dir, .. } = &f.kind else { return None };
+    let Ok((s, m, d, i)) = crum_ckpt::capture::file_identity(path) else {
+        return Some("vanished");
+    };
+    if *dir {
+        return None;
+    }
+    if (d, i) != (*dev, *ino) {
+        return Some("was replaced");
+    }
+    if writable(f.flags) {
+        // The program may have written more after the checkpoint: that tail is cut off at
+        // restart (it will be written again). Less is damage.
+        if s < *size {
+            return Some("shrank");
+        }
+    } else if s != *size || m != *mtime_ns {
+        return Some("changed");
+    }
+    None
+}
+
 fn check_files(st: &ProcessState) -> Result<(), RestartError> {
     for f in &st.fds {
         match &f.kind {
-            FdKind::File { path, size, mtime_ns, dev, ino, dir, .. } => {
-                let changed = |problem| RestartError::FileChanged { path: path.clone(), fd: f.fd, problem };
-                let Ok((s, m, d, i)) = crum_ckpt::capture::file_identity(path) else {
-                    return Err(changed("vanished"));
-                };
-                if *dir {
-                    continue;
-                }
-                if (d, i) != (*dev, *ino) {
-                    return Err(changed("was replaced"));
-                }
-                if writable(f.flags) {
-                    // The program may have written more after the checkpoint: that tail is
-                    // cut off at restart (it will be written again). Less is damage.
-                    if s < *size {
-                        return Err(changed("shrank"));
-                    }
-                } else if s != *size || m != *mtime_ns {
-                    return Err(changed("changed"));
+            // stdin, stdout and stderr fall back to the restarting process's ([`restore_stdio`]).
+            FdKind::File { .. } if f.fd <= 2 => {}
+            FdKind::File { path, .. } => {
+                if let Some(problem) = file_problem(f) {
+                    return Err(RestartError::FileChanged { path: path.clone(), fd: f.fd, problem });
                 }
             }
             FdKind::CharDev { path } if !Path::new(path).exists() => {
@@ -279,10 +289,10 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::enter(fs, state.main_stack, state.entry, state.main_slot as u64)
 }
 
-/// Re-creates the program's file descriptors (fds 0-2 are the restarting process's). A
-/// descriptor the program inherited at `crum run` that crum cannot restore
-/// ([`FdKind::Inherited`]) is this process's own of the same number, or /dev/null with a
-/// warning.
+/// Re-creates the program's file descriptors. stdin, stdout and stderr are the regular files
+/// they were ([`restore_stdio`]), else the restarting process's. A descriptor the program
+/// inherited at `crum run` that crum cannot restore ([`FdKind::Inherited`]) is this process's
+/// own of the same number, or /dev/null with a warning.
 fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
     fds.sort_by_key(|f| f.fd);
@@ -290,6 +300,7 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     let passed_on: Vec<i32> =
         fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
     sys::close_from_except(3, &passed_on);
+    restore_stdio(st, base)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
     for f in &fds {
@@ -297,15 +308,7 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
         let status_flags = (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32) as i32;
         let tmp = match &f.kind {
             FdKind::Stdio => continue,
-            FdKind::File { path, pos, size, .. } => {
-                let open_flags = (f.flags as i32) & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC);
-                let fd = sys::open(path, open_flags)?;
-                if writable(f.flags) && crum_ckpt::capture::file_identity(path).map(|i| i.0).unwrap_or(0) > *size {
-                    sys::ftruncate(fd, *size, path)?;
-                }
-                sys::lseek(fd, *pos, path)?;
-                fd
-            }
+            FdKind::File { .. } => reopen(f)?,
             FdKind::CharDev { path } => sys::open(path, (f.flags as i32) & !libc::O_CLOEXEC)?,
             FdKind::Tty => sys::tty_fd(f.flags as i32)?,
             FdKind::Pipe { id, read, data } => {
@@ -357,6 +360,66 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     for (_, (r, w)) in pipes {
         sys::close(r);
         sys::close(w);
+    }
+    Ok(())
+}
+
+/// Opens the file of a [`FdKind::File`] descriptor again as it was: same flags, cut back to
+/// its size at the checkpoint if the program wrote more since (written again after the
+/// restart), at the same offset.
+fn reopen(f: &FdState) -> Result<i32, RestartError> {
+    let FdKind::File { path, pos, size, .. } = &f.kind else {
+        return Err(RestartError::Invalid(format!("fd {} is not a file", f.fd)));
+    };
+    let open_flags = (f.flags as i32) & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC);
+    let fd = sys::open(path, open_flags)?;
+    if writable(f.flags) && crum_ckpt::capture::file_identity(path).map(|i| i.0).unwrap_or(0) > *size {
+        sys::ftruncate(fd, *size, path)?;
+    }
+    sys::lseek(fd, *pos, path)?;
+    Ok(fd)
+}
+
+/// stdin, stdout and stderr that were regular files at the checkpoint (`gzip -c < in > out`,
+/// a batch system's log) are those files again, cut back to their size at the checkpoint and
+/// at the same offset, so that output written after the checkpoint is not written twice and
+/// an archive or log continues where the image left it. One whose file vanished, was
+/// replaced or shrank (`crum restart ... > log` truncates it) is the restarting process's,
+/// with a warning printed before any standard stream changes. Others (a terminal, a pipe)
+/// are the restarting process's, like a terminal.
+fn restore_stdio(st: &ProcessState, base: i32) -> Result<(), RestartError> {
+    const NAMES: [&str; 3] = ["stdin", "stdout", "stderr"];
+    let mut stdio: Vec<&FdState> = st.fds.iter().filter(|f| (0..=2).contains(&f.fd)).collect();
+    stdio.sort_by_key(|f| f.fd);
+    // Which of them come back as files; the warnings go out on this process's stderr first.
+    let mut restored: Vec<i32> = Vec::new();
+    for f in &stdio {
+        let name = NAMES[f.fd as usize];
+        match &f.kind {
+            FdKind::File { path, size, .. } => match file_problem(f) {
+                None => restored.push(f.fd),
+                Some(problem) => eprintln!(
+                    "crum: warning: the program's {name} was the file {path} ({size} bytes at the checkpoint), \
+                     which {problem}: it is crum restart's {name} now"
+                ),
+            },
+            FdKind::Dup { of } if restored.contains(of) => restored.push(f.fd),
+            _ => {}
+        }
+    }
+    for f in &stdio {
+        if !restored.contains(&f.fd) {
+            continue;
+        }
+        let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
+        match &f.kind {
+            FdKind::Dup { of } => sys::dup_to(*of, f.fd, cloexec)?,
+            _ => {
+                let hi = sys::move_high(reopen(f)?, base)?;
+                sys::dup_to(hi, f.fd, cloexec)?;
+                sys::close(hi);
+            }
+        }
     }
     Ok(())
 }

@@ -9,7 +9,7 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -119,10 +119,13 @@ pub fn expected_output(sb: &Sandbox, prog: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// A process whose stdout goes to a file we can watch.
+/// A process whose stdout and stderr we watch (captured through pipes; copies in `out` and
+/// `out.err`).
 pub struct Proc {
     pub child: Child,
     pub out: PathBuf,
+    stdout: crum_integration_tests::Capture,
+    stderr: crum_integration_tests::Capture,
 }
 
 impl Proc {
@@ -130,7 +133,7 @@ impl Proc {
         self.child.id()
     }
     pub fn output(&self) -> String {
-        fs::read_to_string(&self.out).unwrap_or_default()
+        self.stdout.text()
     }
     pub fn lines(&self) -> usize {
         self.output().lines().count()
@@ -165,7 +168,7 @@ impl Proc {
         }
     }
     pub fn stderr(&self) -> String {
-        fs::read_to_string(self.out.with_extension("err")).unwrap_or_default()
+        self.stderr.text()
     }
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -196,7 +199,7 @@ impl Drop for Proc {
 
 /// Closes every fd above 2 in the child: descriptors leaked by whatever started the tests
 /// (pipes to other processes) would make restarts fail, by design.
-fn close_inherited(cmd: &mut Command) {
+pub fn close_inherited(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: close_range is async-signal-safe and touches only the child's descriptor table.
     unsafe {
@@ -207,17 +210,23 @@ fn close_inherited(cmd: &mut Command) {
     }
 }
 
-/// Spawns `cmd` with stdout to `out` (stderr next to it), inherited descriptors closed.
+/// Spawns `cmd` with stdout and stderr captured (copies in `out`, `out.err`), inherited
+/// descriptors closed.
 pub fn spawn_cmd(cmd: &mut Command, out: PathBuf) -> Proc {
     spawn(cmd, out)
 }
 
 fn spawn(cmd: &mut Command, out: PathBuf) -> Proc {
     close_inherited(cmd);
-    let f = fs::File::create(&out).unwrap();
-    let e = fs::File::create(out.with_extension("err")).unwrap();
-    let child = cmd.stdin(Stdio::null()).stdout(f).stderr(e).spawn().unwrap();
-    Proc { child, out }
+    Proc::captured(cmd, out)
+}
+
+impl Proc {
+    /// Spawns `cmd` as it is (its descriptors above 2 untouched), stdout and stderr captured.
+    pub fn captured(cmd: &mut Command, out: PathBuf) -> Proc {
+        let (child, stdout, stderr) = crum_integration_tests::spawn_captured(cmd, &out).unwrap();
+        Proc { child, out, stdout, stderr }
+    }
 }
 
 /// The images (`ckpt-*`) in `dir`, oldest first.
