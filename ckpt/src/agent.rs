@@ -304,6 +304,7 @@ pub fn trigger_signal_problem(sig: i32) -> Option<&'static str> {
 /// the image path. For tools and tests; programs under `crum run` use the agent thread. If
 /// the image is restarted, this call returns there too (with `dir`).
 pub fn checkpoint_now(dir: &Path, sync: bool) -> Result<PathBuf, String> {
+    let _crum = crate::writes::CrumScope::enter();
     threads::probe_libc()?;
     threads::install_handler()?;
     let cfg =
@@ -395,6 +396,7 @@ fn spawn_blocked(which: usize, f: impl FnOnce() + Send + 'static) -> Result<(), 
     EXIT_TID[which].store(0, SeqCst);
     RUNNING[which].store(true, SeqCst);
     let r = std::thread::Builder::new().name(THREAD_NAMES[which].into()).spawn(move || {
+        crate::writes::mark_crum_thread();
         f();
         // The thread's last word: it leaves the thread group right after.
         RUNNING[which].store(false, SeqCst);
@@ -962,10 +964,14 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
         return out;
     }
     let t_forked = Instant::now();
+    // The cut: files the program opens from here on are logged for this image too (its
+    // threads are still stopped).
+    let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
     if exit_after && ctx.child == 0 {
         // Written while the threads were stopped; they stay so (the caller ends the process).
         publish_writer_pipe(-1, -1);
         let path = ctx.writer.final_path().to_path_buf();
+        crate::writes::commit();
         crate::lineage::written(&path);
         if cfg.keep > 0 {
             if let Ok(removed) = keep_newest_of(dir, cfg.keep, crate::lineage::may_remove) {
@@ -979,6 +985,9 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     crate::alloc::leave();
     // Out of the arena (which `alloc::release` below gives back) into ordinary memory.
     let problems: Vec<String> = ctx.problems.iter().map(|p| p.as_str().to_owned()).collect();
+    if let Some(p) = log_problem {
+        eprintln!("crum: warning: {}", p.as_str());
+    }
     let pause = t0.elapsed();
     LAST_PAUSE_US.store(pause.as_micros() as u64, Relaxed);
     (h.resume)();
@@ -1019,6 +1028,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     crate::alloc::release();
     match result {
         Ok(()) => {
+            crate::writes::commit();
             crate::lineage::written(&path);
             if cfg.keep > 0 {
                 // Only the program's own line (`crate::lineage`): never images newer than the
@@ -1030,10 +1040,13 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
             }
             Outcome::Written(path, problems)
         }
-        Err(e) => match partial {
-            Some(Err(r)) => Outcome::Failed(format!("{e} (and its partial image could not be removed: {r})")),
-            _ => Outcome::Failed(e),
-        },
+        Err(e) => {
+            crate::writes::abort(&path);
+            match partial {
+                Some(Err(r)) => Outcome::Failed(format!("{e} (and its partial image could not be removed: {r})")),
+                _ => Outcome::Failed(e),
+            }
+        }
     }
 }
 
@@ -1046,7 +1059,8 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     let pid = unsafe { libc::getpid() };
     let mut own = Vec::new();
     let control_path = crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32);
-    let skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    skip.extend(crate::writes::own_fds());
     let mut fds = capture::fds(&skip, Some(&control_path), &mut own);
     let problems = classify_fds(&mut fds);
     if strict && !problems.is_empty() {
@@ -1508,6 +1522,8 @@ fn after_restart(h: &Hooks) -> Outcome {
     restore_itimers(&state.itimers);
     refresh_inherited();
     fix_curbrk();
+    // Before any program thread runs (and opens a file): see `crate::writes`.
+    let log_problem = crate::writes::restarted(&image).err();
     let reader = std::cell::RefCell::new(reader);
     // The sections handed to the hook (device memory: possibly large), to give back after.
     let buffers = std::cell::RefCell::new(Vec::new());
@@ -1535,6 +1551,9 @@ fn after_restart(h: &Hooks) -> Outcome {
     // A new lineage (its threads run again: normal allocation, no lock held by a stopped
     // thread), so that rotation never removes images newer than `image`.
     crate::lineage::begin_restarted(&image);
+    if let Some(p) = log_problem {
+        eprintln!("crum: warning: {p}");
+    }
     Outcome::Restarted
 }
 

@@ -415,6 +415,14 @@ impl Drop for ControlServer {
     }
 }
 
+/// How long a client waits for the control socket of a process that has crum's agent loaded.
+const AGENT_START_WAIT: Duration = Duration::from_secs(20);
+
+/// Whether `pid` runs with crum's agent (libcrum) loaded.
+fn agent_loaded(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.ends_with("/libcrum.so")))
+}
+
 /// Whether `pid` exists, and whether it is ours (by the owner of `/proc/<pid>`).
 fn pid_owner(pid: u32) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}"))
@@ -436,17 +444,21 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
     if dir.exists() {
         check_private_dir(dir)?;
     }
-    let stream = match UnixStream::connect(&path) {
-        Ok(s) => s,
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
-            ) =>
-        {
-            return Err(ControlError::NotUnderCrum { pid, path });
+    // A program that has just started under crum has libcrum loaded before its agent's
+    // control thread listens: wait for it (a while), instead of failing.
+    let t0 = std::time::Instant::now();
+    let stream = loop {
+        match UnixStream::connect(&path) {
+            Ok(s) => break s,
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {
+                if t0.elapsed() < AGENT_START_WAIT && agent_loaded(pid) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                return Err(ControlError::NotUnderCrum { pid, path });
+            }
+            Err(e) => return Err(io_err(&path)(e)),
         }
-        Err(e) => return Err(io_err(&path)(e)),
     };
     let uid = peer_uid(&stream).map_err(io_err(&path))?;
     if !peer_allowed(uid, our_uid()) {

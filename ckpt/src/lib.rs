@@ -12,3 +12,4 @@ pub mod image;
 pub mod lineage;
 pub mod state;
 pub mod threads;
+pub mod writes;

@@ -114,7 +114,9 @@ fn next_checkpoint_removes_dead_writers_leftovers_and_succeeds(root: &Path) {
     std::fs::write(stale.join("pages"), noise(1 << 20, 3)).unwrap();
     let img = checkpoint_now(&dir, false).expect("a checkpoint into a directory with room");
     ImageReader::open(&img).unwrap().verify().unwrap();
-    assert_eq!(entries(&dir), vec![img.file_name().unwrap().to_string_lossy().into_owned()]);
+    // The image and the log of files written after it (`crum_ckpt::writes`).
+    let name = img.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(entries(&dir), vec![format!("{}{name}", crum_ckpt::writes::PREFIX), name]);
 }
 
 #[test]

@@ -13,6 +13,21 @@ fn appended_file_and_read_offsets_match_an_uninterrupted_run() {
     });
 }
 
+/// Files the program opens, appends to and closes again at every step (`fopen("a")`,
+/// `open(O_APPEND | O_CREAT)`) are rolled back at restart to their size at the checkpoint,
+/// and one created after the checkpoint is removed: the program reads them back at every
+/// step and fails on a line too many (restart, restart of a restart, and a restart from a
+/// checkpoint taken before late.txt existed).
+#[test]
+fn files_reopened_and_appended_at_every_step_are_rolled_back_at_restart() {
+    scenario_with("reopen_append", &["40", "15"], |sb| {
+        let steps: String = (0..40).map(|i| format!("step {i}\n")).collect();
+        assert_eq!(read(&sb.path("run/steps.log")), steps);
+        let late: String = (13..40).map(|i| format!("late {i}\n")).collect();
+        assert_eq!(read(&sb.path("run/late.txt")), late);
+    });
+}
+
 /// Runs file_append under crum, checkpoints it and kills it; returns the image.
 fn checkpointed_file_append(sb: &Sandbox) -> std::path::PathBuf {
     let prog = build_c("file_append");

@@ -98,7 +98,7 @@ fn redirected_stdin_stdout_and_stderr_continue_in_their_files_after_restart_and_
 
     // The killed run wrote past the second checkpoint; the restart cuts that back.
     let mut r = restart(&s.sb, &img2, "restart2.out");
-    assert_eq!(r.wait_exit(), 0, "restart: {}", r.stderr());
+    assert_eq!(r.wait_exit(), 0, "restart: {}{}", r.stderr(), read(&s.err));
     assert_eq!(r.output(), "", "crum restart's own stdout got the program's output");
     assert_eq!(r.stderr(), "", "crum restart's own stderr got something");
     s.assert_files_exact("restart from the second image");
@@ -126,7 +126,7 @@ fn a_stdout_file_truncated_before_the_restart_falls_back_to_crum_restarts_stdout
     // `crum restart ... > out.txt` truncates it: the program's offset is past its end now.
     fs::write(&s.out, "").unwrap();
     let mut r = restart(&s.sb, &img2, "restart.out");
-    assert_eq!(r.wait_exit(), 0, "restart: {}", r.stderr());
+    assert_eq!(r.wait_exit(), 0, "restart: {}{}", r.stderr(), read(&s.err));
     let warn = r.stderr();
     assert!(
         warn.contains("warning: the program's stdout was the file") && warn.contains("out.txt") && warn.contains("shrank"),

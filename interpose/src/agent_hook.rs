@@ -123,3 +123,16 @@ pub extern "C" fn crum_threads_resume() {
 /// threads are stopped (see `crum_ckpt::alloc`: a stopped thread may hold a malloc lock).
 #[global_allocator]
 static CRUM_ALLOC: crum_ckpt::alloc::CrumAlloc = crum_ckpt::alloc::CrumAlloc;
+
+/// Called by `libcrum_libc.so`'s `open`/`fopen` wrappers after the program opened `fd` for
+/// writing (`created`: that open created the file), so that a restart rolls back what the
+/// program writes after a checkpoint (`crum_ckpt::writes`). Allocates nothing, takes no lock
+/// and keeps `errno`.
+#[no_mangle]
+pub extern "C" fn crum_note_open(fd: libc::c_int, created: libc::c_int) {
+    // SAFETY: errno is thread-local.
+    let e = unsafe { *libc::__errno_location() };
+    crum_ckpt::writes::note_open(fd, created != 0);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}

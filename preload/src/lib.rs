@@ -23,6 +23,13 @@
 //!   `execl`, `execlp` and `execle` (not definable in stable Rust) are `src/exec.c`, reached
 //!   through naked entry points here, and call the wrappers of `execv`, `execvp`, `execve`.
 //!
+//! - Opens for writing (`open`, `openat`, `creat` and their 64-bit and fortified forms,
+//!   `fopen`, `freopen`): after the C library's call succeeds, libcrum is told
+//!   (`crum_note_open`: descriptor, and whether the call created the file), so that a restart
+//!   can roll back what the program wrote after a checkpoint into files it opened since.
+//!   `open`'s optional mode is taken as a third argument (the x86-64 calling convention
+//!   passes it the same way either way) and passed on as such.
+//!
 //! Everything is resolved once, in the library constructor: libcrum's functions by name
 //! (absent without libcrum: the wrappers then only forward), the C library's from
 //! `libc.so.6` itself. The wrappers allocate nothing, take no locks and keep `errno` as the
@@ -44,6 +51,7 @@ static CRUM_SIGNAL: AtomicUsize = AtomicUsize::new(0);
 static CRUM_SUSPEND: AtomicUsize = AtomicUsize::new(0);
 static CRUM_RESUME: AtomicUsize = AtomicUsize::new(0);
 static CRUM_EXEC_CHANNEL: AtomicUsize = AtomicUsize::new(0);
+static CRUM_NOTE_OPEN: AtomicUsize = AtomicUsize::new(0);
 
 fn libc_handle() -> *mut c_void {
     static H: AtomicUsize = AtomicUsize::new(0);
@@ -81,6 +89,9 @@ extern "C" fn init() {
     crum(c"crum_threads_suspend", &CRUM_SUSPEND);
     crum(c"crum_threads_resume", &CRUM_RESUME);
     crum(c"crum_exec_channel", &CRUM_EXEC_CHANNEL);
+    crum(c"crum_note_open", &CRUM_NOTE_OPEN);
+    resolve_opens();
+    resolve_fopens();
     real(c"unshare", &UNSHARE);
     real(c"setns", &SETNS);
     resolve_all();
@@ -426,4 +437,143 @@ naked_exec! {
     execl => crum_execl;
     execlp => crum_execlp;
     execle => crum_execle;
+}
+
+// --- opens for writing -----------------------------------------------------------------
+
+type Mode = libc::c_uint;
+
+/// Whether an open with `flags` may change the file.
+fn writes(flags: c_int) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+/// Whether an `fopen` mode writes (`w`, `a`, `+`).
+fn mode_writes(mode: *const libc::c_char) -> bool {
+    if mode.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's NUL-terminated mode string.
+    unsafe { CStr::from_ptr(mode) }.to_bytes().iter().any(|c| matches!(c, b'w' | b'a' | b'+'))
+}
+
+/// Whether `path` (relative to `dirfd`) exists now, when libcrum wants to know (errno kept).
+fn exists(dirfd: c_int, path: Path) -> bool {
+    if CRUM_NOTE_OPEN.load(Relaxed) == 0 || path.is_null() {
+        return true;
+    }
+    // SAFETY: the caller's path; errno is thread-local.
+    unsafe {
+        let e = *libc::__errno_location();
+        let r = libc::faccessat(dirfd, path, libc::F_OK, 0) == 0;
+        *libc::__errno_location() = e;
+        r
+    }
+}
+
+/// Tells libcrum that the program opened `fd` for writing.
+fn note_open(fd: c_int, created: bool) {
+    let f = CRUM_NOTE_OPEN.load(Relaxed);
+    if f != 0 && fd >= 0 {
+        // SAFETY: libcrum's `crum_note_open(int, int)`, which keeps errno.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_int)>(f)(fd, created as c_int) };
+    }
+}
+
+macro_rules! wrap_open {
+    ($( $name:ident / $real:ident ($($arg:ident: $ty:ty),*) at $dirfd:expr, $path:ident, $flags:expr ; )*) => {
+        $(
+            static $real: AtomicUsize = AtomicUsize::new(0);
+
+            /// The C library's call, then libcrum told of an open for writing.
+            ///
+            /// # Safety
+            /// As the C library's function of the same name.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+                let flags: c_int = $flags;
+                let may_create = flags & libc::O_CREAT != 0;
+                let existed = !may_create || exists($dirfd, $path);
+                let f = real(&crate::cname(stringify!($name)), &$real);
+                // SAFETY: the C library's function, variadic after its fixed arguments; the
+                // mode goes where a variadic caller puts it.
+                let fd = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> c_int>(f)($($arg),*) };
+                if fd >= 0 && writes(flags) {
+                    note_open(fd, !existed);
+                }
+                fd
+            }
+        )*
+
+        fn resolve_opens() {
+            $( real(&crate::cname(stringify!($name)), &$real); )*
+        }
+    };
+}
+
+/// `name` as a C string, on the stack (no allocation: the wrappers may run in signal handlers).
+fn cname(name: &str) -> CName {
+    let mut b = [0u8; 32];
+    let n = name.len().min(31);
+    b[..n].copy_from_slice(&name.as_bytes()[..n]);
+    CName(b)
+}
+
+struct CName([u8; 32]);
+
+impl std::ops::Deref for CName {
+    type Target = CStr;
+    fn deref(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.0).unwrap_or(c"")
+    }
+}
+
+wrap_open! {
+    open / REAL_OPEN (path: Path, flags: c_int, mode: Mode) at libc::AT_FDCWD, path, flags;
+    open64 / REAL_OPEN64 (path: Path, flags: c_int, mode: Mode) at libc::AT_FDCWD, path, flags;
+    openat / REAL_OPENAT (dirfd: c_int, path: Path, flags: c_int, mode: Mode) at dirfd, path, flags;
+    openat64 / REAL_OPENAT64 (dirfd: c_int, path: Path, flags: c_int, mode: Mode) at dirfd, path, flags;
+    __open_2 / REAL_OPEN_2 (path: Path, flags: c_int) at libc::AT_FDCWD, path, flags;
+    __open64_2 / REAL_OPEN64_2 (path: Path, flags: c_int) at libc::AT_FDCWD, path, flags;
+    __openat_2 / REAL_OPENAT_2 (dirfd: c_int, path: Path, flags: c_int) at dirfd, path, flags;
+    __openat64_2 / REAL_OPENAT64_2 (dirfd: c_int, path: Path, flags: c_int) at dirfd, path, flags;
+    creat / REAL_CREAT (path: Path, mode: Mode) at libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    creat64 / REAL_CREAT64 (path: Path, mode: Mode) at libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+}
+
+macro_rules! wrap_fopen {
+    ($( $name:ident / $real:ident ($($arg:ident: $ty:ty),*) path $path:ident, mode $mode:ident ; )*) => {
+        $(
+            static $real: AtomicUsize = AtomicUsize::new(0);
+
+            /// The C library's call, then libcrum told of an open for writing.
+            ///
+            /// # Safety
+            /// As the C library's function of the same name.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> File {
+                let w = mode_writes($mode) && !$path.is_null();
+                let existed = !w || exists(libc::AT_FDCWD, $path);
+                let f = real(&crate::cname(stringify!($name)), &$real);
+                // SAFETY: the C library's function with this very signature.
+                let fp = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> File>(f)($($arg),*) };
+                if w && !fp.is_null() {
+                    // SAFETY: a stream the C library just opened.
+                    note_open(unsafe { libc::fileno(fp) }, !existed);
+                }
+                fp
+            }
+        )*
+
+        fn resolve_fopens() {
+            $( real(&crate::cname(stringify!($name)), &$real); )*
+        }
+    };
+}
+
+wrap_fopen! {
+    fopen / REAL_FOPEN (path: Path, mode: Path) path path, mode mode;
+    fopen64 / REAL_FOPEN64 (path: Path, mode: Path) path path, mode mode;
+    freopen / REAL_FREOPEN (path: Path, mode: Path, stream: File) path path, mode mode;
+    freopen64 / REAL_FREOPEN64 (path: Path, mode: Path, stream: File) path path, mode mode;
 }

@@ -271,6 +271,10 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     let device = plan.has_device();
     let Plan { reader, state, dir } = plan;
     drop(reader);
+    // Files the program opened and wrote after the checkpoint (`crum_ckpt::writes`).
+    for r in crum_ckpt::writes::roll_back(&dir).map_err(RestartError::Invalid)? {
+        tracing::info!(?r, "rolled back");
+    }
     restore_fds(&state)?;
     let channel_fd = match (&opts.proxy, device) {
         (Some((exe, dev)), true) => start_proxy(exe, dev)?,

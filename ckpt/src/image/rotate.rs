@@ -104,6 +104,8 @@ fn remove(parent: &Path, name: &str) -> Result<(), ImageError> {
     let from = parent.join(name);
     let to = parent.join(format!("{DELETE_PREFIX}{name}"));
     std::fs::rename(&from, &to).map_err(|e| ImageError::io(&from, e))?;
+    // The log of files written after it (`crate::writes`) goes with it.
+    let _ = std::fs::remove_file(parent.join(format!("{}{name}", crate::writes::PREFIX)));
     std::fs::remove_dir_all(&to).map_err(|e| ImageError::io(&to, e))
 }
 

@@ -247,7 +247,7 @@ pub fn under_crum(sb: &Sandbox, prog: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(prog);
     cmd.args(args)
         .current_dir(sb.path("run"))
-        .env("LD_PRELOAD", preload())
+        .env("LD_PRELOAD", format!("{}:{}", preload().with_file_name("libcrum_libc.so").display(), preload().display()))
         .env("CRUM_RUN", "1")
         .env("CRUM_CKPT_DIR", sb.images())
         .env("CRUM_CONTROL_DIR", sb.sock());
