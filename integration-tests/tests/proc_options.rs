@@ -78,21 +78,6 @@ fn checkpoint_exit_ends_the_program_and_the_image_continues_it() {
     assert_eq!(format!("{}{}", p.output(), r.output()), expected, "output around --exit doubled or lost");
 }
 
-/// `crum run --device emu FLAGS --dir <sandbox images> -- prog args` in the sandbox's `run`
-/// directory, stdout to `run.out`.
-fn crum_run(sb: &Sandbox, flags: &[&str], prog: &std::path::Path, args: &[&str]) -> Proc {
-    let mut cmd = std::process::Command::new(crum_bin());
-    cmd.args(["run", "--device", "emu"])
-        .args(flags)
-        .arg("--dir")
-        .arg(sb.images())
-        .arg("--")
-        .arg(prog)
-        .args(args)
-        .current_dir(sb.path("run"))
-        .env("CRUM_CONTROL_DIR", sb.sock());
-    spawn_cmd(&mut cmd, sb.path("run.out"))
-}
 
 /// The program started by `crum run` (a child of it whose executable is `prog`).
 fn program_child(run_pid: u32, prog: &std::path::Path) -> Option<u32> {
@@ -106,7 +91,7 @@ fn program_child(run_pid: u32, prog: &std::path::Path) -> Option<u32> {
 fn crum_run_flags_reach_the_agent_and_its_images_restart() {
     let sb = Sandbox::new();
     let prog = build_c("counter");
-    let mut run = crum_run(&sb, &["--interval", "150ms", "--keep", "2", "--on-signal", "USR1"], &prog, &["300", "10"]);
+    let mut run = crum_run(&sb, &["--interval", "150ms", "--keep", "2", "--on-signal", "USR1"], &prog, &["300", "10"], "run.out");
     run.wait_lines(3);
     let pid = program_child(run.pid(), &prog).expect("the program is a child of crum run");
     let mut seen = std::collections::BTreeSet::new();
@@ -134,7 +119,7 @@ fn crum_run_flags_reach_the_agent_and_its_images_restart() {
 fn on_signal_exit_stops_with_75_after_the_image_and_checkpoint_takes_crum_runs_pid() {
     let sb = Sandbox::new();
     let prog = build_c("counter");
-    let mut run = crum_run(&sb, &["--on-signal", "USR1", "--exit"], &prog, &["300", "10"]);
+    let mut run = crum_run(&sb, &["--on-signal", "USR1", "--exit"], &prog, &["300", "10"], "run.out");
     run.wait_lines(3);
     // crum run's own pid: the program below it is checkpointed (and goes on).
     let out = std::process::Command::new(crum_bin())

@@ -180,12 +180,7 @@ fn wait_pos(pid: u32, pos: u64, mut alive: impl FnMut() -> bool) -> bool {
 
 /// `crum checkpoint`, or None when it failed because the program had ended.
 fn try_checkpoint(sb: &Sandbox, pid: u32, mut alive: impl FnMut() -> bool) -> Option<PathBuf> {
-    let out = Command::new(crum_bin())
-        .args(["checkpoint", &pid.to_string(), "--dir"])
-        .arg(sb.images())
-        .env("CRUM_CONTROL_DIR", sb.sock())
-        .output()
-        .unwrap();
+    let out = checkpoint_output(sb, pid);
     if !out.status.success() {
         assert!(!alive(), "crum checkpoint failed: {}", String::from_utf8_lossy(&out.stderr));
         return None;

@@ -10,18 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `crum run --device emu -- <prog> <args>` in the sandbox's `run` directory.
-fn crum_run(sb: &Sandbox, prog: &Path, args: &[&str], name: &str) -> Proc {
-    let mut cmd = Command::new(crum_bin());
-    cmd.args(["run", "--device", "emu", "--dir"])
-        .arg(sb.images())
-        .arg("--")
-        .arg(prog)
-        .args(args)
-        .current_dir(sb.path("run"))
-        .env("CRUM_CONTROL_DIR", sb.sock());
-    spawn_cmd(&mut cmd, sb.path(name))
-}
 
 /// The pid of the program `crum run` started (its child running `prog`).
 fn program_pid(run: &Proc, prog: &Path) -> u32 {
@@ -76,7 +64,7 @@ fn touch(p: PathBuf) {
 fn the_program_opens_fd_3_first_and_inherits_no_crum_descriptor_before_and_after_restart() {
     let sb = Sandbox::new();
     let prog = build_c("fd_numbers");
-    let mut run = crum_run(&sb, &prog, &[], "run.out");
+    let mut run = crum_run(&sb, &[], &prog, &[], "run.out");
     let pid = program_pid(&run, &prog);
     run.wait_lines(3);
     let out = run.output();
@@ -98,7 +86,7 @@ fn the_program_opens_fd_3_first_and_inherits_no_crum_descriptor_before_and_after
 fn signals_to_the_process_never_run_the_programs_handler_on_a_crum_thread() {
     let sb = Sandbox::new();
     let prog = build_c("signal_threads");
-    let mut run = crum_run(&sb, &prog, &["200"], "run.out");
+    let mut run = crum_run(&sb, &[], &prog, &["200"], "run.out");
 
     let code = run.wait_exit();
 
@@ -116,7 +104,7 @@ fn a_single_threaded_program_can_enter_a_new_user_namespace_under_crum_run() {
     }
     let sb = Sandbox::new();
     let prog = build_c("unshare_user");
-    let mut run = crum_run(&sb, &prog, &[], "run.out");
+    let mut run = crum_run(&sb, &[], &prog, &[], "run.out");
 
     let code = run.wait_exit();
 

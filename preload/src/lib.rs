@@ -480,6 +480,16 @@ fn note_open(fd: c_int, created: bool) {
     }
 }
 
+/// `name` as a C string, at compile time.
+macro_rules! cname {
+    ($name:ident) => {
+        match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+            Ok(n) => n,
+            Err(_) => panic!("bad name"),
+        }
+    };
+}
+
 macro_rules! wrap_open {
     ($( $name:ident / $real:ident ($($arg:ident: $ty:ty),*) at $dirfd:expr, $path:ident, $flags:expr ; )*) => {
         $(
@@ -494,7 +504,7 @@ macro_rules! wrap_open {
                 let flags: c_int = $flags;
                 let may_create = flags & libc::O_CREAT != 0;
                 let existed = !may_create || exists($dirfd, $path);
-                let f = real(&crate::cname(stringify!($name)), &$real);
+                let f = real(cname!($name), &$real);
                 // SAFETY: the C library's function, variadic after its fixed arguments; the
                 // mode goes where a variadic caller puts it.
                 let fd = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> c_int>(f)($($arg),*) };
@@ -506,26 +516,9 @@ macro_rules! wrap_open {
         )*
 
         fn resolve_opens() {
-            $( real(&crate::cname(stringify!($name)), &$real); )*
+            $( real(cname!($name), &$real); )*
         }
     };
-}
-
-/// `name` as a C string, on the stack (no allocation: the wrappers may run in signal handlers).
-fn cname(name: &str) -> CName {
-    let mut b = [0u8; 32];
-    let n = name.len().min(31);
-    b[..n].copy_from_slice(&name.as_bytes()[..n]);
-    CName(b)
-}
-
-struct CName([u8; 32]);
-
-impl std::ops::Deref for CName {
-    type Target = CStr;
-    fn deref(&self) -> &CStr {
-        CStr::from_bytes_until_nul(&self.0).unwrap_or(c"")
-    }
 }
 
 wrap_open! {
@@ -554,7 +547,7 @@ macro_rules! wrap_fopen {
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> File {
                 let w = mode_writes($mode) && !$path.is_null();
                 let existed = !w || exists(libc::AT_FDCWD, $path);
-                let f = real(&crate::cname(stringify!($name)), &$real);
+                let f = real(cname!($name), &$real);
                 // SAFETY: the C library's function with this very signature.
                 let fp = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> File>(f)($($arg),*) };
                 if w && !fp.is_null() {
@@ -566,7 +559,7 @@ macro_rules! wrap_fopen {
         )*
 
         fn resolve_fopens() {
-            $( real(&crate::cname(stringify!($name)), &$real); )*
+            $( real(cname!($name), &$real); )*
         }
     };
 }

@@ -29,6 +29,10 @@ use crum_wire::ckpt::{DeviceState, SavedMemory, SavedStream, SECTION_DEVICE, SEC
 use crum_wire::AllocKind;
 use proptest::prelude::*;
 
+#[path = "../../ckpt/tests/common/mod.rs"]
+mod common;
+use common::noise;
+
 // ---------------------------------------------------------------------------------------
 // The largest allocation a thread asked for (the fuzzed code runs on the test's thread).
 
@@ -98,17 +102,6 @@ struct Spec {
     seed: u64,
 }
 
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn fill(len: usize, how: u8, seed: u64) -> Vec<u8> {
     match how {

@@ -278,14 +278,35 @@ pub fn restart_env(sb: &Sandbox, image: &Path, name: &str, env: &[(&str, &str)])
     spawn(&mut cmd, sb.path(name))
 }
 
-/// Asks the agent of `pid` for a checkpoint into the sandbox's image directory.
-pub fn checkpoint(sb: &Sandbox, pid: u32) -> PathBuf {
-    let out = Command::new(crum_bin())
+/// `crum run --device emu FLAGS --dir <sandbox images> -- prog args` in the sandbox's `run`
+/// directory, output captured (copy in `name`).
+pub fn crum_run(sb: &Sandbox, flags: &[&str], prog: &Path, args: &[&str], name: &str) -> Proc {
+    let mut cmd = Command::new(crum_bin());
+    cmd.args(["run", "--device", "emu"])
+        .args(flags)
+        .arg("--dir")
+        .arg(sb.images())
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .current_dir(sb.path("run"))
+        .env("CRUM_CONTROL_DIR", sb.sock());
+    spawn_cmd(&mut cmd, sb.path(name))
+}
+
+/// `crum checkpoint <pid> --dir <sandbox images>`, as it ended.
+pub fn checkpoint_output(sb: &Sandbox, pid: u32) -> std::process::Output {
+    Command::new(crum_bin())
         .args(["checkpoint", &pid.to_string(), "--dir"])
         .arg(sb.images())
         .env("CRUM_CONTROL_DIR", sb.sock())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Asks the agent of `pid` for a checkpoint into the sandbox's image directory.
+pub fn checkpoint(sb: &Sandbox, pid: u32) -> PathBuf {
+    let out = checkpoint_output(sb, pid);
     assert!(
         out.status.success(),
         "crum checkpoint {pid} failed: {}(program alive: {})\n{}",
