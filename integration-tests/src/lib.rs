@@ -346,6 +346,38 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// What `pid` and its descendants are doing, thread by thread (name, state, wait channel,
+/// system call and kernel stack where readable): put into a test's failure message when a
+/// process did not finish, so a hang seen once can be understood.
+pub fn describe_tree(pid: u32) -> String {
+    let mut out = String::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let cmd = fs::read(format!("/proc/{p}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
+            .unwrap_or_default();
+        out.push_str(&format!("process {p}: {cmd}\n"));
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for t in tasks.flatten() {
+            let read = |f: &str| fs::read_to_string(t.path().join(f)).unwrap_or_default().trim().to_string();
+            let stat = read("stat");
+            let state = stat.rsplit(") ").next().and_then(|r| r.split(' ').next()).unwrap_or("?").to_string();
+            out.push_str(&format!(
+                "  task {} ({}): state {state}, wchan {}, syscall {}\n",
+                t.file_name().to_string_lossy(),
+                read("comm"),
+                read("wchan"),
+                read("syscall")
+            ));
+            for l in read("stack").lines().take(12) {
+                out.push_str(&format!("      {l}\n"));
+            }
+        }
+        todo.extend(children(p));
+    }
+    out
+}
+
 /// The child of `parent` (a `crum run`) whose command line starts with `prog`: the program,
 /// not the proxy. Waits up to 10 s for it to appear.
 fn find_program(parent: u32, prog: &Path) -> Result<u32> {
@@ -671,10 +703,11 @@ impl Proc {
                 return Ok(st.code());
             }
             if start.elapsed() > timeout {
+                let state = describe_tree(self.child.id());
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 bail!(
-                    "{} did not finish within {timeout:?}:\n{}",
+                    "{} did not finish within {timeout:?}:\n{}\n{state}",
                     self.what,
                     self.report()
                 );
@@ -1051,5 +1084,23 @@ mod tests {
             (r.stdout.as_str(), r.stderr.as_str(), r.code, r.timed_out),
             ("out\n", "err\n", Some(3), false)
         );
+    }
+
+    #[test]
+    fn describe_tree_names_a_sleeping_child_and_its_state() {
+        let mut c = Command::new("sleep").arg("30").spawn().unwrap();
+        let me = std::process::id();
+        let mut d = String::new();
+        for _ in 0..2000 {
+            d = describe_tree(me);
+            if d.contains("(sleep): state S") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        c.kill().unwrap();
+        c.wait().unwrap();
+        assert!(d.contains(&format!("process {me}:")), "{d}");
+        assert!(d.contains("sleep 30") && d.contains("(sleep): state S"), "{d}");
     }
 }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Once;
 use std::time::{Duration, Instant};
+use crum_integration_tests::describe_tree;
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -147,9 +148,10 @@ impl Proc {
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(30),
-                "timed out waiting for {n} lines: {}\nstderr: {}",
+                "timed out waiting for {n} lines: {}\nstderr: {}\n{}",
                 self.output(),
-                self.stderr()
+                self.stderr(),
+                describe_tree(self.pid())
             );
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -163,7 +165,13 @@ impl Proc {
                 assert!(st.success(), "process failed ({st}) before {n} lines: {}{}", self.output(), self.stderr());
                 return;
             }
-            assert!(t0.elapsed() < Duration::from_secs(30), "timed out waiting for {n} lines: {}\nstderr: {}", self.output(), self.stderr());
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "timed out waiting for {n} lines: {}\nstderr: {}\n{}",
+                self.output(),
+                self.stderr(),
+                describe_tree(self.pid())
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -182,8 +190,9 @@ impl Proc {
                 return st.code().unwrap_or(-1);
             }
             if t0.elapsed() > Duration::from_secs(60) {
+                let state = describe_tree(self.pid());
                 self.kill9();
-                panic!("process did not finish: {}{}", self.output(), self.stderr());
+                panic!("process did not finish: {}{}\n{state}", self.output(), self.stderr());
             }
             std::thread::sleep(Duration::from_millis(5));
         }
