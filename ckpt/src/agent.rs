@@ -1324,21 +1324,202 @@ fn child_add_piece(
 ) -> Result<(), crate::image::ImageError> {
     let len = end - start;
     let meta = RegionMeta { start, len, prot, flags, offset: offset + (start - r.start), name: r.name.as_bytes() };
-    let has_data = prot != 0 && !scratch && !matches!(r.kind, RegionKind::SharedFile { .. });
-    let readable = prot & libc::PROT_READ as u32 != 0;
-    if has_data && !readable && !sync {
-        // SAFETY: this child's own copy of the region; making it readable changes nothing
-        // in the program.
-        unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, prot as i32 | libc::PROT_READ) };
+    if scratch || matches!(r.kind, RegionKind::SharedFile { .. }) {
+        return writer.add_region(&meta, &[]);
     }
-    let data: &[u8] = if has_data && (readable || !sync) {
-        // SAFETY: [start, end) is mapped in this address space (just read from its map) and
-        // readable; nothing unmaps it while the writer runs.
-        unsafe { std::slice::from_raw_parts(start as *const u8, len as usize) }
+    // A private PROT_NONE piece (memory a program or allocator made inaccessible, perhaps
+    // with data in it) is read only where the kernel has pages: a large reservation never
+    // touched costs nothing and is recorded without contents. (The forked writer has the
+    // program's page tables for private memory with anonymous pages. Not for shared memory,
+    // read whole; nor for a private file mapping never written, whose pages then come back
+    // as zeros: see docs/checkpoint.md.)
+    let pm = if prot == 0 && matches!(r.kind, RegionKind::Private) { pagemap_open() } else { -1 };
+    let r = add_piece_data(writer, sync, &meta, pm);
+    if pm >= 0 {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(pm) };
+    }
+    r
+}
+
+/// [`child_add_piece`] for memory with contents; `pm`: the pagemap for a PROT_NONE piece.
+fn add_piece_data(writer: &mut ImageWriter, sync: bool, meta: &RegionMeta<'_>, pm: i32) -> Result<(), crate::image::ImageError> {
+    let (start, len, prot) = (meta.start, meta.len, meta.prot);
+    if pm >= 0 && !any_resident(pm, start, len) {
+        return writer.add_region(meta, &[]);
+    }
+    let readable = prot & libc::PROT_READ as u32 != 0;
+    if !readable {
+        // Forked: this child's own copy of the mapping; making it readable changes nothing
+        // in the program. Synchronous: the program's threads are stopped until the image is
+        // written, and the protection is put back below.
+        // SAFETY: [start, end) is mapped (just read from the map); only its protection changes.
+        if unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, prot as i32 | libc::PROT_READ) } != 0 {
+            return Err(crate::image::ImageError::Write {
+                op: "making a region readable",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+    }
+    // SAFETY: [start, end) is mapped in this address space (just read from its map) and
+    // readable; nothing unmaps it while the writer runs.
+    let data = unsafe { std::slice::from_raw_parts(start as *const u8, len as usize) };
+    let r = if pm >= 0 {
+        let mut mask = |p: *const u8, n: usize, m: &mut [u8]| resident_mask(pm, p as u64, n, m);
+        writer.add_region_sparse(meta, data, Some(&mut mask))
     } else {
-        &[]
+        writer.add_region(meta, data)
     };
-    writer.add_region(&meta, data)
+    if !readable && sync {
+        // SAFETY: as above; the program's own protection again.
+        unsafe { libc::mprotect(start as *mut libc::c_void, len as usize, prot as i32) };
+    }
+    r
+}
+
+/// `/proc/self/pagemap`, to be closed by the caller (it is not kept: the synchronous path
+/// runs in the program, whose descriptors the next image lists). Raw system calls: no
+/// allocation. -1 if it cannot be read (then PROT_NONE memory is read whole).
+fn pagemap_open() -> i32 {
+    // SAFETY: raw system call with a NUL-terminated path.
+    unsafe { libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }
+}
+
+/// Pagemap entries of `n` pages from `addr` into `out`. False if the pagemap cannot be read.
+fn pagemap_read(pm: i32, addr: u64, out: &mut [u64]) -> bool {
+    let bytes = out.len() * 8;
+    // SAFETY: pread into the live buffer of `bytes` bytes.
+    let n = unsafe { libc::pread(pm, out.as_mut_ptr() as *mut libc::c_void, bytes, ((addr >> 12) * 8) as libc::off_t) };
+    n == bytes as isize
+}
+
+const PM_PRESENT: u64 = 1 << 63;
+const PM_SWAPPED: u64 = 1 << 62;
+
+/// `struct pm_scan_arg` of the `PAGEMAP_SCAN` ioctl (Linux 6.7): the ranges of pages with
+/// given properties, found by a page-table walk that skips what was never mapped (a 1 TiB
+/// reservation costs microseconds, where reading its pagemap entries costs 2 GiB).
+#[repr(C)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+/// `struct page_region`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct PageRegion {
+    start: u64,
+    end: u64,
+    categories: u64,
+}
+
+/// `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN: u64 = (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+const PAGE_IS_PRESENT: u64 = 1 << 3;
+const PAGE_IS_SWAPPED: u64 = 1 << 4;
+
+/// Calls `f` with each range of [start, end) whose pages are present or swapped out, in
+/// order; `f` returns false to stop. None: the kernel has no `PAGEMAP_SCAN`.
+fn scan_resident(pm: i32, start: u64, end: u64, f: &mut dyn FnMut(u64, u64) -> bool) -> Option<()> {
+    let mut vec = [PageRegion::default(); 32];
+    let mut at = start;
+    while at < end {
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            flags: 0,
+            start: at,
+            end,
+            walk_end: 0,
+            vec: vec.as_mut_ptr() as u64,
+            vec_len: vec.len() as u64,
+            max_pages: 0,
+            category_inverted: 0,
+            category_mask: 0,
+            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        };
+        // SAFETY: the ioctl reads `arg` and writes at most `vec_len` regions into `vec`.
+        let n = unsafe { libc::ioctl(pm, PAGEMAP_SCAN as _, &mut arg as *mut PmScanArg) };
+        if n < 0 {
+            return None;
+        }
+        for r in &vec[..n as usize] {
+            if !f(r.start, r.end) {
+                return Some(());
+            }
+        }
+        if arg.walk_end <= at {
+            return None;
+        }
+        at = arg.walk_end;
+    }
+    Some(())
+}
+
+/// Does any page of [start, start+len) have memory behind it? (true when unsure)
+fn any_resident(pm: i32, start: u64, len: u64) -> bool {
+    let mut any = false;
+    if scan_resident(pm, start, start + len, &mut |_, _| {
+        any = true;
+        false
+    })
+    .is_some()
+    {
+        return any;
+    }
+    // Older kernels: the pagemap entries themselves.
+    let mut buf = [0u64; 512];
+    let mut a = start;
+    while a < start + len {
+        let n = (((start + len - a) >> 12) as usize).min(buf.len());
+        if !pagemap_read(pm, a, &mut buf[..n]) {
+            return true;
+        }
+        if buf[..n].iter().any(|&e| e & (PM_PRESENT | PM_SWAPPED) != 0) {
+            return true;
+        }
+        a += (n as u64) << 12;
+    }
+    false
+}
+
+/// Sets the bit of each of the `n` pages from `addr` that has memory behind it (all of them
+/// when the pagemap cannot be read).
+fn resident_mask(pm: i32, addr: u64, n: usize, mask: &mut [u8]) {
+    let end = addr + ((n as u64) << 12);
+    let mut set = |s: u64, e: u64| {
+        for j in ((s.max(addr) - addr) >> 12) as usize..((e.min(end) - addr) >> 12) as usize {
+            mask[j / 8] |= 1 << (j % 8);
+        }
+        true
+    };
+    if scan_resident(pm, addr, end, &mut set).is_some() {
+        return;
+    }
+    mask.fill(0);
+    let mut buf = [0u64; 512];
+    let mut j = 0;
+    while j < n {
+        let k = (n - j).min(buf.len());
+        let ok = pagemap_read(pm, addr + ((j as u64) << 12), &mut buf[..k]);
+        for (i, &e) in buf[..k].iter().enumerate() {
+            if !ok || e & (PM_PRESENT | PM_SWAPPED) != 0 {
+                mask[(j + i) / 8] |= 1 << ((j + i) % 8);
+            }
+        }
+        j += k;
+    }
 }
 
 /// Writes the image. In the forked child: no allocation, no locks.

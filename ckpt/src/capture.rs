@@ -137,7 +137,7 @@ pub fn classify(maps: &[MapsEntry], main_sp: u64) -> (Vec<Region>, Vec<Special>)
         } else {
             RegionKind::Private
         };
-        let has_data = m.prot != 0 && !matches!(kind, RegionKind::SharedFile { .. });
+        let has_data = !matches!(kind, RegionKind::SharedFile { .. });
         let growsdown = matches!(kind, RegionKind::Private)
             && (m.name == "[stack]" || (m.name.is_empty() && (m.start..m.end).contains(&main_sp)));
         regions.push(Region { start: m.start, end: m.end, prot: m.prot, kind, name: m.name.clone(), has_data, growsdown });

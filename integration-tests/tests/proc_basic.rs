@@ -75,6 +75,11 @@ fn anonymous_shared_and_file_mappings_survive_restart() {
 }
 
 #[test]
+fn inaccessible_memory_keeps_its_contents_and_protection_across_restart() {
+    scenario("prot_none", &["40", "15"]);
+}
+
+#[test]
 fn thread_local_storage_of_every_thread_survives_restart() {
     scenario("tls", &["40", "15"]);
 }

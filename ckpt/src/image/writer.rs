@@ -254,6 +254,9 @@ fn create_file(dir: c_int, name: &CStr, op: &'static str) -> Result<c_int, Image
 
 /// True when every byte of `p` is zero. Checks 256-byte blocks with a branch-free OR so the
 /// compiler vectorizes it, exiting at the first non-zero block.
+/// Which pages of a chunk may hold data: see [`ImageWriter::add_region_sparse`].
+pub type Resident<'a> = dyn FnMut(*const u8, usize, &mut [u8]) + 'a;
+
 fn is_zero(p: &[u8]) -> bool {
     let mut blocks = p.chunks_exact(256);
     for b in &mut blocks {
@@ -592,6 +595,19 @@ impl ImageWriter {
     /// memory, `data.len() == meta.len`) or empty to record the region without contents.
     /// Zero pages are skipped, chunks compressed and checksummed. No allocation.
     pub fn add_region(&mut self, meta: &RegionMeta<'_>, data: &[u8]) -> Result<(), ImageError> {
+        self.add_region_sparse(meta, data, None)
+    }
+
+    /// [`ImageWriter::add_region`], reading only the pages `resident` marks: called once a
+    /// chunk with the chunk's address in `data` and a zeroed bitmap of its pages, it sets the
+    /// bit of each page that may hold data (the others are recorded as zero pages and never
+    /// touched: memory that was never used stays unused in the writer too).
+    pub fn add_region_sparse(
+        &mut self,
+        meta: &RegionMeta<'_>,
+        data: &[u8],
+        resident: Option<&mut Resident<'_>>,
+    ) -> Result<(), ImageError> {
         if meta.name.len() > MAX_NAME_LEN {
             return Err(ImageError::Invalid("region name longer than 4096 bytes"));
         }
@@ -607,14 +623,19 @@ impl ImageWriter {
             return Err(ImageError::Capacity("too many regions"));
         }
         self.begin()?;
-        let r = self.add_region_inner(meta, data);
+        let r = self.add_region_inner(meta, data, resident);
         if r.is_err() {
             self.failed = true;
         }
         r
     }
 
-    fn add_region_inner(&mut self, meta: &RegionMeta<'_>, data: &[u8]) -> Result<(), ImageError> {
+    fn add_region_inner(
+        &mut self,
+        meta: &RegionMeta<'_>,
+        data: &[u8],
+        mut resident: Option<&mut Resident<'_>>,
+    ) -> Result<(), ImageError> {
         let has_data = !data.is_empty();
         let chunk_count = if has_data {
             data.len().div_ceil(self.chunk_size as usize)
@@ -639,7 +660,15 @@ impl ImageWriter {
         let pad = meta.name.len().next_multiple_of(8) - meta.name.len();
         self.regions_write(&[0u8; 8][..pad])?;
         for chunk in data.chunks(self.chunk_size as usize) {
-            self.write_chunk(chunk)?;
+            match resident.as_mut() {
+                Some(f) => {
+                    let mut mask = [0u8; MAX_BITMAP];
+                    let npages = chunk.len().div_ceil(self.page_size as usize);
+                    f(chunk.as_ptr(), npages, &mut mask[..npages.div_ceil(8)]);
+                    self.write_chunk(chunk, Some(&mask))?;
+                }
+                None => self.write_chunk(chunk, None)?,
+            }
         }
         self.region_count += 1;
         Ok(())
@@ -666,7 +695,8 @@ impl ImageWriter {
         Ok(n)
     }
 
-    fn write_chunk(&mut self, chunk: &[u8]) -> Result<(), ImageError> {
+    /// `mask`: the pages that may hold data (None: all); the others are not read.
+    fn write_chunk(&mut self, chunk: &[u8], mask: Option<&[u8; MAX_BITMAP]>) -> Result<(), ImageError> {
         let ps = self.page_size as usize;
         let bm_len = bitmap_bytes(self.chunk_size, self.page_size);
         let mut bitmap = [0u8; MAX_BITMAP];
@@ -674,7 +704,8 @@ impl ImageWriter {
         let mut present = 0usize;
         let mut packed_len = 0usize;
         for (j, page) in chunk.chunks(ps).enumerate() {
-            if !is_zero(page) {
+            let maybe = mask.is_none_or(|m| m[j / 8] & (1 << (j % 8)) != 0);
+            if maybe && !is_zero(page) {
                 bitmap[j / 8] |= 1 << (j % 8);
                 present += 1;
                 packed_len += page.len();
