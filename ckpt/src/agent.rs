@@ -1062,7 +1062,17 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     let mut skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     skip.extend(crate::writes::own_fds());
     let mut fds = capture::fds(&skip, Some(&control_path), &mut own);
-    let problems = classify_fds(&mut fds);
+    crate::attrs::capture();
+    let mut problems = classify_fds(&mut fds);
+    // Child processes are not in a process's image (one process is): named, not dropped
+    // silently — after a restart the program's waitpid would fail, its pipes to them hang.
+    for (child, comm, state) in capture::children() {
+        problems.push(if state == 'Z' {
+            format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
+        } else {
+            format!("child process {child} ({comm}) is not in the image: a restart does not bring it back")
+        });
+    }
     if strict && !problems.is_empty() {
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
     }
@@ -1733,6 +1743,9 @@ fn after_restart(h: &Hooks) -> Outcome {
     // thread), so that rotation never removes images newer than `image`.
     crate::lineage::begin_restarted(&image);
     if let Some(p) = log_problem {
+        eprintln!("crum: warning: {p}");
+    }
+    for p in crate::attrs::refused() {
         eprintln!("crum: warning: {p}");
     }
     Outcome::Restarted

@@ -209,6 +209,27 @@ pub fn umask() -> u32 {
     }
 }
 
+/// This process's children (of every thread): pid, command name and state letter (`Z`: a
+/// zombie not yet reaped). Its own image writers are not among them while it captures.
+pub fn children() -> Vec<(i32, String, char)> {
+    let mut out = Vec::new();
+    for tid in numeric_entries(c"/proc/self/task") {
+        let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) else { continue };
+        for pid in list.split_whitespace().filter_map(|w| w.parse::<i32>().ok()) {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let comm = match (stat.find('('), stat.rfind(')')) {
+                (Some(a), Some(b)) if a < b => stat[a + 1..b].to_string(),
+                _ => String::from("?"),
+            };
+            let state = stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).unwrap_or('?');
+            out.push((pid, comm, state));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Field `n` (1-based, as in proc(5)) of /proc/self/stat, as a number.
 fn stat_field(n: usize) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/stat").ok()?;

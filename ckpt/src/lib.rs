@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod alloc;
 pub mod arch;
+pub mod attrs;
 pub mod capture;
 pub mod control;
 pub mod highfd;

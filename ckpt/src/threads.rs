@@ -58,6 +58,11 @@ pub struct Slot {
     pub is_agent: AtomicBool,
     /// The thread's name (`/proc/self/task/<tid>/comm`, NUL-padded), restored by prctl.
     name: [AtomicU64; 2],
+    /// Scheduling policy (with `SCHED_RESET_ON_FORK`; -1: unknown), real-time priority and
+    /// nice value, restored by `sched_setscheduler` and `setpriority`.
+    policy: AtomicI32,
+    rt_prio: AtomicI32,
+    nice: AtomicI32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -76,6 +81,9 @@ const SLOT_INIT: Slot = Slot {
     restart_stack_top: AtomicU64::new(0),
     is_agent: AtomicBool::new(false),
     name: [AtomicU64::new(0), AtomicU64::new(0)],
+    policy: AtomicI32::new(-1),
+    rt_prio: AtomicI32::new(0),
+    nice: AtomicI32::new(0),
 };
 
 pub static SLOTS: [Slot; MAX_THREADS] = [SLOT_INIT; MAX_THREADS];
@@ -343,6 +351,22 @@ fn thread_name(tid: i32) -> String {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// Records the thread's name and scheduling attributes in its slot.
+fn save_task(slot: &Slot, tid: i32) {
+    save_name(slot, tid);
+    // SAFETY: queries about a thread of this process; the param is a live local.
+    unsafe {
+        let mut param: libc::sched_param = std::mem::zeroed();
+        let policy = libc::sched_getscheduler(tid);
+        let ok = policy >= 0 && libc::sched_getparam(tid, &mut param) == 0;
+        slot.policy.store(if ok { policy } else { -1 }, Relaxed);
+        slot.rt_prio.store(param.sched_priority, Relaxed);
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        slot.nice.store(if *libc::__errno_location() == 0 { nice } else { i32::MIN }, Relaxed);
+    }
+}
+
 fn save_name(slot: &Slot, tid: i32) {
     let mut b = [0u8; 16];
     let n = thread_name(tid);
@@ -400,7 +424,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
     SLOTS[0].is_agent.store(true, Relaxed);
     SLOTS[0].state.store(STOPPED, Relaxed);
     record_kernel_state(&SLOTS[0]);
-    save_name(&SLOTS[0], me);
+    save_task(&SLOTS[0], me);
     NSLOTS.store(1, Release);
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
@@ -417,7 +441,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
                 return Err(format!("more than {MAX_THREADS} threads"));
             }
             let slot = &SLOTS[n];
-            save_name(slot, tid);
+            save_task(slot, tid);
             let (nr, pc) = read_syscall(tid);
             slot.sys_nr.store(nr, Relaxed);
             slot.sys_pc.store(pc, Relaxed);
@@ -567,6 +591,20 @@ fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
         if name[0] != 0 {
             libc::prctl(libc::PR_SET_NAME, name.as_ptr());
         }
+        let policy = slot.policy.load(Relaxed);
+        if policy >= 0 {
+            let param = libc::sched_param { sched_priority: slot.rt_prio.load(Relaxed) };
+            let cur = libc::sched_getscheduler(0);
+            let mut cur_param: libc::sched_param = std::mem::zeroed();
+            libc::sched_getparam(0, &mut cur_param);
+            if (cur != policy || cur_param.sched_priority != param.sched_priority) && libc::sched_setscheduler(0, policy, &param) != 0 {
+                crate::attrs::note_thread_refused(1);
+            }
+        }
+        let nice = slot.nice.load(Relaxed);
+        if nice != i32::MIN && libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
+            crate::attrs::note_thread_refused(2);
+        }
         let size = RSEQ_SIZE.load(Relaxed);
         if size != 0 {
             let area = (fs as i64 + RSEQ_OFFSET.load(Relaxed)) as u64;
@@ -580,6 +618,8 @@ fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
 /// stack with the main thread's slot index. Never returns.
 pub extern "C" fn restored_main(main_slot: u64) {
     let main = main_slot as usize;
+    // Process attributes first: the threads created below inherit some of them.
+    crate::attrs::apply();
     setup_restored_thread(&SLOTS[main], true);
     let flags = (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND | libc::CLONE_THREAD
         | libc::CLONE_SYSVSEM | libc::CLONE_SETTLS | libc::CLONE_PARENT_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;

@@ -80,6 +80,11 @@ fn inaccessible_memory_keeps_its_contents_and_protection_across_restart() {
 }
 
 #[test]
+fn process_and_thread_attributes_survive_restart() {
+    scenario("proc_attrs", &["40", "15"]);
+}
+
+#[test]
 fn thread_local_storage_of_every_thread_survives_restart() {
     scenario("tls", &["40", "15"]);
 }

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// A pipe, close-on-exec in this process: (read end, write end).
 fn pipe() -> (std::fs::File, OwnedFd) {
@@ -59,16 +59,6 @@ fn restart_with_fd7(sb: &Sandbox, image: &Path, fd7: Option<&OwnedFd>, name: &st
     spawn_with_fd7(sb, cmd, fd7, name)
 }
 
-fn crum_checkpoint(sb: &Sandbox, pid: u32, extra: &[&str]) -> Output {
-    Command::new(crum_bin())
-        .args(["checkpoint", &pid.to_string(), "--dir"])
-        .arg(sb.images())
-        .args(extra)
-        .env("CRUM_CONTROL_DIR", sb.sock())
-        .output()
-        .unwrap()
-}
-
 /// Everything written into the pipe until every writer closed it.
 fn drain(mut r: std::fs::File) -> String {
     let mut s = String::new();
@@ -94,7 +84,7 @@ fn an_inherited_pipe_is_the_restarting_processs_fd_or_dev_null_with_a_warning() 
     let mut p = run_with_fd7(&sb, &[&n.to_string(), "20"], &w1, &[]);
     drop(w1);
     p.wait_lines(5);
-    let c = crum_checkpoint(&sb, p.pid(), &[]);
+    let c = checkpoint_output_with(&sb, p.pid(), &[]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(c.status.success(), "checkpoint failed: {err}");
     assert!(!err.contains("warning"), "an inherited pipe is no problem: {err}");
@@ -109,7 +99,7 @@ fn an_inherited_pipe_is_the_restarting_processs_fd_or_dev_null_with_a_warning() 
     drop(w2);
     r.wait_lines(3);
     // Restart of a restart: the new fd 7 is inherited just the same.
-    let c = crum_checkpoint(&sb, r.pid(), &[]);
+    let c = checkpoint_output_with(&sb, r.pid(), &[]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(c.status.success() && !err.contains("warning"), "checkpoint of the restarted program: {err}");
     let img2 = PathBuf::from(String::from_utf8_lossy(&c.stdout).trim());
@@ -142,14 +132,14 @@ fn a_socket_the_program_made_is_named_at_checkpoint_and_strict_writes_no_image()
     let prog = build_c("socket_fd");
     let mut p = run_under_crum(&sb, &prog, &["2000", "10"], &[], "run.out");
     p.wait_lines(3);
-    let c = crum_checkpoint(&sb, p.pid(), &[]);
+    let c = checkpoint_output_with(&sb, p.pid(), &[]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(c.status.success(), "{err}");
     assert!(err.contains("warning") && err.contains("socket:[") && err.contains("cannot be restored"), "not named: {err}");
     let written = sb.list_images();
     assert_eq!(written.len(), 1);
 
-    let c = crum_checkpoint(&sb, p.pid(), &["--strict"]);
+    let c = checkpoint_output_with(&sb, p.pid(), &["--strict"]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(!c.status.success(), "--strict wrote an image: {err}");
     assert!(err.contains("--strict") && err.contains("socket:["), "{err}");
@@ -157,7 +147,7 @@ fn a_socket_the_program_made_is_named_at_checkpoint_and_strict_writes_no_image()
     // The program goes on, and a plain checkpoint still works.
     let lines = p.lines();
     p.wait_lines(lines + 2);
-    assert!(crum_checkpoint(&sb, p.pid(), &[]).status.success());
+    assert!(checkpoint_output_with(&sb, p.pid(), &[]).status.success());
     p.kill9();
 }
 
@@ -167,7 +157,7 @@ fn crum_strict_in_the_environment_makes_every_checkpoint_strict() {
     let prog = build_c("socket_fd");
     let mut p = run_under_crum(&sb, &prog, &["2000", "10"], &[("CRUM_STRICT", "1")], "run.out");
     p.wait_lines(3);
-    let c = crum_checkpoint(&sb, p.pid(), &[]);
+    let c = checkpoint_output_with(&sb, p.pid(), &[]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(!c.status.success() && err.contains("socket:["), "{err}");
     assert!(sb.list_images().is_empty());

@@ -305,9 +305,15 @@ pub fn crum_run(sb: &Sandbox, flags: &[&str], prog: &Path, args: &[&str], name: 
 
 /// `crum checkpoint <pid> --dir <sandbox images>`, as it ended.
 pub fn checkpoint_output(sb: &Sandbox, pid: u32) -> std::process::Output {
+    checkpoint_output_with(sb, pid, &[])
+}
+
+/// [`checkpoint_output`] with more arguments for `crum checkpoint` (`--strict`, …).
+pub fn checkpoint_output_with(sb: &Sandbox, pid: u32, extra: &[&str]) -> std::process::Output {
     Command::new(crum_bin())
         .args(["checkpoint", &pid.to_string(), "--dir"])
         .arg(sb.images())
+        .args(extra)
         .env("CRUM_CONTROL_DIR", sb.sock())
         .output()
         .unwrap()

@@ -1,0 +1,268 @@
+//! Process attributes the kernel keeps outside memory and descriptors: `oom_score_adj`, the
+//! child-subreaper flag, the dumpable flag, `no_new_privs`, the transparent-huge-page
+//! switch (`PR_SET_THP_DISABLE`) and the execution domain (`personality`); per thread, the
+//! scheduling policy, real-time priority and nice value (in the thread slots,
+//! [`crate::threads`]). A restarted process used to get the restarting process's values
+//! silently.
+//!
+//! [`capture`] records them when an image is cut (the threads stopped) in this module's
+//! statics, which are program memory and so come back with the image; [`apply`] sets them
+//! again in the restored process before its other threads exist (raw system calls: nothing is
+//! allocated there), and remembers what the kernel refused; [`refused`] names it, for a
+//! warning once the threads run. The user and groups are compared too: a restart as another
+//! user is named, not hidden.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering::Relaxed};
+
+/// Index of each saved attribute in [`SAVED`] (also its bit in [`REFUSED`]).
+const OOM: usize = 0;
+const SUBREAPER: usize = 1;
+const DUMPABLE: usize = 2;
+const NO_NEW_PRIVS: usize = 3;
+const THP_DISABLE: usize = 4;
+const PERSONALITY: usize = 5;
+const UID: usize = 6;
+const GID: usize = 7;
+const N: usize = 8;
+/// Not captured (an image of an older crum, or a capture that failed): `apply` leaves it.
+const UNSET: i64 = i64::MIN;
+
+const NAMES: [&str; N] =
+    ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group"];
+
+#[allow(clippy::declare_interior_mutable_const)]
+const INIT: AtomicI64 = AtomicI64::new(UNSET);
+static SAVED: [AtomicI64; N] = [INIT; N];
+/// The value found in the restored process where it differs and could not be set.
+static FOUND: [AtomicI64; N] = [INIT; N];
+/// Bit i: attribute i could not be restored.
+static REFUSED: AtomicU32 = AtomicU32::new(0);
+/// Per-thread scheduling attributes that could not be restored (see [`note_thread_refused`]).
+static THREADS_REFUSED: AtomicU32 = AtomicU32::new(0);
+
+/// `prctl(op, v)`: true on success.
+fn prctl_set(op: i32, v: i64) -> bool {
+    // SAFETY: a prctl setting with one integer argument.
+    unsafe { libc::prctl(op, v as libc::c_ulong, 0, 0, 0) == 0 }
+}
+
+/// The execution domain (`set`: also sets it; -1 on failure).
+fn personality(set: Option<i64>) -> i64 {
+    // SAFETY: personality takes and returns plain integers (0xffffffff only queries).
+    unsafe { libc::personality(set.map_or(0xffff_ffff, |v| v as libc::c_ulong)) as i64 }
+}
+
+fn prctl_get(op: i32) -> i64 {
+    // SAFETY: a prctl query without pointer arguments.
+    unsafe { libc::prctl(op, 0, 0, 0, 0) as i64 }
+}
+
+/// A `Field:` line of /proc/self/status (the main thread's), as a number (first column).
+fn status_field(status: &str, key: &str) -> Option<i64> {
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// Records the attributes (threads stopped; allocates only through the agent's arena).
+pub fn capture() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let oom = std::fs::read_to_string("/proc/self/oom_score_adj").ok().and_then(|s| s.trim().parse().ok());
+    let pers = std::fs::read_to_string("/proc/self/personality").ok().and_then(|s| i64::from_str_radix(s.trim(), 16).ok());
+    let mut subreaper: libc::c_int = 0;
+    // SAFETY: PR_GET_CHILD_SUBREAPER writes one int to the live local.
+    let sr = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut subreaper as *mut libc::c_int, 0, 0, 0) };
+    let values: [Option<i64>; N] = [
+        oom,
+        (sr == 0).then_some(subreaper as i64),
+        Some(prctl_get(libc::PR_GET_DUMPABLE)).filter(|v| *v >= 0),
+        status_field(&status, "NoNewPrivs:"),
+        Some(prctl_get(libc::PR_GET_THP_DISABLE)).filter(|v| *v >= 0),
+        pers,
+        status_field(&status, "Uid:"),
+        status_field(&status, "Gid:"),
+    ];
+    for (s, v) in SAVED.iter().zip(values) {
+        s.store(v.unwrap_or(UNSET), Relaxed);
+    }
+}
+
+/// Reads /proc/self/oom_score_adj with raw calls (nothing allocated).
+fn raw_oom() -> Option<i64> {
+    let mut b = [0u8; 16];
+    // SAFETY: open/read/close of our own descriptor into the live buffer.
+    let n = unsafe {
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, b.as_mut_ptr() as *mut libc::c_void, b.len());
+        libc::close(fd);
+        n
+    };
+    let s = std::str::from_utf8(&b[..n.max(0) as usize]).ok()?;
+    s.trim().parse().ok()
+}
+
+fn write_oom(v: i64) -> bool {
+    let mut b = [0u8; 24];
+    let mut n = 0;
+    let neg = v < 0;
+    let mut u = v.unsigned_abs();
+    loop {
+        b[n] = b'0' + (u % 10) as u8;
+        n += 1;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    if neg {
+        b[n] = b'-';
+        n += 1;
+    }
+    b[..n].reverse();
+    // SAFETY: open/write/close of our own descriptor from the live buffer.
+    unsafe {
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let w = libc::write(fd, b.as_ptr() as *const libc::c_void, n);
+        libc::close(fd);
+        w == n as isize
+    }
+}
+
+/// In the restored process, on its main thread before the other threads are re-created:
+/// sets every captured attribute that differs. Raw system calls only; refusals are kept for
+/// [`refused`].
+pub fn apply() {
+    REFUSED.store(0, Relaxed);
+    let refuse = |i: usize, found: i64| {
+        FOUND[i].store(found, Relaxed);
+        REFUSED.fetch_or(1 << i, Relaxed);
+    };
+    let want = |i: usize| Some(SAVED[i].load(Relaxed)).filter(|v| *v != UNSET);
+    if let Some(v) = want(OOM) {
+        if raw_oom() != Some(v) && !write_oom(v) {
+            refuse(OOM, raw_oom().unwrap_or(UNSET));
+        }
+    }
+    if let Some(v) = want(SUBREAPER) {
+        if !prctl_set(libc::PR_SET_CHILD_SUBREAPER, v) {
+            refuse(SUBREAPER, 0);
+        }
+    }
+    if let Some(v) = want(DUMPABLE) {
+        let now = prctl_get(libc::PR_GET_DUMPABLE);
+        if now != v && !prctl_set(libc::PR_SET_DUMPABLE, v) {
+            refuse(DUMPABLE, now);
+        }
+    }
+    if let Some(v) = want(THP_DISABLE) {
+        let now = prctl_get(libc::PR_GET_THP_DISABLE);
+        if now != v && !prctl_set(libc::PR_SET_THP_DISABLE, v) {
+            refuse(THP_DISABLE, now);
+        }
+    }
+    if let Some(v) = want(PERSONALITY) {
+        let now = personality(None);
+        if now != v && personality(Some(v)) < 0 {
+            refuse(PERSONALITY, now);
+        }
+    }
+    // Last: no_new_privs cannot be cleared, and set it is inherited by the threads created
+    // after this.
+    if let Some(v) = want(NO_NEW_PRIVS) {
+        let now = prctl_get(libc::PR_GET_NO_NEW_PRIVS);
+        if now != v && (v == 0 || !prctl_set(libc::PR_SET_NO_NEW_PRIVS, 1)) {
+            refuse(NO_NEW_PRIVS, now);
+        }
+    }
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid() as i64, libc::getgid() as i64) };
+    if want(UID).is_some_and(|v| v != uid) {
+        refuse(UID, uid);
+    }
+    if want(GID).is_some_and(|v| v != gid) {
+        refuse(GID, gid);
+    }
+}
+
+/// A restored thread's scheduling attribute could not be set (bit 0: policy/priority,
+/// bit 1: nice). Raw: called by restored threads before they run.
+pub fn note_thread_refused(bits: u32) {
+    THREADS_REFUSED.fetch_or(bits, Relaxed);
+}
+
+/// What [`apply`] (and the restored threads) could not restore, one line each.
+pub fn refused() -> Vec<String> {
+    let bits = REFUSED.load(Relaxed);
+    let mut out = Vec::new();
+    for (i, name) in NAMES.iter().enumerate() {
+        if bits & (1 << i) == 0 {
+            continue;
+        }
+        let (was, now) = (SAVED[i].load(Relaxed), FOUND[i].load(Relaxed));
+        let now = if now == UNSET { String::from("unknown") } else { now.to_string() };
+        out.push(if i == UID || i == GID {
+            format!("the program ran as {name} {was} and is restarted as {name} {now}: files and permissions may differ")
+        } else {
+            format!("the {name} was {was} and could not be restored (it is {now})")
+        });
+    }
+    let t = THREADS_REFUSED.load(Relaxed);
+    if t & 1 != 0 {
+        out.push("a thread's scheduling policy or real-time priority could not be restored (not permitted)".into());
+    }
+    if t & 2 != 0 {
+        out.push("a thread's nice value could not be restored (lowering it is not permitted): it runs at the restarting process's".into());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tests share the module's statics.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn capture_reads_this_process_and_apply_keeps_it() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        capture();
+        assert_eq!(SAVED[OOM].load(Relaxed), raw_oom().unwrap());
+        assert_eq!(SAVED[DUMPABLE].load(Relaxed), 1);
+        // SAFETY: getuid cannot fail.
+        assert_eq!(SAVED[UID].load(Relaxed), unsafe { libc::getuid() } as i64);
+        apply();
+        assert_eq!(refused(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn oom_score_adj_is_written_as_text() {
+        let now = raw_oom().unwrap();
+        assert!(write_oom(now));
+        assert_eq!(raw_oom(), Some(now));
+    }
+
+    #[test]
+    fn refusals_are_named_with_both_values() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        SAVED[OOM].store(-500, Relaxed);
+        FOUND[OOM].store(0, Relaxed);
+        SAVED[UID].store(1000, Relaxed);
+        FOUND[UID].store(1001, Relaxed);
+        REFUSED.store((1 << OOM) | (1 << UID), Relaxed);
+        THREADS_REFUSED.store(2, Relaxed);
+        let r = refused();
+        REFUSED.store(0, Relaxed);
+        THREADS_REFUSED.store(0, Relaxed);
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert_eq!(r[0], "the oom_score_adj was -500 and could not be restored (it is 0)");
+        assert!(r[1].contains("user 1000") && r[1].contains("user 1001"), "{}", r[1]);
+        assert!(r[2].contains("nice"), "{}", r[2]);
+    }
+}

@@ -1,0 +1,87 @@
+/* Process attributes outside memory: oom_score_adj, the child-subreaper flag, the dumpable
+ * flag, no_new_privs, the THP disable flag, the personality, and per thread the nice value
+ * and scheduling policy (a worker thread at SCHED_BATCH, nice 7; the main thread nice 3).
+ * At every step each thread checks them from inside; a restart must bring all back. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile int worker_ok = 1, worker_checks = 0;
+
+static int oom_adj(void) {
+    FILE *f = fopen("/proc/self/oom_score_adj", "r");
+    int v = -9999;
+    if (f) { if (fscanf(f, "%d", &v) != 1) v = -9999; fclose(f); }
+    return v;
+}
+
+static int check_thread(const char *who, int want_policy, int want_nice) {
+    int policy = sched_getscheduler(0);
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (policy != want_policy) { printf("FAIL: %s policy %d, not %d\n", who, policy, want_policy); return 0; }
+    if (nice != want_nice) { printf("FAIL: %s nice %d, not %d\n", who, nice, want_nice); return 0; }
+    return 1;
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    struct sched_param p = { 0 };
+    if (sched_setscheduler(0, SCHED_BATCH, &p) != 0 || setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 7) != 0) {
+        printf("FAIL: worker setup\n");
+        worker_ok = 0;
+        return NULL;
+    }
+    for (;;) {
+        if (!check_thread("worker", SCHED_BATCH, 7)) { worker_ok = 0; return NULL; }
+        worker_checks++;
+        struct timespec ts = { 0, 5 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 40;
+    long ms = argc > 2 ? atol(argv[2]) : 20;
+    setvbuf(stdout, NULL, _IONBF, 0);
+    FILE *f = fopen("/proc/self/oom_score_adj", "w");
+    if (!f || fprintf(f, "%d\n", 345) < 0 || fclose(f) != 0) { printf("FAIL: set oom_score_adj\n"); return 1; }
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) ||
+        prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) || personality(ADDR_NO_RANDOMIZE) < 0 ||
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 3) != 0) {
+        printf("FAIL: setup\n");
+        return 1;
+    }
+    /* Last: no_new_privs is inherited by the threads created after it. */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) { printf("FAIL: no_new_privs\n"); return 1; }
+    pthread_t t;
+    pthread_create(&t, NULL, worker, NULL);
+    for (int s = 0; s < n; s++) {
+        int sub = -1;
+        prctl(PR_GET_CHILD_SUBREAPER, &sub, 0, 0, 0);
+        int oom = oom_adj(), dump = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+        int thp = prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0), pers = personality(0xffffffff);
+        if (oom != 345 || sub != 1 || dump != 0 || nnp != 1 || thp != 1 || pers != ADDR_NO_RANDOMIZE) {
+            printf("FAIL: oom_score_adj %d subreaper %d dumpable %d no_new_privs %d thp_disable %d personality %#x\n",
+                   oom, sub, dump, nnp, thp, pers);
+            return 1;
+        }
+        if (!check_thread("main", SCHED_OTHER, 3)) return 1;
+        if (!worker_ok) return 1;
+        printf("step %d\n", s);
+        struct timespec ts = { 0, ms * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    printf("done\n");
+    return 0;
+}
