@@ -124,7 +124,7 @@ fn classify_fds(fds: &mut [FdState]) -> Vec<String> {
         if fd_identity(f.fd).is_some_and(|(d, i)| inherited.contains(&(f.fd, d, i))) {
             f.kind = FdKind::Inherited { what: what.clone() };
         } else {
-            problems.push(format!("fd {} ({what}) cannot be restored", f.fd));
+            problems.push(format!("fd {} ({what}) cannot be restored: a restart of this image will fail", f.fd));
         }
     }
     problems
@@ -1073,6 +1073,9 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
             format!("child process {child} ({comm}) is not in the image: a restart does not bring it back")
         });
     }
+    let (locks, lock_problems) = capture::locks(&fds);
+    problems.extend(lock_problems);
+    let pipe_sizes = capture::pipe_sizes(&fds);
     if strict && !problems.is_empty() {
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
     }
@@ -1115,6 +1118,8 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         rlimits: capture::rlimits(),
         umask: capture::umask(),
         hook_sections: sections.iter().map(|(n, _)| n.clone()).collect(),
+        locks,
+        pipe_sizes,
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator

@@ -9,7 +9,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::state::{FdKind, FdState, Region, RegionKind, SigAction, Special};
+use crate::state::{FdKind, FdState, FileLock, LockKind, Region, RegionKind, SigAction, Special};
 
 /// Names of the kernel special mappings that must follow the program to the same address.
 pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
@@ -275,6 +275,84 @@ fn fdinfo(fd: i32) -> Option<(u64, u32)> {
         }
     }
     Some((pos?, flags?))
+}
+
+/// One `lock:` line of a /proc/self/fdinfo file (the format of /proc/locks):
+/// `1: POSIX  ADVISORY  WRITE 1234 fe:00:5678 5 14`. Err names a lock that cannot be taken
+/// again (a lease being broken); Ok(None) a line that is not a lock held (a waiter, `->`).
+pub fn parse_lock_line(fd: i32, line: &str) -> Result<Option<FileLock>, String> {
+    let rest = line.split_once(':').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    if f.first() == Some(&"->") {
+        return Ok(None);
+    }
+    if f.len() < 7 {
+        return Err(format!("fd {fd}: a lock the kernel describes as '{}' is not taken again by a restart", line.trim()));
+    }
+    let kind = match f[0] {
+        "FLOCK" => LockKind::Flock,
+        "POSIX" => LockKind::Posix,
+        "OFDLCK" => LockKind::Ofd,
+        "LEASE" if f[1] == "ACTIVE" => LockKind::Lease,
+        _ => return Err(format!("fd {fd}: a {} {} lock is not taken again by a restart", f[0], f[1])),
+    };
+    let write = match f[2] {
+        "WRITE" => true,
+        "READ" => false,
+        other => return Err(format!("fd {fd}: a {} lock of mode {other} is not taken again by a restart", f[0])),
+    };
+    let start = f[5].parse().map_err(|_| format!("fd {fd}: unreadable lock range '{}'", line.trim()))?;
+    let end = if f[6] == "EOF" { None } else { Some(f[6].parse().map_err(|_| format!("fd {fd}: unreadable lock range '{}'", line.trim()))?) };
+    Ok(Some(FileLock { fd, kind, write, start, end }))
+}
+
+/// The locks this process holds through its descriptors (fdinfo's `lock:` lines), each
+/// once: a POSIX lock shows on every descriptor of its file, a flock or OFD lock on every
+/// descriptor of its open file description (dups). Also what cannot be taken again.
+pub fn locks(fds: &[FdState]) -> (Vec<FileLock>, Vec<String>) {
+    let mut out: Vec<FileLock> = Vec::new();
+    let mut problems = Vec::new();
+    // Per lock: the file it is on (dev:ino field) and its range, to drop repeats.
+    let mut seen: Vec<(String, LockKind, bool, u64, Option<u64>, i32)> = Vec::new();
+    for f in fds.iter().filter(|f| !matches!(f.kind, FdKind::Dup { .. })) {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.fd)) else { continue };
+        for l in text.lines().filter_map(|l| l.strip_prefix("lock:")) {
+            match parse_lock_line(f.fd, l) {
+                Ok(Some(lock)) => {
+                    let file = l.split_whitespace().nth(5).unwrap_or("").to_string();
+                    // POSIX locks belong to the process: the same lock through another fd
+                    // is a repeat. Flock/OFD ones belong to the open file description.
+                    let owner = if lock.kind == LockKind::Posix { 0 } else { f.fd };
+                    let key = (file, lock.kind, lock.write, lock.start, lock.end, owner);
+                    if !seen.contains(&key) {
+                        seen.push(key);
+                        out.push(lock);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => problems.push(e),
+            }
+        }
+    }
+    (out, problems)
+}
+
+/// The capacity of each pipe of `fds` (by id, from its read end).
+pub fn pipe_sizes(fds: &[FdState]) -> Vec<(u64, u32)> {
+    let mut out: Vec<(u64, u32)> = Vec::new();
+    for f in fds {
+        if let FdKind::Pipe { id, .. } = f.kind {
+            if out.iter().any(|(i, _)| *i == id) {
+                continue;
+            }
+            // SAFETY: a query on our own descriptor.
+            let n = unsafe { libc::fcntl(f.fd, libc::F_GETPIPE_SZ) };
+            if n > 0 {
+                out.push((id, n as u32));
+            }
+        }
+    }
+    out
 }
 
 /// For a Unix socket bound to `path`: whether it listens; None for any other socket.
@@ -549,5 +627,53 @@ mod tests {
     #[test]
     fn parse_maps_rejects_garbage() {
         assert!(parse_maps("not a maps line").is_err());
+    }
+
+    #[test]
+    fn lock_lines_of_every_kind_parse_and_waiters_and_breaking_leases_do_not() {
+        let l = |s| parse_lock_line(3, s);
+        assert_eq!(
+            l("\t1: FLOCK  ADVISORY  WRITE 2241 fe:00:10182730 0 EOF"),
+            Ok(Some(FileLock { fd: 3, kind: LockKind::Flock, write: true, start: 0, end: None }))
+        );
+        assert_eq!(
+            l("\t2: POSIX  ADVISORY  READ 2241 fe:00:10182731 100 119"),
+            Ok(Some(FileLock { fd: 3, kind: LockKind::Posix, write: false, start: 100, end: Some(119) }))
+        );
+        assert_eq!(l("\t1: OFDLCK ADVISORY  WRITE -1 fe:00:1 0 EOF").unwrap().unwrap().kind, LockKind::Ofd);
+        assert_eq!(l("\t1: LEASE  ACTIVE    READ 7 fe:00:1 0 EOF").unwrap().unwrap().kind, LockKind::Lease);
+        assert_eq!(l("\t1: -> FLOCK  ADVISORY  WRITE 9 fe:00:1 0 EOF"), Ok(None));
+        assert!(l("\t1: LEASE  BREAKING  READ 7 fe:00:1 0 EOF").unwrap_err().contains("fd 3"));
+        assert!(l("\t1: garbage").is_err());
+    }
+
+    #[test]
+    fn locks_held_through_descriptors_are_captured_once() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(dir.path().join("x")).unwrap();
+        let fd = f.as_raw_fd();
+        // SAFETY: lock calls on our own descriptor with a live struct.
+        unsafe {
+            assert_eq!(libc::flock(fd, libc::LOCK_SH), 0);
+            let mut fl: libc::flock = std::mem::zeroed();
+            fl.l_type = libc::F_WRLCK as i16;
+            fl.l_start = 4;
+            fl.l_len = 4;
+            assert_eq!(libc::fcntl(fd, libc::F_SETLK, &fl), 0);
+        }
+        // SAFETY: dup/close of descriptors this test owns.
+        let dup = unsafe { libc::dup(fd) };
+        let fds = vec![
+            FdState { fd, flags: 0, kind: FdKind::CharDev { path: String::new() } },
+            FdState { fd: dup, flags: 0, kind: FdKind::Dup { of: fd } },
+        ];
+        let (locks, problems) = locks(&fds);
+        // SAFETY: as above.
+        unsafe { libc::close(dup) };
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(locks.len(), 2, "{locks:?}");
+        assert!(locks.contains(&FileLock { fd, kind: LockKind::Flock, write: false, start: 0, end: None }));
+        assert!(locks.contains(&FileLock { fd, kind: LockKind::Posix, write: true, start: 4, end: Some(7) }));
     }
 }

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 /// Name of the image section holding a [`ProcessState`].
 pub const SECTION_PROCESS: &str = "process";
 /// Version of the [`ProcessState`] encoding written. Version 2 added
-/// [`ProcessState::hook_sections`] (at the end); version 1 is still read (with none).
-pub const PROCESS_STATE_VERSION: u32 = 2;
+/// [`ProcessState::hook_sections`] (at the end), version 3 [`ProcessState::locks`] and
+/// [`ProcessState::pipe_sizes`]; older versions are still read (with none of those).
+pub const PROCESS_STATE_VERSION: u32 = 3;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -62,6 +63,36 @@ pub struct ProcessState {
     /// Empty in version 1 images (nothing known).
     #[serde(deserialize_with = "bounded::strings")]
     pub hook_sections: Vec<String>,
+    /// File locks the process holds (version 3; none before).
+    pub locks: Vec<FileLock>,
+    /// Capacity of each pipe (by [`FdKind::Pipe`] id) whose size is not the default
+    /// (version 3; none before).
+    pub pipe_sizes: Vec<(u64, u32)>,
+}
+
+/// Which kind of lock a [`FileLock`] is.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum LockKind {
+    /// `flock`: owned by the open file description.
+    Flock,
+    /// `fcntl(F_SETLK)`: owned by the process.
+    Posix,
+    /// `fcntl(F_OFD_SETLK)`: owned by the open file description.
+    Ofd,
+    /// `fcntl(F_SETLEASE)`.
+    Lease,
+}
+
+/// A lock the process holds on the file open at `fd`, taken again at restart (a restart
+/// whose lock is held by someone else by then fails naming it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileLock {
+    pub fd: i32,
+    pub kind: LockKind,
+    pub write: bool,
+    /// Byte range (POSIX and OFD): first byte, and last byte (None: to the end of file).
+    pub start: u64,
+    pub end: Option<u64>,
 }
 
 /// One mapping of the address space.
@@ -222,11 +253,17 @@ impl ProcessState {
                 "process section version {version} is not supported (this crum reads {PROCESS_STATE_OLDEST} to {PROCESS_STATE_VERSION})"
             ));
         }
-        // Version 1 is version 2 without its last field, `hook_sections`: an empty list is
-        // the single byte 0.
+        // Each older version is the next one without its last fields (version 1 lacks
+        // `hook_sections`, version 2 `locks` and `pipe_sizes`): an empty list is the single
+        // byte 0.
         let owned;
-        let bytes = if version == 1 {
-            owned = [bytes, &[0u8]].concat();
+        let missing = match version {
+            1 => 3,
+            2 => 2,
+            _ => 0,
+        };
+        let bytes = if missing > 0 {
+            owned = [bytes, &[0u8; 3][..missing]].concat();
             &owned[..]
         } else {
             bytes
@@ -296,6 +333,8 @@ mod tests {
             rlimits: vec![(1, 2)],
             umask: 0o022,
             hook_sections: vec!["crum.device".into(), "crum.device.data".into()],
+            locks: vec![FileLock { fd: 5, kind: LockKind::Posix, write: true, start: 10, end: Some(19) }],
+            pipe_sizes: vec![(77, 1 << 20)],
         }
     }
 
@@ -356,13 +395,28 @@ mod tests {
         let mut s = sample(vec![], vec![]);
         s.version = 1;
         s.hook_sections.clear();
+        s.locks.clear();
+        s.pipe_sizes.clear();
         let mut b = s.encode();
-        assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
+        for _ in 0..3 {
+            assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
+        }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
         // ... and a version 1 section with bytes left over is still refused.
         b.push(7);
         b.push(0);
         assert!(ProcessState::decode(&b).is_err());
+    }
+
+    #[test]
+    fn version_2_sections_still_decode_with_no_locks() {
+        let mut s = sample(vec![], vec![]);
+        s.version = 2;
+        s.locks.clear();
+        s.pipe_sizes.clear();
+        let mut b = s.encode();
+        b.truncate(b.len() - 2);
+        assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
     /// bincode's varint for `v`.

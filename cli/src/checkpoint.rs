@@ -84,7 +84,7 @@ fn one(sock_dir: &Path, pid: u32, args: &Args) -> anyhow::Result<PathBuf> {
     pb.finish_and_clear();
     let done = r.with_context(|| format!("checkpoint of process {pid}"))?;
     for w in &done.warnings {
-        eprintln!("crum: warning: process {pid}: {w}; a restart of this image will fail (--strict: write none)");
+        eprintln!("crum: warning: process {pid}: {w} (--strict: no image)");
     }
     Ok(done.path)
 }

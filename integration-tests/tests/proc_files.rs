@@ -77,3 +77,33 @@ fn restart_names_a_socket_it_cannot_restore() {
     assert!(err.contains("fd ") && err.contains("socket:["), "error does not name the socket: {err}");
     assert!(r.output().is_empty());
 }
+
+#[test]
+fn file_locks_and_an_enlarged_pipe_full_beyond_the_default_come_back() {
+    scenario("locks_pipesize", &["40", "15"]);
+}
+
+#[test]
+fn restart_refuses_naming_the_file_when_another_process_took_the_programs_lock() {
+    use std::os::fd::AsRawFd;
+    let sb = Sandbox::new();
+    let prog = build_c("locks_pipesize");
+    let mut p = run_under_crum(&sb, &prog, &["2000", "10"], &[], "run.out");
+    p.wait_lines(3);
+    let img = checkpoint(&sb, p.pid());
+    p.kill9();
+    // Someone else has the file's flock by the time of the restart.
+    let other = std::fs::File::open(sb.path("run/a.lock")).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    let mut r = restart(&sb, &img, "restart.out");
+    assert_eq!(r.wait_exit(), 1);
+    let err = r.stderr();
+    assert!(err.contains("flock") && err.contains("a.lock") && err.contains("another process holds it"), "not named: {err}");
+    assert!(r.output().is_empty(), "the program ran: {}", r.output());
+    // Given back, the same image restarts.
+    drop(other);
+    let mut r = restart(&sb, &img, "restart2.out");
+    r.wait_lines(2);
+    r.kill9();
+}

@@ -320,6 +320,10 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
                     Some(&p) => p,
                     None => {
                         let p = sys::pipe_high(base)?;
+                        // Its capacity first: data beyond the default's would not fit.
+                        if let Some(&(_, size)) = st.pipe_sizes.iter().find(|(i, _)| i == id) {
+                            sys::set_pipe_size(p.1, size)?;
+                        }
                         pipes.insert(*id, p);
                         p
                     }
@@ -364,6 +368,9 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     for (_, (r, w)) in pipes {
         sys::close(r);
         sys::close(w);
+    }
+    for l in &st.locks {
+        sys::take_lock(l)?;
     }
     Ok(())
 }
@@ -456,6 +463,8 @@ mod tests {
             rlimits: vec![],
             umask: 0o022,
             hook_sections: vec![],
+            locks: vec![],
+            pipe_sizes: vec![],
         }
     }
 

@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::path::Path;
 
 use crum_ckpt::agent::{RestartInfo, RESTART_MAGIC};
-use crum_ckpt::state::SigAction;
+use crum_ckpt::state::{FileLock, LockKind, SigAction};
 
 use crate::{sys_err, RestartError};
 
@@ -87,6 +87,58 @@ pub fn dup_to(from: i32, to: i32, cloexec: bool) -> Result<(), RestartError> {
     // SAFETY: both fds are ours (to is free or a placeholder of ours).
     if unsafe { libc::dup3(from, to, if cloexec { libc::O_CLOEXEC } else { 0 }) } < 0 {
         return Err(sys_err(format!("placing fd {to}")));
+    }
+    Ok(())
+}
+
+/// Sets a pipe's capacity (`F_SETPIPE_SZ`).
+pub fn set_pipe_size(fd: i32, size: u32) -> Result<(), RestartError> {
+    // SAFETY: fcntl with an integer argument on our own descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, size as libc::c_int) } < 0 {
+        return Err(sys_err(format!("setting a pipe's capacity to {size} bytes")));
+    }
+    Ok(())
+}
+
+/// Takes a lock the program held again, without waiting: one held by someone else by now is
+/// an error naming it.
+pub fn take_lock(l: &FileLock) -> Result<(), RestartError> {
+    let what = || {
+        let file = std::fs::read_link(format!("/proc/self/fd/{}", l.fd)).map(|p| p.display().to_string()).unwrap_or_default();
+        let range = match l.end {
+            Some(e) => format!("bytes {}-{e}", l.start),
+            None => format!("bytes {}-end", l.start),
+        };
+        let mode = if l.write { "write" } else { "read" };
+        match l.kind {
+            LockKind::Flock => format!("taking the program's {mode} flock on fd {} ({file}) again", l.fd),
+            LockKind::Posix => format!("taking the program's POSIX {mode} lock on fd {} ({file}, {range}) again", l.fd),
+            LockKind::Ofd => format!("taking the program's OFD {mode} lock on fd {} ({file}, {range}) again", l.fd),
+            LockKind::Lease => format!("taking the program's {mode} lease on fd {} ({file}) again", l.fd),
+        }
+    };
+    // SAFETY: lock operations on the program's descriptor with a live, fully initialised
+    // struct flock.
+    let r = unsafe {
+        match l.kind {
+            LockKind::Flock => libc::flock(l.fd, if l.write { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB),
+            LockKind::Posix | LockKind::Ofd => {
+                let mut fl: libc::flock = std::mem::zeroed();
+                fl.l_type = if l.write { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
+                fl.l_whence = libc::SEEK_SET as i16;
+                fl.l_start = l.start as libc::off_t;
+                fl.l_len = l.end.map_or(0, |e| (e + 1).saturating_sub(l.start)) as libc::off_t;
+                let cmd = if l.kind == LockKind::Posix { libc::F_SETLK } else { libc::F_OFD_SETLK };
+                libc::fcntl(l.fd, cmd, &fl)
+            }
+            LockKind::Lease => libc::fcntl(l.fd, libc::F_SETLEASE, if l.write { libc::F_WRLCK } else { libc::F_RDLCK }),
+        }
+    };
+    if r != 0 {
+        let err = std::io::Error::last_os_error();
+        let held = matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES));
+        let what = if held { format!("{} (another process holds it now)", what()) } else { what() };
+        return Err(RestartError::Sys { what, source: err });
     }
     Ok(())
 }

@@ -183,6 +183,8 @@ fn build(spec: &Spec) -> Built {
         rlimits: vec![(1024, 4096)],
         umask: 0o022,
         hook_sections: hooks,
+        locks: vec![],
+        pipe_sizes: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -661,8 +663,13 @@ fn version_1_images_still_validate() {
     let mut st = ProcessState::decode(&b.process).unwrap();
     st.version = 1;
     st.hook_sections.clear();
+    st.locks.clear();
+    st.pipe_sizes.clear();
     b.process = st.encode();
-    assert_eq!(b.process.pop(), Some(0));
+    // Version 1 ends before `hook_sections`, `locks` and `pipe_sizes` (empty: one 0 each).
+    for _ in 0..3 {
+        assert_eq!(b.process.pop(), Some(0));
+    }
     let img = write(tmp.path(), &b);
     let plan = crum_restart::validate(&img).unwrap();
     assert!(plan.has_device());
