@@ -9,7 +9,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::state::{FdKind, FdState, FileLock, LockKind, Region, RegionKind, SigAction, Special};
+use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, Region, RegionKind, SigAction, Special};
 
 /// Names of the kernel special mappings that must follow the program to the same address.
 pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
@@ -475,22 +475,136 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
                 ino: st.st_ino,
                 dir: false,
             },
+            0 if link.starts_with("anon_inode:") => anon_inode(fd, &link),
             _ => FdKind::Unsupported { what: link.clone() },
         };
         out.push(FdState { fd, flags, kind });
     }
-    // Pipes: both ends must be here; the read end carries the buffered bytes.
+    // Pipes: both ends must be here; the read end carries the buffered bytes (one read end:
+    // a pipe whose read end is open twice, e.g. again through /proc/self/fd, has one queue).
+    let mut drained: Vec<u64> = Vec::new();
     for e in out.iter_mut() {
         let FdKind::Pipe { id, read, .. } = e.kind else { continue };
         let other = pipes.iter().any(|&(f, i, r)| i == id && r != read && f != e.fd);
         if !other {
             e.kind = FdKind::Unsupported { what: format!("pipe:[{id}] to another process") };
-        } else if read {
+        } else if read && !drained.contains(&id) {
+            drained.push(id);
             let data = drain_pipe(e.fd, &pipes, id);
             e.kind = FdKind::Pipe { id, read, data };
         }
     }
+    // An epoll instance's watches must name descriptors that are here and restored.
+    let restorable: Vec<i32> = out.iter().filter(|e| e.kind.problem().is_none()).map(|e| e.fd).collect();
+    for e in out.iter_mut() {
+        let FdKind::Epoll { watches } = &e.kind else { continue };
+        if let Some(w) = watches.iter().find(|w| !restorable.contains(&w.fd)) {
+            e.kind = FdKind::Unsupported {
+                what: format!("anon_inode:[eventpoll] watching fd {}, which is not restored", w.fd),
+            };
+        }
+    }
     out
+}
+
+/// The lines of /proc/self/fdinfo/<fd> as (key, value) pairs.
+fn fdinfo_fields(fd: i32) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// An eventfd, timerfd, signalfd or epoll instance, from its fdinfo; other anonymous
+/// inodes (inotify, pidfd, userfaultfd, io_uring…) are named as unsupported.
+fn anon_inode(fd: i32, link: &str) -> FdKind {
+    let unsupported = || FdKind::Unsupported { what: link.to_string() };
+    let f = fdinfo_fields(fd);
+    let get = |k: &str| f.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    match link {
+        "anon_inode:[eventfd]" => {
+            // Hexadecimal ("%16llx").
+            let Some(count) = get("eventfd-count").and_then(|v| u64::from_str_radix(v, 16).ok()) else { return unsupported() };
+            // Kernels before 6.6 do not say whether it counts as a semaphore.
+            let Some(sem) = get("eventfd-semaphore") else {
+                return FdKind::Unsupported { what: format!("{link} (this kernel does not tell whether it is a semaphore)") };
+            };
+            FdKind::EventFd { count, semaphore: sem == "1" }
+        }
+        "anon_inode:[timerfd]" => {
+            // Forwards an expired periodic timer, adding its overruns to the ticks (a read
+            // would count them the same), so that fdinfo's it_value is the time to the next
+            // expiry.
+            // SAFETY: timerfd_gettime writes into a live local.
+            let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { libc::timerfd_gettime(fd, &mut cur) } != 0 {
+                return unsupported();
+            }
+            let f = fdinfo_fields(fd);
+            let get = |k: &str| f.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+            let (Some(clock), Some(ticks), Some(sflags)) = (
+                get("clockid").and_then(|v| v.parse::<i32>().ok()),
+                get("ticks").and_then(|v| v.parse::<u64>().ok()),
+                get("settime flags").and_then(|v| u32::from_str_radix(v, 8).ok()),
+            ) else {
+                return unsupported();
+            };
+            let value_ns = cur.it_value.tv_sec as u64 * 1_000_000_000 + cur.it_value.tv_nsec as u64;
+            let interval_ns = cur.it_interval.tv_sec as u64 * 1_000_000_000 + cur.it_interval.tv_nsec as u64;
+            let realtime_deadline = clock == libc::CLOCK_REALTIME && sflags & libc::TFD_TIMER_ABSTIME as u32 != 0;
+            let mut deadline_ns = 0;
+            if realtime_deadline && value_ns != 0 {
+                // SAFETY: clock_gettime writes into a live local.
+                let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+                deadline_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64 + value_ns;
+            }
+            FdKind::TimerFd {
+                clock,
+                realtime_deadline,
+                cancel_on_set: sflags & 2 != 0,
+                value_ns,
+                interval_ns,
+                ticks,
+                deadline_ns,
+            }
+        }
+        "anon_inode:[signalfd]" => match get("sigmask").and_then(|v| u64::from_str_radix(v, 16).ok()) {
+            Some(mask) => FdKind::SignalFd { mask },
+            None => unsupported(),
+        },
+        "anon_inode:[eventpoll]" => {
+            let mut watches = Vec::new();
+            let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            for l in text.lines().filter(|l| l.starts_with("tfd:")) {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let at = |k: &str| w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1)).copied();
+                let (Some(tfd), Some(events), Some(data), Some(ino)) = (
+                    at("tfd:").and_then(|v| v.parse::<i32>().ok()),
+                    at("events:").and_then(|v| u32::from_str_radix(v, 16).ok()),
+                    at("data:").and_then(|v| u64::from_str_radix(v, 16).ok()),
+                    l.split_whitespace().find_map(|x| x.strip_prefix("ino:")).and_then(|v| u64::from_str_radix(v, 16).ok()),
+                ) else {
+                    return FdKind::Unsupported { what: format!("{link} with an entry the kernel describes as '{l}'") };
+                };
+                // The number it was added by must still name that file.
+                // SAFETY: fstat into a live local.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                if unsafe { libc::fstat(tfd, &mut st) } != 0 || st.st_ino != ino {
+                    return FdKind::Unsupported {
+                        what: format!("{link} watching a file no longer open at fd {tfd} (closed or replaced since it was added)"),
+                    };
+                }
+                watches.push(EpollWatch { fd: tfd, events, data });
+            }
+            FdKind::Epoll { watches }
+        }
+        _ => unsupported(),
+    }
 }
 
 /// Takes the bytes buffered in a pipe and puts them back at once (the program keeps running
@@ -675,5 +789,61 @@ mod tests {
         assert_eq!(locks.len(), 2, "{locks:?}");
         assert!(locks.contains(&FileLock { fd, kind: LockKind::Flock, write: false, start: 0, end: None }));
         assert!(locks.contains(&FileLock { fd, kind: LockKind::Posix, write: true, start: 4, end: Some(7) }));
+    }
+
+    #[test]
+    fn event_objects_are_captured_from_their_fdinfo() {
+        // SAFETY: fd-creating calls into live locals; every fd is closed below.
+        let (ev, tfd, sfd, ep, p0, again) = unsafe {
+            let ev = libc::eventfd(0, libc::EFD_SEMAPHORE);
+            let big: u64 = 0x1_2345_6789;
+            assert_eq!(libc::write(ev, &big as *const u64 as *const libc::c_void, 8), 8);
+            let tfd = libc::timerfd_create(libc::CLOCK_MONOTONIC, 0);
+            let its = libc::itimerspec {
+                it_interval: libc::timespec { tv_sec: 1, tv_nsec: 0 },
+                it_value: libc::timespec { tv_sec: 100, tv_nsec: 0 },
+            };
+            assert_eq!(libc::timerfd_settime(tfd, 0, &its, std::ptr::null_mut()), 0);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigaddset(&mut set, libc::SIGUSR2);
+            let sfd = libc::signalfd(-1, &set, 0);
+            let ep = libc::epoll_create1(0);
+            let mut e = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: 77 };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, ev, &mut e), 0);
+            // A pipe whose read end is open twice (a second open file description).
+            let mut p = [0i32; 2];
+            assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
+            assert_eq!(libc::write(p[1], b"once".as_ptr() as *const libc::c_void, 4), 4);
+            let path = std::ffi::CString::new(format!("/proc/self/fd/{}", p[0])).unwrap();
+            let again = libc::open(path.as_ptr(), libc::O_RDONLY);
+            (ev, tfd, sfd, ep, p, again)
+        };
+        let mut own = Vec::new();
+        let list = fds(&[], None, &mut own);
+        let get = |fd: i32| list.iter().find(|f| f.fd == fd).unwrap_or_else(|| panic!("fd {fd} missing")).kind.clone();
+        let kinds = [get(ev), get(tfd), get(sfd), get(ep), get(p0[0]), get(again)];
+        // SAFETY: our own descriptors, closed once.
+        unsafe {
+            for fd in [ev, tfd, sfd, ep, p0[0], p0[1], again] {
+                libc::close(fd);
+            }
+        }
+        assert_eq!(kinds[0], FdKind::EventFd { count: 0x1_2345_6789, semaphore: true });
+        let FdKind::TimerFd { clock, value_ns, interval_ns, ticks, realtime_deadline, .. } = kinds[1] else {
+            panic!("{:?}", kinds[1])
+        };
+        assert_eq!((clock, interval_ns, ticks, realtime_deadline), (libc::CLOCK_MONOTONIC, 1_000_000_000, 0, false));
+        assert!(value_ns > 90_000_000_000 && value_ns <= 100_000_000_000, "{value_ns}");
+        assert_eq!(kinds[2], FdKind::SignalFd { mask: 1 << (libc::SIGUSR2 - 1) });
+        let FdKind::Epoll { ref watches } = kinds[3] else { panic!("{:?}", kinds[3]) };
+        assert_eq!(watches.len(), 1);
+        assert_eq!((watches[0].fd, watches[0].data), (ev, 77));
+        assert_ne!(watches[0].events & libc::EPOLLET as u32, 0);
+        // The bytes queued in the pipe are carried once, not once per read end.
+        let carried: Vec<usize> = kinds[4..]
+            .iter()
+            .map(|k| if let FdKind::Pipe { data, .. } = k { data.len() } else { panic!("{k:?}") })
+            .collect();
+        assert_eq!(carried.iter().sum::<usize>(), 4, "{carried:?}");
     }
 }

@@ -211,6 +211,34 @@ pub enum FdKind {
         #[serde(deserialize_with = "bounded::string")]
         what: String,
     },
+    /// An eventfd: its counter and whether it counts as a semaphore.
+    EventFd { count: u64, semaphore: bool },
+    /// A timerfd, re-armed at restart with the time that was left (as if the program had
+    /// been paused; an absolute `CLOCK_REALTIME` timer keeps its wall-clock deadline), and
+    /// the expirations not read yet.
+    TimerFd {
+        clock: i32,
+        /// `TFD_TIMER_ABSTIME` on `CLOCK_REALTIME`: `deadline_ns` (since the epoch) is kept.
+        realtime_deadline: bool,
+        cancel_on_set: bool,
+        value_ns: u64,
+        interval_ns: u64,
+        ticks: u64,
+        deadline_ns: u64,
+    },
+    /// A signalfd and the signals it takes.
+    SignalFd { mask: u64 },
+    /// An epoll instance and what it watches (added again once every descriptor is back).
+    Epoll { watches: Vec<EpollWatch> },
+}
+
+/// One entry of an epoll interest list: the watched descriptor (the number it was added by,
+/// checked to still name that file), the events and the user data.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EpollWatch {
+    pub fd: i32,
+    pub events: u32,
+    pub data: u64,
 }
 
 impl FdKind {
@@ -352,12 +380,24 @@ mod tests {
 
     fn fd() -> impl Strategy<Value = FdState> {
         (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
-            let kind = match fd % 6 {
+            let kind = match fd % 10 {
                 0 => FdKind::Pipe { id: flags as u64, read: true, data },
                 1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
                 2 => FdKind::Dup { of: fd / 2 },
                 3 => FdKind::Unsupported { what: path },
                 4 => FdKind::Inherited { what: path },
+                5 => FdKind::EventFd { count: flags as u64, semaphore: fd % 3 == 0 },
+                6 => FdKind::TimerFd {
+                    clock: 1,
+                    realtime_deadline: fd % 3 == 0,
+                    cancel_on_set: false,
+                    value_ns: 5,
+                    interval_ns: flags as u64,
+                    ticks: 2,
+                    deadline_ns: 9,
+                },
+                7 => FdKind::SignalFd { mask: flags as u64 },
+                8 => FdKind::Epoll { watches: vec![EpollWatch { fd: 3, events: flags, data: 7 }] },
                 _ => FdKind::ControlListener,
             };
             FdState { fd, flags, kind }

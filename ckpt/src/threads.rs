@@ -4,7 +4,8 @@
 //! The agent gives each thread a slot, reads what system call it is blocked in
 //! (`/proc/self/task/<tid>/syscall`) and sends it [`stop_signal`]. The thread's handler
 //! records its kernel-side state (TLS base, robust futex list, clear-child-tid address),
-//! repairs an interrupted relative sleep so it resumes instead of returning `EINTR`, saves a
+//! repairs an interrupted sleep or wait (`nanosleep`, `poll`, `epoll_wait`, `sigsuspend`…) so
+//! it resumes instead of returning `EINTR`, saves a
 //! resumable point with [`crum_call_saved`] and waits on a futex. Its registers at the
 //! interruption are in the kernel's signal frame on its own stack; when the handler returns,
 //! `rt_sigreturn` restores them, the signal mask and the alternate stack, and a system call
@@ -263,18 +264,47 @@ const REG_RAX: usize = 13;
 const REG_RIP: usize = 16;
 const TIMER_ABSTIME: i64 = 1;
 
+/// System calls that a handled signal ends with `EINTR` whatever `SA_RESTART` says
+/// (signal(7)), besides the sleeps: interrupted by crum's stop signal, which the program must
+/// not notice, they are issued again. Waits with a timeout in a register (`poll`,
+/// `epoll_wait`) wait their full timeout again; `select`, `ppoll` and `pselect6` have had
+/// the time left written back by the kernel.
+const REISSUED: [i64; 15] = [
+    libc::SYS_poll,
+    libc::SYS_select,
+    libc::SYS_pause,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_rt_sigsuspend,
+    libc::SYS_epoll_wait,
+    libc::SYS_pselect6,
+    libc::SYS_ppoll,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_msgrcv,
+    libc::SYS_msgsnd,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_io_getevents,
+];
+
 /// A relative `nanosleep`/`clock_nanosleep` interrupted by a handled signal returns
 /// `EINTR` whatever `SA_RESTART` says. Rewrite the frame so the sleep is re-issued for the
 /// remaining time (known when the caller passed `rem`; otherwise the full request) — absolute
-/// sleeps simply restart.
-fn fix_interrupted_sleep(slot: &Slot, uc: *mut libc::ucontext_t) {
+/// sleeps simply restart. The waits of [`REISSUED`] are re-issued as they were.
+fn fix_interrupted_call(slot: &Slot, uc: *mut libc::ucontext_t) {
     let nr = slot.sys_nr.load(Relaxed);
-    if nr != libc::SYS_nanosleep && nr != libc::SYS_clock_nanosleep {
+    let sleep = nr == libc::SYS_nanosleep || nr == libc::SYS_clock_nanosleep;
+    if !sleep && !REISSUED.contains(&nr) {
         return;
     }
     // SAFETY: `uc` is the kernel's ucontext for this handler invocation, live on our stack.
     let g = unsafe { &mut (*uc).uc_mcontext.gregs };
     if g[REG_RIP] as u64 != slot.sys_pc.load(Relaxed) || g[REG_RAX] != -(libc::EINTR as i64) {
+        return;
+    }
+    if !sleep {
+        g[REG_RAX] = nr;
+        g[REG_RIP] -= 2;
         return;
     }
     let (req_reg, rem_reg, absolute) = if nr == libc::SYS_nanosleep {
@@ -304,7 +334,7 @@ extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *
         let slot = &SLOTS[idx];
         if slot.state.load(Acquire) == SIGNALLED {
             record_kernel_state(slot);
-            fix_interrupted_sleep(slot, uc as *mut libc::ucontext_t);
+            fix_interrupted_call(slot, uc as *mut libc::ucontext_t);
             // SAFETY: `park` runs on this stack; the saved point stays valid while it waits,
             // which is when images are taken.
             unsafe { crum_call_saved(park, idx as u64, slot.rsp.as_ptr()) };

@@ -307,6 +307,8 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     restore_stdio(st, base)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
+    // Interest lists are filled once every descriptor they name is back.
+    let mut epolls: Vec<(i32, &Vec<crum_ckpt::state::EpollWatch>)> = Vec::new();
     for f in &fds {
         let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
         let status_flags = (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32) as i32;
@@ -341,6 +343,13 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
                 continue;
             }
             FdKind::ControlListener => sys::control_listener()?,
+            FdKind::EventFd { count, semaphore } => sys::eventfd(*count, *semaphore)?,
+            FdKind::TimerFd { .. } => sys::timerfd(&f.kind)?,
+            FdKind::SignalFd { mask } => sys::signalfd(*mask)?,
+            FdKind::Epoll { watches } => {
+                epolls.push((f.fd, watches));
+                sys::epoll()?
+            }
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
             FdKind::Inherited { .. } if passed_on.contains(&f.fd) => {
                 sys::set_cloexec(f.fd, cloexec);
@@ -368,6 +377,11 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     for (_, (r, w)) in pipes {
         sys::close(r);
         sys::close(w);
+    }
+    for (ep, watches) in epolls {
+        for w in watches {
+            sys::epoll_add(ep, w)?;
+        }
     }
     for l in &st.locks {
         sys::take_lock(l)?;

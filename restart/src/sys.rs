@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::path::Path;
 
 use crum_ckpt::agent::{RestartInfo, RESTART_MAGIC};
-use crum_ckpt::state::{FileLock, LockKind, SigAction};
+use crum_ckpt::state::{EpollWatch, FdKind, FileLock, LockKind, SigAction};
 
 use crate::{sys_err, RestartError};
 
@@ -87,6 +87,94 @@ pub fn dup_to(from: i32, to: i32, cloexec: bool) -> Result<(), RestartError> {
     // SAFETY: both fds are ours (to is free or a placeholder of ours).
     if unsafe { libc::dup3(from, to, if cloexec { libc::O_CLOEXEC } else { 0 }) } < 0 {
         return Err(sys_err(format!("placing fd {to}")));
+    }
+    Ok(())
+}
+
+fn fd_or_err(fd: i32, what: impl Into<String>) -> Result<i32, RestartError> {
+    if fd < 0 {
+        return Err(sys_err(what));
+    }
+    Ok(fd)
+}
+
+/// A new eventfd holding `count`.
+pub fn eventfd(count: u64, semaphore: bool) -> Result<i32, RestartError> {
+    let flags = if semaphore { libc::EFD_SEMAPHORE } else { 0 };
+    // SAFETY: creates a descriptor; no memory is passed.
+    let fd = fd_or_err(unsafe { libc::eventfd(0, flags) }, "creating an eventfd")?;
+    if count > 0 {
+        // The counter is 64-bit; eventfd's initial value only 32.
+        write_all(fd, &count.to_ne_bytes())?;
+    }
+    Ok(fd)
+}
+
+/// `_IOW('T', 0, u64)`: sets a timerfd's count of unread expirations.
+const TFD_IOC_SET_TICKS: u64 = (1 << 30) | (8 << 16) | ((b'T' as u64) << 8);
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+}
+
+/// A new timerfd armed as a [`FdKind::TimerFd`] describes, with its unread expirations.
+pub fn timerfd(k: &FdKind) -> Result<i32, RestartError> {
+    let FdKind::TimerFd { clock, realtime_deadline, cancel_on_set, value_ns, interval_ns, ticks, deadline_ns } = *k else {
+        return Err(RestartError::Invalid("not a timerfd".into()));
+    };
+    // SAFETY: creates a descriptor; no memory is passed.
+    let fd = fd_or_err(unsafe { libc::timerfd_create(clock, 0) }, format!("creating a timerfd on clock {clock}"))?;
+    let mut flags = 0;
+    let value = if realtime_deadline && value_ns != 0 {
+        flags |= libc::TFD_TIMER_ABSTIME;
+        if cancel_on_set {
+            flags |= libc::TFD_TIMER_CANCEL_ON_SET;
+        }
+        timespec(deadline_ns)
+    } else {
+        timespec(value_ns)
+    };
+    let its = libc::itimerspec { it_interval: timespec(interval_ns), it_value: value };
+    // SAFETY: the itimerspec is live; the old value is not asked for.
+    if unsafe { libc::timerfd_settime(fd, flags, &its, std::ptr::null_mut()) } != 0 {
+        return Err(sys_err("arming a timerfd"));
+    }
+    if ticks > 0 {
+        // SAFETY: the ioctl reads one u64 from the live local.
+        if unsafe { libc::ioctl(fd, TFD_IOC_SET_TICKS as _, &ticks as *const u64) } != 0 {
+            return Err(sys_err(format!("giving a timerfd back its {ticks} unread expirations (TFD_IOC_SET_TICKS)")));
+        }
+    }
+    Ok(fd)
+}
+
+/// A new signalfd for the signals of `mask` (bit n-1: signal n).
+pub fn signalfd(mask: u64) -> Result<i32, RestartError> {
+    // SAFETY: a sigset_t is plain data; sigaddset writes into the live local.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    for sig in 1..=64 {
+        if mask & (1 << (sig - 1)) != 0 {
+            // SAFETY: as above.
+            unsafe { libc::sigaddset(&mut set, sig) };
+        }
+    }
+    // SAFETY: the set is live; -1 creates a new descriptor.
+    fd_or_err(unsafe { libc::signalfd(-1, &set, 0) }, "creating a signalfd")
+}
+
+/// A new, empty epoll instance.
+pub fn epoll() -> Result<i32, RestartError> {
+    // SAFETY: creates a descriptor.
+    fd_or_err(unsafe { libc::epoll_create1(0) }, "creating an epoll instance")
+}
+
+/// Adds one watch of the program's interest list to the epoll instance at `ep`.
+pub fn epoll_add(ep: i32, w: &EpollWatch) -> Result<(), RestartError> {
+    // EPOLLERR and EPOLLHUP are always reported; the kernel adds them itself.
+    let mut ev = libc::epoll_event { events: w.events, u64: w.data };
+    // SAFETY: the event is live; both are the program's descriptors.
+    if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, w.fd, &mut ev) } != 0 {
+        return Err(sys_err(format!("adding fd {} to the interest list of epoll fd {ep}", w.fd)));
     }
     Ok(())
 }
