@@ -1,5 +1,8 @@
 /* Anonymous private and shared mappings, a private (copy-on-write) file mapping that is
- * written to, a read-only shared file mapping, and a PROT_NONE guard page. */
+ * written to, a read-only shared file mapping of a file opened read-write (which the
+ * program can make writable at any time: checked at every step), and a PROT_NONE guard
+ * page. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +35,11 @@ int main(int argc, char **argv) {
         unsigned long s1 = 0, s2 = 0, s3 = 0, s4 = 0;
         for (size_t j = 0; j < len; j += 64) { s1 += anon[j]; s2 += shanon[j]; }
         for (size_t j = 0; j < 65536; j++) { s3 += priv[j] * (j & 15); s4 += shro[j]; }
+        if (mprotect(shro, 65536, PROT_READ | PROT_WRITE) != 0) {
+            printf("FAIL: the shared file mapping cannot be made writable: %s\n", strerror(errno));
+            return 1;
+        }
+        mprotect(shro, 65536, PROT_READ);
         printf("step %d anon %lu shared %lu private-file %lu shared-file %lu\n", i, s1, s2, s3, s4);
         struct timespec ts = { 0, ms * 1000000L };
         nanosleep(&ts, NULL);

@@ -78,9 +78,15 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapErr
         let mut fd = -1;
         if shared_file {
             let c = std::ffi::CString::new(r.name.clone()).map_err(|_| MapError::Other(RestartError::Invalid("bad mapped file name".into())))?;
-            let acc = if r.prot & libc::PROT_WRITE as u32 != 0 { libc::O_RDWR } else { libc::O_RDONLY };
+            // Read-write where the file allows it, even for a mapping read-only now: the
+            // program may make it writable later (mprotect), which a mapping of a read-only
+            // descriptor refuses. Read-only only when the file cannot be opened for writing.
             // SAFETY: NUL-terminated path.
-            fd = unsafe { libc::open(c.as_ptr(), acc | libc::O_CLOEXEC) };
+            fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            if fd < 0 && r.prot & libc::PROT_WRITE as u32 == 0 {
+                // SAFETY: as above.
+                fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            }
             if fd < 0 {
                 return Err(MapError::Other(sys_err(format!("opening mapped file {name}"))));
             }
