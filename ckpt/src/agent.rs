@@ -1130,6 +1130,34 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         let ex = EXCLUDED_REGIONS.lock().unwrap_or_else(|e| e.into_inner());
         regions.retain(|r| !ex.iter().any(|&(a, b)| r.start >= a && r.end <= b));
     }
+    // Shared memory with an identity beyond its bytes comes back as new shared memory with
+    // the same bytes: said, where the program could notice.
+    for r in regions.iter().filter(|r| matches!(r.kind, RegionKind::SharedAnon)) {
+        let name = r.name.as_str();
+        if name.starts_with("/SYSV") {
+            problems.push(format!(
+                "SysV shared memory {:#x}-{:#x} ({name}) comes back as unnamed shared memory: its id means nothing after a restart",
+                r.start, r.end
+            ));
+            continue;
+        }
+        let base = name.strip_suffix(" (deleted)").unwrap_or(name);
+        let (memfd, path) = match base.strip_prefix("/memfd:") {
+            Some(n) => (true, n),
+            None => (false, base),
+        };
+        if let Some(f) = state.fds.iter().find(|f| {
+            matches!(&f.kind, FdKind::DeletedFile { path: p, memfd: m, .. } if p == path && *m == memfd)
+        }) {
+            problems.push(format!(
+                "shared mapping {:#x}-{:#x} of {name} is also open at fd {}: after a restart the mapping and the fd are separate copies",
+                r.start, r.end, f.fd
+            ));
+        }
+    }
+    if strict && !problems.is_empty() {
+        return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
+    }
     state.regions = regions;
     state.specials = specials;
     let seq = SEQ.fetch_add(1, Relaxed) + 1;

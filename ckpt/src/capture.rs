@@ -398,6 +398,8 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
     let mut pipes: Vec<(i32, u64, bool)> = Vec::new();
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
+    // Deleted files whose contents are already carried (by inode).
+    let mut deleted: Vec<u64> = Vec::new();
     for fd in list {
         if skip.contains(&fd) {
             continue;
@@ -439,7 +441,9 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
         }
         let kind = match fmt {
             libc::S_IFREG | libc::S_IFDIR => {
-                if link.ends_with(" (deleted)") || !link.starts_with('/') {
+                if fmt == libc::S_IFREG && link.ends_with(" (deleted)") && link.starts_with('/') {
+                    deleted_file(fd, &link, &st, pos, &mut deleted)
+                } else if link.ends_with(" (deleted)") || !link.starts_with('/') {
                     FdKind::Unsupported { what: format!("deleted or unnamed file {link}") }
                 } else {
                     let mtime_ns = st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128;
@@ -505,6 +509,44 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
         }
     }
     out
+}
+
+/// Largest deleted file whose contents an image carries.
+pub const MAX_DELETED: u64 = 64 << 20;
+
+/// A regular file deleted while open, or a memfd: its contents (once per file).
+fn deleted_file(fd: i32, link: &str, st: &libc::stat, pos: u64, carried: &mut Vec<u64>) -> FdKind {
+    let name = link.strip_suffix(" (deleted)").unwrap_or(link);
+    let memfd = name.starts_with("/memfd:");
+    if !memfd && st.st_nlink > 0 {
+        // Still reachable under another name: a copy would part from it.
+        return FdKind::Unsupported { what: format!("{link} (deleted, but linked elsewhere)") };
+    }
+    let size = st.st_size as u64;
+    if size > MAX_DELETED {
+        return FdKind::Unsupported { what: format!("{link} ({size} bytes: crum carries deleted files up to {MAX_DELETED})") };
+    }
+    // SAFETY: F_GET_SEALS on our own descriptor (EINVAL for a file that takes none).
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) }.max(0) as u32;
+    let id = st.st_dev.rotate_left(32) ^ st.st_ino;
+    let data = if carried.contains(&id) {
+        None
+    } else {
+        let mut buf = vec![0u8; size as usize];
+        let mut off = 0usize;
+        while off < buf.len() {
+            // SAFETY: pread into the live buffer's remaining bytes (the offset is kept).
+            let n = unsafe { libc::pread(fd, buf[off..].as_mut_ptr() as *mut libc::c_void, buf.len() - off, off as libc::off_t) };
+            if n <= 0 {
+                return FdKind::Unsupported { what: format!("{link} (its contents cannot be read)") };
+            }
+            off += n as usize;
+        }
+        carried.push(id);
+        Some(buf)
+    };
+    let path = if memfd { name.trim_start_matches("/memfd:").to_string() } else { name.to_string() };
+    FdKind::DeletedFile { path, memfd, id, pos, data, seals }
 }
 
 /// The lines of /proc/self/fdinfo/<fd> as (key, value) pairs.

@@ -230,6 +230,20 @@ pub enum FdKind {
     SignalFd { mask: u64 },
     /// An epoll instance and what it watches (added again once every descriptor is back).
     Epoll { watches: Vec<EpollWatch> },
+    /// A regular file deleted while open, or a memfd: its contents are in the image (with
+    /// the first descriptor of the file, `id`; later ones of the same file open it again).
+    DeletedFile {
+        /// Its path when it was deleted (a memfd: its name).
+        #[serde(deserialize_with = "bounded::string")]
+        path: String,
+        memfd: bool,
+        id: u64,
+        pos: u64,
+        /// The contents (with the first descriptor of `id` only).
+        data: Option<Vec<u8>>,
+        /// A memfd's seals (`F_GET_SEALS`).
+        seals: u32,
+    },
 }
 
 /// One entry of an epoll interest list: the watched descriptor (the number it was added by,
@@ -380,7 +394,7 @@ mod tests {
 
     fn fd() -> impl Strategy<Value = FdState> {
         (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
-            let kind = match fd % 10 {
+            let kind = match fd % 11 {
                 0 => FdKind::Pipe { id: flags as u64, read: true, data },
                 1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
                 2 => FdKind::Dup { of: fd / 2 },
@@ -398,6 +412,7 @@ mod tests {
                 },
                 7 => FdKind::SignalFd { mask: flags as u64 },
                 8 => FdKind::Epoll { watches: vec![EpollWatch { fd: 3, events: flags, data: 7 }] },
+                9 => FdKind::DeletedFile { path, memfd: fd % 3 == 0, id: 4, pos: 1, data: Some(data), seals: 0 },
                 _ => FdKind::ControlListener,
             };
             FdState { fd, flags, kind }

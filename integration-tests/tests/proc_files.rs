@@ -107,3 +107,25 @@ fn restart_refuses_naming_the_file_when_another_process_took_the_programs_lock()
     r.wait_lines(2);
     r.kill9();
 }
+
+#[test]
+fn deleted_files_and_memfds_come_back_with_their_contents() {
+    scenario("deleted_files", &["40", "15"]);
+}
+
+#[test]
+fn a_shared_mapping_of_a_memfd_is_named_at_checkpoint_and_strict_writes_no_image() {
+    let sb = Sandbox::new();
+    let prog = build_c("memfd_shared");
+    let mut p = run_under_crum(&sb, &prog, &["4000", "10"], &[], "run.out");
+    p.wait_lines(3);
+    let c = checkpoint_output_with(&sb, p.pid(), &[]);
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(c.status.success(), "{err}");
+    assert!(err.contains("shared mapping") && err.contains("/memfd:crum-shared"), "not named: {err}");
+    let c = checkpoint_output_with(&sb, p.pid(), &["--strict"]);
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(!c.status.success() && err.contains("/memfd:crum-shared"), "{err}");
+    assert_eq!(sb.list_images().len(), 1, "--strict wrote an image");
+    p.kill9();
+}

@@ -307,6 +307,8 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     restore_stdio(st, base)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
+    // Deleted files made again: id → the program's fd that has it.
+    let mut deleted: HashMap<u64, i32> = HashMap::new();
     // Interest lists are filled once every descriptor they name is back.
     let mut epolls: Vec<(i32, &Vec<crum_ckpt::state::EpollWatch>)> = Vec::new();
     for f in &fds {
@@ -343,6 +345,21 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
                 continue;
             }
             FdKind::ControlListener => sys::control_listener()?,
+            FdKind::DeletedFile { path, memfd, id, pos, data, seals } => {
+                let acc = (f.flags as i32) & libc::O_ACCMODE;
+                let fd = match data {
+                    Some(bytes) => sys::deleted_file(path, *memfd, bytes, *seals, acc)?,
+                    None => {
+                        let Some(first) = deleted.get(id) else {
+                            return Err(RestartError::Invalid(format!("fd {}: deleted file {path} without its contents", f.fd)));
+                        };
+                        sys::open(&format!("/proc/self/fd/{first}"), acc)?
+                    }
+                };
+                sys::lseek(fd, *pos, path)?;
+                deleted.entry(*id).or_insert(f.fd);
+                fd
+            }
             FdKind::EventFd { count, semaphore } => sys::eventfd(*count, *semaphore)?,
             FdKind::TimerFd { .. } => sys::timerfd(&f.kind)?,
             FdKind::SignalFd { mask } => sys::signalfd(*mask)?,

@@ -98,6 +98,38 @@ fn fd_or_err(fd: i32, what: impl Into<String>) -> Result<i32, RestartError> {
     Ok(fd)
 }
 
+/// A file deleted while the program had it open (or a memfd), made again with its contents:
+/// an unnamed file (`O_TMPFILE`) in the directory it was in, or in the temporary directory
+/// if that is gone; a memfd with its name and seals. Opened with access mode `acc`.
+pub fn deleted_file(path: &str, memfd: bool, data: &[u8], seals: u32, acc: i32) -> Result<i32, RestartError> {
+    let fd = if memfd {
+        let name = cstr(path)?;
+        let flags = if seals != 0 { libc::MFD_ALLOW_SEALING } else { 0 };
+        // SAFETY: NUL-terminated name; creates a descriptor.
+        fd_or_err(unsafe { libc::memfd_create(name.as_ptr(), flags) }, format!("creating memfd {path}"))?
+    } else {
+        let dir = Path::new(path).parent().filter(|d| d.is_dir()).map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        let c = cstr(&dir.to_string_lossy())?;
+        // SAFETY: NUL-terminated path; creates a descriptor.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600) };
+        fd_or_err(fd, format!("creating an unnamed file in {} for deleted file {path}", dir.display()))?
+    };
+    write_all(fd, data)?;
+    if seals != 0 {
+        // SAFETY: fcntl with an integer argument on our own descriptor.
+        if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals as libc::c_int) } != 0 {
+            return Err(sys_err(format!("sealing memfd {path}")));
+        }
+    }
+    if acc == libc::O_RDWR {
+        return Ok(fd);
+    }
+    // Another open file description of the same file, with the program's access mode.
+    let again = open(&format!("/proc/self/fd/{fd}"), acc);
+    close(fd);
+    again
+}
+
 /// A new eventfd holding `count`.
 pub fn eventfd(count: u64, semaphore: bool) -> Result<i32, RestartError> {
     let flags = if semaphore { libc::EFD_SEMAPHORE } else { 0 };
