@@ -1085,6 +1085,11 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     }
     let (start_brk, brk) = capture::brk();
     let slots = threads::live_slots();
+    let program_tids: Vec<i32> = slots.iter().filter(|s| !s.3).map(|s| s.1).collect();
+    // (Taken and put back by the main thread when it stopped, before the interval timers
+    // are read here: taking a periodic SIGALRM re-arms its timer.)
+    let (pending_signals, signal_problems) = capture::pending_signals(&program_tids);
+    problems.extend(signal_problems);
     let main_slot = slots.iter().find(|s| s.1 == pid).map(|s| s.0).ok_or("the main thread has exited; crum needs it")?;
     let threads_info =
         slots.into_iter().map(|(slot, tid, fs_base, is_agent)| ThreadInfo { tid, slot: slot as u32, fs_base, is_agent }).collect();
@@ -1120,6 +1125,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         hook_sections: sections.iter().map(|(n, _)| n.clone()).collect(),
         locks,
         pipe_sizes,
+        pending_signals,
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -1744,6 +1750,8 @@ fn after_restart(h: &Hooks) -> Outcome {
         .collect();
     unmap_leftovers(&kept);
     restore_itimers(&state.itimers);
+    // (The waiting signals were queued again by the main thread: `threads::restored_main`.)
+    let lost_signals = threads::pending_signals().1;
     refresh_inherited();
     fix_curbrk();
     // Before any program thread runs (and opens a file): see `crate::writes`.
@@ -1780,6 +1788,9 @@ fn after_restart(h: &Hooks) -> Outcome {
     }
     for p in crate::attrs::refused() {
         eprintln!("crum: warning: {p}");
+    }
+    if lost_signals > 0 {
+        eprintln!("crum: warning: {lost_signals} signal(s) waiting at the checkpoint are not waiting again");
     }
     Outcome::Restarted
 }

@@ -9,7 +9,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, Region, RegionKind, SigAction, Special};
+use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, PendingSignal, Region, RegionKind, SigAction, Special};
 
 /// Names of the kernel special mappings that must follow the program to the same address.
 pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
@@ -161,6 +161,31 @@ pub fn sigactions() -> Vec<SigAction> {
         }
     }
     out
+}
+
+/// A mask line (`SigPnd:`) of a status file.
+fn status_mask(status: &str, key: &str) -> u64 {
+    status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0)
+}
+
+/// The signals sent to the process and not taken yet, in queue order (taken and put back by
+/// the main thread when it stopped: `threads::take_pending_signals`), and what a restart
+/// cannot bring back: signals sent to one thread alone, and any beyond what crum keeps.
+pub fn pending_signals(threads: &[i32]) -> (Vec<PendingSignal>, Vec<String>) {
+    let (list, lost) = crate::threads::pending_signals();
+    let out = list.into_iter().map(|(sig, info)| PendingSignal { sig, info }).collect();
+    let mut problems = Vec::new();
+    if lost > 0 {
+        problems.push(format!("{lost} queued signal(s) beyond the {} crum keeps: a restart does not bring them back", crate::threads::MAX_PENDING));
+    }
+    for &tid in threads {
+        let st = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap_or_default();
+        let private = status_mask(&st, "SigPnd:") & !(1u64 << (crate::threads::stop_signal() - 1));
+        if private != 0 {
+            problems.push(format!("thread {tid} has signals sent to it alone waiting (mask {private:#x}): a restart does not bring them back"));
+        }
+    }
+    (out, problems)
 }
 
 /// The three interval timers as (interval µs, value µs).

@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 pub const SECTION_PROCESS: &str = "process";
 /// Version of the [`ProcessState`] encoding written. Version 2 added
 /// [`ProcessState::hook_sections`] (at the end), version 3 [`ProcessState::locks`] and
-/// [`ProcessState::pipe_sizes`]; older versions are still read (with none of those).
+/// [`ProcessState::pipe_sizes`] and [`ProcessState::pending_signals`]; older versions are
+/// still read (with none of those).
 pub const PROCESS_STATE_VERSION: u32 = 3;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
@@ -68,6 +69,16 @@ pub struct ProcessState {
     /// Capacity of each pipe (by [`FdKind::Pipe`] id) whose size is not the default
     /// (version 3; none before).
     pub pipe_sizes: Vec<(u64, u32)>,
+    /// Signals sent to the process and not yet taken, in queue order (version 3; none
+    /// before).
+    pub pending_signals: Vec<PendingSignal>,
+}
+
+/// A process-directed signal waiting in the queue: its number and its `siginfo_t` bytes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PendingSignal {
+    pub sig: i32,
+    pub info: Vec<u8>,
 }
 
 /// Which kind of lock a [`FileLock`] is.
@@ -300,12 +311,12 @@ impl ProcessState {
         // byte 0.
         let owned;
         let missing = match version {
-            1 => 3,
-            2 => 2,
+            1 => 4,
+            2 => 3,
             _ => 0,
         };
         let bytes = if missing > 0 {
-            owned = [bytes, &[0u8; 3][..missing]].concat();
+            owned = [bytes, &[0u8; 4][..missing]].concat();
             &owned[..]
         } else {
             bytes
@@ -377,6 +388,7 @@ mod tests {
             hook_sections: vec!["crum.device".into(), "crum.device.data".into()],
             locks: vec![FileLock { fd: 5, kind: LockKind::Posix, write: true, start: 10, end: Some(19) }],
             pipe_sizes: vec![(77, 1 << 20)],
+            pending_signals: vec![PendingSignal { sig: 10, info: vec![1; 128] }],
         }
     }
 
@@ -452,8 +464,9 @@ mod tests {
         s.hook_sections.clear();
         s.locks.clear();
         s.pipe_sizes.clear();
+        s.pending_signals.clear();
         let mut b = s.encode();
-        for _ in 0..3 {
+        for _ in 0..4 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -469,8 +482,9 @@ mod tests {
         s.version = 2;
         s.locks.clear();
         s.pipe_sizes.clear();
+        s.pending_signals.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 2);
+        b.truncate(b.len() - 3);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 

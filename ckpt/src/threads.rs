@@ -325,6 +325,121 @@ fn fix_interrupted_call(slot: &Slot, uc: *mut libc::ucontext_t) {
     g[REG_RIP] -= 2;
 }
 
+/// Most process-directed signals one checkpoint takes from the queue (real-time ones queue).
+pub const MAX_PENDING: usize = 256;
+const INFO_WORDS: usize = 16; // sizeof(siginfo_t) / 8
+/// The queued signals of the process at the last stop, taken and put back by the main thread
+/// ([`take_pending_signals`]): numbers and `siginfo_t` words. Program memory, so a restored
+/// process has them too ([`requeue_pending_signals`]).
+static PENDING_SIGS: [AtomicI32; MAX_PENDING] = [const { AtomicI32::new(0) }; MAX_PENDING];
+static PENDING_INFO: [AtomicU64; MAX_PENDING * INFO_WORDS] = [const { AtomicU64::new(0) }; MAX_PENDING * INFO_WORDS];
+static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Signals that could not be queued again (more than [`MAX_PENDING`], or refused).
+static PENDING_LOST: AtomicUsize = AtomicUsize::new(0);
+
+/// A hexadecimal mask line (`key` followed by the value) of a status text.
+fn mask_line(text: &[u8], key: &[u8]) -> u64 {
+    let Some(at) = text.windows(key.len()).position(|w| w == key) else { return 0 };
+    let mut v = 0u64;
+    for &c in text[at + key.len()..].iter().skip_while(|c| c.is_ascii_whitespace()) {
+        let Some(d) = (c as char).to_digit(16) else { break };
+        v = (v << 4) | d as u64;
+    }
+    v
+}
+
+/// On the main thread (in its stop handler): takes every process-directed signal waiting in
+/// the queue with its `siginfo_t` and puts it back at once in the same order. Only the main
+/// thread may queue a signal with the original sender's code to its own process
+/// (`rt_sigqueueinfo` checks the caller's tid against the pid). Raw system calls only.
+fn take_pending_signals() {
+    let mut buf = [0u8; 4096];
+    // SAFETY: open/read/close of our own descriptor into the live stack buffer.
+    let n = unsafe {
+        let fd = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            0
+        } else {
+            let n = libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+            libc::close(fd);
+            n.max(0) as usize
+        }
+    };
+    let text = &buf[..n];
+    // Signals also waiting for the main thread alone are left alone (sigtimedwait would take
+    // those first); they are named by the agent like every thread's.
+    let shared = mask_line(text, b"ShdPnd:") & !mask_line(text, b"SigPnd:");
+    let mut count = 0;
+    let mut lost = 0;
+    for sig in 1..=64i32 {
+        if shared & (1 << (sig - 1)) == 0 {
+            continue;
+        }
+        loop {
+            let mut set = [0u64; 1];
+            set[0] = 1 << (sig - 1);
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            let mut info = [0u64; INFO_WORDS];
+            // SAFETY: rt_sigtimedwait with a zero timeout takes a pending signal of `set`
+            // into the live buffer (8: the kernel's sigset size).
+            let r = unsafe { libc::syscall(libc::SYS_rt_sigtimedwait, set.as_ptr(), info.as_mut_ptr(), &zero, 8) };
+            if r != sig as i64 {
+                break;
+            }
+            if count == MAX_PENDING {
+                // No room to remember it: put it back, and say the restart loses it.
+                // SAFETY: the signal's siginfo is in the live buffer; queued to ourselves.
+                unsafe { libc::syscall(libc::SYS_rt_sigqueueinfo, libc::syscall(libc::SYS_getpid), sig, info.as_ptr()) };
+                lost += 1;
+                break;
+            }
+            PENDING_SIGS[count].store(sig, Relaxed);
+            for (w, v) in info.iter().enumerate() {
+                PENDING_INFO[count * INFO_WORDS + w].store(*v, Relaxed);
+            }
+            count += 1;
+        }
+    }
+    PENDING_COUNT.store(count, Relaxed);
+    PENDING_LOST.store(lost, Relaxed);
+    requeue(count);
+}
+
+/// Queues the remembered signals again (raw; on the main thread).
+fn requeue(count: usize) {
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+    for i in 0..count {
+        let mut info = [0u64; INFO_WORDS];
+        for (w, v) in info.iter_mut().enumerate() {
+            *v = PENDING_INFO[i * INFO_WORDS + w].load(Relaxed);
+        }
+        // SAFETY: a siginfo_t image in a live buffer, queued to our own process.
+        if unsafe { libc::syscall(libc::SYS_rt_sigqueueinfo, pid, PENDING_SIGS[i].load(Relaxed), info.as_ptr()) } != 0 {
+            PENDING_LOST.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// In a restored process, on the main thread before any other thread exists: the signals
+/// that were waiting at the checkpoint wait again.
+fn requeue_pending_signals() {
+    requeue(PENDING_COUNT.load(Relaxed).min(MAX_PENDING));
+}
+
+/// The signals waiting at the last stop, as (number, `siginfo_t` bytes), and how many could
+/// not be kept.
+pub fn pending_signals() -> (Vec<(i32, Vec<u8>)>, usize) {
+    let n = PENDING_COUNT.load(Relaxed).min(MAX_PENDING);
+    let out = (0..n)
+        .map(|i| {
+            let bytes = (0..INFO_WORDS).flat_map(|w| PENDING_INFO[i * INFO_WORDS + w].load(Relaxed).to_ne_bytes()).collect();
+            (PENDING_SIGS[i].load(Relaxed), bytes)
+        })
+        .collect();
+    (out, PENDING_LOST.load(Relaxed))
+}
+
 extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: __errno_location returns this thread's errno; restored before returning so the
     // interrupted code never sees our system calls' errors.
@@ -333,6 +448,10 @@ extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *
     if let Some(idx) = find_slot(tid) {
         let slot = &SLOTS[idx];
         if slot.state.load(Acquire) == SIGNALLED {
+            // SAFETY: getpid cannot fail.
+            if tid as i64 == unsafe { libc::syscall(libc::SYS_getpid) } {
+                take_pending_signals();
+            }
             record_kernel_state(slot);
             fix_interrupted_call(slot, uc as *mut libc::ucontext_t);
             // SAFETY: `park` runs on this stack; the saved point stays valid while it waits,
@@ -450,6 +569,14 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
         s.sys_nr.store(-1, Relaxed);
     }
     let me = gettid();
+    // The main thread takes the waiting signals when it stops; if it is the one stopping the
+    // others (a checkpoint asked for from the program's main thread), it takes them here.
+    PENDING_COUNT.store(0, Relaxed);
+    PENDING_LOST.store(0, Relaxed);
+    // SAFETY: getpid cannot fail.
+    if me as i64 == unsafe { libc::syscall(libc::SYS_getpid) } {
+        take_pending_signals();
+    }
     SLOTS[0].tid.store(me, Relaxed);
     SLOTS[0].is_agent.store(true, Relaxed);
     SLOTS[0].state.store(STOPPED, Relaxed);
@@ -650,6 +777,7 @@ pub extern "C" fn restored_main(main_slot: u64) {
     let main = main_slot as usize;
     // Process attributes first: the threads created below inherit some of them.
     crate::attrs::apply();
+    requeue_pending_signals();
     setup_restored_thread(&SLOTS[main], true);
     let flags = (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND | libc::CLONE_THREAD
         | libc::CLONE_SYSVSEM | libc::CLONE_SETTLS | libc::CLONE_PARENT_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;

@@ -12,3 +12,8 @@ fn signal_handlers_masks_and_altstack_survive_restart() {
 fn interval_timer_keeps_ticking_after_restart() {
     scenario("itimer", &["40", "15"]);
 }
+
+#[test]
+fn signals_waiting_in_the_queue_come_back_in_order_with_their_values() {
+    scenario("pending_signals", &["40", "15"]);
+}

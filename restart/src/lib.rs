@@ -496,6 +496,7 @@ mod tests {
             hook_sections: vec![],
             locks: vec![],
             pipe_sizes: vec![],
+            pending_signals: vec![],
         }
     }
 

@@ -185,6 +185,7 @@ fn build(spec: &Spec) -> Built {
         hook_sections: hooks,
         locks: vec![],
         pipe_sizes: vec![],
+        pending_signals: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -665,9 +666,11 @@ fn version_1_images_still_validate() {
     st.hook_sections.clear();
     st.locks.clear();
     st.pipe_sizes.clear();
+    st.pending_signals.clear();
     b.process = st.encode();
-    // Version 1 ends before `hook_sections`, `locks` and `pipe_sizes` (empty: one 0 each).
-    for _ in 0..3 {
+    // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes` and `pending_signals`
+    // (empty: one 0 each).
+    for _ in 0..4 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
