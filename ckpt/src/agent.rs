@@ -204,6 +204,10 @@ pub struct RestartInfo {
     pub channel_fd: i64,
 }
 
+/// The directory for new images named by `crum restart --dir` (None: the one `crum run`
+/// gave).
+static NEW_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
 /// Value of [`RestartInfo::magic`] once the restorer has filled it.
 pub const RESTART_MAGIC: u64 = 0x4352_554d_5253_5452;
 
@@ -783,10 +787,12 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
                 Err(_) => return,
             },
         };
+        // `crum restart --dir` moves the default (it outlives further restarts: memory).
+        let default_dir = NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| cfg.dir.clone());
         let (dir, strict, signal, exit_reply, reply) = match job {
             Some(j) if j.quit => return,
-            Some(j) => (j.dir.unwrap_or_else(|| cfg.dir.clone()), j.strict, j.signal, j.exit_reply, j.reply),
-            None => (cfg.dir.clone(), false, false, None, None),
+            Some(j) => (j.dir.unwrap_or(default_dir), j.strict, j.signal, j.exit_reply, j.reply),
+            None => (default_dir, false, false, None, None),
         };
         let timed = reply.is_none() && exit_reply.is_none();
         if timed {
@@ -1725,6 +1731,13 @@ fn after_restart(h: &Hooks) -> Outcome {
     }
     let n = (info.path_len as usize).min(info.path.len());
     let image = PathBuf::from(std::ffi::OsStr::from_bytes(&info.path[..n]));
+    // `crum restart --dir`: after the image path, NUL-separated.
+    if let Some(rest) = info.path.get(n + 1..) {
+        let d = &rest[..rest.iter().position(|&c| c == 0).unwrap_or(rest.len())];
+        if !d.is_empty() {
+            *NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()) = Some(PathBuf::from(std::ffi::OsStr::from_bytes(d)));
+        }
+    }
     PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).push(info.old_pid as i32);
     // SAFETY: getpid cannot fail.
     OWNER_PID.store(unsafe { libc::getpid() }, SeqCst);

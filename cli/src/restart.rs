@@ -22,7 +22,12 @@ pub struct Args {
     /// directory of images.
     #[arg(long)]
     pub trust: bool,
-    /// An image directory, or a directory of images (the newest complete one is used).
+    /// Where the restarted program writes its images from now on (created if missing);
+    /// by default where it wrote them before.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// An image directory, or a directory of images: the newest image that verifies is
+    /// used (newer ones that do not are skipped, saying why), and named on stderr.
     pub image: PathBuf,
 }
 
@@ -57,15 +62,7 @@ pub fn choose_image(arg: &Path, trust: bool) -> anyhow::Result<PathBuf> {
         crate::trust::check_images_dir(&path).with_context(|| {
             format!("refusing to restart from {} (it must be yours and private)", path.display())
         })?;
-        crum_ckpt::image::latest_image(&path)
-            .with_context(|| format!("cannot restart {}", path.display()))?
-            .with_context(|| {
-                format!(
-                    "cannot restart {}: not a complete crum image (no inventory file), nor a \
-                     directory holding one",
-                    path.display()
-                )
-            })?
+        newest_that_verifies(&path)?
     };
     if !trust {
         crate::trust::check_image(&image).with_context(|| {
@@ -78,11 +75,48 @@ pub fn choose_image(arg: &Path, trust: bool) -> anyhow::Result<PathBuf> {
     Ok(image)
 }
 
+/// The newest image in `parent` that verifies (`crum_restart::validate`: inventory,
+/// checksums of its metadata, process state, files it needs): said on stderr, with each newer
+/// image skipped and why (a batch job's last image may be the one the node died writing).
+fn newest_that_verifies(parent: &Path) -> anyhow::Result<PathBuf> {
+    let images = crum_ckpt::image::list_images(parent).with_context(|| format!("cannot restart {}", parent.display()))?;
+    if images.is_empty() {
+        bail!(
+            "cannot restart {}: not a complete crum image (no inventory file), nor a directory holding one",
+            parent.display()
+        );
+    }
+    let mut skipped = Vec::new();
+    for e in images.iter().rev() {
+        match crum_restart::validate(&e.path) {
+            Ok(_) => {
+                for (p, why) in &skipped {
+                    eprintln!("crum: skipping {}: {why}", Path::new(p).display());
+                }
+                eprintln!("crum: restarting {}", e.path.display());
+                return Ok(e.path.clone());
+            }
+            Err(err) => skipped.push((e.path.display().to_string(), format!("{:#}", anyhow::Error::new(err)))),
+        }
+    }
+    let list: Vec<String> = skipped.iter().map(|(p, why)| format!("{p}: {why}")).collect();
+    bail!("cannot restart {}: no image in it verifies:\n  {}", parent.display(), list.join("\n  "))
+}
+
+/// `--dir`: created if missing, absolute (the program may change its working directory).
+fn new_images_dir(d: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(d).with_context(|| format!("cannot create the image directory {}", d.display()))?;
+    let d = d.canonicalize().with_context(|| format!("cannot use the image directory {}", d.display()))?;
+    crate::trust::warn_about_dir(&d);
+    Ok(d)
+}
+
 pub fn main(args: Args) -> anyhow::Result<i32> {
     let device = crate::proxy::device_choice(&args.device)?;
     let dir = choose_image(&args.image, args.trust)?;
     let exe = std::env::current_exe().context("locating the crum binary")?;
-    let opts = crum_restart::Options { proxy: Some((exe, args.device.clone())) };
+    let new_dir = args.dir.as_deref().map(new_images_dir).transpose()?;
+    let opts = crum_restart::Options { proxy: Some((exe, args.device.clone())), new_dir };
     if device == crum_proxy::DeviceChoice::Cuda {
         let plan = crum_restart::validate(&dir).with_context(|| format!("cannot restart {}", dir.display()))?;
         if plan.has_device() {

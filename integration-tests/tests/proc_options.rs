@@ -154,3 +154,64 @@ fn exit_needs_on_signal() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--on-signal"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `crum restart` with extra arguments before the image, in the sandbox's run directory.
+fn restart_args(sb: &Sandbox, args: &[&str], image: &std::path::Path, name: &str) -> Proc {
+    let mut cmd = std::process::Command::new(crum_bin());
+    cmd.arg("restart").args(args).arg(image).current_dir(sb.path("run")).env("CRUM_CONTROL_DIR", sb.sock());
+    spawn_cmd(&mut cmd, sb.path(name))
+}
+
+#[test]
+fn restart_from_a_directory_skips_a_newest_image_that_does_not_verify_and_says_which_it_took() {
+    let sb = Sandbox::new();
+    let prog = build_c("counter");
+    let mut p = run_under_crum(&sb, &prog, &["4000", "10"], &[], "run.out");
+    p.wait_lines(3);
+    let older = checkpoint(&sb, p.pid());
+    let n = p.lines();
+    p.wait_lines(n + 2);
+    let newest = checkpoint(&sb, p.pid());
+    p.kill9();
+    // The newest image is damaged (as by a node dying while a disk wrote it back).
+    let inv = newest.join("inventory");
+    let mut bytes = std::fs::read(&inv).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&inv, bytes).unwrap();
+    let mut r = restart_args(&sb, &[], &sb.images(), "restart.out");
+    r.wait_lines(2);
+    let err = r.stderr();
+    r.kill9();
+    let name = |p: &std::path::Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(err.contains("skipping") && err.contains(&name(&newest)), "the damaged image is not named: {err}");
+    assert!(err.contains(&format!("restarting {}", older.canonicalize().unwrap().display())), "the image taken is not named: {err}");
+}
+
+#[test]
+fn restart_dir_sends_the_restarted_programs_images_elsewhere_and_it_stays_so() {
+    let sb = Sandbox::new();
+    let prog = build_c("counter");
+    let mut p = run_under_crum(&sb, &prog, &["4000", "10"], &[], "run.out");
+    p.wait_lines(3);
+    let img = checkpoint(&sb, p.pid());
+    p.kill9();
+    let moved = sb.path("moved");
+    let mut r = restart_args(&sb, &["--dir", moved.to_str().unwrap()], &img, "restart.out");
+    r.wait_lines(3);
+    // A checkpoint that names no directory goes to the new one.
+    let plain = |pid: u32| {
+        let out = std::process::Command::new(crum_bin()).args(["checkpoint", &pid.to_string()]).env("CRUM_CONTROL_DIR", sb.sock()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    };
+    let img2 = plain(r.pid());
+    r.kill9();
+    assert_eq!(img2.parent().unwrap(), moved.canonicalize().unwrap(), "{}", img2.display());
+    // Restarted again without --dir, it keeps writing there.
+    let mut r2 = restart_args(&sb, &[], &img2, "restart2.out");
+    r2.wait_lines(3);
+    let img3 = plain(r2.pid());
+    r2.kill9();
+    assert_eq!(img3.parent().unwrap(), moved.canonicalize().unwrap(), "{}", img3.display());
+}

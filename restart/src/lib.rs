@@ -206,6 +206,9 @@ pub struct Options {
     /// The `crum` binary (run as `crum proxy --channel-fd N --device D`) and the device.
     /// Needed for images with device state; `None` refuses them.
     pub proxy: Option<(PathBuf, String)>,
+    /// Where the restarted program writes its images from now on (`crum restart --dir`);
+    /// None: where it wrote them before.
+    pub new_dir: Option<PathBuf>,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -283,7 +286,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::chdir(&state.cwd)?;
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
-    sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd);
+    sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd, opts.new_dir.as_deref());
     sys::block_signals();
     sys::unregister_rseq();
     sys::set_sigactions(&state.sigactions)?;

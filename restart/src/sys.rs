@@ -480,9 +480,20 @@ pub fn set_brk(start: u64, brk: u64) -> bool {
 }
 
 /// Tells the restored agent where it came from.
-pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64) {
+/// Fills the agent's restart block: the image path, and after it (NUL-separated, within the
+/// same buffer: the block's layout stays that of every image) the directory for new images
+/// that `crum restart --dir` names.
+pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64, new_dir: Option<&Path>) {
     let bytes = dir.as_os_str().as_encoded_bytes();
     let n = bytes.len().min(4096);
+    let mut buf = [0u8; 4096];
+    buf[..n].copy_from_slice(&bytes[..n]);
+    if let Some(d) = new_dir {
+        let d = d.as_os_str().as_encoded_bytes();
+        if n + 1 + d.len() < buf.len() {
+            buf[n + 1..n + 1 + d.len()].copy_from_slice(d);
+        }
+    }
     // SAFETY: `addr` is the agent's RESTART_INFO inside a region just restored writable
     // (checked by validate: it lies in an image region); it is a plain repr(C) struct.
     unsafe {
@@ -490,7 +501,7 @@ pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64) 
         (*info).old_pid = old_pid as i64;
         (*info).path_len = n as u64;
         (*info).channel_fd = channel_fd;
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), std::ptr::addr_of_mut!((*info).path) as *mut u8, n);
+        std::ptr::copy_nonoverlapping(buf.as_ptr(), std::ptr::addr_of_mut!((*info).path) as *mut u8, buf.len());
         (*info).magic = RESTART_MAGIC;
     }
 }
