@@ -651,6 +651,40 @@ extern "C" fn on_trigger(_sig: libc::c_int) {
     unsafe { libc::write(TRIGGER_W, b.as_ptr() as *const libc::c_void, 1) };
 }
 
+/// The signal crum checkpoints on (`--on-signal`; 0: none), once its handler is installed.
+static TRIGGER_SIG: AtomicI32 = AtomicI32::new(0);
+static TRIGGER_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// `libcrum_libc.so`'s `sigaction`/`signal` wrappers: the program is about to set its own
+/// disposition for `sig`. If crum checkpoints on that signal, says once on stderr that it no
+/// longer will (the program's handler replaces crum's). Async-signal-safe: raw `write`.
+pub fn program_sets_handler(sig: i32) {
+    if sig <= 0 || TRIGGER_SIG.load(Relaxed) != sig || !is_owner() || TRIGGER_TAKEN.swap(true, Relaxed) {
+        return;
+    }
+    let name: &[u8] = match sig {
+        libc::SIGUSR1 => b"SIGUSR1",
+        libc::SIGUSR2 => b"SIGUSR2",
+        libc::SIGTERM => b"SIGTERM",
+        libc::SIGINT => b"SIGINT",
+        libc::SIGHUP => b"SIGHUP",
+        libc::SIGALRM => b"SIGALRM",
+        libc::SIGQUIT => b"SIGQUIT",
+        libc::SIGXCPU => b"SIGXCPU",
+        _ => b"the --on-signal signal",
+    };
+    let parts: [&[u8]; 3] = [
+        b"crum: warning: the program installs its own handler for ",
+        name,
+        b", the signal crum checkpoints on (--on-signal): from now on it is the program's and \
+          crum no longer checkpoints on it (use another --on-signal signal, or crum checkpoint)\n",
+    ];
+    for p in parts {
+        // SAFETY: write(2) of live bytes to stderr; async-signal-safe.
+        unsafe { libc::write(2, p.as_ptr() as *const libc::c_void, p.len()) };
+    }
+}
+
 /// Installs the checkpoint-signal handler; returns the read end of its pipe.
 fn install_trigger(sig: i32) -> Result<i32, String> {
     let mut p = [0i32; 2];
@@ -671,6 +705,7 @@ fn install_trigger(sig: i32) -> Result<i32, String> {
             return Err(format!("cannot install the checkpoint signal handler for {sig}"));
         }
     }
+    TRIGGER_SIG.store(sig, Relaxed);
     Ok(p[0])
 }
 

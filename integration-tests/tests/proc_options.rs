@@ -215,3 +215,24 @@ fn restart_dir_sends_the_restarted_programs_images_elsewhere_and_it_stays_so() {
     r2.kill9();
     assert_eq!(img3.parent().unwrap(), moved.canonicalize().unwrap(), "{}", img3.display());
 }
+
+#[test]
+fn a_program_taking_the_checkpoint_signal_for_itself_is_told_and_gets_it() {
+    let sb = Sandbox::new();
+    let prog = build_c("own_usr1");
+    let mut p = run_under_crum(&sb, &prog, &["4000", "10"], &[("CRUM_CKPT_SIGNAL", "10")], "run.out");
+    // Until the program takes it, the signal is crum's: an image.
+    p.wait_lines(2);
+    send_signal(p.pid(), libc::SIGUSR1);
+    wait_for("an image after SIGUSR1", || !sb.list_images().is_empty());
+    assert!(!p.stderr().contains("installs its own handler"), "{}", p.stderr());
+    std::fs::write(sb.path("run/take-usr1"), "").unwrap();
+    wait_for("the warning", || p.stderr().contains("installs its own handler for SIGUSR1"));
+    assert_eq!(p.stderr().matches("installs its own handler").count(), 1, "{}", p.stderr());
+    // From then on it is the program's.
+    let n = sb.list_images().len();
+    send_signal(p.pid(), libc::SIGUSR1);
+    wait_for("the program's handler", || p.output().contains("usr1 1"));
+    assert_eq!(sb.list_images().len(), n, "crum still checkpointed on the program's signal");
+    p.kill9();
+}

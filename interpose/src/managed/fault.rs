@@ -289,6 +289,9 @@ pub(super) const REPORT_LIMIT: u32 = 20;
 /// As libc's `sigaction`.
 #[no_mangle]
 pub unsafe extern "C" fn crum_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    if !act.is_null() {
+        crum_ckpt::agent::program_sets_handler(sig);
+    }
     match slot(sig) {
         Some(i) if INSTALLED.load(Acquire) => {
             // SAFETY: the caller passes valid (or null) sigaction pointers.
@@ -313,6 +316,7 @@ pub unsafe extern "C" fn crum_sigaction(sig: c_int, act: *const libc::sigaction,
 /// `old` must be writable.
 #[no_mangle]
 pub unsafe extern "C" fn crum_signal(sig: c_int, handler: libc::sighandler_t, old: *mut libc::sighandler_t) -> c_int {
+    crum_ckpt::agent::program_sets_handler(sig);
     match slot(sig) {
         Some(i) if INSTALLED.load(Acquire) => {
             // SAFETY: plain-old-data; `old` is writable (caller).
