@@ -120,11 +120,21 @@ fn classify_fds(fds: &mut [FdState]) -> Vec<String> {
     let inherited = INHERITED.lock().unwrap_or_else(|e| e.into_inner());
     let mut problems = Vec::new();
     for f in fds.iter_mut() {
-        let FdKind::Unsupported { what } = &f.kind else { continue };
-        if fd_identity(f.fd).is_some_and(|(d, i)| inherited.contains(&(f.fd, d, i))) {
-            f.kind = FdKind::Inherited { what: what.clone() };
-        } else {
-            problems.push(format!("fd {} ({what}) cannot be restored: a restart of this image will fail", f.fd));
+        let inherited_here = || fd_identity(f.fd).is_some_and(|(d, i)| inherited.contains(&(f.fd, d, i)));
+        match &f.kind {
+            FdKind::Unsupported { what } if inherited_here() => f.kind = FdKind::Inherited { what: what.clone() },
+            FdKind::Unsupported { what } => {
+                problems.push(format!("fd {} ({what}) cannot be restored: a restart of this image will fail", f.fd))
+            }
+            // A socket the launching environment passed (not one of the program's): passed on
+            // like the other inherited descriptors, not re-created.
+            FdKind::Socket(s) if inherited_here() => f.kind = FdKind::Inherited { what: s.describe() },
+            FdKind::Socket(s) => {
+                if let Some(lost) = f.kind.loss() {
+                    problems.push(format!("fd {} ({}): {lost}", f.fd, s.describe()));
+                }
+            }
+            _ => {}
         }
     }
     problems
@@ -882,7 +892,7 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
                     let mut last = LAST_WARNED.lock().unwrap_or_else(|e| e.into_inner());
                     if *last != problems {
                         for w in &problems {
-                            eprintln!("crum: warning: image {}: {w}; restarting it will fail", p.display());
+                            eprintln!("crum: warning: image {}: {w}", p.display());
                         }
                         *last = problems.clone();
                     }

@@ -425,6 +425,9 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
     let pid = unsafe { libc::getpid() };
     // Deleted files whose contents are already carried (by inode).
     let mut deleted: Vec<u64> = Vec::new();
+    // Sockets: (fd, inode, connected peer's inode), and what sock_diag says (asked once).
+    let mut socks: Vec<(i32, u64, u32)> = Vec::new();
+    let mut diag = None;
     for fd in list {
         if skip.contains(&fd) {
             continue;
@@ -504,11 +507,17 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
                 ino: st.st_ino,
                 dir: false,
             },
+            libc::S_IFSOCK => {
+                let (kind, peer) = crate::sockets::describe(fd, st.st_ino, &mut diag);
+                socks.push((fd, st.st_ino, peer));
+                kind
+            }
             0 if link.starts_with("anon_inode:") => anon_inode(fd, &link),
             _ => FdKind::Unsupported { what: link.clone() },
         };
         out.push(FdState { fd, flags, kind });
     }
+    crate::sockets::pair_up(&mut out, &socks);
     // Pipes: both ends must be here; the read end carries the buffered bytes (one read end:
     // a pipe whose read end is open twice, e.g. again through /proc/self/fd, has one queue).
     let mut drained: Vec<u64> = Vec::new();
@@ -766,7 +775,7 @@ mod tests {
         let (sock, dup, dn) = unsafe {
             assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
             assert_eq!(libc::write(p[1], b"hello".as_ptr() as *const libc::c_void, 5), 5);
-            (libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0), libc::dup(p[1]), std::fs::File::open("/dev/null").unwrap())
+            (libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0), libc::dup(p[1]), std::fs::File::open("/dev/null").unwrap())
         };
         let mut own = Vec::new();
         let list = fds(&[], None, &mut own);
@@ -775,7 +784,7 @@ mod tests {
         assert!(matches!(get(p[1]), FdKind::Pipe { read: false, .. }));
         assert_eq!(get(dup), FdKind::Dup { of: p[1] });
         assert_eq!(get(dn.as_raw_fd()), FdKind::CharDev { path: "/dev/null".into() });
-        assert!(matches!(get(sock), FdKind::Unsupported { ref what } if what.starts_with("socket:[")));
+        assert!(matches!(get(sock), FdKind::Unsupported { ref what } if what.starts_with("socket:[") && what.contains("netlink")));
         // The buffered bytes are still in the pipe for the program.
         let mut b = [0u8; 8];
         // SAFETY: read into a live buffer, then close our fds.
@@ -786,6 +795,56 @@ mod tests {
             }
         }
         assert_eq!(&b[..5], b"hello");
+    }
+
+    #[test]
+    fn socket_pairs_carry_their_queues_and_listeners_their_addresses() {
+        use crate::state::SocketRole;
+        let (mut st, mut dg) = ([0i32; 2], [0i32; 2]);
+        // SAFETY: fd-creating calls and sends from live buffers; every fd is closed below.
+        let (udp, tl) = unsafe {
+            assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, st.as_mut_ptr()), 0);
+            assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, dg.as_mut_ptr()), 0);
+            libc::send(st[0], b"abc".as_ptr() as *const libc::c_void, 3, 0);
+            libc::send(dg[0], b"one".as_ptr() as *const libc::c_void, 3, 0);
+            libc::send(dg[0], b"".as_ptr() as *const libc::c_void, 0, 0);
+            libc::send(dg[0], b"three".as_ptr() as *const libc::c_void, 5, 0);
+            let tl = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            (libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0), tl)
+        };
+        let mut own = Vec::new();
+        let list = fds(&[], None, &mut own);
+        let get = |fd: i32| match &list.iter().find(|f| f.fd == fd).unwrap_or_else(|| panic!("fd {fd} missing")).kind {
+            FdKind::Socket(s) => (**s).clone(),
+            k => panic!("fd {fd}: {k:?}"),
+        };
+        let (a, b) = (get(st[0]), get(st[1]));
+        let (SocketRole::Pair { id: ia, first: fa, queued: qa }, SocketRole::Pair { id: ib, first: fb, queued: qb }) = (a.role, b.role) else {
+            panic!("stream ends are not a pair")
+        };
+        assert!(ia == ib && fa != fb && qa.is_empty());
+        assert_eq!(qb, vec![b"abc".to_vec()]);
+        let SocketRole::Pair { queued, .. } = get(dg[1]).role else { panic!("datagram ends are not a pair") };
+        assert_eq!(queued, vec![b"one".to_vec(), Vec::new(), b"three".to_vec()], "messages and their boundaries");
+        use std::os::fd::AsRawFd;
+        let l = get(tl.as_raw_fd());
+        assert!(matches!(l.role, SocketRole::Listening { .. }));
+        assert_eq!(crate::state::sockaddr_text(&l.local), tl.local_addr().unwrap().to_string());
+        let u = get(udp);
+        assert!(u.role == SocketRole::Unconnected && u.local.is_empty() && u.lost.is_empty());
+        // The program still has every message, in order.
+        let mut buf = [0u8; 8];
+        // SAFETY: reads into a live buffer, then close our fds.
+        unsafe {
+            assert_eq!(libc::recv(st[1], buf.as_mut_ptr() as *mut libc::c_void, 8, libc::MSG_DONTWAIT), 3);
+            for want in [&b"one"[..], b"", b"three"] {
+                let n = libc::recv(dg[1], buf.as_mut_ptr() as *mut libc::c_void, 8, libc::MSG_DONTWAIT);
+                assert_eq!(&buf[..n as usize], want);
+            }
+            for fd in [st[0], st[1], dg[0], dg[1], udp] {
+                libc::close(fd);
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod control;
 pub mod highfd;
 pub mod image;
 pub mod lineage;
+pub mod sockets;
 pub mod state;
 pub mod threads;
 pub mod writes;

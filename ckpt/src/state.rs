@@ -255,6 +255,58 @@ pub enum FdKind {
         /// A memfd's seals (`F_GET_SEALS`).
         seals: u32,
     },
+    /// A Unix, IPv4 or IPv6 socket (stream, datagram or seqpacket).
+    Socket(Box<SocketState>),
+}
+
+/// A socket as a restart makes it again: created with its domain, type and protocol, its
+/// options set, bound to its address, then according to its [`SocketRole`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SocketState {
+    pub domain: i32,
+    /// `SOCK_STREAM`, `SOCK_DGRAM` or `SOCK_SEQPACKET`.
+    pub ty: i32,
+    pub protocol: i32,
+    /// The address it was bound to (raw `struct sockaddr` bytes); empty: not bound.
+    pub local: Vec<u8>,
+    /// The address it was connected to; empty: not connected.
+    pub peer: Vec<u8>,
+    /// Options that differ from a new socket's are set again (before the bind).
+    pub options: Vec<SockOpt>,
+    /// A Unix socket's shutdown state (bit 0: no more receiving, bit 1: no more sending).
+    pub shutdown: u8,
+    pub role: SocketRole,
+    /// What a restart does not bring back as it was (empty: nothing): named when the image
+    /// is written.
+    #[serde(deserialize_with = "bounded::string")]
+    pub lost: String,
+}
+
+/// One socket option as `getsockopt` returned it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SockOpt {
+    pub level: i32,
+    pub name: i32,
+    pub value: Vec<u8>,
+}
+
+/// What a restored socket is besides its address and options.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum SocketRole {
+    /// Neither listening nor connected (bound again if it was bound).
+    Unconnected,
+    /// Listening (connections that waited to be accepted are not carried: see `lost`).
+    Listening { backlog: u32 },
+    /// One end of a connected Unix socket whose other end is open in the process too: the
+    /// ends are made again as a socket pair (`id` pairs them, `first` tells them apart),
+    /// and the messages waiting at this end (a stream's bytes as one) are sent to it again.
+    Pair { id: u64, first: bool, queued: Vec<Vec<u8>> },
+    /// A datagram socket connected to an address: connected to it again.
+    Connected,
+    /// A connection to something outside the process: it comes back closed, as after a
+    /// network failure — the bytes that had arrived and were not read yet are read first,
+    /// then end of file.
+    Closed { queued: Vec<u8> },
 }
 
 /// One entry of an epoll interest list: the watched descriptor (the number it was added by,
@@ -273,6 +325,63 @@ impl FdKind {
             FdKind::Unsupported { what } => Some(what),
             _ => None,
         }
+    }
+
+    /// What a restart restores differently from how it was (the descriptor does come back),
+    /// if anything: named when the image is written.
+    pub fn loss(&self) -> Option<&str> {
+        match self {
+            FdKind::Socket(s) if !s.lost.is_empty() => Some(&s.lost),
+            _ => None,
+        }
+    }
+}
+
+impl SocketState {
+    /// "unix stream socket /run/x.sock", "tcp socket 127.0.0.1:5000 connected to 10.0.0.1:80".
+    pub fn describe(&self) -> String {
+        let ty = match self.ty {
+            libc::SOCK_STREAM if self.domain != libc::AF_UNIX => "tcp",
+            libc::SOCK_DGRAM if self.domain != libc::AF_UNIX => "udp",
+            libc::SOCK_STREAM => "unix stream",
+            libc::SOCK_DGRAM => "unix datagram",
+            libc::SOCK_SEQPACKET => "unix seqpacket",
+            _ => "other",
+        };
+        let mut out = format!("{ty} socket");
+        if !self.local.is_empty() {
+            out += &format!(" {}", sockaddr_text(&self.local));
+        }
+        if !self.peer.is_empty() {
+            out += &format!(" connected to {}", sockaddr_text(&self.peer));
+        }
+        out
+    }
+}
+
+/// A raw `struct sockaddr` as text: a path, `@abstract`, `1.2.3.4:80`, `[::1]:80`.
+pub fn sockaddr_text(b: &[u8]) -> String {
+    let fam = b.get(..2).map_or(0, |f| u16::from_ne_bytes([f[0], f[1]])) as i32;
+    match fam {
+        libc::AF_UNIX => {
+            let p = &b[2..];
+            match p.first() {
+                None => "(unnamed)".into(),
+                Some(0) => format!("@{}", String::from_utf8_lossy(&p[1..])),
+                Some(_) => String::from_utf8_lossy(p.split(|&c| c == 0).next().unwrap_or(p)).into_owned(),
+            }
+        }
+        libc::AF_INET if b.len() >= 8 => {
+            let port = u16::from_be_bytes([b[2], b[3]]);
+            format!("{}.{}.{}.{}:{port}", b[4], b[5], b[6], b[7])
+        }
+        libc::AF_INET6 if b.len() >= 24 => {
+            let port = u16::from_be_bytes([b[2], b[3]]);
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[8..24]);
+            format!("[{}]:{port}", std::net::Ipv6Addr::from(a))
+        }
+        _ => format!("(address family {fam})"),
     }
 }
 
@@ -406,7 +515,7 @@ mod tests {
 
     fn fd() -> impl Strategy<Value = FdState> {
         (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
-            let kind = match fd % 11 {
+            let kind = match fd % 12 {
                 0 => FdKind::Pipe { id: flags as u64, read: true, data },
                 1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
                 2 => FdKind::Dup { of: fd / 2 },
@@ -425,6 +534,22 @@ mod tests {
                 7 => FdKind::SignalFd { mask: flags as u64 },
                 8 => FdKind::Epoll { watches: vec![EpollWatch { fd: 3, events: flags, data: 7 }] },
                 9 => FdKind::DeletedFile { path, memfd: fd % 3 == 0, id: 4, pos: 1, data: Some(data), seals: 0 },
+                10 => FdKind::Socket(Box::new(SocketState {
+                    domain: 1,
+                    ty: 2,
+                    protocol: 0,
+                    local: data.clone(),
+                    peer: Vec::new(),
+                    options: vec![SockOpt { level: 1, name: 9, value: vec![1, 0, 0, 0] }],
+                    shutdown: (flags % 4) as u8,
+                    role: match flags % 4 {
+                        0 => SocketRole::Pair { id: 7, first: true, queued: vec![data, Vec::new()] },
+                        1 => SocketRole::Closed { queued: data },
+                        2 => SocketRole::Listening { backlog: flags },
+                        _ => SocketRole::Connected,
+                    },
+                    lost: path,
+                })),
                 _ => FdKind::ControlListener,
             };
             FdState { fd, flags, kind }

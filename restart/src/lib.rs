@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crum_ckpt::image::{ImageError, ImageReader};
-use crum_ckpt::state::{is_process_memory, FdKind, FdState, ProcessState, SECTION_PROCESS};
+use crum_ckpt::state::{is_process_memory, FdKind, FdState, ProcessState, SocketRole, SECTION_PROCESS};
 
 /// Why a restart did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -314,6 +314,12 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     let mut deleted: HashMap<u64, i32> = HashMap::new();
     // Interest lists are filled once every descriptor they name is back.
     let mut epolls: Vec<(i32, &Vec<crum_ckpt::state::EpollWatch>)> = Vec::new();
+    // Socket pairs by id (both ends made with the first), the messages to send through an
+    // end once every descriptor is back, shutdowns after that, datagram sockets to connect.
+    let mut socket_pairs: HashMap<u64, (i32, i32)> = HashMap::new();
+    let mut socket_data: Vec<(i32, &Vec<Vec<u8>>)> = Vec::new();
+    let mut shutdowns: Vec<(i32, u8)> = Vec::new();
+    let mut connects: Vec<(i32, &crum_ckpt::state::SocketState)> = Vec::new();
     for f in &fds {
         let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
         let status_flags = (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32) as i32;
@@ -370,6 +376,36 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
                 epolls.push((f.fd, watches));
                 sys::epoll()?
             }
+            FdKind::Socket(s) => match &s.role {
+                SocketRole::Pair { id, first, queued } => {
+                    let (a, b) = match socket_pairs.get(id) {
+                        Some(&p) => p,
+                        None => {
+                            let (a, b) = sys::socketpair(s.ty)?;
+                            let p = (sys::move_high(a, base)?, sys::move_high(b, base)?);
+                            socket_pairs.insert(*id, p);
+                            p
+                        }
+                    };
+                    let (end, other) = if *first { (a, b) } else { (b, a) };
+                    sys::set_socket_options(end, &s.options);
+                    // What waited at this end is sent again from the other one.
+                    if !queued.is_empty() {
+                        socket_data.push((other, queued));
+                    }
+                    sys::dup_to(end, f.fd, cloexec)?;
+                    sys::set_status_flags(f.fd, status_flags);
+                    if s.shutdown != 0 {
+                        shutdowns.push((f.fd, s.shutdown));
+                    }
+                    continue;
+                }
+                SocketRole::Connected => {
+                    connects.push((f.fd, s));
+                    sys::socket(s, &st.cwd)?
+                }
+                _ => sys::socket(s, &st.cwd)?,
+            },
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
             FdKind::Inherited { .. } if passed_on.contains(&f.fd) => {
                 sys::set_cloexec(f.fd, cloexec);
@@ -397,6 +433,19 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     for (_, (r, w)) in pipes {
         sys::close(r);
         sys::close(w);
+    }
+    for (fd, msgs) in socket_data {
+        sys::send_messages(fd, msgs)?;
+    }
+    for (_, (a, b)) in socket_pairs {
+        sys::close(a);
+        sys::close(b);
+    }
+    for (fd, bits) in shutdowns {
+        sys::shutdown(fd, bits);
+    }
+    for (fd, s) in connects {
+        sys::connect_socket(fd, s, &st.cwd);
     }
     for (ep, watches) in epolls {
         for w in watches {

@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::path::Path;
 
 use crum_ckpt::agent::{RestartInfo, RESTART_MAGIC};
-use crum_ckpt::state::{EpollWatch, FdKind, FileLock, LockKind, SigAction};
+use crum_ckpt::state::{EpollWatch, FdKind, FileLock, LockKind, SigAction, SockOpt, SocketRole, SocketState};
 
 use crate::{sys_err, RestartError};
 
@@ -572,4 +572,199 @@ pub fn enter(fs: u64, stack: u64, entry: u64, arg: u64) -> ! {
         let f: extern "C" fn(u64) = std::mem::transmute::<u64, extern "C" fn(u64)>(entry);
         crum_ckpt::arch::crum_enter(fs, stack & !15, f, arg)
     }
+}
+
+/// `sockaddr` bytes as the kernel takes them.
+fn sockaddr_of(b: &[u8]) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain bytes.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let n = b.len().min(std::mem::size_of::<libc::sockaddr_storage>());
+    // SAFETY: n bytes fit in the storage; the regions do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), &mut ss as *mut _ as *mut u8, n) };
+    (ss, n as libc::socklen_t)
+}
+
+fn new_socket(domain: i32, ty: i32, protocol: i32) -> Result<i32, RestartError> {
+    // SAFETY: creates a descriptor.
+    fd_or_err(unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, protocol) }, "creating a socket")
+}
+
+/// Sets each saved option that differs on the new socket (the kernel doubles the buffer
+/// sizes it is given, so those are set at half).
+pub fn set_socket_options(fd: i32, opts: &[SockOpt]) {
+    for o in opts {
+        if crum_ckpt::sockets::opt_bytes(fd, o.level, o.name).as_deref() == Some(&o.value[..]) {
+            continue;
+        }
+        let mut v = o.value.clone();
+        if o.level == libc::SOL_SOCKET && matches!(o.name, libc::SO_RCVBUF | libc::SO_SNDBUF) && v.len() == 4 {
+            let n = i32::from_ne_bytes([v[0], v[1], v[2], v[3]]) / 2;
+            v = n.to_ne_bytes().to_vec();
+        }
+        // SAFETY: setsockopt reads `len` bytes of the live buffer.
+        unsafe { libc::setsockopt(fd, o.level, o.name, v.as_ptr() as *const libc::c_void, v.len() as libc::socklen_t) };
+    }
+}
+
+/// Runs `f` in the program's working directory when `addr` is a relative Unix path (bound
+/// or connected to relative to it), else where we are.
+fn in_cwd_for<T>(addr: &[u8], cwd: &str, f: impl FnOnce() -> T) -> T {
+    let relative = addr.len() > 2
+        && u16::from_ne_bytes([addr[0], addr[1]]) as i32 == libc::AF_UNIX
+        && addr[2] != 0
+        && addr[2] != b'/';
+    if !relative {
+        return f();
+    }
+    // SAFETY: opens the current directory to come back to it; chdir/fchdir on live strings
+    // and our own descriptor.
+    unsafe {
+        let here = libc::open(c".".as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        let Ok(c) = CString::new(cwd) else { return f() };
+        libc::chdir(c.as_ptr());
+        let r = f();
+        if here >= 0 {
+            libc::fchdir(here);
+            libc::close(here);
+        }
+        r
+    }
+}
+
+/// Binds `fd` to `addr`. A Unix path left by the checkpointed program (its socket file
+/// outlives it) is removed first when nobody answers on it.
+fn bind_socket(fd: i32, s: &SocketState, cwd: &str) -> Result<(), RestartError> {
+    let what = || format!("binding a {} again", s.describe());
+    in_cwd_for(&s.local, cwd, || {
+        let (ss, len) = sockaddr_of(&s.local);
+        let p = &ss as *const libc::sockaddr_storage as *const libc::sockaddr;
+        // SAFETY: bind reads `len` bytes of the live storage.
+        if unsafe { libc::bind(fd, p, len) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        let path_socket = s.domain == libc::AF_UNIX && s.local.len() > 2 && s.local[2] != 0;
+        if err.raw_os_error() != Some(libc::EADDRINUSE) || !path_socket {
+            return Err(RestartError::Sys { what: what(), source: err });
+        }
+        // Stale (nobody listening or receiving): connect is refused.
+        let probe = new_socket(libc::AF_UNIX, s.ty, 0)?;
+        // SAFETY: connect reads `len` bytes of the live storage.
+        let alive = unsafe { libc::connect(probe, p, len) } == 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ECONNREFUSED);
+        close(probe);
+        if alive {
+            return Err(RestartError::Sys {
+                what: format!("{} (another process uses that address now)", what()),
+                source: err,
+            });
+        }
+        let path: Vec<u8> = s.local[2..].split(|&c| c == 0).next().unwrap_or(&[]).to_vec();
+        let c = CString::new(path).map_err(|_| RestartError::Invalid("socket path contains NUL".into()))?;
+        // SAFETY: unlink of a NUL-terminated path; bind as above.
+        if unsafe { libc::unlink(c.as_ptr()) } != 0 || unsafe { libc::bind(fd, p, len) } != 0 {
+            return Err(sys_err(what()));
+        }
+        Ok(())
+    })
+}
+
+/// A socket made again as `s` describes, except pairs ([`socketpair`]): bound, listening,
+/// or closed with the bytes that had arrived. A connected datagram socket is connected
+/// later by [`connect_socket`] (its peer may be a socket of the program not made yet).
+pub fn socket(s: &SocketState, cwd: &str) -> Result<i32, RestartError> {
+    if let SocketRole::Closed { queued } = &s.role {
+        let (a, b) = socketpair(s.ty)?;
+        if !queued.is_empty() {
+            // A TCP connection's queue can be larger than a Unix socket's default.
+            let size = (queued.len() + (64 << 10)).min(i32::MAX as usize) as libc::c_int;
+            // SAFETY: setsockopt reads one int (SO_SNDBUFFORCE: past the system's maximum,
+            // where permitted).
+            unsafe {
+                let p = &size as *const libc::c_int as *const libc::c_void;
+                if libc::setsockopt(b, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, p, 4) != 0 {
+                    libc::setsockopt(b, libc::SOL_SOCKET, libc::SO_SNDBUF, p, 4);
+                }
+            }
+            send_messages(b, std::slice::from_ref(queued))?;
+        }
+        close(b);
+        return Ok(a);
+    }
+    let fd = new_socket(s.domain, s.ty, s.protocol)?;
+    set_socket_options(fd, &s.options);
+    if !s.local.is_empty() {
+        let listening = matches!(s.role, SocketRole::Listening { .. });
+        let reuse = crum_ckpt::sockets::opt_bytes(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR);
+        let one: libc::c_int = 1;
+        if listening && s.domain != libc::AF_UNIX {
+            // Connections of the checkpointed program may still hold the port (TIME_WAIT).
+            // SAFETY: setsockopt reads one int.
+            unsafe {
+                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &one as *const _ as *const libc::c_void, 4)
+            };
+        }
+        bind_socket(fd, s, cwd)?;
+        if let Some(v) = reuse.filter(|_| listening && s.domain != libc::AF_UNIX) {
+            // SAFETY: as above, the program's own value back.
+            unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, v.as_ptr() as *const libc::c_void, v.len() as u32) };
+        }
+    }
+    if let SocketRole::Listening { backlog } = s.role {
+        // SAFETY: our socket.
+        if unsafe { libc::listen(fd, backlog.min(i32::MAX as u32) as i32) } != 0 {
+            return Err(sys_err(format!("listening again on a {}", s.describe())));
+        }
+    }
+    Ok(fd)
+}
+
+/// Connects a datagram socket to its peer again; a refusal is a warning (it stays
+/// unconnected: the program's sends fail as if the peer had gone).
+pub fn connect_socket(fd: i32, s: &SocketState, cwd: &str) {
+    in_cwd_for(&s.peer, cwd, || {
+        let (ss, len) = sockaddr_of(&s.peer);
+        // SAFETY: connect reads `len` bytes of the live storage.
+        if unsafe { libc::connect(fd, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) } != 0 {
+            eprintln!(
+                "crum: warning: fd {fd} ({}) could not be connected again ({}): it is not connected now",
+                s.describe(),
+                std::io::Error::last_os_error()
+            );
+        }
+    })
+}
+
+/// A connected pair of Unix sockets of type `ty`.
+pub fn socketpair(ty: i32) -> Result<(i32, i32), RestartError> {
+    let mut p = [0i32; 2];
+    // SAFETY: socketpair writes two fds into the live array.
+    if unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, p.as_mut_ptr()) } != 0 {
+        return Err(sys_err("creating a socket pair"));
+    }
+    Ok((p[0], p[1]))
+}
+
+/// Sends each message through `fd` (a socket pair's other end) without waiting.
+pub fn send_messages(fd: i32, msgs: &[Vec<u8>]) -> Result<(), RestartError> {
+    for m in msgs {
+        // SAFETY: send from a live buffer.
+        let n = unsafe { libc::send(fd, m.as_ptr() as *const libc::c_void, m.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n != m.len() as isize {
+            return Err(sys_err("putting the data that waited in a socket back"));
+        }
+    }
+    Ok(())
+}
+
+/// Shuts a Unix socket down as it was (bit 0: receiving, bit 1: sending).
+pub fn shutdown(fd: i32, bits: u8) {
+    let how = match bits & 3 {
+        1 => libc::SHUT_RD,
+        2 => libc::SHUT_WR,
+        3 => libc::SHUT_RDWR,
+        _ => return,
+    };
+    // SAFETY: our socket.
+    unsafe { libc::shutdown(fd, how) };
 }

@@ -1,0 +1,379 @@
+//! Sockets in an image: Unix, IPv4 and IPv6 sockets of stream, datagram and seqpacket type
+//! are described for a restart ([`SocketState`]) instead of refusing it.
+//!
+//! - Listening sockets and unconnected ones are bound again (and listen again); connected
+//!   datagram sockets are connected again.
+//! - A connected Unix socket whose other end is open in the process too (a `socketpair`,
+//!   or both sides of a connection) comes back as a socket pair with the data waiting at
+//!   each end. The kernel's sock_diag tells each socket's peer (by inode).
+//! - A connection to anything outside the process comes back closed, with the bytes that
+//!   had arrived and were not read yet: as after a network failure, and named when the
+//!   image is written ([`SocketState::lost`]).
+//!
+//! Runs while the program's threads are stopped; the queues it takes messages from are
+//! filled again at once, so the program sees them as before.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+
+use crate::state::{FdKind, FdState, SockOpt, SocketRole, SocketState};
+
+/// What sock_diag tells about a Unix socket.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct UnixDiag {
+    /// The connected peer's inode (0: none).
+    peer: u32,
+    shutdown: u8,
+    /// Listening: connections waiting to be accepted, and the backlog.
+    pending: u32,
+    backlog: u32,
+}
+
+/// Every Unix socket of this network namespace, by inode (sock_diag dump). Empty if the
+/// kernel does not answer.
+fn unix_diag() -> HashMap<u32, UnixDiag> {
+    use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+    use netlink_packet_sock_diag::unix::{ShowFlags, StateFlags, UnixRequest};
+    use netlink_packet_sock_diag::SockDiagMessage;
+    use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
+
+    let mut out = HashMap::new();
+    let Ok(mut sock) = Socket::new(NETLINK_SOCK_DIAG) else { return out };
+    if sock.bind_auto().is_err() || sock.connect(&SocketAddr::new(0, 0)).is_err() {
+        return out;
+    }
+    let mut hdr = NetlinkHeader::default();
+    hdr.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    let req = UnixRequest {
+        // Every state: unconnected, connected, listening, closing.
+        state_flags: StateFlags::from_bits_retain(u32::MAX),
+        inode: 0,
+        show_flags: ShowFlags::PEER | ShowFlags::RQLEN,
+        cookie: [0xff; 8],
+    };
+    let mut msg = NetlinkMessage::new(hdr, SockDiagMessage::UnixRequest(req).into());
+    msg.finalize();
+    let mut buf = vec![0u8; msg.buffer_len()];
+    msg.serialize(&mut buf);
+    if sock.send(&buf, 0).is_err() {
+        return out;
+    }
+    let mut rx = vec![0u8; 1 << 16];
+    'recv: while let Ok(n) = sock.recv(&mut &mut rx[..], 0) {
+        let mut off = 0;
+        while off < n {
+            let Ok(m) = NetlinkMessage::<SockDiagMessage>::deserialize(&rx[off..n]) else { break 'recv };
+            let len = m.header.length as usize;
+            match m.payload {
+                NetlinkPayload::InnerMessage(SockDiagMessage::UnixResponse(r)) => {
+                    let listening = r.header.state == 10; // TCP_LISTEN
+                    out.insert(
+                        r.header.inode,
+                        UnixDiag {
+                            peer: r.peer().unwrap_or(0),
+                            shutdown: r.shutdown_state().unwrap_or(0),
+                            pending: if listening { r.number_of_pending_connection().unwrap_or(0) } else { 0 },
+                            backlog: if listening { r.max_number_of_pending_connection().unwrap_or(0) } else { 0 },
+                        },
+                    );
+                }
+                NetlinkPayload::InnerMessage(_) | NetlinkPayload::Noop => {}
+                _ => break 'recv,
+            }
+            if len == 0 {
+                break 'recv;
+            }
+            off += len;
+        }
+    }
+    out
+}
+
+fn opt_int(fd: i32, level: i32, name: i32) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live local.
+    let r = unsafe { libc::getsockopt(fd, level, name, &mut v as *mut libc::c_int as *mut libc::c_void, &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// The raw option value (up to 32 bytes), if the socket has that option.
+pub fn opt_bytes(fd: i32, level: i32, name: i32) -> Option<Vec<u8>> {
+    let mut v = [0u8; 32];
+    let mut len = v.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live buffer.
+    let r = unsafe { libc::getsockopt(fd, level, name, v.as_mut_ptr() as *mut libc::c_void, &mut len) };
+    (r == 0).then(|| v[..(len as usize).min(v.len())].to_vec())
+}
+
+/// The options a restart sets again where they differ from a new socket's.
+pub fn option_list(domain: i32, ty: i32) -> Vec<(i32, i32)> {
+    use libc::*;
+    let mut v = vec![
+        (SOL_SOCKET, SO_REUSEADDR),
+        (SOL_SOCKET, SO_REUSEPORT),
+        (SOL_SOCKET, SO_KEEPALIVE),
+        (SOL_SOCKET, SO_BROADCAST),
+        (SOL_SOCKET, SO_PASSCRED),
+        (SOL_SOCKET, SO_OOBINLINE),
+        (SOL_SOCKET, SO_PRIORITY),
+        (SOL_SOCKET, SO_RCVLOWAT),
+        (SOL_SOCKET, SO_RCVBUF),
+        (SOL_SOCKET, SO_SNDBUF),
+        (SOL_SOCKET, SO_RCVTIMEO),
+        (SOL_SOCKET, SO_SNDTIMEO),
+        (SOL_SOCKET, SO_LINGER),
+    ];
+    if domain == AF_INET6 {
+        v.push((IPPROTO_IPV6, IPV6_V6ONLY));
+    }
+    if domain != AF_UNIX && ty == SOCK_STREAM {
+        v.extend([(IPPROTO_TCP, TCP_NODELAY), (IPPROTO_TCP, TCP_KEEPIDLE), (IPPROTO_TCP, TCP_KEEPINTVL), (IPPROTO_TCP, TCP_KEEPCNT)]);
+    }
+    v
+}
+
+/// getsockname (`peer`: getpeername) as raw bytes; empty if it fails.
+fn address(fd: i32, peer: bool) -> Vec<u8> {
+    // SAFETY: sockaddr_storage is plain bytes.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let p = &mut ss as *mut libc::sockaddr_storage as *mut libc::sockaddr;
+    // SAFETY: the kernel writes at most `len` bytes into the live storage.
+    let r = unsafe { if peer { libc::getpeername(fd, p, &mut len) } else { libc::getsockname(fd, p, &mut len) } };
+    if r != 0 {
+        return Vec::new();
+    }
+    // SAFETY: `len` bytes of the storage were written (capped at its size).
+    let b = unsafe { std::slice::from_raw_parts(p as *const u8, (len as usize).min(std::mem::size_of_val(&ss))) };
+    b.to_vec()
+}
+
+/// Whether a socket address names something: a Unix path or abstract name, an IP port or
+/// address (an unbound socket's name is all zeros).
+pub fn is_named(domain: i32, a: &[u8]) -> bool {
+    match domain {
+        libc::AF_UNIX => a.len() > 2,
+        libc::AF_INET => a.len() >= 8 && a[2..8].iter().any(|&b| b != 0),
+        libc::AF_INET6 => a.len() >= 24 && (a[2..4].iter().any(|&b| b != 0) || a[8..24].iter().any(|&b| b != 0)),
+        _ => false,
+    }
+}
+
+/// Bytes waiting to be read (a datagram socket: the first message's).
+fn inq(fd: i32) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes an int.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } != 0 {
+        return 0;
+    }
+    n.max(0) as usize
+}
+
+/// One message from `fd` (`peek`: left in the queue), without waiting; None when there is
+/// none. File descriptors it carried are closed here and counted in `fds_lost`.
+fn recv_one(fd: i32, max: usize, peek: bool, fds_lost: &mut usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; max.max(1)];
+    let mut ctl = [0u64; 64];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: msghdr is plain data; every pointer set below is to a live buffer.
+    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+    mh.msg_iov = &mut iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
+    mh.msg_controllen = std::mem::size_of_val(&ctl);
+    let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+    // SAFETY: as above.
+    let n = unsafe { libc::recvmsg(fd, &mut mh, flags | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return None;
+    }
+    // SAFETY: walking the control messages the kernel wrote into `ctl`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&mh);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const i32;
+                let count = ((*c).cmsg_len as usize - (data as usize - c as usize)) / 4;
+                for i in 0..count {
+                    libc::close(data.add(i).read_unaligned());
+                }
+                *fds_lost += count;
+            }
+            c = libc::CMSG_NXTHDR(&mh, c);
+        }
+    }
+    buf.truncate((n as usize).min(buf.len()));
+    Some(buf)
+}
+
+/// A socket's description, its inode and its connected peer's inode (Unix sockets; 0:
+/// none). `Unsupported` for families and types crum does not restore.
+pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>) -> (FdKind, u32) {
+    let link = format!("socket:[{ino}]");
+    let (Some(domain), Some(ty), Some(protocol)) =
+        (opt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN), opt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE), opt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL))
+    else {
+        return (FdKind::Unsupported { what: link }, 0);
+    };
+    let family = match domain {
+        libc::AF_UNIX => "unix",
+        libc::AF_INET => "IPv4",
+        libc::AF_INET6 => "IPv6",
+        libc::AF_NETLINK => "netlink",
+        libc::AF_PACKET => "packet",
+        _ => "",
+    };
+    if !matches!(domain, libc::AF_UNIX | libc::AF_INET | libc::AF_INET6) {
+        let f = if family.is_empty() { format!("address family {domain}") } else { family.to_string() };
+        return (FdKind::Unsupported { what: format!("{link}, a {f} socket (crum restores unix, IPv4 and IPv6 sockets)") }, 0);
+    }
+    if !matches!(ty, libc::SOCK_STREAM | libc::SOCK_DGRAM | libc::SOCK_SEQPACKET)
+        || (domain != libc::AF_UNIX && !matches!(protocol, 0 | libc::IPPROTO_TCP | libc::IPPROTO_UDP))
+    {
+        return (FdKind::Unsupported { what: format!("{link}, a {family} socket of type {ty}, protocol {protocol}") }, 0);
+    }
+    let local = address(fd, false);
+    let local = if is_named(domain, &local) { local } else { Vec::new() };
+    let peer = address(fd, true);
+    let options = option_list(domain, ty)
+        .into_iter()
+        .filter_map(|(level, name)| opt_bytes(fd, level, name).map(|value| SockOpt { level, name, value }))
+        .collect();
+    let listening = opt_int(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1);
+    let mut s = SocketState { domain, ty, protocol, local, peer, options, shutdown: 0, role: SocketRole::Unconnected, lost: String::new() };
+    let mut peer_ino = 0;
+    if domain == libc::AF_UNIX {
+        let d = diag.get_or_insert_with(unix_diag).get(&(ino as u32)).copied().unwrap_or_default();
+        s.shutdown = d.shutdown & 3;
+        peer_ino = d.peer;
+        if listening {
+            s.role = SocketRole::Listening { backlog: d.backlog.max(1) };
+            if d.pending > 0 {
+                s.lost = format!("{} connection(s) waiting to be accepted are not in the image: their clients are cut off", d.pending);
+            }
+        } else if peer_ino != 0 {
+            // Decided in `pair_up` once every descriptor is known.
+            s.role = SocketRole::Pair { id: 0, first: false, queued: Vec::new() };
+        } else if !s.peer.is_empty() && ty != libc::SOCK_DGRAM {
+            closed(fd, &mut s);
+        } else if !s.peer.is_empty() {
+            s.role = SocketRole::Connected;
+        }
+    } else if listening {
+        s.role = SocketRole::Listening { backlog: libc::SOMAXCONN as u32 };
+        if readable(fd) {
+            s.lost = "connections waiting to be accepted are not in the image: their clients are cut off".into();
+        }
+    } else if !s.peer.is_empty() {
+        if ty == libc::SOCK_DGRAM {
+            s.role = SocketRole::Connected;
+        } else {
+            closed(fd, &mut s);
+        }
+    }
+    if matches!(s.role, SocketRole::Unconnected | SocketRole::Connected | SocketRole::Listening { .. }) && ty != libc::SOCK_STREAM {
+        let n = inq(fd);
+        if n > 0 || readable(fd) {
+            s.lost = "datagrams waiting to be read are not in the image".into();
+        }
+    }
+    (FdKind::Socket(Box::new(s)), peer_ino)
+}
+
+/// Whether a read (or accept) would not wait.
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll on one live pollfd, no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+}
+
+/// The bytes waiting in a stream socket, left in it. Where one peek cannot see them all (a
+/// message with other credentials or descriptors stops it), `lost` says so.
+fn peek_stream(fd: i32, fds_lost: &mut usize, lost: &mut String) -> Vec<u8> {
+    let n = inq(fd);
+    if n == 0 {
+        return Vec::new();
+    }
+    let b = recv_one(fd, n, true, fds_lost).unwrap_or_default();
+    if b.len() < n {
+        *lost = format!("only the first {} of the {n} bytes waiting in it are in the image", b.len());
+    }
+    b
+}
+
+/// A connection to outside the process: comes back closed with what had arrived (a stream's
+/// bytes, peeked: the running program still reads them).
+fn closed(fd: i32, s: &mut SocketState) {
+    let mut fds_lost = 0;
+    let queued = if s.ty == libc::SOCK_STREAM { peek_stream(fd, &mut fds_lost, &mut s.lost) } else { Vec::new() };
+    let mut lost = if s.peer.is_empty() || !is_named(s.domain, &s.peer) {
+        "its peer is outside the process: it comes back closed".to_string()
+    } else {
+        "the connection is to outside the process: it comes back closed".to_string()
+    };
+    if !queued.is_empty() {
+        lost += &format!(" (after the {} bytes that had arrived)", queued.len());
+    } else if s.ty != libc::SOCK_STREAM && (inq(fd) > 0 || readable(fd)) {
+        lost += " and the messages waiting in it are not in the image";
+    }
+    if fds_lost > 0 {
+        lost += &format!("; {fds_lost} file descriptor(s) in flight in it are not in the image");
+    }
+    if !s.lost.is_empty() {
+        lost = format!("{lost}; {}", s.lost);
+    }
+    s.lost = lost;
+    s.role = SocketRole::Closed { queued };
+}
+
+/// Turns the connected Unix sockets of `out` into pairs where both ends are open here
+/// (`socks`: fd, inode, peer inode), taking the messages waiting at each end; the others
+/// are connections to outside.
+pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)]) {
+    for e in out.iter_mut() {
+        let fd = e.fd;
+        let FdKind::Socket(s) = &mut e.kind else { continue };
+        if !matches!(s.role, SocketRole::Pair { .. }) {
+            continue;
+        }
+        let Some(&(_, ino, peer)) = socks.iter().find(|e| e.0 == fd) else { continue };
+        let other = socks.iter().find(|e| e.1 == peer as u64 && e.2 as u64 == ino).map(|e| e.0);
+        let Some(other) = other else {
+            if s.ty == libc::SOCK_DGRAM && is_named(s.domain, &s.peer) {
+                s.role = SocketRole::Connected;
+            } else {
+                closed(fd, s);
+            }
+            continue;
+        };
+        let mut fds_lost = 0;
+        let mut queued = Vec::new();
+        if s.ty == libc::SOCK_STREAM {
+            let b = peek_stream(fd, &mut fds_lost, &mut s.lost);
+            if !b.is_empty() {
+                queued.push(b);
+            }
+        } else if s.shutdown != 0 {
+            if inq(fd) > 0 || readable(fd) {
+                s.lost = "messages waiting at this shut-down socket are not in the image".into();
+            }
+        } else {
+            // Taken one by one and sent again through the other end, in order.
+            while let Some(m) = recv_one(fd, 1 << 18, false, &mut fds_lost) {
+                queued.push(m);
+            }
+            for m in &queued {
+                // SAFETY: send from a live buffer on our own socket.
+                unsafe { libc::send(other, m.as_ptr() as *const libc::c_void, m.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+            }
+        }
+        if fds_lost > 0 {
+            s.lost = format!("{fds_lost} file descriptor(s) in flight in it are not in the image");
+        }
+        if s.lost.is_empty() && (is_named(s.domain, &s.local) || is_named(s.domain, &s.peer)) {
+            s.lost = "it comes back as an unnamed socket pair: its address is not reported after a restart".into();
+        }
+        s.role = SocketRole::Pair { id: ino.min(peer as u64), first: ino < peer as u64, queued };
+    }
+}
