@@ -357,8 +357,7 @@ struct Job {
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 
 fn is_owner() -> bool {
-    // SAFETY: getpid cannot fail.
-    OWNER_PID.load(SeqCst) == unsafe { libc::getpid() }
+    OWNER_PID.load(SeqCst) == threads::real_pid()
 }
 
 /// crum's threads: the control thread, the agent thread, the checkpoint-signal thread.
@@ -531,8 +530,7 @@ pub fn resume_threads() {
 /// returns once it is answered or the control thread has ended (after another request).
 fn wake_control() {
     use std::io::{Read, Write};
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() } as u32;
+    let pid = threads::real_pid() as u32;
     let path = crate::control::socket_path_in(&crate::control::socket_dir(), pid);
     let Ok(mut s) = std::os::unix::net::UnixStream::connect(&path) else { return };
     let Ok(mut line) = serde_json::to_vec(&Request::Status) else { return };
@@ -618,8 +616,7 @@ fn start(cfg: Result<Config, String>) -> Result<(), String> {
     threads::install_handler()?;
     // Before crum opens anything of its own (the channel is already excluded).
     record_inherited();
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() };
+    let pid = threads::real_pid();
     OWNER_PID.store(pid, SeqCst);
     let server = ControlServer::bind(pid as u32).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel::<Job>();
@@ -1106,8 +1103,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
     *device_time = tc.elapsed();
     threads::prepare_restart_stacks()?;
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() };
+    let pid = threads::real_pid();
     let mut own = Vec::new();
     let control_path = crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32);
     let mut skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -1764,6 +1760,19 @@ fn reap(child: i32, pidfd: i32, err_r: i32, err_w: i32) -> Result<(), String> {
 /// The restored process: tidy up after the restorer and let the program go. Reads what it
 /// needs from the image, not from memory allocated during the checkpoint (that memory may
 /// postdate the memory map the image was cut along).
+/// Tells `libcrum_libc.so` (when preloaded) that the program's pid is `first_pid`, the one
+/// it started with, while the kernel's is another now (`preload/src/pid.rs`).
+fn set_pid_identity(first_pid: i32) {
+    // SAFETY: dlsym in the global scope with a NUL-terminated name; the function, if there,
+    // has this signature.
+    unsafe {
+        let f = libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_identity".as_ptr());
+        if !f.is_null() {
+            std::mem::transmute::<*mut libc::c_void, extern "C" fn(i32, i32)>(f)(first_pid, threads::real_pid());
+        }
+    }
+}
+
 fn after_restart(h: &Hooks) -> Outcome {
     // The program's threads are stopped where the image caught them, some perhaps inside
     // malloc holding its locks: until they run again the agent allocates from its arena, and
@@ -1783,9 +1792,13 @@ fn after_restart(h: &Hooks) -> Outcome {
             *NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()) = Some(PathBuf::from(std::ffi::OsStr::from_bytes(d)));
         }
     }
-    PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).push(info.old_pid as i32);
-    // SAFETY: getpid cannot fail.
-    OWNER_PID.store(unsafe { libc::getpid() }, SeqCst);
+    let first_pid = {
+        let mut h = PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner());
+        h.push(info.old_pid as i32);
+        h[0]
+    };
+    OWNER_PID.store(threads::real_pid(), SeqCst);
+    set_pid_identity(first_pid);
     if info.channel_fd >= 0 {
         // The new proxy's channel, opened by the restorer at the lowest free number: above
         // the program's range, close-on-exec, like `crum run`'s (`crate::highfd`).

@@ -421,8 +421,7 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
     let mut out: Vec<FdState> = Vec::new();
     // (fd, pipe inode, is read end) of the pipes seen.
     let mut pipes: Vec<(i32, u64, bool)> = Vec::new();
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() };
+    let pid = crate::threads::real_pid();
     // Deleted files whose contents are already carried (by inode).
     let mut deleted: Vec<u64> = Vec::new();
     // Sockets: (fd, inode, connected peer's inode), and what sock_diag says (asked once).

@@ -99,7 +99,7 @@ static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
 
 fn with<R>(f: impl FnOnce(&mut Current) -> R) -> R {
     let mut g = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
-    let c = g.get_or_insert_with(|| Current { lineage: Lineage::begin(std::process::id()), own: Vec::new() });
+    let c = g.get_or_insert_with(|| Current { lineage: Lineage::begin(crate::threads::real_pid() as u32), own: Vec::new() });
     f(c)
 }
 
@@ -115,7 +115,7 @@ pub fn begin_restarted(image: &Path) {
     let name = image.file_name().map(|n| n.to_string_lossy().into_owned());
     with(|c| {
         let parent = c.lineage.id.clone();
-        let mut new = Lineage { restarted_from: name.clone(), parent: Some(parent.clone()), ..Lineage::begin(std::process::id()) };
+        let mut new = Lineage { restarted_from: name.clone(), parent: Some(parent.clone()), ..Lineage::begin(crate::threads::real_pid() as u32) };
         // Same millisecond and pid (a reused pid, or a test restarting in process): still new.
         if new.id == parent {
             new.id.push_str(".1");

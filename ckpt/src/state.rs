@@ -14,9 +14,11 @@ use serde::{Deserialize, Serialize};
 pub const SECTION_PROCESS: &str = "process";
 /// Version of the [`ProcessState`] encoding written. Version 2 added
 /// [`ProcessState::hook_sections`] (at the end), version 3 [`ProcessState::locks`] and
-/// [`ProcessState::pipe_sizes`] and [`ProcessState::pending_signals`]; older versions are
-/// still read (with none of those).
-pub const PROCESS_STATE_VERSION: u32 = 3;
+/// [`ProcessState::pipe_sizes`] and [`ProcessState::pending_signals`], version 4 the
+/// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
+/// image by its version instead of failing to decode it); older versions are still read
+/// (with none of those).
+pub const PROCESS_STATE_VERSION: u32 = 4;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).

@@ -115,6 +115,14 @@ pub fn stop_signal() -> i32 {
     s
 }
 
+/// This process's pid as the kernel knows it. The C library's `getpid` is the program's view
+/// (`libcrum_libc.so` answers the pid the program started with, after a restart): crum's own
+/// code asks the kernel.
+pub fn real_pid() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
@@ -583,8 +591,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
     record_kernel_state(&SLOTS[0]);
     save_task(&SLOTS[0], me);
     NSLOTS.store(1, Release);
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() };
+    let pid = real_pid();
     let deadline = Instant::now() + timeout;
     loop {
         let mut new = 0;

@@ -115,8 +115,7 @@ fn forget_seen() {
 }
 
 fn set_owner() {
-    // SAFETY: getpid cannot fail.
-    OWNER.store(unsafe { libc::getpid() }, SeqCst);
+    OWNER.store(crate::threads::real_pid(), SeqCst);
 }
 
 /// The image `image` is being written (its writer forked; the program's threads are still
@@ -184,8 +183,7 @@ pub fn note_open(fd: i32, created: bool) {
     if log < 0 && pending < 0 {
         return;
     }
-    // SAFETY: getpid cannot fail.
-    if OWNER.load(SeqCst) != unsafe { libc::getpid() } || CRUM_THREAD.try_with(|c| c.get()).unwrap_or(true) {
+    if OWNER.load(SeqCst) != crate::threads::real_pid() || CRUM_THREAD.try_with(|c| c.get()).unwrap_or(true) {
         return;
     }
     // SAFETY: a plain C struct, all zeroes valid.

@@ -37,8 +37,7 @@ pub fn channel_fd() -> Option<i32> {
 /// Makes `fd` the channel this process holds (taken over at start, or a restart's new one).
 pub fn set_channel_fd(fd: i32) {
     CHANNEL_FD.store(fd, SeqCst);
-    // SAFETY: getpid cannot fail.
-    CHANNEL_PID.store(unsafe { libc::getpid() }, SeqCst);
+    CHANNEL_PID.store(crum_ckpt::threads::real_pid(), SeqCst);
 }
 
 /// The channel descriptor if this process holds one and is the process that took it over
@@ -47,8 +46,7 @@ pub fn set_channel_fd(fd: i32) {
 #[no_mangle]
 pub extern "C" fn crum_exec_channel() -> libc::c_int {
     let fd = CHANNEL_FD.load(SeqCst);
-    // SAFETY: getpid cannot fail.
-    if fd >= 0 && CHANNEL_PID.load(SeqCst) == unsafe { libc::getpid() } {
+    if fd >= 0 && CHANNEL_PID.load(SeqCst) == crum_ckpt::threads::real_pid() {
         fd
     } else {
         -1

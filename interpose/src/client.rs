@@ -115,7 +115,7 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
     // One CUDA process per proxy: a second process that inherited the channel (a child the
     // program started) must not drive the first one's device state.
     let owner = ch.app_pid();
-    if owner != 0 && owner != std::process::id() {
+    if owner != 0 && owner != crum_ckpt::threads::real_pid() as u32 {
         tracing::error!("process {owner} already uses this crum proxy; run other CUDA programs under their own `crum run`");
         return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
     }
@@ -155,7 +155,7 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
     // proxy takes every lane but this one for the old image's and releases them.
     let reply = overflow
         .call(&Request::Hello {
-            pid: std::process::id(),
+            pid: crum_ckpt::threads::real_pid() as u32,
         })
         .map_err(chan_err)?;
     if reply.status != 0 {

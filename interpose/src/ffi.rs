@@ -136,7 +136,7 @@ pub fn checked_local_copy(dst: u64, src: u64, len: u64) -> crate::errors::CudaRe
     tmp.try_reserve_exact(n).map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
     tmp.resize(n, 0u8);
     // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+    let me = crum_ckpt::threads::real_pid();
     let mut done = 0usize;
     while done < n {
         let local = libc::iovec { iov_base: tmp[done..].as_mut_ptr().cast(), iov_len: n - done };

@@ -30,11 +30,17 @@
 //!   `open`'s optional mode is taken as a third argument (the x86-64 calling convention
 //!   passes it the same way either way) and passed on as such.
 //!
+//! - The process's ids (`getpid`, `gettid`, `getppid`, `getpgrp`, `getpgid`, `getsid`,
+//!   `kill`, `tgkill`, `sigqueue`): after a restart the program keeps the pid it started
+//!   with (`pid`).
+//!
 //! Everything is resolved once, in the library constructor: libcrum's functions by name
 //! (absent without libcrum: the wrappers then only forward), the C library's from
 //! `libc.so.6` itself. The wrappers allocate nothing, take no locks and keep `errno` as the
 //! C library sets it, so they stay async-signal-safe.
 #![allow(unsafe_code)]
+
+mod pid;
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};

@@ -65,7 +65,7 @@ pub struct WriterOptions {
 impl Default for WriterOptions {
     fn default() -> Self {
         WriterOptions {
-            pid: std::process::id(),
+            pid: crate::threads::real_pid() as u32,
             seq: 0,
             chunk_size: 4 << 20,
             level: 1,
