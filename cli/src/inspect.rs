@@ -2,6 +2,10 @@
 //! stdout) or programs (`--json`). Sections other than the memory ones are shown by name and
 //! size, whoever added them. Given a directory of images, describes the newest.
 //!
+//! The process part: command, ids, threads, every descriptor with what a restart makes of
+//! it, the program's signal handlers, and "restartable yes" or "no, because …" (the checks
+//! `crum restart` makes of descriptors, files and the working directory, here and now).
+//!
 //! The device part of a CUDA program's image (sections `crum.device` and `crum.device.data`,
 //! [`crum_wire::ckpt`]) is decoded and shown: backend, device, modules, kernels, every saved
 //! region of device/managed/pinned memory and module variables, streams, events, textures.
@@ -15,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use crum_ckpt::image::{latest_image, utc_stamp, Encoding, ImageReader, RegionInfo};
+use crum_ckpt::state::{FdKind, FdState, ProcessState, SocketRole, SECTION_PROCESS};
 use crum_wire::ckpt::{DeviceState, SECTION_DEVICE_DATA};
 use crum_wire::AllocKind;
 use indicatif::HumanBytes;
@@ -114,6 +119,17 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         Ok(None) => None,
         Err(e) => return Err(e.into()),
     };
+    // A process section that does not decode is shown as such (the rest of the image can
+    // still be described); a restart would refuse it.
+    let (process, process_error) = match r.section(SECTION_PROCESS) {
+        Ok(Some(b)) => match ProcessState::decode(&b) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e)),
+        },
+        Ok(None) => (None, None),
+        Err(e) => return Err(e.into()),
+    };
+    let problems = process.as_ref().map(crum_restart::problems).unwrap_or_default();
     let inv = r.inventory().clone();
     let regions = r.regions().to_vec();
     let mapped: u64 = regions.iter().map(|g| g.len).sum();
@@ -156,6 +172,11 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
             })),
             "regions": regions_json,
             "device": device.as_ref().map(|(d, n)| device_json(d, *n)),
+            "process": match (&process, &process_error) {
+                (Some(p), _) => process_json(p, &problems),
+                (None, Some(e)) => serde_json::json!({ "restartable": false, "problems": [e] }),
+                (None, None) => serde_json::Value::Null,
+            },
         });
         writeln!(o, "{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(o);
@@ -191,6 +212,12 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
     }
     if verified {
         writeln!(o, "verified   every chunk and section matches its checksum")?;
+    }
+    if let Some(p) = &process {
+        describe_process(&mut o, p, &problems)?;
+    } else if let Some(e) = &process_error {
+        writeln!(o, "process    {e}")?;
+        writeln!(o, "restartable no, because the process section does not decode")?;
     }
     writeln!(o, "\nsections")?;
     writeln!(o, "  {:<24} {:>8} {:>12}  file", "name", "required", "size")?;
@@ -241,6 +268,129 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         describe_device(&mut o, d, *data_size)?;
     }
     Ok(o)
+}
+
+/// What a descriptor is and what a restart makes of it (`None`: as it was).
+fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
+    let bytes = |n: usize| HumanBytes(n as u64).to_string();
+    match &f.kind {
+        FdKind::Stdio => ("stdio", "crum restart's own".into(), None),
+        FdKind::File { path, pos, dir, .. } => (if *dir { "directory" } else { "file" }, format!("{path} at offset {pos}"), None),
+        FdKind::CharDev { path } => ("device", path.clone(), None),
+        FdKind::Tty => ("terminal", "crum restart's terminal".into(), None),
+        FdKind::Pipe { id, read, data } => (
+            "pipe",
+            format!("pipe:[{id}] {} end{}", if *read { "read" } else { "write" }, if data.is_empty() { String::new() } else { format!(", {} waiting", bytes(data.len())) }),
+            None,
+        ),
+        FdKind::Dup { of } => ("dup", format!("of fd {of}"), None),
+        FdKind::ControlListener => ("crum", "control socket (made again under the new pid)".into(), None),
+        FdKind::Unsupported { what } => ("unsupported", what.clone(), Some("cannot be restored".into())),
+        FdKind::Inherited { what } => {
+            ("inherited", what.clone(), Some("crum restart's own fd of this number, else /dev/null".into()))
+        }
+        FdKind::EventFd { count, semaphore } => ("eventfd", format!("count {count}{}", if *semaphore { ", semaphore" } else { "" }), None),
+        FdKind::TimerFd { value_ns, interval_ns, ticks, .. } => (
+            "timerfd",
+            format!("next in {} ms, every {} ms, {ticks} unread", value_ns / 1_000_000, interval_ns / 1_000_000),
+            None,
+        ),
+        FdKind::SignalFd { mask } => ("signalfd", format!("mask {mask:#x}"), None),
+        FdKind::Epoll { watches } => ("epoll", format!("watching {} fd(s)", watches.len()), None),
+        FdKind::DeletedFile { path, memfd, data, .. } => (
+            if *memfd { "memfd" } else { "deleted file" },
+            match data {
+                Some(d) => format!("{path}, {} saved", bytes(d.len())),
+                None => format!("{path} (contents with an earlier fd)"),
+            },
+            None,
+        ),
+        FdKind::Socket(s) => {
+            let role = match &s.role {
+                SocketRole::Unconnected => String::new(),
+                SocketRole::Listening { backlog } => format!(", listening (backlog {backlog})"),
+                SocketRole::Pair { queued, .. } => {
+                    let n: usize = queued.iter().map(Vec::len).sum();
+                    format!(", pair with another fd{}", if n > 0 { format!(", {} waiting", bytes(n)) } else { String::new() })
+                }
+                SocketRole::Connected => String::new(),
+                SocketRole::Closed { .. } => String::new(),
+            };
+            ("socket", format!("{}{role}", s.describe()), f.kind.loss().map(str::to_string))
+        }
+    }
+}
+
+fn sig_name(sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(s) => s.as_str().to_string(),
+        Err(_) if sig >= libc::SIGRTMIN() => format!("SIGRTMIN+{}", sig - libc::SIGRTMIN()),
+        Err(_) => format!("signal {sig}"),
+    }
+}
+
+/// The process part: command, ids, threads, descriptors with what a restart makes of each,
+/// signal handlers, and whether a restart here would work.
+fn describe_process(o: &mut String, p: &ProcessState, problems: &[String]) -> anyhow::Result<()> {
+    let earlier = if p.pid_history.is_empty() {
+        String::new()
+    } else {
+        format!(" (earlier {})", p.pid_history.iter().map(i32::to_string).collect::<Vec<_>>().join(", "))
+    };
+    writeln!(o, "process    pid {}{earlier}: {}", p.pid, p.cmdline.join(" "))?;
+    writeln!(o, "program    {}", p.exe)?;
+    writeln!(o, "cwd        {}", p.cwd)?;
+    writeln!(o, "threads    {} (crum's agent included)", p.threads.len())?;
+    // The C library's internal signals (32, 33) and crum's stop signal are not the program's.
+    let crum_sig = crum_ckpt::threads::stop_signal();
+    let handled: Vec<String> = p
+        .sigactions
+        .iter()
+        .filter(|a| a.handler > 1 && a.sig != crum_sig && !(32..=33).contains(&a.sig))
+        .map(|a| sig_name(a.sig))
+        .collect();
+    if !handled.is_empty() {
+        writeln!(o, "handlers   {}", handled.join(", "))?;
+    }
+    if !p.pending_signals.is_empty() {
+        writeln!(o, "pending    {} signal(s)", p.pending_signals.len())?;
+    }
+    if problems.is_empty() {
+        writeln!(o, "restartable yes")?;
+    } else {
+        writeln!(o, "restartable no, because {}", problems.join("; "))?;
+    }
+    writeln!(o, "
+fds")?;
+    writeln!(o, "  {:>4}  {:<12} what  [restart]", "fd", "kind")?;
+    for f in &p.fds {
+        let (kind, what, note) = fd_text(f);
+        match note {
+            Some(n) => writeln!(o, "  {:>4}  {kind:<12} {what}  [{n}]", f.fd)?,
+            None => writeln!(o, "  {:>4}  {kind:<12} {what}", f.fd)?,
+        }
+    }
+    for l in &p.locks {
+        writeln!(o, "  lock {:?} on fd {} ({})", l.kind, l.fd, if l.write { "write" } else { "read" })?;
+    }
+    Ok(())
+}
+
+fn process_json(p: &ProcessState, problems: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "pid": p.pid,
+        "pid_history": p.pid_history,
+        "cmdline": p.cmdline,
+        "exe": p.exe,
+        "cwd": p.cwd,
+        "threads": p.threads.len(),
+        "restartable": problems.is_empty(),
+        "problems": problems,
+        "fds": p.fds.iter().map(|f| {
+            let (kind, what, note) = fd_text(f);
+            serde_json::json!({ "fd": f.fd, "kind": kind, "what": what, "restart": note })
+        }).collect::<Vec<_>>(),
+    })
 }
 
 fn kind_name(k: AllocKind) -> &'static str {

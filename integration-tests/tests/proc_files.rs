@@ -55,7 +55,18 @@ fn restart_refuses_when_a_file_read_by_the_program_changed() {
 fn restart_refuses_when_a_file_vanished() {
     let sb = Sandbox::new();
     let img = checkpointed_file_append(&sb);
+    // Before: restartable.
+    let inspect = |img: &std::path::Path| {
+        let o = std::process::Command::new(crum_bin()).arg("inspect").arg(img).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let text = inspect(&img);
+    assert!(text.contains("restartable yes") && text.contains("input.txt at offset"), "{text}");
     std::fs::remove_file(sb.path("run/input.txt")).unwrap();
+    // `crum inspect` says why a restart would fail now, as the restart does.
+    let text = inspect(&img);
+    assert!(text.contains("restartable no, because file ") && text.contains("input.txt") && text.contains("vanished"), "{text}");
     let mut r = restart(&sb, &img, "restart.out");
     assert_eq!(r.wait_exit(), 1);
     let err = r.stderr();
@@ -76,6 +87,11 @@ fn restart_names_a_socket_it_cannot_restore() {
     let err = r.stderr();
     assert!(err.contains("fd ") && err.contains("socket:["), "error does not name the socket: {err}");
     assert!(r.output().is_empty());
+    let o = std::process::Command::new(crum_bin()).args(["inspect", "--json"]).arg(&img).output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["process"]["restartable"], false, "{j}");
+    let why = j["process"]["problems"][0].as_str().unwrap();
+    assert!(why.contains("netlink socket") && why.contains("cannot be restored"), "{why}");
 }
 
 #[test]

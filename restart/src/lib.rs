@@ -200,6 +200,32 @@ fn check_files(st: &ProcessState) -> Result<(), RestartError> {
     Ok(())
 }
 
+/// Everything that would stop a restart of `st` here and now (descriptors crum cannot restore,
+/// files changed since the checkpoint, a working directory gone), one line each; empty: none.
+/// `crum inspect` says it as "restartable: no".
+pub fn problems(st: &ProcessState) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in &st.fds {
+        match &f.kind {
+            FdKind::File { .. } if f.fd <= 2 => {}
+            FdKind::File { path, .. } => {
+                if let Some(problem) = file_problem(f) {
+                    out.push(format!("file {path} (fd {}) {problem} since the checkpoint", f.fd));
+                }
+            }
+            FdKind::CharDev { path } if !Path::new(path).exists() => {
+                out.push(format!("fd {}: device {path} does not exist here", f.fd))
+            }
+            FdKind::Unsupported { what } => out.push(format!("fd {} ({what}) cannot be restored", f.fd)),
+            _ => {}
+        }
+    }
+    if !Path::new(&st.cwd).is_dir() {
+        out.push(format!("the working directory {} does not exist here", st.cwd));
+    }
+    out
+}
+
 /// How a restart starts the device proxy of a CUDA program's image.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
