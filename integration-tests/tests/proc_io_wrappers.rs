@@ -92,8 +92,10 @@ fn io_calls_of_the_program_bind_to_the_wrappers_not_the_c_library() {
         if !path.file_name().unwrap().to_string_lossy().starts_with("ld.") {
             continue;
         }
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let Some(rest) = line.split_once("binding file ").map(|(_, r)| r) else { continue };
+        // Threads bind symbols at the same time and the loader writes a line in pieces: two
+        // lines can share one (`…symbol `x'     <pid>: binding file …`), so every
+        // "binding file" of a line counts.
+        for rest in std::fs::read_to_string(&path).unwrap().lines().flat_map(|l| l.split("binding file ").skip(1)) {
             let Some((from, rest)) = rest.split_once(" [0] to ") else { continue };
             if !from.ends_with("/io_wrappers") {
                 continue;
