@@ -1137,6 +1137,8 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     // are read here: taking a periodic SIGALRM re-arms its timer.)
     let (pending_signals, signal_problems) = capture::pending_signals(&program_tids);
     problems.extend(signal_problems);
+    let (posix_timers, timer_problems) = capture::posix_timers();
+    problems.extend(timer_problems);
     let main_slot = slots.iter().find(|s| s.1 == pid).map(|s| s.0).ok_or("the main thread has exited; crum needs it")?;
     let threads_info =
         slots.into_iter().map(|(slot, tid, fs_base, is_agent)| ThreadInfo { tid, slot: slot as u32, fs_base, is_agent }).collect();
@@ -1173,6 +1175,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         locks,
         pipe_sizes,
         pending_signals,
+        posix_timers,
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator

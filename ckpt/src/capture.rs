@@ -9,7 +9,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, PendingSignal, Region, RegionKind, SigAction, Special};
+use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, PendingSignal, PosixTimer, Region, RegionKind, SigAction, Special};
 
 /// Names of the kernel special mappings that must follow the program to the same address.
 pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
@@ -185,6 +185,94 @@ pub fn pending_signals(threads: &[i32]) -> (Vec<PendingSignal>, Vec<String>) {
             problems.push(format!("thread {tid} has signals sent to it alone waiting (mask {private:#x}): a restart does not bring them back"));
         }
     }
+    (out, problems)
+}
+
+/// Clocks a POSIX timer can be made on again: `CLOCK_REALTIME`, `CLOCK_MONOTONIC`,
+/// `CLOCK_PROCESS_CPUTIME_ID`, `CLOCK_BOOTTIME`, `CLOCK_REALTIME_ALARM`,
+/// `CLOCK_BOOTTIME_ALARM`, `CLOCK_TAI`.
+const TIMER_CLOCKS: [i32; 7] = [0, 1, 2, 7, 8, 9, 11];
+
+/// Parses /proc/self/timers (`ID:`, `signal: N/value`, `notify: kind/pid.N|tid.N`,
+/// `ClockID:`) into (id, signo, value, notify word, tid-directed, target, clock).
+pub fn parse_timers(text: &str) -> Vec<(i32, i32, u64, String, bool, i32, i32)> {
+    let mut out = Vec::new();
+    let mut cur: Option<(i32, i32, u64, String, bool, i32, i32)> = None;
+    for l in text.lines() {
+        let Some((k, v)) = l.split_once(':') else { continue };
+        let v = v.trim();
+        match k.trim() {
+            "ID" => {
+                out.extend(cur.take());
+                cur = v.parse().ok().map(|id| (id, 0, 0, String::new(), false, 0, -1));
+            }
+            "signal" => {
+                if let (Some(c), Some((n, val))) = (cur.as_mut(), v.split_once('/')) {
+                    c.1 = n.parse().unwrap_or(0);
+                    c.2 = u64::from_str_radix(val, 16).unwrap_or(0);
+                }
+            }
+            "notify" => {
+                if let (Some(c), Some((kind, target))) = (cur.as_mut(), v.split_once('/')) {
+                    c.3 = kind.to_string();
+                    c.4 = target.starts_with("tid.");
+                    c.5 = target.split_once('.').and_then(|(_, n)| n.parse().ok()).unwrap_or(0);
+                }
+            }
+            "ClockID" => {
+                if let Some(c) = cur.as_mut() {
+                    c.6 = v.parse().unwrap_or(-1);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(cur);
+    out
+}
+
+/// The process's POSIX timers (`timer_create`) with the time left on each, and what cannot
+/// be made again (named): a timer aimed at a thread other than the main one (glibc's
+/// `SIGEV_THREAD` timers notify a helper thread), or on another clock.
+pub fn posix_timers() -> (Vec<PosixTimer>, Vec<String>) {
+    let text = std::fs::read_to_string("/proc/self/timers").unwrap_or_default();
+    let pid = crate::threads::real_pid();
+    let (mut out, mut problems) = (Vec::new(), Vec::new());
+    for (id, signo, value, kind, to_tid, target, clock) in parse_timers(&text) {
+        let notify = match kind.as_str() {
+            "signal" => libc::SIGEV_SIGNAL,
+            "none" => libc::SIGEV_NONE,
+            _ => -1,
+        };
+        if notify < 0 || (to_tid && target != pid) {
+            problems.push(format!(
+                "POSIX timer {id} notifies {} (a SIGEV_THREAD timer, or one aimed at a thread other than the main one): a restart does not bring it back",
+                if to_tid { format!("thread {target}") } else { format!("by '{kind}'") }
+            ));
+            continue;
+        }
+        if !TIMER_CLOCKS.contains(&clock) {
+            problems.push(format!("POSIX timer {id} runs on clock {clock}: a restart does not bring it back"));
+            continue;
+        }
+        // SAFETY: timer_gettime of one of our timers into a live local.
+        let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::syscall(libc::SYS_timer_gettime, id, &mut cur) } != 0 {
+            continue;
+        }
+        let ns = |t: libc::timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+        out.push(PosixTimer {
+            id,
+            clock,
+            notify: notify | if to_tid { libc::SIGEV_THREAD_ID } else { 0 },
+            signo,
+            value,
+            value_ns: ns(cur.it_value),
+            interval_ns: ns(cur.it_interval),
+        });
+    }
+    out.sort_by_key(|t| t.id);
     (out, problems)
 }
 
@@ -794,6 +882,19 @@ mod tests {
             }
         }
         assert_eq!(&b[..5], b"hello");
+    }
+
+    #[test]
+    fn posix_timers_are_read_from_proc_with_their_notification() {
+        let text = "ID: 3\nsignal: 14/0000000000001092\nnotify: signal/pid.77\nClockID: 1\n\
+                    ID: 0\nsignal: 0/0000000000000000\nnotify: none/pid.77\nClockID: 7\n\
+                    ID: 5\nsignal: 34/00007f00deadbeef\nnotify: signal/tid.78\nClockID: 0\n";
+        let t = parse_timers(text);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[0], (3, 14, 0x1092, "signal".to_string(), false, 77, 1));
+        assert_eq!(t[1], (0, 0, 0, "none".to_string(), false, 77, 7));
+        assert_eq!(t[2], (5, 34, 0x7f00_dead_beef, "signal".to_string(), true, 78, 0));
+        assert!(parse_timers("garbage\nID: x\n").is_empty());
     }
 
     #[test]

@@ -16,9 +16,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`ProcessState::hook_sections`] (at the end), version 3 [`ProcessState::locks`] and
 /// [`ProcessState::pipe_sizes`] and [`ProcessState::pending_signals`], version 4 the
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
-/// image by its version instead of failing to decode it); older versions are still read
-/// (with none of those).
-pub const PROCESS_STATE_VERSION: u32 = 4;
+/// image by its version instead of failing to decode it), version 5
+/// [`ProcessState::posix_timers`]; older versions are still read (with none of those).
+pub const PROCESS_STATE_VERSION: u32 = 5;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -74,6 +74,24 @@ pub struct ProcessState {
     /// Signals sent to the process and not yet taken, in queue order (version 3; none
     /// before).
     pub pending_signals: Vec<PendingSignal>,
+    /// POSIX timers (`timer_create`), by id (version 5; none before).
+    pub posix_timers: Vec<PosixTimer>,
+}
+
+/// A POSIX timer: created again at restart with the same id, clock, notification and value,
+/// and armed with the time that was left (as if the program had been paused).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PosixTimer {
+    pub id: i32,
+    pub clock: i32,
+    /// `SIGEV_SIGNAL`, `SIGEV_NONE`, or `SIGEV_SIGNAL | SIGEV_THREAD_ID` aimed at the main
+    /// thread.
+    pub notify: i32,
+    pub signo: i32,
+    /// `sigev_value`.
+    pub value: u64,
+    pub value_ns: u64,
+    pub interval_ns: u64,
 }
 
 /// A process-directed signal waiting in the queue: its number and its `siginfo_t` bytes.
@@ -418,16 +436,17 @@ impl ProcessState {
             ));
         }
         // Each older version is the next one without its last fields (version 1 lacks
-        // `hook_sections`, version 2 `locks` and `pipe_sizes`): an empty list is the single
-        // byte 0.
+        // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
+        // and 4 `posix_timers`): an empty list is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 4,
-            2 => 3,
+            1 => 5,
+            2 => 4,
+            3 | 4 => 1,
             _ => 0,
         };
         let bytes = if missing > 0 {
-            owned = [bytes, &[0u8; 4][..missing]].concat();
+            owned = [bytes, &[0u8; 5][..missing]].concat();
             &owned[..]
         } else {
             bytes
@@ -500,6 +519,7 @@ mod tests {
             locks: vec![FileLock { fd: 5, kind: LockKind::Posix, write: true, start: 10, end: Some(19) }],
             pipe_sizes: vec![(77, 1 << 20)],
             pending_signals: vec![PendingSignal { sig: 10, info: vec![1; 128] }],
+            posix_timers: vec![PosixTimer { id: 3, clock: 1, notify: 0, signo: 14, value: 9, value_ns: 5, interval_ns: 6 }],
         }
     }
 
@@ -592,8 +612,9 @@ mod tests {
         s.locks.clear();
         s.pipe_sizes.clear();
         s.pending_signals.clear();
+        s.posix_timers.clear();
         let mut b = s.encode();
-        for _ in 0..4 {
+        for _ in 0..5 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -610,9 +631,22 @@ mod tests {
         s.locks.clear();
         s.pipe_sizes.clear();
         s.pending_signals.clear();
+        s.posix_timers.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 3);
+        b.truncate(b.len() - 4);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
+    }
+
+    #[test]
+    fn version_3_and_4_sections_still_decode_with_no_posix_timers() {
+        for v in [3, 4] {
+            let mut s = sample(vec![], vec![]);
+            s.version = v;
+            s.posix_timers.clear();
+            let mut b = s.encode();
+            b.truncate(b.len() - 1);
+            assert_eq!(ProcessState::decode(&b).unwrap(), s);
+        }
     }
 
     /// bincode's varint for `v`.

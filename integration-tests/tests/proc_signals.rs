@@ -17,3 +17,8 @@ fn interval_timer_keeps_ticking_after_restart() {
 fn signals_waiting_in_the_queue_come_back_in_order_with_their_values() {
     scenario("pending_signals", &["40", "15"]);
 }
+
+#[test]
+fn posix_timers_come_back_with_their_ids_clocks_values_and_time_left() {
+    scenario("posix_timers", &["40", "15"]);
+}

@@ -312,6 +312,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::chdir(&state.cwd)?;
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
+    sys::posix_timers(&state.posix_timers)?;
     sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd, opts.new_dir.as_deref());
     sys::block_signals();
     sys::unregister_rseq();
@@ -575,6 +576,7 @@ mod tests {
             locks: vec![],
             pipe_sizes: vec![],
             pending_signals: vec![],
+            posix_timers: vec![],
         }
     }
 

@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::path::Path;
 
 use crum_ckpt::agent::{RestartInfo, RESTART_MAGIC};
-use crum_ckpt::state::{EpollWatch, FdKind, FileLock, LockKind, SigAction, SockOpt, SocketRole, SocketState};
+use crum_ckpt::state::{EpollWatch, FdKind, FileLock, LockKind, PosixTimer, SigAction, SockOpt, SocketRole, SocketState};
 
 use crate::{sys_err, RestartError};
 
@@ -767,4 +767,75 @@ pub fn shutdown(fd: i32, bits: u8) {
     };
     // SAFETY: our socket.
     unsafe { libc::shutdown(fd, how) };
+}
+
+/// `prctl(PR_TIMER_CREATE_RESTORE_IDS, …)` (Linux 6.17): `timer_create` takes the id it is
+/// given.
+const PR_TIMER_CREATE_RESTORE_IDS: i32 = 77;
+
+/// Makes the program's POSIX timers again with their ids (given where the kernel takes them,
+/// else reached by creating timers in order, as the kernel hands ids out one after another,
+/// and deleting the ones in between), clocks, notifications and the time that was left.
+pub fn posix_timers(timers: &[PosixTimer]) -> Result<(), RestartError> {
+    if timers.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: prctl with integer arguments.
+    let by_id = unsafe { libc::prctl(PR_TIMER_CREATE_RESTORE_IDS, 1, 0, 0, 0) } == 0;
+    let tid = crum_ckpt::threads::gettid();
+    for t in timers {
+        // SAFETY: sigevent is plain data.
+        let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
+        ev.sigev_notify = t.notify;
+        ev.sigev_signo = t.signo;
+        ev.sigev_value = libc::sigval { sival_ptr: t.value as usize as *mut libc::c_void };
+        if t.notify & libc::SIGEV_THREAD_ID != 0 {
+            // The main thread: this one.
+            ev.sigev_notify_thread_id = tid;
+        }
+        let create = |id: &mut i32| {
+            // SAFETY: the kernel reads the live sigevent and writes the id.
+            unsafe { libc::syscall(libc::SYS_timer_create, t.clock, &ev as *const libc::sigevent, id as *mut i32) == 0 }
+        };
+        let what = || format!("making POSIX timer {} again", t.id);
+        let mut id = t.id;
+        if by_id {
+            if !create(&mut id) || id != t.id {
+                return Err(sys_err(what()));
+            }
+        } else {
+            let mut extra = Vec::new();
+            loop {
+                if !create(&mut id) {
+                    return Err(sys_err(what()));
+                }
+                if id == t.id {
+                    break;
+                }
+                extra.push(id);
+                if id > t.id || extra.len() > 1 << 16 {
+                    return Err(RestartError::Invalid(format!(
+                        "{}: this kernel hands out timer ids this crum cannot steer (got {id})",
+                        what()
+                    )));
+                }
+            }
+            for e in extra {
+                // SAFETY: deletes a timer made just above.
+                unsafe { libc::syscall(libc::SYS_timer_delete, e) };
+            }
+        }
+        let ts = |ns: u64| libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
+        // A zero value leaves it disarmed (with its interval, as the kernel keeps it).
+        let spec = libc::itimerspec { it_interval: ts(t.interval_ns), it_value: ts(t.value_ns) };
+        // SAFETY: the kernel reads the live itimerspec.
+        if unsafe { libc::syscall(libc::SYS_timer_settime, t.id, 0, &spec as *const libc::itimerspec, std::ptr::null_mut::<libc::itimerspec>()) } != 0 {
+            return Err(sys_err(format!("arming POSIX timer {} again", t.id)));
+        }
+    }
+    if by_id {
+        // SAFETY: as above.
+        unsafe { libc::prctl(PR_TIMER_CREATE_RESTORE_IDS, 0, 0, 0, 0) };
+    }
+    Ok(())
 }

@@ -186,6 +186,7 @@ fn build(spec: &Spec) -> Built {
         locks: vec![],
         pipe_sizes: vec![],
         pending_signals: vec![],
+        posix_timers: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -667,10 +668,11 @@ fn version_1_images_still_validate() {
     st.locks.clear();
     st.pipe_sizes.clear();
     st.pending_signals.clear();
+    st.posix_timers.clear();
     b.process = st.encode();
-    // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes` and `pending_signals`
-    // (empty: one 0 each).
-    for _ in 0..4 {
+    // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals` and
+    // `posix_timers` (empty: one 0 each).
+    for _ in 0..5 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
