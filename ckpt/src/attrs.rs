@@ -1,9 +1,9 @@
 //! Process attributes the kernel keeps outside memory and descriptors: `oom_score_adj`, the
 //! child-subreaper flag, the dumpable flag, `no_new_privs`, the transparent-huge-page
 //! switch (`PR_SET_THP_DISABLE`) and the execution domain (`personality`); per thread, the
-//! scheduling policy, real-time priority and nice value (in the thread slots,
-//! [`crate::threads`]). A restarted process used to get the restarting process's values
-//! silently.
+//! scheduling policy, real-time priority, nice value, timer slack and parent-death signal
+//! (in the thread slots, [`crate::threads`]); the supplementary groups. A restarted process
+//! used to get the restarting process's values silently.
 //!
 //! [`capture`] records them when an image is cut (the threads stopped) in this module's
 //! statics, which are program memory and so come back with the image; [`apply`] sets them
@@ -40,6 +40,27 @@ static FOUND: [AtomicI64; N] = [INIT; N];
 static REFUSED: AtomicU32 = AtomicU32::new(0);
 /// Per-thread scheduling attributes that could not be restored (see [`note_thread_refused`]).
 static THREADS_REFUSED: AtomicU32 = AtomicU32::new(0);
+/// The supplementary groups (up to [`MAX_GROUPS`]; count UNSET: not captured) and whether a
+/// restart could not set them.
+const MAX_GROUPS: usize = 64;
+#[allow(clippy::declare_interior_mutable_const)]
+const GROUP_INIT: AtomicU32 = AtomicU32::new(0);
+static GROUPS: [AtomicU32; MAX_GROUPS] = [GROUP_INIT; MAX_GROUPS];
+static NGROUPS: AtomicI64 = AtomicI64::new(UNSET);
+static GROUPS_REFUSED: AtomicU32 = AtomicU32::new(0);
+
+/// The calling thread's supplementary groups (None: more than [`MAX_GROUPS`]).
+fn groups() -> Option<([libc::gid_t; MAX_GROUPS], usize)> {
+    let mut g = [0 as libc::gid_t; MAX_GROUPS];
+    // SAFETY: getgroups writes at most MAX_GROUPS ids into the live array.
+    let n = unsafe { libc::getgroups(MAX_GROUPS as libc::c_int, g.as_mut_ptr()) };
+    (n >= 0).then_some((g, n as usize))
+}
+
+fn saved_groups() -> Option<Vec<u32>> {
+    let n = NGROUPS.load(Relaxed);
+    (n != UNSET).then(|| GROUPS[..n as usize].iter().map(|g| g.load(Relaxed)).collect())
+}
 
 /// `prctl(op, v)`: true on success.
 fn prctl_set(op: i32, v: i64) -> bool {
@@ -84,6 +105,15 @@ pub fn capture() {
     ];
     for (s, v) in SAVED.iter().zip(values) {
         s.store(v.unwrap_or(UNSET), Relaxed);
+    }
+    match groups() {
+        Some((g, n)) => {
+            for (slot, id) in GROUPS.iter().zip(&g[..n]) {
+                slot.store(*id, Relaxed);
+            }
+            NGROUPS.store(n as i64, Relaxed);
+        }
+        None => NGROUPS.store(UNSET, Relaxed),
     }
 }
 
@@ -180,6 +210,21 @@ pub fn apply() {
             refuse(NO_NEW_PRIVS, now);
         }
     }
+    // Supplementary groups: set on this (the only) thread with the raw system call; the
+    // threads made after inherit them. Needs CAP_SETGID where they differ.
+    GROUPS_REFUSED.store(0, Relaxed);
+    let n = NGROUPS.load(Relaxed);
+    if n != UNSET {
+        let mut want = [0 as libc::gid_t; MAX_GROUPS];
+        for (w, g) in want.iter_mut().zip(&GROUPS[..n as usize]) {
+            *w = g.load(Relaxed);
+        }
+        let differs = groups().is_none_or(|(g, m)| g[..m] != want[..n as usize]);
+        // SAFETY: setgroups reads n ids of the live array.
+        if differs && unsafe { libc::syscall(libc::SYS_setgroups, n as usize, want.as_ptr()) } != 0 {
+            GROUPS_REFUSED.store(1, Relaxed);
+        }
+    }
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid() as i64, libc::getgid() as i64) };
     if want(UID).is_some_and(|v| v != uid) {
@@ -191,7 +236,7 @@ pub fn apply() {
 }
 
 /// A restored thread's scheduling attribute could not be set (bit 0: policy/priority,
-/// bit 1: nice). Raw: called by restored threads before they run.
+/// bit 1: nice, bit 2: timer slack). Raw: called by restored threads before they run.
 pub fn note_thread_refused(bits: u32) {
     THREADS_REFUSED.fetch_or(bits, Relaxed);
 }
@@ -212,12 +257,22 @@ pub fn refused() -> Vec<String> {
             format!("the {name} was {was} and could not be restored (it is {now})")
         });
     }
+    if GROUPS_REFUSED.load(Relaxed) != 0 {
+        let now = groups().map(|(g, n)| format!("{:?}", &g[..n])).unwrap_or_else(|| "unknown".into());
+        out.push(format!(
+            "the supplementary groups were {:?} and could not be restored (they are {now})",
+            saved_groups().unwrap_or_default()
+        ));
+    }
     let t = THREADS_REFUSED.load(Relaxed);
     if t & 1 != 0 {
         out.push("a thread's scheduling policy or real-time priority could not be restored (not permitted)".into());
     }
     if t & 2 != 0 {
         out.push("a thread's nice value could not be restored (lowering it is not permitted): it runs at the restarting process's".into());
+    }
+    if t & 4 != 0 {
+        out.push("a thread's timer slack could not be restored".into());
     }
     out
 }

@@ -64,6 +64,11 @@ pub struct Slot {
     policy: AtomicI32,
     rt_prio: AtomicI32,
     nice: AtomicI32,
+    /// Timer slack in nanoseconds (0: unknown), restored with `PR_SET_TIMERSLACK`.
+    timerslack: AtomicU64,
+    /// The parent-death signal (`PR_SET_PDEATHSIG`; 0: none). This and the timer slack are
+    /// read by the thread itself when it stops (the kernel tells them only to it).
+    pdeathsig: AtomicI32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -85,6 +90,8 @@ const SLOT_INIT: Slot = Slot {
     policy: AtomicI32::new(-1),
     rt_prio: AtomicI32::new(0),
     nice: AtomicI32::new(0),
+    timerslack: AtomicU64::new(0),
+    pdeathsig: AtomicI32::new(0),
 };
 
 pub static SLOTS: [Slot; MAX_THREADS] = [SLOT_INIT; MAX_THREADS];
@@ -243,8 +250,15 @@ fn record_kernel_state(slot: &Slot) {
     let mut head: u64 = 0;
     let mut len: u64 = 0;
     let mut ctid: u64 = 0;
-    // SAFETY: each call writes into the live locals passed.
+    let mut pdeath: libc::c_int = 0;
+    let slack;
+    // SAFETY: each call writes into the live locals passed (the timer slack query returns
+    // the value: the calling thread's, like the parent-death signal's).
     unsafe {
+        if libc::prctl(libc::PR_GET_PDEATHSIG, &mut pdeath as *mut libc::c_int) != 0 {
+            pdeath = 0;
+        }
+        slack = libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0).max(0) as u64;
         libc::syscall(libc::SYS_arch_prctl, ARCH_GET_FS, &mut fs as *mut u64);
         libc::syscall(libc::SYS_get_robust_list, 0, &mut head as *mut u64, &mut len as *mut u64);
         if libc::prctl(PR_GET_TID_ADDRESS, &mut ctid as *mut u64) != 0 {
@@ -261,6 +275,8 @@ fn record_kernel_state(slot: &Slot) {
     slot.robust_head.store(head, Relaxed);
     slot.robust_len.store(len, Relaxed);
     slot.ctid.store(ctid, Relaxed);
+    slot.pdeathsig.store(pdeath, Relaxed);
+    slot.timerslack.store(slack, Relaxed);
 }
 
 // ucontext_t general registers (glibc's REG_* indices).
@@ -732,7 +748,8 @@ fn raw_fail(msg: &[u8]) -> ! {
     unreachable!()
 }
 
-/// Kernel-side per-thread state of a restored thread: cached tid, robust list, rseq.
+/// Kernel-side per-thread state of a restored thread: cached tid, robust list, name,
+/// scheduling, nice value, timer slack, rseq.
 fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
     let tid = gettid();
     slot.tid.store(tid, Relaxed);
@@ -768,6 +785,17 @@ fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
         let nice = slot.nice.load(Relaxed);
         if nice != i32::MIN && libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
             crate::attrs::note_thread_refused(2);
+        }
+        let pdeath = slot.pdeathsig.load(Relaxed);
+        if pdeath != 0 {
+            // The parent is the restarting process's now: its death is what is watched.
+            libc::prctl(libc::PR_SET_PDEATHSIG, pdeath as libc::c_ulong, 0, 0, 0);
+        }
+        let slack = slot.timerslack.load(Relaxed);
+        if slack != 0 && libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) as u64 != slack
+            && libc::prctl(libc::PR_SET_TIMERSLACK, slack as libc::c_ulong, 0, 0, 0) != 0
+        {
+            crate::attrs::note_thread_refused(4);
         }
         let size = RSEQ_SIZE.load(Relaxed);
         if size != 0 {

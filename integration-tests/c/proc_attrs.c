@@ -1,9 +1,13 @@
 /* Process attributes outside memory: oom_score_adj, the child-subreaper flag, the dumpable
- * flag, no_new_privs, the THP disable flag, the personality, and per thread the nice value
- * and scheduling policy (a worker thread at SCHED_BATCH, nice 7; the main thread nice 3).
- * At every step each thread checks them from inside; a restart must bring all back. */
+ * flag, no_new_privs, the THP disable flag, the personality, the supplementary groups (when
+ * the program may set them: as root), and per thread the nice value, scheduling policy and
+ * timer slack (a worker thread at SCHED_BATCH, nice 7, slack 654321 ns; the main thread nice
+ * 3, slack 123456 ns, parent-death signal SIGURG). At every step each thread checks them from
+ * inside; a restart must bring all back. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <grp.h>
+#include <signal.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -25,7 +29,9 @@ static int oom_adj(void) {
     return v;
 }
 
-static int check_thread(const char *who, int want_policy, int want_nice) {
+static int check_thread(const char *who, int want_policy, int want_nice, long want_slack) {
+    long slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (slack != want_slack) { printf("FAIL: %s timer slack %ld, not %ld\n", who, slack, want_slack); return 0; }
     int policy = sched_getscheduler(0);
     errno = 0;
     int nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
@@ -37,13 +43,14 @@ static int check_thread(const char *who, int want_policy, int want_nice) {
 static void *worker(void *arg) {
     (void)arg;
     struct sched_param p = { 0 };
-    if (sched_setscheduler(0, SCHED_BATCH, &p) != 0 || setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 7) != 0) {
+    if (sched_setscheduler(0, SCHED_BATCH, &p) != 0 || setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 7) != 0 ||
+        prctl(PR_SET_TIMERSLACK, 654321, 0, 0, 0) != 0) {
         printf("FAIL: worker setup\n");
         worker_ok = 0;
         return NULL;
     }
     for (;;) {
-        if (!check_thread("worker", SCHED_BATCH, 7)) { worker_ok = 0; return NULL; }
+        if (!check_thread("worker", SCHED_BATCH, 7, 654321)) { worker_ok = 0; return NULL; }
         worker_checks++;
         struct timespec ts = { 0, 5 * 1000000L };
         nanosleep(&ts, NULL);
@@ -62,6 +69,9 @@ int main(int argc, char **argv) {
         printf("FAIL: setup\n");
         return 1;
     }
+    if (prctl(PR_SET_TIMERSLACK, 123456, 0, 0, 0) || prctl(PR_SET_PDEATHSIG, SIGURG, 0, 0, 0)) { printf("FAIL: slack/pdeathsig\n"); return 1; }
+    gid_t want_groups[3] = { 4242, 4343, 4444 };
+    int set_groups = setgroups(3, want_groups) == 0;
     /* Last: no_new_privs is inherited by the threads created after it. */
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) { printf("FAIL: no_new_privs\n"); return 1; }
     pthread_t t;
@@ -76,7 +86,14 @@ int main(int argc, char **argv) {
                    oom, sub, dump, nnp, thp, pers);
             return 1;
         }
-        if (!check_thread("main", SCHED_OTHER, 3)) return 1;
+        if (!check_thread("main", SCHED_OTHER, 3, 123456)) return 1;
+        int pd = -1;
+        if (prctl(PR_GET_PDEATHSIG, &pd, 0, 0, 0) || pd != SIGURG) { printf("FAIL: parent-death signal %d\n", pd); return 1; }
+        if (set_groups) {
+            gid_t g[8];
+            int k = getgroups(8, g);
+            if (k != 3 || g[0] != 4242 || g[1] != 4343 || g[2] != 4444) { printf("FAIL: supplementary groups (%d)\n", k); return 1; }
+        }
         if (!worker_ok) return 1;
         printf("step %d\n", s);
         struct timespec ts = { 0, ms * 1000000L };
