@@ -946,6 +946,30 @@ struct ForkCtx {
     arena: (u64, u64),
     /// (start, end, prot) of the child's fresh memory map.
     ranges: Vec<(u64, u64, u32)>,
+    /// Memory a fork would not copy as it is (`MADV_DONTFORK`: absent in the child,
+    /// `MADV_WIPEONFORK`: zeros there), as [`ProcessState::advice`] entries: copied as it is
+    /// for the writer's fork, the advice given back right after.
+    fork_advice: Vec<(u64, u64, u32)>,
+}
+
+/// `ADVICE` bits of `MADV_DONTFORK` and `MADV_WIPEONFORK`.
+const FORK_ADVICE: u32 = 0b110;
+
+/// Lifts (`lift`) or gives back the fork advice of `ctx`'s memory. Raw system calls only:
+/// the program's threads are stopped and cannot see it.
+fn fork_advice(ctx: &ForkCtx, lift: bool) {
+    for &(start, end, bits) in &ctx.fork_advice {
+        let (p, len) = (start as *mut libc::c_void, (end - start) as usize);
+        // SAFETY: advice on the program's own mappings; no bytes change.
+        unsafe {
+            if bits & 0b010 != 0 {
+                libc::madvise(p, len, if lift { libc::MADV_DOFORK } else { libc::MADV_DONTFORK });
+            }
+            if bits & 0b100 != 0 {
+                libc::madvise(p, len, if lift { libc::MADV_KEEPONFORK } else { libc::MADV_WIPEONFORK });
+            }
+        }
+    }
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -1176,6 +1200,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         pipe_sizes,
         pending_signals,
         posix_timers,
+        advice: Vec::new(),
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -1214,6 +1239,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     if strict && !problems.is_empty() {
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
     }
+    state.advice = capture::advice(&regions);
     state.regions = regions;
     state.specials = specials;
     let seq = SEQ.fetch_add(1, Relaxed) + 1;
@@ -1226,7 +1252,9 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         return Err("cannot create the writer's error pipe".into());
     }
     let state_bytes = state.encode();
+    let fork_advice = state.advice.iter().filter(|a| a.2 & FORK_ADVICE != 0).copied().collect();
     Ok(Box::new(ForkCtx {
+        fork_advice,
         problems,
         writer,
         state_bytes,
@@ -1286,6 +1314,8 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
         return 0;
     }
     let mut pidfd: libc::c_int = -1;
+    // The writer must see this memory as it is (it was silently missing or zero in images).
+    fork_advice(ctx, true);
     // SAFETY: clone without CLONE_VM and without a new stack is a fork: the child runs on its
     // own copy of this stack and returns here with 0; only child_write and exit follow. The
     // pidfd is written into the live local (parent_tid argument of CLONE_PIDFD).
@@ -1302,6 +1332,7 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
         // SAFETY: leave without running any destructor or atexit handler.
         unsafe { libc::syscall(libc::SYS_exit_group, code) };
     }
+    fork_advice(ctx, false);
     // Above the program's fd range before its threads run again (`crate::highfd`: raw
     // system calls, no allocation).
     ctx.pidfd = if pid > 0 { crate::highfd::move_high_raw(pidfd) } else { -1 };

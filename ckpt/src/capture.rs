@@ -9,7 +9,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, PendingSignal, PosixTimer, Region, RegionKind, SigAction, Special};
+use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, PendingSignal, PosixTimer, Region, RegionKind, SigAction, Special, ADVICE};
 
 /// Names of the kernel special mappings that must follow the program to the same address.
 pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
@@ -143,6 +143,37 @@ pub fn classify(maps: &[MapsEntry], main_sp: u64) -> (Vec<Region>, Vec<Special>)
         regions.push(Region { start: m.start, end: m.end, prot: m.prot, kind, name: m.name.clone(), has_data, growsdown });
     }
     (regions, specials)
+}
+
+/// The advice and locks on the given regions (`VmFlags` of /proc/self/smaps, [`ADVICE`]),
+/// as (start, end, bits) for the mappings that have any.
+pub fn advice(regions: &[Region]) -> Vec<(u64, u64, u32)> {
+    let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    parse_advice(&text).into_iter().filter(|&(a, b, _)| regions.iter().any(|r| r.start <= a && b <= r.end)).collect()
+}
+
+/// (start, end, [`ADVICE`] bits) of each smaps entry with any.
+pub fn parse_advice(smaps: &str) -> Vec<(u64, u64, u32)> {
+    let mut out = Vec::new();
+    let mut range = None;
+    for l in smaps.lines() {
+        if let Some(flags) = l.strip_prefix("VmFlags:") {
+            let bits = flags
+                .split_whitespace()
+                .filter_map(|t| ADVICE.iter().position(|(name, _)| *name == t))
+                .fold(0u32, |b, i| b | 1 << i);
+            if let (Some((a, b)), true) = (range.take(), bits != 0) {
+                out.push((a, b, bits));
+            }
+        } else if let Some((r, _)) = l.split_once(' ') {
+            if let Some((a, b)) = r.split_once('-') {
+                if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                    range = Some((a, b));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Every signal's disposition (kernel `struct sigaction` layout).
@@ -882,6 +913,14 @@ mod tests {
             }
         }
         assert_eq!(&b[..5], b"hello");
+    }
+
+    #[test]
+    fn advice_is_read_from_the_vmflags_of_smaps() {
+        let text = "7f00-7f10 rw-p 00000000 00:00 0 \nSize: 4 kB\nVmFlags: rd wr mr mw me dd ac \n\
+                    7f10-7f20 rw-p 00000000 00:00 0 \nVmFlags: rd wr mr mw me ac \n\
+                    7f20-7f30 rw-p 00000000 00:00 0 [heap]\nVmFlags: rd wr dc wf hg lo \n";
+        assert_eq!(parse_advice(text), vec![(0x7f00, 0x7f10, 1), (0x7f20, 0x7f30, 2 | 4 | 8 | 64)]);
     }
 
     #[test]

@@ -17,8 +17,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`ProcessState::pipe_sizes`] and [`ProcessState::pending_signals`], version 4 the
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
-/// [`ProcessState::posix_timers`]; older versions are still read (with none of those).
-pub const PROCESS_STATE_VERSION: u32 = 5;
+/// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`]; older versions are
+/// still read (with none of those).
+pub const PROCESS_STATE_VERSION: u32 = 6;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -76,7 +77,24 @@ pub struct ProcessState {
     pub pending_signals: Vec<PendingSignal>,
     /// POSIX timers (`timer_create`), by id (version 5; none before).
     pub posix_timers: Vec<PosixTimer>,
+    /// Advice and locks on memory (`madvise`, `mlock`), as (start, end, [`ADVICE`] bits) of
+    /// regions that have any (version 6; none before).
+    pub advice: Vec<(u64, u64, u32)>,
 }
+
+/// What `/proc/self/smaps` says of a mapping (its `VmFlags` token) and how a restart gives
+/// it again: bit i of an [`ProcessState::advice`] entry is `ADVICE[i]`. `madvise` advice
+/// (`MADV_*`), or for "lo"/"lf" `mlock`/`mlock2(MLOCK_ONFAULT)` (passed as -1/-2).
+pub const ADVICE: [(&str, i32); 8] = [
+    ("dd", libc::MADV_DONTDUMP),
+    ("dc", libc::MADV_DONTFORK),
+    ("wf", libc::MADV_WIPEONFORK),
+    ("hg", libc::MADV_HUGEPAGE),
+    ("nh", libc::MADV_NOHUGEPAGE),
+    ("mg", libc::MADV_MERGEABLE),
+    ("lo", -1),
+    ("lf", -2),
+];
 
 /// A POSIX timer: created again at restart with the same id, clock, notification and value,
 /// and armed with the time that was left (as if the program had been paused).
@@ -437,16 +455,17 @@ impl ProcessState {
         }
         // Each older version is the next one without its last fields (version 1 lacks
         // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
-        // and 4 `posix_timers`): an empty list is the single byte 0.
+        // and 4 `posix_timers`, version 5 `advice`): an empty list is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 5,
-            2 => 4,
-            3 | 4 => 1,
+            1 => 6,
+            2 => 5,
+            3 | 4 => 2,
+            5 => 1,
             _ => 0,
         };
         let bytes = if missing > 0 {
-            owned = [bytes, &[0u8; 5][..missing]].concat();
+            owned = [bytes, &[0u8; 6][..missing]].concat();
             &owned[..]
         } else {
             bytes
@@ -520,6 +539,7 @@ mod tests {
             pipe_sizes: vec![(77, 1 << 20)],
             pending_signals: vec![PendingSignal { sig: 10, info: vec![1; 128] }],
             posix_timers: vec![PosixTimer { id: 3, clock: 1, notify: 0, signo: 14, value: 9, value_ns: 5, interval_ns: 6 }],
+            advice: vec![(0x1000, 0x3000, 5)],
         }
     }
 
@@ -613,8 +633,9 @@ mod tests {
         s.pipe_sizes.clear();
         s.pending_signals.clear();
         s.posix_timers.clear();
+        s.advice.clear();
         let mut b = s.encode();
-        for _ in 0..5 {
+        for _ in 0..6 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -632,19 +653,25 @@ mod tests {
         s.pipe_sizes.clear();
         s.pending_signals.clear();
         s.posix_timers.clear();
+        s.advice.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 4);
+        b.truncate(b.len() - 5);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
     #[test]
-    fn version_3_and_4_sections_still_decode_with_no_posix_timers() {
-        for v in [3, 4] {
+    fn version_3_to_5_sections_still_decode_without_the_later_lists() {
+        for v in [3, 4, 5] {
             let mut s = sample(vec![], vec![]);
             s.version = v;
-            s.posix_timers.clear();
+            s.advice.clear();
+            let mut cut = 1;
+            if v < 5 {
+                s.posix_timers.clear();
+                cut = 2;
+            }
             let mut b = s.encode();
-            b.truncate(b.len() - 1);
+            b.truncate(b.len() - cut);
             assert_eq!(ProcessState::decode(&b).unwrap(), s);
         }
     }

@@ -88,3 +88,8 @@ fn process_and_thread_attributes_survive_restart() {
 fn thread_local_storage_of_every_thread_survives_restart() {
     scenario("tls", &["40", "15"]);
 }
+
+#[test]
+fn memory_advice_and_locks_survive_restart() {
+    scenario("vma_flags", &["40", "15"]);
+}

@@ -313,6 +313,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
     sys::posix_timers(&state.posix_timers)?;
+    sys::apply_advice(&state.advice);
     sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd, opts.new_dir.as_deref());
     sys::block_signals();
     sys::unregister_rseq();
@@ -577,6 +578,7 @@ mod tests {
             pipe_sizes: vec![],
             pending_signals: vec![],
             posix_timers: vec![],
+            advice: vec![],
         }
     }
 

@@ -839,3 +839,33 @@ pub fn posix_timers(timers: &[PosixTimer]) -> Result<(), RestartError> {
     }
     Ok(())
 }
+
+/// Gives the restored memory its advice and locks again (`madvise`, `mlock`; after the
+/// program's resource limits are back, for `RLIMIT_MEMLOCK`). Advice the kernel does not
+/// take (KSM or THP not built in) changes nothing the program can see but its flags; a lock
+/// refused is a warning: the memory is there, only not locked.
+pub fn apply_advice(advice: &[(u64, u64, u32)]) {
+    for &(start, end, bits) in advice {
+        for (i, (name, how)) in crum_ckpt::state::ADVICE.iter().enumerate() {
+            if bits & (1 << i) == 0 {
+                continue;
+            }
+            let (p, len) = (start as *mut libc::c_void, (end - start) as usize);
+            // SAFETY: a range of the program's memory mapped by this restorer; advice and
+            // locks change no bytes.
+            let r = unsafe {
+                match *how {
+                    -1 => libc::mlock(p, len),
+                    -2 => libc::syscall(libc::SYS_mlock2, p, len, libc::MLOCK_ONFAULT) as i32,
+                    h => libc::madvise(p, len, h),
+                }
+            };
+            if r != 0 && *how < 0 {
+                eprintln!(
+                    "crum: warning: memory {start:#x}-{end:#x} was locked ({name}) and could not be locked again ({}): it may be swapped out",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+}

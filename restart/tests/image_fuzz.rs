@@ -187,6 +187,7 @@ fn build(spec: &Spec) -> Built {
         pipe_sizes: vec![],
         pending_signals: vec![],
         posix_timers: vec![],
+        advice: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -669,10 +670,11 @@ fn version_1_images_still_validate() {
     st.pipe_sizes.clear();
     st.pending_signals.clear();
     st.posix_timers.clear();
+    st.advice.clear();
     b.process = st.encode();
-    // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals` and
-    // `posix_timers` (empty: one 0 each).
-    for _ in 0..5 {
+    // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals`,
+    // `posix_timers` and `advice` (empty: one 0 each).
+    for _ in 0..6 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
