@@ -65,8 +65,10 @@ int main(int argc, char **argv) {
         last_fired = fired;
         if (bad) { printf("FAIL: a SIGALRM without the timer's value or code\n"); return 1; }
         printf("step %d ok\n", i);
+        /* The whole pause, though SIGALRM cuts nanosleep short every 5 ms: the program must
+         * last long enough for the test to checkpoint it after a restart. */
         struct timespec ts = { 0, ms * 1000000L };
-        nanosleep(&ts, NULL);
+        while (nanosleep(&ts, &ts) && errno == EINTR) {}
     }
     printf("done\n");
     return 0;

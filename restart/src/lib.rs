@@ -312,12 +312,13 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::chdir(&state.cwd)?;
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
-    sys::posix_timers(&state.posix_timers)?;
     sys::apply_advice(&state.advice);
     sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd, opts.new_dir.as_deref());
     sys::block_signals();
     sys::unregister_rseq();
     sys::set_sigactions(&state.sigactions)?;
+    // Armed only now: a timer that fires here waits, blocked, for the program's own handler.
+    sys::posix_timers(&state.posix_timers)?;
     layout::move_specials(&state)?;
     sys::set_brk(state.start_brk, state.brk);
     let fs = state.threads.iter().find(|t| t.slot == state.main_slot).map(|t| t.fs_base).unwrap_or(0);
