@@ -134,6 +134,7 @@ fn classify_fds(fds: &mut [FdState]) -> Vec<String> {
                     problems.push(format!("fd {} ({}): {lost}", f.fd, s.describe()));
                 }
             }
+            FdKind::Inotify { lost, .. } if !lost.is_empty() => problems.push(format!("fd {} (inotify): {lost}", f.fd)),
             _ => {}
         }
     }

@@ -2,8 +2,10 @@
 //! child-subreaper flag, the dumpable flag, `no_new_privs`, the transparent-huge-page
 //! switch (`PR_SET_THP_DISABLE`) and the execution domain (`personality`); per thread, the
 //! scheduling policy, real-time priority, nice value, timer slack and parent-death signal
-//! (in the thread slots, [`crate::threads`]); the supplementary groups. A restarted process
-//! used to get the restarting process's values silently.
+//! (in the thread slots, [`crate::threads`]); the supplementary groups; the process's
+//! `membarrier` registrations for private expedited barriers (plain, `SYNC_CORE`, `RSEQ`).
+//! A restarted process used to get the restarting process's values silently (without its
+//! registrations, the program's expedited barriers failed with EPERM after a restart).
 //!
 //! [`capture`] records them when an image is cut (the threads stopped) in this module's
 //! statics, which are program memory and so come back with the image; [`apply`] sets them
@@ -24,12 +26,30 @@ const THP_DISABLE: usize = 4;
 const PERSONALITY: usize = 5;
 const UID: usize = 6;
 const GID: usize = 7;
-const N: usize = 8;
+const MEMBARRIER: usize = 8;
+const N: usize = 9;
 /// Not captured (an image of an older crum, or a capture that failed): `apply` leaves it.
 const UNSET: i64 = i64::MIN;
 
 const NAMES: [&str; N] =
-    ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group"];
+    ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group", "membarrier registrations"];
+
+/// `membarrier` commands: (the private expedited barrier, the registration it needs). The
+/// kernel does not tell registrations; the barrier answers EPERM without one, so issuing it
+/// (a harmless barrier: the threads are stopped) reads it. Global expedited registration has
+/// no such test (its barrier succeeds either way) and is not carried (docs/checkpoint.md).
+const MEMBARRIER_CMDS: [(i64, i64); 3] = [(1 << 3, 1 << 4), (1 << 5, 1 << 6), (1 << 7, 1 << 8)];
+
+fn membarrier(cmd: i64) -> bool {
+    // SAFETY: membarrier takes plain integers.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd as libc::c_int, 0 as libc::c_uint, 0 as libc::c_int) == 0 }
+}
+
+/// The registrations of [`MEMBARRIER_CMDS`] this process has, as the registration commands'
+/// bits.
+fn membarrier_registered() -> i64 {
+    MEMBARRIER_CMDS.iter().filter(|(barrier, _)| membarrier(*barrier)).fold(0, |m, (_, reg)| m | reg)
+}
 
 #[allow(clippy::declare_interior_mutable_const)]
 const INIT: AtomicI64 = AtomicI64::new(UNSET);
@@ -102,6 +122,7 @@ pub fn capture() {
         pers,
         status_field(&status, "Uid:"),
         status_field(&status, "Gid:"),
+        Some(membarrier_registered()),
     ];
     for (s, v) in SAVED.iter().zip(values) {
         s.store(v.unwrap_or(UNSET), Relaxed);
@@ -210,6 +231,13 @@ pub fn apply() {
             refuse(NO_NEW_PRIVS, now);
         }
     }
+    if let Some(v) = want(MEMBARRIER) {
+        for (_, reg) in MEMBARRIER_CMDS {
+            if v & reg != 0 && !membarrier(reg) {
+                refuse(MEMBARRIER, membarrier_registered());
+            }
+        }
+    }
     // Supplementary groups: set on this (the only) thread with the raw system call; the
     // threads made after inherit them. Needs CAP_SETGID where they differ.
     GROUPS_REFUSED.store(0, Relaxed);
@@ -253,6 +281,8 @@ pub fn refused() -> Vec<String> {
         let now = if now == UNSET { String::from("unknown") } else { now.to_string() };
         out.push(if i == UID || i == GID {
             format!("the program ran as {name} {was} and is restarted as {name} {now}: files and permissions may differ")
+        } else if i == MEMBARRIER {
+            format!("the {name} (commands {was:#x}) could not all be made again (now {now}): expedited barriers fail with EPERM")
         } else {
             format!("the {name} was {was} and could not be restored (it is {now})")
         });

@@ -710,8 +710,8 @@ fn fdinfo_fields(fd: i32) -> Vec<(String, String)> {
         .collect()
 }
 
-/// An eventfd, timerfd, signalfd or epoll instance, from its fdinfo; other anonymous
-/// inodes (inotify, pidfd, userfaultfd, io_uring…) are named as unsupported.
+/// An eventfd, timerfd, signalfd, epoll or inotify instance, from its fdinfo; other
+/// anonymous inodes (pidfd, userfaultfd, io_uring…) are named as unsupported.
 fn anon_inode(fd: i32, link: &str) -> FdKind {
     let unsupported = || FdKind::Unsupported { what: link.to_string() };
     let f = fdinfo_fields(fd);
@@ -770,6 +770,7 @@ fn anon_inode(fd: i32, link: &str) -> FdKind {
             Some(mask) => FdKind::SignalFd { mask },
             None => unsupported(),
         },
+        "anon_inode:inotify" => crate::inotify::capture(fd, link),
         "anon_inode:[eventpoll]" => {
             let mut watches = Vec::new();
             let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();

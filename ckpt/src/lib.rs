@@ -10,6 +10,7 @@ pub mod capture;
 pub mod control;
 pub mod highfd;
 pub mod image;
+pub mod inotify;
 pub mod lineage;
 pub mod sockets;
 pub mod state;

@@ -17,9 +17,10 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`ProcessState::pipe_sizes`] and [`ProcessState::pending_signals`], version 4 the
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
-/// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`]; older versions are
-/// still read (with none of those).
-pub const PROCESS_STATE_VERSION: u32 = 6;
+/// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
+/// [`FdKind::Inotify`] descriptors (same layout); older versions are still read (with none of
+/// those).
+pub const PROCESS_STATE_VERSION: u32 = 7;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -295,6 +296,27 @@ pub enum FdKind {
     },
     /// A Unix, IPv4 or IPv6 socket (stream, datagram or seqpacket).
     Socket(Box<SocketState>),
+    /// An inotify instance and its watches ([`crate::inotify`]); `lost` names what a restart
+    /// does not bring back (events not read yet), empty if nothing.
+    Inotify {
+        watches: Vec<InotifyWatch>,
+        #[serde(deserialize_with = "bounded::string")]
+        lost: String,
+    },
+}
+
+/// A watch of an inotify instance: added again by `path` with `mask` (plus `IN_DONT_FOLLOW`
+/// where it watches the link itself), in the order of `wd`, so that it gets `wd` again.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InotifyWatch {
+    pub wd: i32,
+    pub mask: u32,
+    #[serde(deserialize_with = "bounded::string")]
+    pub path: String,
+    /// The watched file's identity at the checkpoint (`st_dev`, `st_ino`).
+    pub dev: u64,
+    pub ino: u64,
+    pub dont_follow: bool,
 }
 
 /// A socket as a restart makes it again: created with its domain, type and protocol, its
@@ -370,6 +392,7 @@ impl FdKind {
     pub fn loss(&self) -> Option<&str> {
         match self {
             FdKind::Socket(s) if !s.lost.is_empty() => Some(&s.lost),
+            FdKind::Inotify { lost, .. } if !lost.is_empty() => Some(lost),
             _ => None,
         }
     }
@@ -557,7 +580,7 @@ mod tests {
 
     fn fd() -> impl Strategy<Value = FdState> {
         (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
-            let kind = match fd % 12 {
+            let kind = match fd % 13 {
                 0 => FdKind::Pipe { id: flags as u64, read: true, data },
                 1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
                 2 => FdKind::Dup { of: fd / 2 },
@@ -592,6 +615,10 @@ mod tests {
                     },
                     lost: path,
                 })),
+                11 => FdKind::Inotify {
+                    watches: vec![InotifyWatch { wd: fd, mask: flags, path: path.clone(), dev: 3, ino: 4, dont_follow: fd % 2 == 0 }],
+                    lost: path,
+                },
                 _ => FdKind::ControlListener,
             };
             FdState { fd, flags, kind }

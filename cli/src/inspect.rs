@@ -318,6 +318,14 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
             };
             ("socket", format!("{}{role}", s.describe()), f.kind.loss().map(str::to_string))
         }
+        FdKind::Inotify { watches, .. } => (
+            "inotify",
+            match watches.len() {
+                0 => "no watches".to_string(),
+                n => format!("{n} watch(es): {}", watches.iter().map(|w| w.path.as_str()).collect::<Vec<_>>().join(", ")),
+            },
+            f.kind.loss().map(str::to_string),
+        ),
     }
 }
 

@@ -2,8 +2,9 @@
  * flag, no_new_privs, the THP disable flag, the personality, the supplementary groups (when
  * the program may set them: as root), and per thread the nice value, scheduling policy and
  * timer slack (a worker thread at SCHED_BATCH, nice 7, slack 654321 ns; the main thread nice
- * 3, slack 123456 ns, parent-death signal SIGURG). At every step each thread checks them from
- * inside; a restart must bring all back. */
+ * 3, slack 123456 ns, parent-death signal SIGURG), and the membarrier registration for private
+ * expedited barriers (without it such a barrier fails with EPERM). At every step each thread
+ * checks them from inside; a restart must bring all back. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <grp.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -70,6 +72,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (prctl(PR_SET_TIMERSLACK, 123456, 0, 0, 0) || prctl(PR_SET_PDEATHSIG, SIGURG, 0, 0, 0)) { printf("FAIL: slack/pdeathsig\n"); return 1; }
+    /* Only where the kernel has it (queried), as a program would. */
+    int mb = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) > 0 &&
+             (syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    if (mb) {
+        if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != -1 || errno != EPERM) { printf("FAIL: barrier before registration\n"); return 1; }
+        if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)) { printf("FAIL: membarrier registration\n"); return 1; }
+    }
     gid_t want_groups[3] = { 4242, 4343, 4444 };
     int set_groups = setgroups(3, want_groups) == 0;
     /* Last: no_new_privs is inherited by the threads created after it. */
@@ -94,6 +103,7 @@ int main(int argc, char **argv) {
             int k = getgroups(8, g);
             if (k != 3 || g[0] != 4242 || g[1] != 4343 || g[2] != 4444) { printf("FAIL: supplementary groups (%d)\n", k); return 1; }
         }
+        if (mb && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)) { printf("FAIL: private expedited membarrier: errno %d\n", errno); return 1; }
         if (!worker_ok) return 1;
         printf("step %d\n", s);
         struct timespec ts = { 0, ms * 1000000L };

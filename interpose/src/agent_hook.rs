@@ -122,6 +122,24 @@ pub extern "C" fn crum_threads_resume() {
 #[global_allocator]
 static CRUM_ALLOC: crum_ckpt::alloc::CrumAlloc = crum_ckpt::alloc::CrumAlloc;
 
+/// Called by `libcrum_libc.so`'s `inotify_add_watch` wrapper after the program added watch
+/// `wd` on `path` to inotify instance `fd` (`crum_ckpt::inotify`). Keeps `errno`.
+///
+/// # Safety
+/// `path` is NUL-terminated (the path the call just used).
+#[no_mangle]
+pub unsafe extern "C" fn crum_note_watch(fd: libc::c_int, wd: libc::c_int, path: *const libc::c_char) {
+    if path.is_null() {
+        return;
+    }
+    // SAFETY: errno is thread-local.
+    let e = unsafe { *libc::__errno_location() };
+    // SAFETY: the caller passes a NUL-terminated path.
+    crum_ckpt::inotify::note_watch(fd, wd, unsafe { std::ffi::CStr::from_ptr(path) });
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}
+
 /// Called by `libcrum_libc.so`'s `open`/`fopen` wrappers after the program opened `fd` for
 /// writing (`created`: that open created the file), so that a restart rolls back what the
 /// program writes after a checkpoint (`crum_ckpt::writes`). Allocates nothing, takes no lock

@@ -30,6 +30,9 @@
 //!   `open`'s optional mode is taken as a third argument (the x86-64 calling convention
 //!   passes it the same way either way) and passed on as such.
 //!
+//! - `inotify_add_watch`: libcrum is told the path of every watch (`crum_note_watch`); the
+//!   kernel keeps only the inode, and a restart adds the watch again by path.
+//!
 //! - The process's ids (`getpid`, `gettid`, `getppid`, `getpgrp`, `getpgid`, `getsid`,
 //!   `kill`, `tgkill`, `sigqueue`): after a restart the program keeps the pid it started
 //!   with (`pid`).
@@ -37,7 +40,8 @@
 //! Everything is resolved once, in the library constructor: libcrum's functions by name
 //! (absent without libcrum: the wrappers then only forward), the C library's from
 //! `libc.so.6` itself. The wrappers allocate nothing, take no locks and keep `errno` as the
-//! C library sets it, so they stay async-signal-safe.
+//! C library sets it, so they stay async-signal-safe (but for `inotify_add_watch`, which is
+//! not async-signal-safe itself: libcrum keeps its path, under a lock).
 #![allow(unsafe_code)]
 
 mod pid;
@@ -58,6 +62,8 @@ static CRUM_SUSPEND: AtomicUsize = AtomicUsize::new(0);
 static CRUM_RESUME: AtomicUsize = AtomicUsize::new(0);
 static CRUM_EXEC_CHANNEL: AtomicUsize = AtomicUsize::new(0);
 static CRUM_NOTE_OPEN: AtomicUsize = AtomicUsize::new(0);
+static CRUM_NOTE_WATCH: AtomicUsize = AtomicUsize::new(0);
+static INOTIFY_ADD_WATCH: AtomicUsize = AtomicUsize::new(0);
 
 fn libc_handle() -> *mut c_void {
     static H: AtomicUsize = AtomicUsize::new(0);
@@ -96,6 +102,8 @@ extern "C" fn init() {
     crum(c"crum_threads_resume", &CRUM_RESUME);
     crum(c"crum_exec_channel", &CRUM_EXEC_CHANNEL);
     crum(c"crum_note_open", &CRUM_NOTE_OPEN);
+    crum(c"crum_note_watch", &CRUM_NOTE_WATCH);
+    real(c"inotify_add_watch", &INOTIFY_ADD_WATCH);
     resolve_opens();
     resolve_fopens();
     real(c"unshare", &UNSHARE);
@@ -339,6 +347,26 @@ pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
         // SAFETY: the C library's unshare.
         unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> c_int>(f)(flags) }
     })
+}
+
+/// The program's `inotify_add_watch`: libcrum is told the path of each watch it adds
+/// (`crum_note_watch`: descriptor, watch descriptor, path), which the kernel does not keep,
+/// so that a restart can add the watch again. Keeps the call's errno.
+///
+/// # Safety
+/// As the C library's `inotify_add_watch`.
+#[no_mangle]
+pub unsafe extern "C" fn inotify_add_watch(fd: c_int, path: *const libc::c_char, mask: u32) -> c_int {
+    let f = real(c"inotify_add_watch", &INOTIFY_ADD_WATCH);
+    // SAFETY: the C library's inotify_add_watch.
+    let wd = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, *const libc::c_char, u32) -> c_int>(f)(fd, path, mask) };
+    let note = CRUM_NOTE_WATCH.load(Relaxed);
+    if wd >= 0 && note != 0 {
+        // SAFETY: libcrum's `crum_note_watch(int, int, const char *)`, which keeps errno and
+        // only reads the path the call just used.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_int, *const libc::c_char)>(note)(fd, wd, path) };
+    }
+    wd
 }
 
 /// The program's `setns`: with crum's threads ended for a user or mount namespace, or a

@@ -343,6 +343,8 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
     let mut deleted: HashMap<u64, i32> = HashMap::new();
     // Interest lists are filled once every descriptor they name is back.
     let mut epolls: Vec<(i32, &Vec<crum_ckpt::state::EpollWatch>)> = Vec::new();
+    // Watches are added once every descriptor is back ([`sys::inotify_watch`]).
+    let mut inotifies: Vec<(i32, &Vec<crum_ckpt::state::InotifyWatch>)> = Vec::new();
     // Socket pairs by id (both ends made with the first), the messages to send through an
     // end once every descriptor is back, shutdowns after that, datagram sockets to connect.
     let mut socket_pairs: HashMap<u64, (i32, i32)> = HashMap::new();
@@ -401,6 +403,10 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
             FdKind::EventFd { count, semaphore } => sys::eventfd(*count, *semaphore)?,
             FdKind::TimerFd { .. } => sys::timerfd(&f.kind)?,
             FdKind::SignalFd { mask } => sys::signalfd(*mask)?,
+            FdKind::Inotify { watches, .. } => {
+                inotifies.push((f.fd, watches));
+                sys::inotify()?
+            }
             FdKind::Epoll { watches } => {
                 epolls.push((f.fd, watches));
                 sys::epoll()?
@@ -480,6 +486,9 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
         for w in watches {
             sys::epoll_add(ep, w)?;
         }
+    }
+    for (fd, watches) in inotifies {
+        sys::inotify_watch(fd, watches)?;
     }
     for l in &st.locks {
         sys::take_lock(l)?;

@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::path::Path;
 
 use crum_ckpt::agent::{RestartInfo, RESTART_MAGIC};
-use crum_ckpt::state::{EpollWatch, FdKind, FileLock, LockKind, PosixTimer, SigAction, SockOpt, SocketRole, SocketState};
+use crum_ckpt::state::{EpollWatch, FdKind, FileLock, InotifyWatch, LockKind, PosixTimer, SigAction, SockOpt, SocketRole, SocketState};
 
 use crate::{sys_err, RestartError};
 
@@ -140,6 +140,81 @@ pub fn eventfd(count: u64, semaphore: bool) -> Result<i32, RestartError> {
         write_all(fd, &count.to_ne_bytes())?;
     }
     Ok(fd)
+}
+
+/// A new inotify instance with `watches` added again by path, each with its watch
+/// descriptor: the kernel numbers the watches of an instance upward from 1 without reusing
+/// a number, so a gap (watches the program removed) is passed over by adding and removing a
+/// watch on a file none of them watches. A watched file replaced since the checkpoint (same
+/// path, another inode) is watched as it is now, with a warning.
+///
+/// Made in two steps: [`inotify`] when the descriptor's turn comes, [`inotify_watch`] once
+/// every descriptor is back (files cut back to their size at the checkpoint must not give
+/// the program an IN_MODIFY of crum's).
+pub fn inotify() -> Result<i32, RestartError> {
+    // SAFETY: creates a descriptor; no memory is passed.
+    fd_or_err(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) }, "creating an inotify instance")
+}
+
+/// Adds `watches` to the instance [`inotify`] made, now at `fd` (the program's number, with
+/// the program's flags: non-blocking for the drain only).
+pub fn inotify_watch(fd: i32, watches: &[InotifyWatch]) -> Result<(), RestartError> {
+    let add = |path: &str, mask: u32| -> Result<i32, RestartError> {
+        let c = cstr(path)?;
+        // SAFETY: a live NUL-terminated path.
+        Ok(unsafe { libc::inotify_add_watch(fd, c.as_ptr(), mask) })
+    };
+    let mut ws: Vec<&InotifyWatch> = watches.iter().collect();
+    ws.sort_by_key(|w| w.wd);
+    let watched: Vec<(u64, u64)> = ws.iter().map(|w| (w.dev, w.ino)).collect();
+    let spare = ["/", "/dev", "/etc", "/proc", "/sys"]
+        .into_iter()
+        .find(|p| crum_ckpt::inotify::identity(p, true).is_some_and(|id| !watched.contains(&id)));
+    let mut next = 1;
+    for w in ws {
+        while next < w.wd {
+            let Some(spare) = spare else {
+                return Err(RestartError::Invalid(format!("inotify watch {} on {}: no spare file to step over the numbers before it", w.wd, w.path)));
+            };
+            let d = add(spare, libc::IN_ATTRIB)?;
+            if d < 0 || d >= w.wd {
+                return Err(sys_err(format!("stepping inotify watch numbers up to {} ({} on {spare})", w.wd, d)));
+            }
+            // SAFETY: removes the watch made just above.
+            unsafe { libc::inotify_rm_watch(fd, d) };
+            next = d + 1;
+        }
+        let mask = w.mask | if w.dont_follow { libc::IN_DONT_FOLLOW } else { 0 };
+        let got = add(&w.path, mask)?;
+        if got < 0 {
+            return Err(sys_err(format!("adding inotify watch {} on {} again", w.wd, w.path)));
+        }
+        if got != w.wd {
+            return Err(RestartError::Invalid(format!(
+                "inotify watch {} on {} came back as watch {got} (the kernel numbered it otherwise)",
+                w.wd, w.path
+            )));
+        }
+        if crum_ckpt::inotify::identity(&w.path, !w.dont_follow) != Some((w.dev, w.ino)) {
+            eprintln!(
+                "crum: warning: inotify watch {} on {}: the file was replaced since the checkpoint; the watch is on the one there now",
+                w.wd, w.path
+            );
+        }
+        next = got + 1;
+    }
+    // The removals above queued IN_IGNORED events the program must not see. (An event of a
+    // watched file in these moments is one of the time between checkpoint and restart,
+    // which no restart brings back either.) The descriptor's own flags are set later.
+    let mut buf = [0u8; 4096];
+    // SAFETY: fcntl on our descriptor; reads into a live local buffer without blocking.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        while libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) > 0 {}
+        libc::fcntl(fd, libc::F_SETFL, fl);
+    }
+    Ok(())
 }
 
 /// `_IOW('T', 0, u64)`: sets a timerfd's count of unread expirations.
