@@ -951,6 +951,8 @@ struct ForkCtx {
     /// `MADV_WIPEONFORK`: zeros there), as [`ProcessState::advice`] entries: copied as it is
     /// for the writer's fork, the advice given back right after.
     fork_advice: Vec<(u64, u64, u32)>,
+    /// Guard regions ([`ProcessState::guards`]): recorded without bytes (reading faults).
+    guards: Vec<(u64, u64)>,
 }
 
 /// `ADVICE` bits of `MADV_DONTFORK` and `MADV_WIPEONFORK`.
@@ -1202,6 +1204,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         pending_signals,
         posix_timers,
         advice: Vec::new(),
+        guards: Vec::new(),
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -1241,6 +1244,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
     }
     state.advice = capture::advice(&regions);
+    state.guards = guard_regions(&regions);
     state.regions = regions;
     state.specials = specials;
     let seq = SEQ.fetch_add(1, Relaxed) + 1;
@@ -1256,6 +1260,7 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     let fork_advice = state.advice.iter().filter(|a| a.2 & FORK_ADVICE != 0).copied().collect();
     Ok(Box::new(ForkCtx {
         fork_advice,
+        guards: state.guards,
         problems,
         writer,
         state_bytes,
@@ -1563,6 +1568,42 @@ const PAGE_IS_SWAPPED: u64 = 1 << 4;
 /// Calls `f` with each range of [start, end) whose pages are present or swapped out, in
 /// order; `f` returns false to stop. None: the kernel has no `PAGEMAP_SCAN`.
 fn scan_resident(pm: i32, start: u64, end: u64, f: &mut dyn FnMut(u64, u64) -> bool) -> Option<()> {
+    scan_pages(pm, start, end, PAGE_IS_PRESENT | PAGE_IS_SWAPPED, f)
+}
+
+/// `PAGE_IS_GUARD` (Linux 6.14): a guard region's pages (`MADV_GUARD_INSTALL`).
+const PAGE_IS_GUARD: u64 = 1 << 8;
+/// `MADV_GUARD_INSTALL` (Linux 6.13).
+pub const MADV_GUARD_INSTALL: i32 = 102;
+
+/// The guard regions (`MADV_GUARD_INSTALL`) in `regions`, as (start, end). Reading one
+/// faults, in the program and in the forked writer alike (fork keeps them): the writer
+/// records them without bytes and a restart installs them again. Empty where the kernel
+/// cannot tell (before 6.14, which has none but on 6.13).
+fn guard_regions(regions: &[Region]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let pm = pagemap_open();
+    if pm < 0 {
+        return out;
+    }
+    for r in regions.iter().filter(|r| !matches!(r.kind, RegionKind::SharedAnon)) {
+        let _ = scan_pages(pm, r.start, r.end, PAGE_IS_GUARD, &mut |a, b| {
+            match out.last_mut() {
+                Some((_, e)) if *e == a => *e = b,
+                _ => out.push((a, b)),
+            }
+            true
+        });
+    }
+    // SAFETY: our own descriptor, closed once.
+    unsafe { libc::close(pm) };
+    out
+}
+
+/// Calls `f` with each range of [start, end) whose pages have any of the `categories`
+/// (`PAGE_IS_*`), in order; `f` returns false to stop. None: the kernel has no
+/// `PAGEMAP_SCAN` or does not know one of the categories.
+fn scan_pages(pm: i32, start: u64, end: u64, categories: u64, f: &mut dyn FnMut(u64, u64) -> bool) -> Option<()> {
     let mut vec = [PageRegion::default(); 32];
     let mut at = start;
     while at < end {
@@ -1577,8 +1618,8 @@ fn scan_resident(pm: i32, start: u64, end: u64, f: &mut dyn FnMut(u64, u64) -> b
             max_pages: 0,
             category_inverted: 0,
             category_mask: 0,
-            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            category_anyof_mask: categories,
+            return_mask: categories,
         };
         // SAFETY: the ioctl reads `arg` and writes at most `vec_len` regions into `vec`.
         let n = unsafe { libc::ioctl(pm, PAGEMAP_SCAN as _, &mut arg as *mut PmScanArg) };
@@ -1718,8 +1759,22 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
                     continue;
                 }
                 let scratch = w == 1;
-                if let Err(e) = child_add_piece(&mut ctx.writer, ctx.sync, r, ps, pe, prot, scratch, flags, offset) {
-                    return child_fail(ctx, b"writing memory: ", Some(&e));
+                // Guard regions inside the piece are recorded without bytes too.
+                let mut at = ps;
+                let mut g = 0;
+                while at < pe {
+                    while g < ctx.guards.len() && ctx.guards[g].1 <= at {
+                        g += 1;
+                    }
+                    let (guard, next) = match ctx.guards.get(g) {
+                        Some(&(gs, ge)) if gs <= at => (true, ge.min(pe)),
+                        Some(&(gs, _)) => (false, gs.min(pe)),
+                        None => (false, pe),
+                    };
+                    if let Err(e) = child_add_piece(&mut ctx.writer, ctx.sync, r, at, next, prot, scratch || guard, flags, offset) {
+                        return child_fail(ctx, b"writing memory: ", Some(&e));
+                    }
+                    at = next;
                 }
             }
         }

@@ -591,6 +591,19 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
                     deleted_file(fd, &link, &st, pos, &mut deleted)
                 } else if link.ends_with(" (deleted)") || !link.starts_with('/') {
                     FdKind::Unsupported { what: format!("deleted or unnamed file {link}") }
+                } else if let Some(rest) = link.strip_prefix(&format!("/proc/{}/", crate::threads::real_pid())) {
+                    // A file of the process's own /proc directory (`/proc/self/pagemap`,
+                    // `status`…): the restarted process's own, which is another inode
+                    // whose contents the kernel makes (identity 0: not checked).
+                    FdKind::File {
+                        path: format!("/proc/self/{rest}"),
+                        pos,
+                        size: 0,
+                        mtime_ns: 0,
+                        dev: 0,
+                        ino: 0,
+                        dir: fmt == libc::S_IFDIR,
+                    }
                 } else {
                     let mtime_ns = st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128;
                     FdKind::File {

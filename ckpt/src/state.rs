@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout); older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`]; older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 7;
+pub const PROCESS_STATE_VERSION: u32 = 8;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -81,6 +81,9 @@ pub struct ProcessState {
     /// Advice and locks on memory (`madvise`, `mlock`), as (start, end, [`ADVICE`] bits) of
     /// regions that have any (version 6; none before).
     pub advice: Vec<(u64, u64, u32)>,
+    /// Guard regions (`MADV_GUARD_INSTALL`) as (start, end): no bytes in the image, installed
+    /// again at restart (version 8; none before).
+    pub guards: Vec<(u64, u64)>,
 }
 
 /// What `/proc/self/smaps` says of a mapping (its `VmFlags` token) and how a restart gives
@@ -478,17 +481,19 @@ impl ProcessState {
         }
         // Each older version is the next one without its last fields (version 1 lacks
         // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
-        // and 4 `posix_timers`, version 5 `advice`): an empty list is the single byte 0.
+        // and 4 `posix_timers`, version 5 `advice`, versions 6 and 7 `guards`): an empty list
+        // is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 6,
-            2 => 5,
-            3 | 4 => 2,
-            5 => 1,
+            1 => 7,
+            2 => 6,
+            3 | 4 => 3,
+            5 => 2,
+            6 | 7 => 1,
             _ => 0,
         };
         let bytes = if missing > 0 {
-            owned = [bytes, &[0u8; 6][..missing]].concat();
+            owned = [bytes, &[0u8; 7][..missing]].concat();
             &owned[..]
         } else {
             bytes
@@ -563,6 +568,7 @@ mod tests {
             pending_signals: vec![PendingSignal { sig: 10, info: vec![1; 128] }],
             posix_timers: vec![PosixTimer { id: 3, clock: 1, notify: 0, signo: 14, value: 9, value_ns: 5, interval_ns: 6 }],
             advice: vec![(0x1000, 0x3000, 5)],
+            guards: vec![(0x2000, 0x3000)],
         }
     }
 
@@ -661,8 +667,9 @@ mod tests {
         s.pending_signals.clear();
         s.posix_timers.clear();
         s.advice.clear();
+        s.guards.clear();
         let mut b = s.encode();
-        for _ in 0..6 {
+        for _ in 0..7 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -681,21 +688,26 @@ mod tests {
         s.pending_signals.clear();
         s.posix_timers.clear();
         s.advice.clear();
+        s.guards.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 5);
+        b.truncate(b.len() - 6);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
     #[test]
-    fn version_3_to_5_sections_still_decode_without_the_later_lists() {
-        for v in [3, 4, 5] {
+    fn version_3_to_7_sections_still_decode_without_the_later_lists() {
+        for v in [3, 4, 5, 6, 7] {
             let mut s = sample(vec![], vec![]);
             s.version = v;
-            s.advice.clear();
+            s.guards.clear();
             let mut cut = 1;
+            if v < 6 {
+                s.advice.clear();
+                cut = 2;
+            }
             if v < 5 {
                 s.posix_timers.clear();
-                cut = 2;
+                cut = 3;
             }
             let mut b = s.encode();
             b.truncate(b.len() - cut);

@@ -93,3 +93,11 @@ fn thread_local_storage_of_every_thread_survives_restart() {
 fn memory_advice_and_locks_survive_restart() {
     scenario("vma_flags", &["40", "15"]);
 }
+
+/// Guard regions (`MADV_GUARD_INSTALL`) are recorded without bytes and installed again: the
+/// program's guard pages still fault and the pages around them keep their bytes (before, the
+/// image writer died reading them and no image could be written).
+#[test]
+fn guard_regions_come_back_as_guards() {
+    scenario("guard_pages", &["40", "15"]);
+}

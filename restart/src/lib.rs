@@ -162,7 +162,9 @@ fn file_problem(f: &FdState) -> Option<&'static str> {
     let Ok((s, m, d, i)) = crum_ckpt::capture::file_identity(path) else {
         return Some("vanished");
     };
-    if *dir {
+    if *dir || ((*dev, *ino) == (0, 0) && path.starts_with("/proc/self/")) {
+        // A directory, or a file of the process's own /proc directory (the restarted
+        // process's, made by the kernel).
         return None;
     }
     if (d, i) != (*dev, *ino) {
@@ -313,6 +315,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
     sys::apply_advice(&state.advice);
+    sys::install_guards(&state.guards);
     sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd, opts.new_dir.as_deref());
     sys::block_signals();
     sys::unregister_rseq();
@@ -589,6 +592,7 @@ mod tests {
             pending_signals: vec![],
             posix_timers: vec![],
             advice: vec![],
+            guards: vec![],
         }
     }
 

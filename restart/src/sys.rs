@@ -919,6 +919,22 @@ pub fn posix_timers(timers: &[PosixTimer]) -> Result<(), RestartError> {
 /// program's resource limits are back, for `RLIMIT_MEMLOCK`). Advice the kernel does not
 /// take (KSM or THP not built in) changes nothing the program can see but its flags; a lock
 /// refused is a warning: the memory is there, only not locked.
+/// Installs the program's guard regions again (`MADV_GUARD_INSTALL`; the image has no bytes
+/// for them, the restorer mapped zeros). A kernel without guard regions (before 6.13) is a
+/// warning naming each: reading or writing there no longer faults.
+pub fn install_guards(guards: &[(u64, u64)]) {
+    for &(start, end) in guards {
+        // SAFETY: a range of the program's memory mapped by this restorer, whose bytes the
+        // program could not read or write anyway.
+        if unsafe { libc::madvise(start as *mut libc::c_void, (end - start) as usize, crum_ckpt::agent::MADV_GUARD_INSTALL) } != 0 {
+            eprintln!(
+                "crum: warning: guard region {start:#x}-{end:#x} could not be installed again ({}): accesses there no longer fault",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 pub fn apply_advice(advice: &[(u64, u64, u32)]) {
     for &(start, end, bits) in advice {
         for (i, (name, how)) in crum_ckpt::state::ADVICE.iter().enumerate() {

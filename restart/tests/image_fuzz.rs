@@ -188,6 +188,7 @@ fn build(spec: &Spec) -> Built {
         pending_signals: vec![],
         posix_timers: vec![],
         advice: vec![],
+        guards: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -671,10 +672,11 @@ fn version_1_images_still_validate() {
     st.pending_signals.clear();
     st.posix_timers.clear();
     st.advice.clear();
+    st.guards.clear();
     b.process = st.encode();
     // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals`,
-    // `posix_timers` and `advice` (empty: one 0 each).
-    for _ in 0..6 {
+    // `posix_timers`, `advice` and `guards` (empty: one 0 each).
+    for _ in 0..7 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
