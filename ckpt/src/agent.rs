@@ -25,7 +25,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -321,6 +321,7 @@ pub fn trigger_signal_problem(sig: i32) -> Option<&'static str> {
 pub fn checkpoint_now(dir: &Path, sync: bool) -> Result<PathBuf, String> {
     let _crum = crate::writes::CrumScope::enter();
     threads::probe_libc()?;
+    resolve_restart_symbols();
     threads::install_handler()?;
     let cfg =
         Config { dir: dir.to_path_buf(), interval: None, keep: 0, signal: None, sync, strict: false, exit_on_signal: false };
@@ -614,6 +615,7 @@ fn start(cfg: Result<Config, String>) -> Result<(), String> {
     // constructor) belongs to the interposer, whose restore hook builds a new one: it is
     // excluded there (never saved or restored).
     threads::probe_libc()?;
+    resolve_restart_symbols();
     threads::install_handler()?;
     // Before crum opens anything of its own (the channel is already excluded).
     record_inherited();
@@ -1853,13 +1855,29 @@ fn reap(child: i32, pidfd: i32, err_r: i32, err_w: i32) -> Result<(), String> {
 /// Tells `libcrum_libc.so` (when preloaded) that the program's pid is `first_pid`, the one
 /// it started with, while the kernel's is another now (`preload/src/pid.rs`).
 fn set_pid_identity(first_pid: i32) {
-    // SAFETY: dlsym in the global scope with a NUL-terminated name; the function, if there,
-    // has this signature.
+    let f = SET_PID_IDENTITY.load(Relaxed);
+    if f != 0 {
+        // SAFETY: `crum_set_pid_identity` of `libcrum_libc.so`, which has this signature
+        // (looked up by [`resolve_restart_symbols`]; the library is where it was).
+        unsafe { std::mem::transmute::<usize, extern "C" fn(i32, i32)>(f)(first_pid, threads::real_pid()) };
+    }
+}
+
+/// Addresses the restored process needs before its threads run, looked up when the agent
+/// starts (statics: program memory, the same after a restart, as are the libraries). The
+/// restore must not call `dlsym` itself: it takes the dynamic linker's load lock, which a
+/// thread the checkpoint stopped may hold (inside `dlopen`, `dlsym`, a thread's start or
+/// exit), and the restored process would wait for it forever (seen once under load: the
+/// agent waiting on a lock, every other thread waiting to be released).
+static SET_PID_IDENTITY: AtomicUsize = AtomicUsize::new(0);
+/// glibc's `__curbrk` ([`fix_curbrk`]).
+static CURBRK: AtomicUsize = AtomicUsize::new(0);
+
+fn resolve_restart_symbols() {
+    // SAFETY: dlsym in the global scope with NUL-terminated names (0 where absent).
     unsafe {
-        let f = libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_identity".as_ptr());
-        if !f.is_null() {
-            std::mem::transmute::<*mut libc::c_void, extern "C" fn(i32, i32)>(f)(first_pid, threads::real_pid());
-        }
+        SET_PID_IDENTITY.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_identity".as_ptr()) as usize, Relaxed);
+        CURBRK.store(libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as usize, Relaxed);
     }
 }
 
@@ -1978,7 +1996,7 @@ fn fix_curbrk() {
     // thread runs yet. The guard is a new PROT_NONE mapping where nothing is mapped.
     unsafe {
         let k = libc::syscall(libc::SYS_brk, 0) as usize;
-        let p = libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as *mut usize;
+        let p = CURBRK.load(Relaxed) as *mut usize;
         if p.is_null() || k == *p {
             return;
         }

@@ -21,8 +21,11 @@ fn crum() -> Command {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // The whole workspace, as scripts/test.sh builds it: a build of some packages only
+        // unifies dependency features otherwise and relinks libcrum.so, which programs of a
+        // copy of the suite running beside this one may be loading at that moment.
         let st = Command::new(cargo)
-            .args(["build", "-q", "-p", "crum-interpose", "-p", "crum-preload"])
+            .args(["build", "-q", "--workspace"])
             .current_dir(repo())
             .status()
             .unwrap();

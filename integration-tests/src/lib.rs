@@ -48,8 +48,11 @@ pub fn crum_bin() -> PathBuf {
         let lib = target_dir().join("debug/libcrum.so");
         let shim = target_dir().join("debug/libcrum_libc.so");
         if !bin.exists() || !lib.exists() || !shim.exists() {
+            // The whole workspace, as scripts/test.sh builds it: a build of some packages only
+            // unifies dependency features otherwise and relinks libcrum.so, which programs of a
+            // copy of the suite running beside this one may be loading at that moment.
             let st = Command::new(env!("CARGO"))
-                .args(["build", "-q", "-p", "crum-cli", "-p", "crum-interpose", "-p", "crum-preload"])
+                .args(["build", "-q", "--workspace"])
                 .current_dir(workspace())
                 .status()
                 .expect("run cargo build");

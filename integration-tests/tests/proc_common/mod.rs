@@ -29,8 +29,11 @@ fn build_binaries() {
         if std::env::var_os("CRUM_BIN").is_some() && std::env::var_os("CRUM_PRELOAD").is_some() {
             return;
         }
+        // The whole workspace, as scripts/test.sh builds it: a build of some packages only
+        // unifies dependency features otherwise and relinks libcrum.so, which programs of a
+        // copy of the suite running beside this one may be loading at that moment.
         let st = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "crum-cli", "-p", "crum-interpose", "-p", "crum-preload"])
+            .args(["build", "-q", "--workspace"])
             .current_dir(workspace())
             .status()
             .expect("run cargo build");
