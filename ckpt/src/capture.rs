@@ -723,8 +723,9 @@ fn fdinfo_fields(fd: i32) -> Vec<(String, String)> {
         .collect()
 }
 
-/// An eventfd, timerfd, signalfd, epoll or inotify instance, from its fdinfo; other
-/// anonymous inodes (pidfd, userfaultfd, io_uring…) are named as unsupported.
+/// An eventfd, timerfd, signalfd, epoll or inotify instance, or a pidfd of the process
+/// itself, from its fdinfo; other anonymous inodes (pidfds of other processes, userfaultfd,
+/// io_uring…) are named as unsupported.
 fn anon_inode(fd: i32, link: &str) -> FdKind {
     let unsupported = || FdKind::Unsupported { what: link.to_string() };
     let f = fdinfo_fields(fd);
@@ -784,6 +785,20 @@ fn anon_inode(fd: i32, link: &str) -> FdKind {
             None => unsupported(),
         },
         "anon_inode:inotify" => crate::inotify::capture(fd, link),
+        "anon_inode:[pidfd]" => {
+            // `PIDFD_THREAD` is `O_EXCL` among the file's flags.
+            let thread = get("flags").and_then(|v| u32::from_str_radix(v, 8).ok()).is_some_and(|f| f & libc::O_EXCL as u32 != 0);
+            let me = crate::threads::real_pid();
+            match get("Pid").and_then(|v| v.parse::<i32>().ok()) {
+                Some(p) if p == me => FdKind::PidFd { thread },
+                Some(-1) => FdKind::Unsupported { what: format!("{link} of a process that has exited") },
+                Some(p) if std::path::Path::new(&format!("/proc/self/task/{p}")).exists() => {
+                    FdKind::Unsupported { what: format!("{link} of thread {p} of this process (its id changes at a restart)") }
+                }
+                Some(p) => FdKind::Unsupported { what: format!("{link} of process {p}, which is not in the image") },
+                None => unsupported(),
+            }
+        }
         "anon_inode:[eventpoll]" => {
             let mut watches = Vec::new();
             let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();

@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`]; older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout); older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 8;
+pub const PROCESS_STATE_VERSION: u32 = 9;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -306,6 +306,9 @@ pub enum FdKind {
         #[serde(deserialize_with = "bounded::string")]
         lost: String,
     },
+    /// A pidfd of the process itself (`thread`: of its main thread, `PIDFD_THREAD`): opened
+    /// again on the restarted process (version 9).
+    PidFd { thread: bool },
 }
 
 /// A watch of an inotify instance: added again by `path` with `mask` (plus `IN_DONT_FOLLOW`
@@ -489,7 +492,7 @@ impl ProcessState {
             2 => 6,
             3 | 4 => 3,
             5 => 2,
-            6 | 7 => 1,
+            6..=8 => 1,
             _ => 0,
         };
         let bytes = if missing > 0 {
@@ -586,7 +589,7 @@ mod tests {
 
     fn fd() -> impl Strategy<Value = FdState> {
         (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
-            let kind = match fd % 13 {
+            let kind = match fd % 14 {
                 0 => FdKind::Pipe { id: flags as u64, read: true, data },
                 1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
                 2 => FdKind::Dup { of: fd / 2 },
@@ -625,6 +628,7 @@ mod tests {
                     watches: vec![InotifyWatch { wd: fd, mask: flags, path: path.clone(), dev: 3, ino: 4, dont_follow: fd % 2 == 0 }],
                     lost: path,
                 },
+                12 => FdKind::PidFd { thread: fd % 2 == 0 },
                 _ => FdKind::ControlListener,
             };
             FdState { fd, flags, kind }

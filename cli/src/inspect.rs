@@ -318,6 +318,7 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
             };
             ("socket", format!("{}{role}", s.describe()), f.kind.loss().map(str::to_string))
         }
+        FdKind::PidFd { thread } => ("pidfd", if *thread { "of the main thread" } else { "of the process itself" }.into(), None),
         FdKind::Inotify { watches, .. } => (
             "inotify",
             match watches.len() {

@@ -56,3 +56,11 @@ fn inotify_events_waiting_and_watches_of_unknown_path_are_named_at_checkpoint() 
     assert!(r.stderr().contains("by a path crum does not know"), "{}", r.stderr());
     assert!(r.output().is_empty());
 }
+
+/// pidfds of the process itself (and of its main thread, `PIDFD_THREAD`) are opened again on
+/// the restarted process: signals sent through them arrive, they poll as a live process's,
+/// their fdinfo names the process's own pid, and `PIDFD_NONBLOCK` stays.
+#[test]
+fn pidfds_of_the_process_itself_name_the_restarted_process() {
+    scenario("pidfd_self", &["40", "15"]);
+}

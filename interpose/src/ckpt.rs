@@ -71,9 +71,12 @@ pub fn leave(counted: bool) {
     }
 }
 
+/// Opens the gate without taking `GATE`: after a restart, a thread the checkpoint stopped
+/// while it held the lock (between two waits in [`enter`]) is released only once the restore
+/// is done, so taking the lock here could wait forever. A waiter that misses the notification
+/// sees the gate open at its next wake-up (50 ms).
 fn open_gate() {
     CLOSED.store(false, Ordering::SeqCst);
-    let _g = GATE.lock().unwrap_or_else(|p| p.into_inner());
     OPENED.notify_all();
 }
 

@@ -406,6 +406,7 @@ fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
             FdKind::EventFd { count, semaphore } => sys::eventfd(*count, *semaphore)?,
             FdKind::TimerFd { .. } => sys::timerfd(&f.kind)?,
             FdKind::SignalFd { mask } => sys::signalfd(*mask)?,
+            FdKind::PidFd { thread } => sys::pidfd(*thread)?,
             FdKind::Inotify { watches, .. } => {
                 inotifies.push((f.fd, watches));
                 sys::inotify()?

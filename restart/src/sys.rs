@@ -217,6 +217,17 @@ pub fn inotify_watch(fd: i32, watches: &[InotifyWatch]) -> Result<(), RestartErr
     Ok(())
 }
 
+/// A pidfd of this process (the restarted program), or of its main thread (`thread`:
+/// `PIDFD_THREAD`, which is `O_EXCL`).
+pub fn pidfd(thread: bool) -> Result<i32, RestartError> {
+    // SAFETY: raw system calls with integer arguments.
+    let fd = unsafe {
+        let pid = libc::syscall(libc::SYS_getpid);
+        libc::syscall(libc::SYS_pidfd_open, pid, if thread { libc::O_EXCL } else { 0 }) as i32
+    };
+    fd_or_err(fd, if thread { "opening a pidfd of the main thread" } else { "opening a pidfd of the process" })
+}
+
 /// `_IOW('T', 0, u64)`: sets a timerfd's count of unread expirations.
 const TFD_IOC_SET_TICKS: u64 = (1 << 30) | (8 << 16) | ((b'T' as u64) << 8);
 
