@@ -112,7 +112,11 @@ impl Server {
         self.serving[lane_index].store(true, Ordering::SeqCst);
         let alive = || !self.stale[lane_index].load(Ordering::SeqCst);
         loop {
-            let inc = match lane.recv(&alive) {
+            // `busy` counts the request from the moment it leaves the ring: a drain
+            // (`wait_quiet`) never sees a lane empty and idle while a request it took is not
+            // yet handled (a lane thread descheduled between the two used to let a
+            // checkpoint save device memory without a launch it had already taken).
+            let inc = match lane.recv_counting(&alive, Some(&self.busy)) {
                 Ok(i) => i,
                 Err(_) if !alive() => {
                     // The thread that used it belonged to a program image an exec replaced.
@@ -130,12 +134,14 @@ impl Server {
             };
             let req = match inc.request {
                 Ok(Request::Close) => {
+                    self.busy.fetch_sub(1, Ordering::SeqCst);
                     self.serving[lane_index].store(false, Ordering::SeqCst);
                     lane.release();
                     return;
                 }
                 Ok(r) => r,
                 Err(e) => {
+                    self.busy.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!("malformed request: {e}");
                     if inc.wants_reply {
                         lane.reply(&Reply::err(cuda::ERROR_INVALID_VALUE));
@@ -153,8 +159,8 @@ impl Server {
                 req,
                 Request::CheckpointState | Request::CheckpointData { .. } | Request::RestoreDevice { .. }
             );
-            if counted {
-                self.busy.fetch_add(1, Ordering::SeqCst);
+            if !counted {
+                self.busy.fetch_sub(1, Ordering::SeqCst);
             }
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req, lane_index)))
@@ -532,14 +538,11 @@ impl Server {
     fn wait_quiet(&self, lane: usize, limit: Duration) -> bool {
         let t0 = std::time::Instant::now();
         let quiet = || !self.channel.any_pending(lane) && self.busy.load(Ordering::SeqCst) <= 1;
-        // Quiet twice in a row: a request just read but not yet counted as busy is caught by
-        // the second look.
+        // A request counts as busy from before it leaves its ring (`recv_counting`), so one
+        // look suffices: no request is ever neither pending nor busy.
         while t0.elapsed() < limit {
             if quiet() {
-                std::thread::sleep(Duration::from_micros(200));
-                if quiet() {
-                    return true;
-                }
+                return true;
             }
             std::thread::sleep(Duration::from_micros(100));
         }

@@ -31,7 +31,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -657,6 +657,14 @@ impl ServerLane {
     /// is then dead); Err(Closed) never happens here — Close arrives as a request.
     /// `alive` is polled while idle; returning false ends the wait with ProxyGone.
     pub fn recv(&mut self, alive: &dyn Fn() -> bool) -> Result<Incoming, ChannelError> {
+        self.recv_counting(alive, None)
+    }
+
+    /// [`ServerLane::recv`] that adds 1 to `taken` before the request leaves the ring (before
+    /// `tail` moves), so that an observer who sees the lane empty ([`Channel::any_pending`])
+    /// and `taken` unchanged knows no request was taken and not yet counted: the caller
+    /// subtracts it once the request is handled (or needs no waiting for).
+    pub fn recv_counting(&mut self, alive: &dyn Fn() -> bool, taken: Option<&AtomicUsize>) -> Result<Incoming, ChannelError> {
         let c = self.ch.ctl(self.lane);
         let mut t0 = Instant::now();
         let mut spins = 0u32;
@@ -667,7 +675,7 @@ impl ServerLane {
                 if head < tail || head - tail > RING as u64 {
                     return Err(self.corrupt());
                 }
-                return self.read_at(tail, head);
+                return self.read_at(tail, head, taken);
             }
             spins += 1;
             if spins < 64 || t0.elapsed() < SPIN * 4 {
@@ -694,7 +702,7 @@ impl ServerLane {
         ChannelError::Broken
     }
 
-    fn read_at(&mut self, tail: u64, head: u64) -> Result<Incoming, ChannelError> {
+    fn read_at(&mut self, tail: u64, head: u64, taken: Option<&AtomicUsize>) -> Result<Incoming, ChannelError> {
         let c = self.ch.ctl(self.lane);
         let ring = self.ch.ring(self.lane);
         let mut pos = (tail % RING as u64) as usize;
@@ -723,6 +731,9 @@ impl ServerLane {
         // SAFETY: as above.
         let payload = unsafe { std::slice::from_raw_parts(ring.add(pos + 8), len) };
         let request = msg::decode::<Request>(payload);
+        if let Some(t) = taken {
+            t.fetch_add(1, SeqCst);
+        }
         c.tail.store(tail + (consumed + rec) as u64, Release);
         Ok(Incoming {
             request,

@@ -239,3 +239,39 @@ fn pending_requests_are_seen_until_the_server_reads_them() {
     assert!(!ch.any_pending(other));
     std::mem::forget(client);
 }
+
+/// `recv_counting` counts a request before it leaves the ring, so an observer never sees a
+/// lane empty with nothing counted while a request taken from it is not yet handled (the
+/// proxy's drain before a checkpoint relies on it).
+#[test]
+fn a_request_is_counted_before_the_lane_looks_empty() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    const N: usize = 300;
+    let ch = Arc::new(Channel::create().unwrap());
+    let mut client = ch.claim_lane().unwrap();
+    let mut server = ch.accept_lanes(std::time::Duration::ZERO).pop().unwrap();
+    let taken = Arc::new(AtomicUsize::new(0));
+    let handled = Arc::new(AtomicUsize::new(0));
+    let (t2, h2) = (taken.clone(), handled.clone());
+    let t = std::thread::spawn(move || {
+        for _ in 0..N {
+            server.recv_counting(&|| true, Some(&t2)).unwrap();
+            // Taken, not yet handled: a lane thread descheduled here.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            h2.fetch_add(1, SeqCst);
+            t2.fetch_sub(1, SeqCst);
+        }
+    });
+    for i in 0..N {
+        client.send(&Request::StreamSync { stream: i as u64 }).unwrap();
+        // Watch the lane until this request is handled.
+        while handled.load(SeqCst) <= i {
+            let pending = ch.any_pending(LANES);
+            let busy = taken.load(SeqCst);
+            let done = handled.load(SeqCst);
+            assert!(pending || busy > 0 || done > i, "request {i}: the lane looked empty and idle before it was handled");
+        }
+    }
+    t.join().unwrap();
+    std::mem::forget(client);
+}
