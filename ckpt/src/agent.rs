@@ -987,6 +987,15 @@ fn checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) -> Outco
     }
 }
 
+/// How long a checkpoint waits for the program to take what a cut would lose ([`unsettled`]).
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Whether the program, stopped now, holds something a cut would lose and that it is about
+/// to take by itself.
+fn unsettled() -> bool {
+    crate::inotify::events_waiting()
+}
+
 /// `exit_after`: the process ends after a successful image; it is written while the
 /// program's threads stay stopped ([`Outcome::Held`]).
 fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) -> Outcome {
@@ -1005,13 +1014,29 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
         (h.resume)();
         return Outcome::Failed(format!("quiesce hook failed: {e}"));
     }
-    let t0 = Instant::now();
+    let mut t0 = Instant::now();
     // From here until the threads run again the agent allocates only from its own arena.
     crate::alloc::enter();
     if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
         crate::alloc::leave();
         (h.resume)();
         return Outcome::Failed(e);
+    }
+    // A cut that would lose something the program is about to take by itself (inotify
+    // events it has not read yet) waits a little for it: the threads run again for a
+    // millisecond and are stopped again, for up to SETTLE. What is still there then is named.
+    let settle_until = t0 + SETTLE;
+    while unsettled() && Instant::now() < settle_until {
+        threads::release_all();
+        crate::alloc::leave();
+        std::thread::sleep(Duration::from_millis(1));
+        t0 = Instant::now();
+        crate::alloc::enter();
+        if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
+            crate::alloc::leave();
+            (h.resume)();
+            return Outcome::Failed(e);
+        }
     }
     let t_stopped = Instant::now();
     let mut device_time = Duration::ZERO;

@@ -10,7 +10,8 @@
 //! Named when the image is written: a watch whose path crum does not know (added before
 //! libcrum was loaded, through the raw system call, or renamed or removed since) makes the
 //! descriptor unrestorable; events waiting to be read cannot be given back to a new
-//! instance and are a loss (a warning; `--strict` refuses). Events of what changed between
+//! instance: the cut waits a little for the program to read them ([`events_waiting`],
+//! `agent::SETTLE`), and those still there are a loss (a warning; `--strict` refuses). Events of what changed between
 //! the checkpoint and the restart are not made up (docs/checkpoint.md).
 
 #![allow(unsafe_code)]
@@ -62,6 +63,42 @@ pub fn note_watch(fd: i32, wd: i32, path: &CStr) {
         v.drain(..MAX_NOTED / 4);
     }
     v.push(Noted { fd, wd, path });
+}
+
+/// Whether an inotify instance the program added watches to has events it has not read
+/// yet. Called with the program's threads stopped: allocates nothing and waits for no lock
+/// (a thread stopped while noting a watch: false, nothing to wait for).
+pub fn events_waiting() -> bool {
+    let Ok(noted) = NOTED.try_lock() else { return false };
+    let mut seen = [-1i32; 64];
+    let mut n_seen = 0;
+    for n in noted.iter() {
+        if seen[..n_seen].contains(&n.fd) {
+            continue;
+        }
+        if n_seen < seen.len() {
+            seen[n_seen] = n.fd;
+            n_seen += 1;
+        }
+        let mut name = [0u8; 32];
+        let len = {
+            let mut w = &mut name[..];
+            let _ = std::io::Write::write_fmt(&mut w, format_args!("/proc/self/fd/{}\0", n.fd));
+            32 - w.len()
+        };
+        let mut link = [0u8; 32];
+        // SAFETY: a NUL-terminated name in `name[..len]`, a live output buffer.
+        let l = unsafe { libc::readlink(name[..len].as_ptr().cast(), link.as_mut_ptr().cast(), link.len()) };
+        if l <= 0 || &link[..l as usize] != b"anon_inode:inotify" {
+            continue;
+        }
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int into the live local.
+        if unsafe { libc::ioctl(n.fd, libc::FIONREAD, &mut queued) } == 0 && queued > 0 {
+            return true;
+        }
+    }
+    false
 }
 
 /// One `inotify wd:… ino:… sdev:… mask:…` line of fdinfo: (wd, inode, device as

@@ -192,23 +192,6 @@ pub fn note_open(fd: i32, created: bool) {
     if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return;
     }
-    let key = (st.st_dev.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ st.st_ino).max(1);
-    let start = (key as usize) % SEEN.len();
-    let mut fresh = true;
-    for i in 0..16 {
-        let slot = &SEEN[(start + i) % SEEN.len()];
-        match slot.compare_exchange(0, key, SeqCst, SeqCst) {
-            Ok(_) => break,
-            Err(k) if k == key => {
-                fresh = false;
-                break;
-            }
-            Err(_) => {}
-        }
-    }
-    if !fresh {
-        return;
-    }
     let mut path = [0u8; 4096];
     let mut name = [0u8; 32];
     let n = {
@@ -225,12 +208,110 @@ pub fn note_open(fd: i32, created: bool) {
     if path.ends_with(b" (deleted)") {
         return;
     }
+    // Logged once per file and path. Inode numbers are reused: a file created and removed
+    // after the checkpoint and the next file created may have the same one, and the second
+    // must be logged too (or a restart would not remove it). An open that created the file is
+    // always logged.
+    let mut key = st.st_dev.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ st.st_ino;
+    for &b in path {
+        key = (key ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    let key = key.max(1);
+    let start = (key as usize) % SEEN.len();
+    let mut fresh = true;
+    for i in 0..16 {
+        let slot = &SEEN[(start + i) % SEEN.len()];
+        match slot.compare_exchange(0, key, SeqCst, SeqCst) {
+            Ok(_) => break,
+            Err(k) if k == key => {
+                fresh = false;
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    if !fresh && !created {
+        return;
+    }
     let mut line = [0u8; 4096 + 128];
     let total = line.len();
     let used = {
         let mut w = &mut line[..];
         if write!(w, "{} {} {} {} {} ", st.st_dev, st.st_ino, st.st_size, created as u8, path.len()).is_err()
             || w.write_all(path).is_err()
+            || w.write_all(b"\n").is_err()
+        {
+            return;
+        }
+        total - w.len()
+    };
+    for fd in [log, pending] {
+        if fd >= 0 {
+            // SAFETY: one write of a live buffer to our own O_APPEND log.
+            unsafe { libc::write(fd, line.as_ptr().cast(), used) };
+        }
+    }
+}
+
+/// Before an open that may create a file that does not exist (`dirfd` and `path` as the
+/// program gave them): the log says, ahead of the open, that the program is creating that
+/// path, and when. A program killed between the open and [`note_open`] leaves a file that
+/// no confirmed entry names; a restart removes it if it was born after that moment
+/// ([`roll_back`]). Allocates nothing and takes no lock; `errno` is the caller's to keep.
+pub fn note_create(dirfd: i32, path: &std::ffi::CStr) {
+    let (log, pending) = (LOG.load(SeqCst), PENDING.load(SeqCst));
+    if log < 0 && pending < 0 {
+        return;
+    }
+    if OWNER.load(SeqCst) != crate::threads::real_pid() || CRUM_THREAD.try_with(|c| c.get()).unwrap_or(true) {
+        return;
+    }
+    let rel = path.to_bytes();
+    if rel.is_empty() {
+        return;
+    }
+    // The absolute path: the program's own, or the directory's (cwd or `dirfd`) joined to it.
+    let mut abs = [0u8; 4096];
+    let len = if rel[0] == b'/' {
+        if rel.len() >= abs.len() {
+            return;
+        }
+        abs[..rel.len()].copy_from_slice(rel);
+        rel.len()
+    } else {
+        let mut name = [0u8; 32];
+        let n = {
+            let mut w = &mut name[..];
+            let _ = if dirfd == libc::AT_FDCWD { write!(w, "/proc/self/cwd\0") } else { write!(w, "/proc/self/fd/{dirfd}\0") };
+            32 - w.len()
+        };
+        // SAFETY: a NUL-terminated name in `name[..n]`, a live output buffer.
+        let d = unsafe { libc::readlink(name[..n].as_ptr().cast(), abs.as_mut_ptr().cast(), abs.len()) };
+        if d <= 0 || abs[0] != b'/' {
+            return;
+        }
+        let d = d as usize;
+        if d + 1 + rel.len() >= abs.len() {
+            return;
+        }
+        abs[d] = b'/';
+        abs[d + 1..d + 1 + rel.len()].copy_from_slice(rel);
+        d + 1 + rel.len()
+    };
+    // The coarse clock: file times are taken from it (or later), so a file the open creates
+    // is born at or after this moment.
+    // SAFETY: a plain C struct, all zeroes valid.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime into a live local.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) } != 0 {
+        return;
+    }
+    let mut line = [0u8; 4096 + 96];
+    let total = line.len();
+    let used = {
+        let mut w = &mut line[..];
+        if write!(w, "c {} {} {} ", t.tv_sec, t.tv_nsec, len).is_err()
+            || w.write_all(&abs[..len]).is_err()
             || w.write_all(b"\n").is_err()
         {
             return;
@@ -255,9 +336,24 @@ pub struct Entry {
     pub path: PathBuf,
 }
 
+/// A path the program was about to create ([`note_create`]), and when (Unix seconds and
+/// nanoseconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Creating {
+    pub at: (i64, i64),
+    pub path: PathBuf,
+}
+
+/// One line of a log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    Opened(Entry),
+    Creating(Creating),
+}
+
 /// Reads a log. Lines that do not parse (a torn last line) are skipped; the log is not
-/// trusted beyond its syntax (the restorer checks each file's identity).
-pub fn parse(bytes: &[u8]) -> Vec<Entry> {
+/// trusted beyond its syntax (the restorer checks each file's identity, or birth time).
+pub fn parse(bytes: &[u8]) -> Vec<Line> {
     let mut out = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
@@ -274,7 +370,25 @@ pub fn parse(bytes: &[u8]) -> Vec<Entry> {
     out
 }
 
-fn parse_one(rest: &mut &[u8]) -> Option<Entry> {
+fn parse_one(rest: &mut &[u8]) -> Option<Line> {
+    if let Some(mut s) = rest.strip_prefix(b"c ") {
+        let mut nums = [0i64; 3];
+        for n in nums.iter_mut() {
+            let i = s.iter().position(|&b| b == b' ')?;
+            if i == 0 || i > 20 {
+                return None;
+            }
+            *n = std::str::from_utf8(&s[..i]).ok()?.parse().ok()?;
+            s = &s[i + 1..];
+        }
+        let len = usize::try_from(nums[2]).ok()?;
+        if len == 0 || len > 4096 || s.len() < len + 1 || s[len] != b'\n' || s[0] != b'/' {
+            return None;
+        }
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(&s[..len]));
+        *rest = &s[len + 1..];
+        return Some(Line::Creating(Creating { at: (nums[0], nums[1]), path }));
+    }
     let mut nums = [0u64; 5];
     let mut s = *rest;
     for n in nums.iter_mut() {
@@ -291,7 +405,7 @@ fn parse_one(rest: &mut &[u8]) -> Option<Entry> {
     }
     let path = PathBuf::from(std::ffi::OsStr::from_bytes(&s[..len]));
     *rest = &s[len + 1..];
-    Some(Entry { dev: nums[0], ino: nums[1], size: nums[2], created: nums[3] == 1, path })
+    Some(Line::Opened(Entry { dev: nums[0], ino: nums[1], size: nums[2], created: nums[3] == 1, path }))
 }
 
 /// What a restart from an image does to the files the program wrote after it.
@@ -301,6 +415,9 @@ pub enum Rollback {
     Cut { path: PathBuf, from: u64, to: u64 },
     /// Created after the checkpoint: removed.
     Removed { path: PathBuf },
+    /// The program was creating it when it was stopped, and this filesystem does not say
+    /// when the file there was born: left as it is (the restart warns).
+    Unsure { path: PathBuf },
 }
 
 /// Rolls back the files the program wrote after `image` (see the module): each file still at
@@ -314,10 +431,23 @@ pub fn roll_back(image: &Path) -> Result<Vec<Rollback>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("cannot read {}: {e}", log.display())),
     };
-    // Per file: its first entry (was it created after the checkpoint?) and the smallest size.
+    // Per file and path (inode numbers are reused: two files created one after the other
+    // may have the same): its first entry (was it created after the checkpoint?) and the
+    // smallest size.
     let mut files: Vec<Entry> = Vec::new();
-    for e in parse(&bytes) {
-        match files.iter_mut().find(|f| (f.dev, f.ino) == (e.dev, e.ino)) {
+    // Per path, the first moment the program was about to create it.
+    let mut creating: Vec<Creating> = Vec::new();
+    for line in parse(&bytes) {
+        let e = match line {
+            Line::Opened(e) => e,
+            Line::Creating(c) => {
+                if !creating.iter().any(|k| k.path == c.path) {
+                    creating.push(c);
+                }
+                continue;
+            }
+        };
+        match files.iter_mut().find(|f| (f.dev, f.ino, &f.path) == (e.dev, e.ino, &e.path)) {
             Some(f) => f.size = f.size.min(e.size),
             None => files.push(e),
         }
@@ -341,7 +471,40 @@ pub fn roll_back(image: &Path) -> Result<Vec<Rollback>, String> {
             done.push(Rollback::Cut { path: f.path, from: m.len(), to: f.size });
         }
     }
+    // Paths the program was creating: a file there born since is the program's (its open
+    // may have been its last act, before any entry named the file).
+    for c in creating {
+        let Some(born) = birth(&c.path) else { continue };
+        match born {
+            Some(t) if t >= c.at => {
+                std::fs::remove_file(&c.path)
+                    .map_err(|e| format!("cannot remove {} (created after the checkpoint): {e}", c.path.display()))?;
+                done.push(Rollback::Removed { path: c.path });
+            }
+            Some(_) => {}
+            None => done.push(Rollback::Unsure { path: c.path }),
+        }
+    }
     Ok(done)
+}
+
+/// The birth time of the regular file at `path` (a final link not followed): None when
+/// there is no regular file there, Some(None) when the filesystem does not keep it.
+fn birth(path: &Path) -> Option<Option<(i64, i64)>> {
+    let p = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a plain C struct, all zeroes valid.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path, a live output struct.
+    let r = unsafe {
+        libc::statx(libc::AT_FDCWD, p.as_ptr(), libc::AT_SYMLINK_NOFOLLOW, libc::STATX_TYPE | libc::STATX_BTIME, &mut st)
+    };
+    if r != 0 || u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    if st.stx_mask & libc::STATX_BTIME == 0 {
+        return Some(None);
+    }
+    Some(Some((st.stx_btime.tv_sec, i64::from(st.stx_btime.tv_nsec))))
 }
 
 #[cfg(test)]
@@ -355,13 +518,17 @@ mod tests {
         b.extend_from_slice(b"5 6 0 1 6 /tmp/c\n");
         b.extend_from_slice(b"5 6 0 1 99999 /tmp/c\n");
         b.extend_from_slice(b"7 8 9 2 2 /x\n");
+        b.extend_from_slice(b"c 17 250 4 /t/x\n");
+        b.extend_from_slice(b"c 17 x 4 /t/x\n");
+        b.extend_from_slice(b"c 17 3 3 rel\n");
         b.extend_from_slice(b"7 8 9 0 8 /tmp/tor");
         let e = parse(&b);
         assert_eq!(
             e,
             vec![
-                Entry { dev: 1, ino: 2, size: 30, created: false, path: "/tmp/a b\nc".into() },
-                Entry { dev: 5, ino: 6, size: 0, created: true, path: "/tmp/c".into() },
+                Line::Opened(Entry { dev: 1, ino: 2, size: 30, created: false, path: "/tmp/a b\nc".into() }),
+                Line::Opened(Entry { dev: 5, ino: 6, size: 0, created: true, path: "/tmp/c".into() }),
+                Line::Creating(Creating { at: (17, 250), path: "/t/x".into() }),
             ]
         );
     }
@@ -402,5 +569,66 @@ mod tests {
         assert!(done.contains(&Rollback::Removed { path: created }));
         // No log: nothing to do.
         assert_eq!(roll_back(&d.path().join("ckpt-2")).unwrap(), vec![]);
+
+        // Inode numbers are reused: a file created and removed after the checkpoint, then the
+        // next one created with the same number. The second is removed too.
+        let image = d.path().join("ckpt-3");
+        let first = d.path().join("s1");
+        let second = d.path().join("s2");
+        std::fs::write(&second, b"").unwrap();
+        let (sd, si) = id(&second);
+        let entry = |p: &Path| {
+            let s = p.to_str().unwrap();
+            format!("{sd} {si} 0 1 {} {s}\n", s.len())
+        };
+        std::fs::write(log_path(&image), entry(&first) + &entry(&second)).unwrap();
+        assert_eq!(roll_back(&image).unwrap(), vec![Rollback::Removed { path: second.clone() }]);
+        assert!(!second.exists());
+    }
+
+    /// A program stopped between creating a file and logging the open: the line written
+    /// ahead of the open names the path, and the file born since is removed; a file there
+    /// born before the program began creating it is left (where the filesystem keeps birth
+    /// times; where it does not, the restart is told it cannot know).
+    #[test]
+    fn roll_back_removes_a_file_created_before_its_open_was_logged() {
+        let d = tempfile::tempdir().unwrap();
+        let image = d.path().join("ckpt-1");
+        let old = d.path().join("old");
+        let new = d.path().join("new");
+        std::fs::write(&old, b"before").unwrap();
+        let Some(Some(old_born)) = birth(&old) else {
+            eprintln!("no birth times on this filesystem: skipped");
+            return;
+        };
+        // Wait for the coarse clock to pass the old file's birth.
+        let now = || {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+            (t.as_secs() as i64, i64::from(t.subsec_nanos()))
+        };
+        while now() <= old_born {
+            std::thread::yield_now();
+        }
+        let at = now();
+        let line = |p: &Path| {
+            let s = p.to_str().unwrap();
+            format!("c {} {} {} {s}\n", at.0, at.1, s.len())
+        };
+        // Birth times come from the coarse clock: wait until it has passed `at` too.
+        loop {
+            let probe = d.path().join("probe");
+            std::fs::write(&probe, b"").unwrap();
+            let born = birth(&probe).unwrap().unwrap();
+            std::fs::remove_file(&probe).unwrap();
+            if born >= at {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        std::fs::write(&new, b"after").unwrap();
+        std::fs::write(log_path(&image), line(&old) + &line(&new) + &line(&d.path().join("never"))).unwrap();
+        assert_eq!(roll_back(&image).unwrap(), vec![Rollback::Removed { path: new.clone() }]);
+        assert!(!new.exists());
+        assert_eq!(std::fs::read(&old).unwrap(), b"before");
     }
 }

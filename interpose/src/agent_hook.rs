@@ -140,6 +140,22 @@ pub unsafe extern "C" fn crum_note_watch(fd: libc::c_int, wd: libc::c_int, path:
     unsafe { *libc::__errno_location() = e };
 }
 
+/// Called by `libcrum_libc.so`'s `open`/`fopen` wrappers before an open that may create a
+/// file that does not exist yet (`crum_ckpt::writes::note_create`). Allocates nothing, takes
+/// no lock and keeps `errno`.
+#[no_mangle]
+pub extern "C" fn crum_note_create(dirfd: libc::c_int, path: *const libc::c_char) {
+    if path.is_null() {
+        return;
+    }
+    // SAFETY: errno is thread-local.
+    let e = unsafe { *libc::__errno_location() };
+    // SAFETY: the caller passes a NUL-terminated path.
+    crum_ckpt::writes::note_create(dirfd, unsafe { std::ffi::CStr::from_ptr(path) });
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}
+
 /// Called by `libcrum_libc.so`'s `open`/`fopen` wrappers after the program opened `fd` for
 /// writing (`created`: that open created the file), so that a restart rolls back what the
 /// program writes after a checkpoint (`crum_ckpt::writes`). Allocates nothing, takes no lock

@@ -27,6 +27,8 @@
 //!   `fopen`, `freopen`): after the C library's call succeeds, libcrum is told
 //!   (`crum_note_open`: descriptor, and whether the call created the file), so that a restart
 //!   can roll back what the program wrote after a checkpoint into files it opened since.
+//!   Before an open that may create a file that does not exist yet, libcrum is told the path
+//!   (`crum_note_create`): a program killed between the two still has its new file removed.
 //!   `open`'s optional mode is taken as a third argument (the x86-64 calling convention
 //!   passes it the same way either way) and passed on as such.
 //!
@@ -62,6 +64,7 @@ static CRUM_SUSPEND: AtomicUsize = AtomicUsize::new(0);
 static CRUM_RESUME: AtomicUsize = AtomicUsize::new(0);
 static CRUM_EXEC_CHANNEL: AtomicUsize = AtomicUsize::new(0);
 static CRUM_NOTE_OPEN: AtomicUsize = AtomicUsize::new(0);
+static CRUM_NOTE_CREATE: AtomicUsize = AtomicUsize::new(0);
 static CRUM_NOTE_WATCH: AtomicUsize = AtomicUsize::new(0);
 static INOTIFY_ADD_WATCH: AtomicUsize = AtomicUsize::new(0);
 
@@ -102,6 +105,7 @@ extern "C" fn init() {
     crum(c"crum_threads_resume", &CRUM_RESUME);
     crum(c"crum_exec_channel", &CRUM_EXEC_CHANNEL);
     crum(c"crum_note_open", &CRUM_NOTE_OPEN);
+    crum(c"crum_note_create", &CRUM_NOTE_CREATE);
     crum(c"crum_note_watch", &CRUM_NOTE_WATCH);
     real(c"inotify_add_watch", &INOTIFY_ADD_WATCH);
     resolve_opens();
@@ -505,6 +509,16 @@ fn exists(dirfd: c_int, path: Path) -> bool {
     }
 }
 
+/// Tells libcrum that the program is about to create `path` (relative to `dirfd`), which
+/// does not exist yet.
+fn note_create(dirfd: c_int, path: Path) {
+    let f = CRUM_NOTE_CREATE.load(Relaxed);
+    if f != 0 && !path.is_null() {
+        // SAFETY: libcrum's `crum_note_create(int, const char *)`, which keeps errno.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, Path)>(f)(dirfd, path) };
+    }
+}
+
 /// Tells libcrum that the program opened `fd` for writing.
 fn note_open(fd: c_int, created: bool) {
     let f = CRUM_NOTE_OPEN.load(Relaxed);
@@ -538,6 +552,9 @@ macro_rules! wrap_open {
                 let flags: c_int = $flags;
                 let may_create = flags & libc::O_CREAT != 0;
                 let existed = !may_create || exists($dirfd, $path);
+                if !existed {
+                    note_create($dirfd, $path);
+                }
                 let f = real(cname!($name), &$real);
                 // SAFETY: the C library's function, variadic after its fixed arguments; the
                 // mode goes where a variadic caller puts it.
@@ -581,6 +598,9 @@ macro_rules! wrap_fopen {
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> File {
                 let w = mode_writes($mode) && !$path.is_null();
                 let existed = !w || exists(libc::AT_FDCWD, $path);
+                if !existed {
+                    note_create(libc::AT_FDCWD, $path);
+                }
                 let f = real(cname!($name), &$real);
                 // SAFETY: the C library's function with this very signature.
                 let fp = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> File>(f)($($arg),*) };

@@ -304,6 +304,13 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     drop(reader);
     // Files the program opened and wrote after the checkpoint (`crum_ckpt::writes`).
     for r in crum_ckpt::writes::roll_back(&dir).map_err(RestartError::Invalid)? {
+        if let crum_ckpt::writes::Rollback::Unsure { path } = &r {
+            eprintln!(
+                "crum: warning: the program was creating {} when it was stopped, and this filesystem does not say when \
+                 the file there was born: it is left as it is, and may be one the program created after the checkpoint",
+                path.display()
+            );
+        }
         tracing::info!(?r, "rolled back");
     }
     restore_fds(&state)?;

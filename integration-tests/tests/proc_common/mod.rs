@@ -82,7 +82,11 @@ pub struct Sandbox {
 
 impl Sandbox {
     pub fn new() -> Sandbox {
-        let tmp = tempfile::tempdir().unwrap();
+        let mut tmp = tempfile::tempdir().unwrap();
+        // CRUM_TEST_KEEP=1: the sandbox stays after the test (to look at a failure).
+        if std::env::var_os("CRUM_TEST_KEEP").is_some() {
+            tmp.disable_cleanup(true);
+        }
         for d in ["expected", "run", "images", "sock"] {
             fs::create_dir(tmp.path().join(d)).unwrap();
         }
