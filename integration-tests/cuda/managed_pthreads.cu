@@ -19,6 +19,13 @@ static const int SH = 8192;               // ints in the shared array (8 pages)
 static int *own, *sh, *ref_own, *ref_sh;
 static pthread_barrier_t bar;
 static int round_no, fails[T];
+/* The first mismatch each thread saw, printed when a check fails. */
+static char why[T][160];
+#define MISMATCH(t, what, i, got, want) do { if (!fails[t]++) snprintf(why[t], sizeof why[t], \
+    "thread %d round %d: %s[%d] = %d, expected %d", t, round_no, what, (int)(i), got, want); } while (0)
+static void check_fails(void) {
+    for (int t = 0; t < T; t++) if (fails[t]) printf("mismatch: %s (%d in all)\n", why[t], fails[t]);
+}
 
 __global__ void upd(int *x, int n, int r) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -29,11 +36,11 @@ static void upd_cpu(int *x, int n, int r) { for (int i = 0; i < n; i++) x[i] = (
 static void *phase(void *arg) {
     int t = (int)(long)arg, r = round_no;
     int *mine = own + t * REG, *rmine = ref_own + t * REG;
-    for (int i = 0; i < REG; i++) if (mine[i] != rmine[i]) fails[t]++;
+    for (int i = 0; i < REG; i++) if (mine[i] != rmine[i]) MISMATCH(t, "own", t * REG + i, mine[i], rmine[i]);
     // Read the shared array from a different starting point in each thread.
     for (int j = 0; j < SH; j++) {
         int i = (j + t * SH / T) % SH;
-        if (sh[i] != ref_sh[i]) fails[t]++;
+        if (sh[i] != ref_sh[i]) MISMATCH(t, "sh", i, sh[i], ref_sh[i]);
     }
     pthread_barrier_wait(&bar);
     for (int i = 0; i < REG; i += 3) mine[i] = rmine[i] = t * 1000 + r * 10 + i;
@@ -56,12 +63,12 @@ static void *own_stream(void *arg) {
         upd<<<(n + 127) / 128, 128, 0, s>>>(x, n, r);
         upd_cpu(ref, n, r);
         if (cudaStreamSynchronize(s) != cudaSuccess) fails[t]++;
-        for (int i = 0; i < n; i++) if (x[i] != ref[i]) fails[t]++;
+        for (int i = 0; i < n; i++) if (x[i] != ref[i]) MISMATCH(t, "x", i, x[i], ref[i]);
         for (int i = r; i < n; i += 97) x[i] = ref[i] = r * 31 + i;
     }
     if (cudaStreamSynchronize(s) != cudaSuccess) fails[t]++;
     cudaStreamDestroy(s);
-    for (int i = 0; i < n; i++) if (x[i] != ref[i]) fails[t]++;
+    for (int i = 0; i < n; i++) if (x[i] != ref[i]) MISMATCH(t, "x end", i, x[i], ref[i]);
     cudaFree(x);
     return nullptr;
 }
@@ -83,6 +90,7 @@ int main() {
         pthread_t th[T];
         for (long t = 0; t < T; t++) EXPECT(pthread_create(&th[t], nullptr, phase, (void *)t) == 0);
         for (int t = 0; t < T; t++) pthread_join(th[t], nullptr);
+        check_fails();
         for (int t = 0; t < T; t++) EXPECT(fails[t] == 0);
     }
     upd<<<(T * REG + 255) / 256, 256>>>(own, T * REG, 99);
@@ -98,6 +106,7 @@ int main() {
     pthread_t th[T];
     for (long t = 0; t < T; t++) EXPECT(pthread_create(&th[t], nullptr, own_stream, (void *)t) == 0);
     for (int t = 0; t < T; t++) pthread_join(th[t], nullptr);
+    check_fails();
     for (int t = 0; t < T; t++) EXPECT(fails[t] == 0);
     printf("own streams ok\n");
     CK(cudaFree(own));

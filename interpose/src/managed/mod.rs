@@ -213,10 +213,10 @@ pub(crate) fn find(addr: u64) -> Option<&'static Region> {
 
 /// Blocks every signal but synchronous faults while a region lock is held, so no handler (the
 /// checkpoint agent's stop signal included) runs on a thread holding it.
-struct Masked(libc::sigset_t);
+pub(crate) struct Masked(libc::sigset_t);
 
 impl Masked {
-    fn new() -> Masked {
+    pub(crate) fn new() -> Masked {
         // SAFETY: sigset operations on locals; pthread_sigmask is async-signal-safe.
         unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();
@@ -298,6 +298,11 @@ impl Locked<'_> {
         let r = self.r;
         let off = p * PAGE;
         let len = n * PAGE;
+        // Marked before the copy starts: [`after_request`] looks at the mark without the
+        // lock, and a copy under way while the device still runs must be redone after the
+        // synchronization (a fault message the userfaultfd thread takes late, from a thread
+        // that was woken by another's fill, fetches at any moment).
+        r.fetched.store(true, SeqCst);
         let ok = match mode() {
             Mode::Uffd => uffd::fill(r.start.load(Relaxed) + off, r.alias.load(Relaxed) + off, len, write),
             _ => {
@@ -314,7 +319,6 @@ impl Locked<'_> {
         }
         r.valid.fetch_add(n, Relaxed);
         r.touch(p, n);
-        r.fetched.store(true, Relaxed);
         STATS.pages_fetched.fetch_add(n, Relaxed);
         true
     }
@@ -335,14 +339,26 @@ impl Locked<'_> {
             let n = self.invalid_run(p, pages - p);
             if n > 0 {
                 let off = p * PAGE;
-                copy(r.fill.load(Relaxed) + off, r.alias.load(Relaxed) + off, n * PAGE);
+                if mode() == Mode::Uffd {
+                    // No fill view: the pages are filled in place, writable.
+                    if !uffd::fill(r.start.load(Relaxed) + off, r.alias.load(Relaxed) + off, n * PAGE, true) {
+                        fault::write_stderr(b"crum: managed memory: cannot fill shadow pages (userfaultfd); they are fetched again at the next access\n");
+                        return;
+                    }
+                } else {
+                    copy(r.fill.load(Relaxed) + off, r.alias.load(Relaxed) + off, n * PAGE);
+                }
                 STATS.pages_fetched.fetch_add(n, Relaxed);
                 p += n;
             } else {
                 p += 1;
             }
         }
-        protect(r.start.load(Relaxed), r.span.load(Relaxed), libc::PROT_READ | libc::PROT_WRITE);
+        if mode() == Mode::Uffd {
+            uffd::unprotect(r.start.load(Relaxed), r.span.load(Relaxed));
+        } else {
+            protect(r.start.load(Relaxed), r.span.load(Relaxed), libc::PROT_READ | libc::PROT_WRITE);
+        }
         for q in 0..pages {
             if r.state(q) != NEW {
                 r.set(q, DIRTY);
@@ -436,24 +452,38 @@ impl Locked<'_> {
         // Only `[lo, hi)` holds pages that are not INVALID (inaccessible or absent already).
         let (first, len) = (start + lo * PAGE, (hi - lo) * PAGE);
         let m = mode();
-        // A fresh uffd region is registered from its first flush on, after its NEW pages are
-        // read (reading an absent page of a registered region would wait for this lock).
-        let arm = invalidate && m == Mode::Uffd && !r.armed.load(Relaxed);
-        if invalidate {
+        // A fresh uffd region is registered at its first flush, before its NEW pages are
+        // copied, so that the write protection below stops the program's other threads
+        // writing them (a write between the copy and the drop of the pages would be lost).
+        // Its absent pages are then not read (that would wait for this lock): the pages that
+        // hold something are taken from /proc/self/pagemap.
+        let mut arm = invalidate && m == Mode::Uffd && !r.armed.load(Relaxed);
+        let mut unarmed = false;
+        if arm {
+            if uffd::register(start, span) {
+                r.armed.store(true, Relaxed);
+            } else {
+                fault::write_stderr(b"crum: managed memory: cannot register a region with userfaultfd; its pages stay untracked\n");
+                arm = false;
+                unarmed = true;
+            }
+        }
+        if invalidate && !unarmed {
             // Stop writers first: a write racing with the copy faults and waits for the lock.
             match m {
-                Mode::Uffd if arm => {}
-                Mode::Uffd => {
-                    uffd::protect_all(first, len);
-                }
+                Mode::Uffd => uffd::protect_all(first, len),
                 _ => {
-                    protect(first, len, libc::PROT_NONE);
+                    if !protect(first, len, libc::PROT_NONE) && !protect(start, span, libc::PROT_NONE) {
+                        fault::write_stderr(
+                            b"crum: managed memory: cannot protect a region before a device call; writes racing with it may be lost\n",
+                        );
+                    }
                 }
             }
         }
         // Where the shadow's bytes can be read: the fill view, or the shadow itself (uffd).
         let src = if m == Mode::Uffd { start } else { r.fill.load(Relaxed) };
-        let data = new_pages_with_data(r);
+        let data = if arm { present_pages(first, lo, hi) } else { new_pages_with_data(r) };
         let alias = r.alias.load(Relaxed);
         let mut flushed = 0;
         let mut p = lo;
@@ -477,14 +507,7 @@ impl Locked<'_> {
             p += n;
         }
         STATS.pages_flushed.fetch_add(flushed, Relaxed);
-        if invalidate {
-            if arm {
-                if !uffd::register(start, span) {
-                    fault::write_stderr(b"crum: managed memory: cannot register a region with userfaultfd; its pages stay untracked\n");
-                    return;
-                }
-                r.armed.store(true, Relaxed);
-            }
+        if invalidate && !unarmed {
             if m == Mode::Uffd {
                 uffd::drop_pages(first, len);
             }
@@ -524,6 +547,35 @@ impl DataPages {
     fn has(&self, p: u64) -> bool {
         self.runs.iter().any(|&(a, b)| p >= a && p < b)
     }
+}
+
+/// The pages of `[lo, hi)` (the first at `first`) that are present or swapped out, from
+/// /proc/self/pagemap: the others are absent and hold nothing. Reads no shadow memory. None
+/// (every page may hold data) where pagemap cannot be read.
+fn present_pages(first: u64, lo: u64, hi: u64) -> Option<DataPages> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open("/proc/self/pagemap").ok()?;
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut buf = vec![0u8; 8 * 4096];
+    let mut p = lo;
+    while p < hi {
+        let n = (hi - p).min(4096);
+        let bytes = &mut buf[..(n * 8) as usize];
+        f.read_exact_at(bytes, (first / PAGE + (p - lo)) * 8).ok()?;
+        for (i, e) in bytes.chunks_exact(8).enumerate() {
+            let e = u64::from_ne_bytes(e.try_into().unwrap_or_default());
+            // Bit 63: present; bit 62: swapped.
+            if e & (3 << 62) != 0 {
+                let q = p + i as u64;
+                match runs.last_mut() {
+                    Some((_, b)) if *b == q => *b = q + 1,
+                    _ => runs.push((q, q + 1)),
+                }
+            }
+        }
+        p += n;
+    }
+    Some(DataPages { runs })
 }
 
 fn new_pages_with_data(r: &Region) -> Option<DataPages> {
@@ -735,6 +787,9 @@ pub fn sync_point() {
     if LIVE.load(Acquire) == 0 {
         return;
     }
+    if mode() == Mode::Uffd {
+        uffd::drain();
+    }
     let high = HIGH.load(Acquire);
     let mut any = false;
     for r in &REGIONS[..high] {
@@ -798,9 +853,12 @@ pub fn after_request(req: &crum_wire::Request) {
     if LIVE.load(Relaxed) == 0 || !touches_device(req) {
         return;
     }
+    if mode() == Mode::Uffd {
+        uffd::drain();
+    }
     let high = HIGH.load(Acquire);
     for r in &REGIONS[..high] {
-        if r.start.load(Acquire) != 0 && r.fetched.load(Relaxed) {
+        if r.start.load(Acquire) != 0 && r.fetched.load(SeqCst) {
             let g = r.lock();
             if r.start.load(Acquire) != 0 {
                 g.flush(true);

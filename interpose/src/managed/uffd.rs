@@ -215,6 +215,71 @@ fn wake(addr: u64, len: u64) {
     let _ = ioctl(UFFDIO_WAKE, &mut r);
 }
 
+/// Held by whoever reads and resolves fault messages: the fault thread, or [`drain`].
+static SERVING: AtomicBool = AtomicBool::new(false);
+
+/// Takes [`SERVING`] (with signals blocked, as a region lock: a handler that touched managed
+/// memory on this thread would wait for messages nobody could read).
+fn serving() -> impl Drop {
+    struct Held(#[allow(dead_code)] super::Masked);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            SERVING.store(false, Release);
+        }
+    }
+    let mask = super::Masked::new();
+    let mut spins = 0u32;
+    while SERVING.compare_exchange_weak(false, true, Acquire, Relaxed).is_err() {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            // SAFETY: plain system call.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    Held(mask)
+}
+
+/// Reads the fault messages waiting on `fd` (without waiting) and resolves them; false when
+/// there were none.
+fn serve_once(fd: i32, msgs: &mut [Msg; 16]) -> bool {
+    // SAFETY: reads whole messages into the caller's array.
+    let got = unsafe { libc::read(fd, msgs.as_mut_ptr().cast(), std::mem::size_of_val(msgs)) };
+    if got <= 0 {
+        return false;
+    }
+    let count = got as usize / std::mem::size_of::<Msg>();
+    for m in &msgs[..count] {
+        if m.event != EVENT_PAGEFAULT {
+            continue;
+        }
+        let page = m.address & !(PAGE - 1);
+        let access = if m.flags & (PAGEFAULT_FLAG_WP | PAGEFAULT_FLAG_WRITE) != 0 { Access::Write } else { Access::Read };
+        super::handle(page, access);
+        // Resolved above, by another thread, or the region is gone: either way the
+        // faulting thread may retry.
+        wake(page, PAGE);
+    }
+    true
+}
+
+/// Before pages are invalidated (a device call, or after a synchronization): resolves every
+/// fault message already queued. A thread woken by another thread's fill of its page goes
+/// on while its own message stays queued; taken after the invalidation, that message would
+/// fetch the page while the device runs, and a write message would make it DIRTY with
+/// those stale bytes, sent back over the device's results at the next flush. Resolved now,
+/// in the state they were raised in, such messages change nothing.
+pub fn drain() {
+    let fd = UFFD.load(Acquire);
+    if fd < 0 {
+        return;
+    }
+    let _held = serving();
+    let mut msgs = [Msg { event: 0, _r1: 0, _r2: 0, _r3: 0, flags: 0, address: 0, _feat: 0 }; 16];
+    while serve_once(fd, &mut msgs) {}
+}
+
 /// The fault thread: read fault messages, resolve each, wake the thread that waits.
 fn serve() {
     let mut msgs = [Msg { event: 0, _r1: 0, _r2: 0, _r3: 0, flags: 0, address: 0, _feat: 0 }; 16];
@@ -226,22 +291,7 @@ fn serve() {
         if n <= 0 {
             continue;
         }
-        // SAFETY: reads whole messages into our array.
-        let got = unsafe { libc::read(fd, msgs.as_mut_ptr().cast(), std::mem::size_of_val(&msgs)) };
-        if got <= 0 {
-            continue;
-        }
-        let count = got as usize / std::mem::size_of::<Msg>();
-        for m in &msgs[..count] {
-            if m.event != EVENT_PAGEFAULT {
-                continue;
-            }
-            let page = m.address & !(PAGE - 1);
-            let access = if m.flags & (PAGEFAULT_FLAG_WP | PAGEFAULT_FLAG_WRITE) != 0 { Access::Write } else { Access::Read };
-            super::handle(page, access);
-            // Resolved above, by another thread, or the region is gone: either way the
-            // faulting thread may retry.
-            wake(page, PAGE);
-        }
+        let _held = serving();
+        serve_once(fd, &mut msgs);
     }
 }
