@@ -3,7 +3,7 @@
 //! switch (`PR_SET_THP_DISABLE`) and the execution domain (`personality`); per thread, the
 //! scheduling policy, real-time priority, nice value, timer slack and parent-death signal
 //! (in the thread slots, [`crate::threads`]); the supplementary groups; the process's
-//! `membarrier` registrations for private expedited barriers (plain, `SYNC_CORE`, `RSEQ`).
+//! `membarrier` registrations (global expedited, and private expedited: plain, `SYNC_CORE`, `RSEQ`).
 //! A restarted process used to get the restarting process's values silently (without its
 //! registrations, the program's expedited barriers failed with EPERM after a restart).
 //!
@@ -34,20 +34,33 @@ const UNSET: i64 = i64::MIN;
 const NAMES: [&str; N] =
     ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group", "membarrier registrations"];
 
-/// `membarrier` commands: (the private expedited barrier, the registration it needs). The
-/// kernel does not tell registrations; the barrier answers EPERM without one, so issuing it
-/// (a harmless barrier: the threads are stopped) reads it. Global expedited registration has
-/// no such test (its barrier succeeds either way) and is not carried (docs/checkpoint.md).
+/// `membarrier` commands: (the private expedited barrier, the registration it needs). Where
+/// the kernel cannot tell registrations (`MEMBARRIER_CMD_GET_REGISTRATIONS`, Linux 6.3), the
+/// barrier answers EPERM without one, so issuing it (a harmless barrier: the threads are
+/// stopped) reads it.
 const MEMBARRIER_CMDS: [(i64, i64); 3] = [(1 << 3, 1 << 4), (1 << 5, 1 << 6), (1 << 7, 1 << 8)];
+/// `MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED`: told only by `GET_REGISTRATIONS` (its barrier
+/// succeeds either way).
+const MEMBARRIER_GLOBAL: i64 = 1 << 2;
+const MEMBARRIER_GET_REGISTRATIONS: i64 = 1 << 9;
 
-fn membarrier(cmd: i64) -> bool {
+fn membarrier_raw(cmd: i64) -> i64 {
     // SAFETY: membarrier takes plain integers.
-    unsafe { libc::syscall(libc::SYS_membarrier, cmd as libc::c_int, 0 as libc::c_uint, 0 as libc::c_int) == 0 }
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd as libc::c_int, 0 as libc::c_uint, 0 as libc::c_int) as i64 }
 }
 
-/// The registrations of [`MEMBARRIER_CMDS`] this process has, as the registration commands'
-/// bits.
+fn membarrier(cmd: i64) -> bool {
+    membarrier_raw(cmd) == 0
+}
+
+/// The registrations this process has, as the registration commands' bits: the global
+/// expedited one and those of [`MEMBARRIER_CMDS`].
 fn membarrier_registered() -> i64 {
+    let known = MEMBARRIER_CMDS.iter().fold(MEMBARRIER_GLOBAL, |m, (_, reg)| m | reg);
+    let r = membarrier_raw(MEMBARRIER_GET_REGISTRATIONS);
+    if r >= 0 {
+        return r & known;
+    }
     MEMBARRIER_CMDS.iter().filter(|(barrier, _)| membarrier(*barrier)).fold(0, |m, (_, reg)| m | reg)
 }
 
@@ -232,7 +245,7 @@ pub fn apply() {
         }
     }
     if let Some(v) = want(MEMBARRIER) {
-        for (_, reg) in MEMBARRIER_CMDS {
+        for reg in std::iter::once(MEMBARRIER_GLOBAL).chain(MEMBARRIER_CMDS.iter().map(|(_, reg)| *reg)) {
             if v & reg != 0 && !membarrier(reg) {
                 refuse(MEMBARRIER, membarrier_registered());
             }

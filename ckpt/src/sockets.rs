@@ -123,6 +123,8 @@ pub fn option_list(domain: i32, ty: i32) -> Vec<(i32, i32)> {
         (SOL_SOCKET, SO_RCVTIMEO),
         (SOL_SOCKET, SO_SNDTIMEO),
         (SOL_SOCKET, SO_LINGER),
+        // After the filter ([`filter`], first in the list): a locked filter cannot be set.
+        (SOL_SOCKET, SO_LOCK_FILTER),
     ];
     if domain == AF_INET6 {
         v.push((IPPROTO_IPV6, IPV6_V6ONLY));
@@ -131,6 +133,35 @@ pub fn option_list(domain: i32, ty: i32) -> Vec<(i32, i32)> {
         v.extend([(IPPROTO_TCP, TCP_NODELAY), (IPPROTO_TCP, TCP_KEEPIDLE), (IPPROTO_TCP, TCP_KEEPINTVL), (IPPROTO_TCP, TCP_KEEPCNT)]);
     }
     v
+}
+
+/// The filter attached to a socket.
+pub enum Filter {
+    None,
+    /// A classic BPF filter (`SO_ATTACH_FILTER`): its instructions' bytes.
+    Classic(Vec<u8>),
+    /// One that cannot be read back (an eBPF program, `SO_ATTACH_BPF`).
+    Unreadable,
+}
+
+/// The filter attached to the socket at `fd`.
+pub fn filter(fd: i32) -> Filter {
+    // The length asked and answered is in instructions (8 bytes each), not bytes.
+    let mut len: libc::socklen_t = 0;
+    // SAFETY: with a length of 0 the kernel writes only the length.
+    if unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, std::ptr::null_mut(), &mut len) } != 0 {
+        return if std::io::Error::last_os_error().raw_os_error() == Some(libc::EACCES) { Filter::Unreadable } else { Filter::None };
+    }
+    if len == 0 {
+        return Filter::None;
+    }
+    let mut v = vec![0u8; len as usize * 8];
+    // SAFETY: room for `len` instructions.
+    if unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, v.as_mut_ptr().cast(), &mut len) } != 0 {
+        return Filter::Unreadable;
+    }
+    v.truncate(len as usize * 8);
+    Filter::Classic(v)
 }
 
 /// getsockname (`peer`: getpeername) as raw bytes; empty if it fails.
@@ -236,12 +267,27 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>) ->
     let local = address(fd, false);
     let local = if is_named(domain, &local) { local } else { Vec::new() };
     let peer = address(fd, true);
-    let options = option_list(domain, ty)
+    // A filter travels as an option of its own name whose value is its instructions, set
+    // first (before `SO_LOCK_FILTER`).
+    let (filter, filter_lost) = match filter(fd) {
+        Filter::None => (None, false),
+        Filter::Classic(f) => (Some(f), false),
+        Filter::Unreadable => (None, true),
+    };
+    let options = filter
+        .map(|value| SockOpt { level: libc::SOL_SOCKET, name: libc::SO_ATTACH_FILTER, value })
         .into_iter()
-        .filter_map(|(level, name)| opt_bytes(fd, level, name).map(|value| SockOpt { level, name, value }))
+        .chain(
+            option_list(domain, ty)
+                .into_iter()
+                .filter_map(|(level, name)| opt_bytes(fd, level, name).map(|value| SockOpt { level, name, value })),
+        )
         .collect();
     let listening = opt_int(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1);
     let mut s = SocketState { domain, ty, protocol, local, peer, options, shutdown: 0, role: SocketRole::Unconnected, lost: String::new() };
+    if filter_lost {
+        s.lost = "the eBPF program attached to it (SO_ATTACH_BPF) cannot be read back: it comes back without it".into();
+    }
     let mut peer_ino = 0;
     if domain == libc::AF_UNIX {
         let d = diag.get_or_insert_with(unix_diag).get(&(ino as u32)).copied().unwrap_or_default();
@@ -250,7 +296,7 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>) ->
         if listening {
             s.role = SocketRole::Listening { backlog: d.backlog.max(1) };
             if d.pending > 0 {
-                s.lost = format!("{} connection(s) waiting to be accepted are not in the image: their clients are cut off", d.pending);
+                add_lost(&mut s.lost, &format!("{} connection(s) waiting to be accepted are not in the image: their clients are cut off", d.pending));
             }
         } else if peer_ino != 0 {
             // Decided in `pair_up` once every descriptor is known.
@@ -263,7 +309,7 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>) ->
     } else if listening {
         s.role = SocketRole::Listening { backlog: libc::SOMAXCONN as u32 };
         if readable(fd) {
-            s.lost = "connections waiting to be accepted are not in the image: their clients are cut off".into();
+            add_lost(&mut s.lost, "connections waiting to be accepted are not in the image: their clients are cut off");
         }
     } else if !s.peer.is_empty() {
         if ty == libc::SOCK_DGRAM {
@@ -275,10 +321,18 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>) ->
     if matches!(s.role, SocketRole::Unconnected | SocketRole::Connected | SocketRole::Listening { .. }) && ty != libc::SOCK_STREAM {
         let n = inq(fd);
         if n > 0 || readable(fd) {
-            s.lost = "datagrams waiting to be read are not in the image".into();
+            add_lost(&mut s.lost, "datagrams waiting to be read are not in the image");
         }
     }
     (FdKind::Socket(Box::new(s)), peer_ino)
+}
+
+/// Adds `what` to what a restart does not bring back.
+fn add_lost(lost: &mut String, what: &str) {
+    if !lost.is_empty() {
+        lost.push_str("; ");
+    }
+    lost.push_str(what);
 }
 
 /// Whether a read (or accept) would not wait.
@@ -297,7 +351,7 @@ fn peek_stream(fd: i32, fds_lost: &mut usize, lost: &mut String) -> Vec<u8> {
     }
     let b = recv_one(fd, n, true, fds_lost).unwrap_or_default();
     if b.len() < n {
-        *lost = format!("only the first {} of the {n} bytes waiting in it are in the image", b.len());
+        add_lost(lost, &format!("only the first {} of the {n} bytes waiting in it are in the image", b.len()));
     }
     b
 }
@@ -356,7 +410,7 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)]) {
             }
         } else if s.shutdown != 0 {
             if inq(fd) > 0 || readable(fd) {
-                s.lost = "messages waiting at this shut-down socket are not in the image".into();
+                add_lost(&mut s.lost, "messages waiting at this shut-down socket are not in the image");
             }
         } else {
             // Taken one by one and sent again through the other end, in order.
@@ -369,10 +423,10 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)]) {
             }
         }
         if fds_lost > 0 {
-            s.lost = format!("{fds_lost} file descriptor(s) in flight in it are not in the image");
+            add_lost(&mut s.lost, &format!("{fds_lost} file descriptor(s) in flight in it are not in the image"));
         }
-        if s.lost.is_empty() && (is_named(s.domain, &s.local) || is_named(s.domain, &s.peer)) {
-            s.lost = "it comes back as an unnamed socket pair: its address is not reported after a restart".into();
+        if is_named(s.domain, &s.local) || is_named(s.domain, &s.peer) {
+            add_lost(&mut s.lost, "it comes back as an unnamed socket pair: its address is not reported after a restart");
         }
         s.role = SocketRole::Pair { id: ino.min(peer as u64), first: ino < peer as u64, queued };
     }

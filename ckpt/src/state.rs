@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout); older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout); older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 9;
+pub const PROCESS_STATE_VERSION: u32 = 10;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).

@@ -1,10 +1,20 @@
 #define _GNU_SOURCE
 /* The process's ids as the program sees them stay those it started with, across restarts:
  * getpid, gettid of the main thread, getpgrp/getpgid/getsid, kill and sigqueue to its own pid
- * (delivered to itself, with the value), tgkill, and a forked child's getppid. Checked from
- * inside at every step; the output has no ids in it. */
+ * (delivered to itself, with the value), tgkill, and a forked child's getppid; calls given
+ * its own pid (getpriority/setpriority, sched_getscheduler/getparam/getaffinity, prlimit,
+ * pidfd_open) act on it; /proc/<its pid>/… and /proc/self/task/<its pid>/… name it (open,
+ * fopen, stat, access, readlink, opendir). Checked from inside at every step; the output has
+ * no ids in it. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -39,6 +49,49 @@ int main(int argc, char **argv) {
         union sigval v = { .sival_int = 1000 + i };
         if (sigqueue(pid, SIGUSR2, v) != 0 || got != before + 2 || got_value != 1000 + i) { printf("FAIL: sigqueue at step %d\n", i); return 1; }
         if (tgkill(pid, gettid(), SIGUSR2) != 0 || got != before + 3) { printf("FAIL: tgkill at step %d\n", i); return 1; }
+        char path[64], buf[256];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "r");
+        int statpid = 0;
+        if (!f || fscanf(f, "%d", &statpid) != 1) { printf("FAIL: %s at step %d\n", path, i); return 1; }
+        fclose(f);
+        /* /proc/<pid>/stat names the kernel's pid: the one /proc/self names. */
+        snprintf(path, sizeof path, "/proc/self/stat");
+        f = fopen(path, "r");
+        int selfpid = -1;
+        if (!f || fscanf(f, "%d", &selfpid) != 1 || selfpid != statpid) { printf("FAIL: /proc/<pid> is not /proc/self at step %d\n", i); return 1; }
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/%d/task/%d/comm", (int)pid, (int)pid);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0 || read(fd, buf, sizeof buf) <= 0 || strncmp(buf, "pid_identity", 12)) { printf("FAIL: %s at step %d\n", path, i); return 1; }
+        close(fd);
+        struct stat st, st_self;
+        snprintf(path, sizeof path, "/proc/%d", (int)pid);
+        if (stat(path, &st) || stat("/proc/self", &st_self) || st.st_ino != st_self.st_ino || access(path, R_OK)) { printf("FAIL: stat %s at step %d\n", path, i); return 1; }
+        snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+        ssize_t ln = readlink(path, buf, sizeof buf - 1);
+        if (ln <= 0) { printf("FAIL: readlink %s at step %d\n", path, i); return 1; }
+        snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+        DIR *d = opendir(path);
+        if (!d) { printf("FAIL: opendir %s at step %d\n", path, i); return 1; }
+        closedir(d);
+        errno = 0;
+        int nice_now = getpriority(PRIO_PROCESS, 0);
+        if (setpriority(PRIO_PROCESS, pid, nice_now) || getpriority(PRIO_PROCESS, pid) != nice_now || errno) {
+            printf("FAIL: set/getpriority of the pid at step %d (errno %d)\n", i, errno);
+            return 1;
+        }
+        struct sched_param sp;
+        cpu_set_t cpus;
+        if (sched_getscheduler(pid) != SCHED_OTHER || sched_getparam(pid, &sp) || sched_getaffinity(pid, sizeof cpus, &cpus) || CPU_COUNT(&cpus) < 1) {
+            printf("FAIL: sched_* of the pid at step %d (errno %d)\n", i, errno);
+            return 1;
+        }
+        struct rlimit rl;
+        if (prlimit(pid, RLIMIT_NOFILE, NULL, &rl)) { printf("FAIL: prlimit of the pid at step %d (errno %d)\n", i, errno); return 1; }
+        int pfd = pidfd_open(pid, 0);
+        if (pfd < 0) { printf("FAIL: pidfd_open of the pid at step %d (errno %d)\n", i, errno); return 1; }
+        close(pfd);
         if (i % 10 == 0) {
             pid_t c = fork();
             if (c == 0) _exit(getppid() == pid ? 0 : 7);

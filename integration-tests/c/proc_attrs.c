@@ -79,6 +79,11 @@ int main(int argc, char **argv) {
         if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != -1 || errno != EPERM) { printf("FAIL: barrier before registration\n"); return 1; }
         if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)) { printf("FAIL: membarrier registration\n"); return 1; }
     }
+    /* The global expedited registration, checked where the kernel tells registrations
+     * (MEMBARRIER_CMD_GET_REGISTRATIONS, Linux 6.3). */
+    int mbg = syscall(SYS_membarrier, 1 << 9, 0, 0) >= 0 &&
+              (syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
+    if (mbg && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0)) { printf("FAIL: global membarrier registration\n"); return 1; }
     gid_t want_groups[3] = { 4242, 4343, 4444 };
     int set_groups = setgroups(3, want_groups) == 0;
     /* Last: no_new_privs is inherited by the threads created after it. */
@@ -102,6 +107,10 @@ int main(int argc, char **argv) {
             gid_t g[8];
             int k = getgroups(8, g);
             if (k != 3 || g[0] != 4242 || g[1] != 4343 || g[2] != 4444) { printf("FAIL: supplementary groups (%d)\n", k); return 1; }
+        }
+        if (mbg && !(syscall(SYS_membarrier, 1 << 9, 0, 0) & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED)) {
+            printf("FAIL: global expedited membarrier registration gone: %ld\n", syscall(SYS_membarrier, 1 << 9, 0, 0));
+            return 1;
         }
         if (mb && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)) { printf("FAIL: private expedited membarrier: errno %d\n", errno); return 1; }
         if (!worker_ok) return 1;

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -81,6 +82,14 @@ int main(int argc, char **argv) {
     int want_rcvbuf;
     socklen_t ol = sizeof want_rcvbuf;
     getsockopt(dg[1], SOL_SOCKET, SO_RCVBUF, &want_rcvbuf, &ol);
+    /* A classic BPF filter that cuts every datagram to 3 bytes, locked in. */
+    int fp[2];
+    if (socketpair(AF_UNIX, SOCK_DGRAM, 0, fp)) FAIL("socketpair");
+    struct sock_filter cut[] = { BPF_STMT(BPF_RET | BPF_K, 3) };
+    struct sock_fprog prog = { .len = 1, .filter = cut };
+    if (setsockopt(fp[1], SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) ||
+        setsockopt(fp[1], SOL_SOCKET, SO_LOCK_FILTER, &one, sizeof one))
+        FAIL("socket filter");
     /* A pair shut down for writing one way: its reader sees end of file after the data. */
     int sh[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sh)) FAIL("socketpair");
@@ -182,6 +191,13 @@ int main(int argc, char **argv) {
         if (getsockname(ul, (struct sockaddr *)&got, &gl) || strcmp(got.sun_path, "srv.sock") != 0) FAIL("listener name");
         char lw[16];
         if (recv(sh[1], lw, sizeof lw, MSG_PEEK | MSG_DONTWAIT) != 10) FAIL("shut-down pair lost its data");
+        /* The filter still cuts, is still one instruction, and is still locked. */
+        send(fp[0], "abcdef", 6, 0);
+        if (recv(fp[1], lw, sizeof lw, MSG_DONTWAIT) != 3 || memcmp(lw, "abc", 3)) FAIL("socket filter gone");
+        struct sock_filter got_f[4];
+        socklen_t fl4 = 4;
+        if (getsockopt(fp[1], SOL_SOCKET, SO_GET_FILTER, got_f, &fl4) || fl4 != 1 || got_f[0].k != 3) FAIL("SO_GET_FILTER");
+        if (getsockopt(fp[1], SOL_SOCKET, SO_LOCK_FILTER, &v, &ol) || v != 1) FAIL("SO_LOCK_FILTER");
         /* Datagrams to the bound receivers, taken in the same step (a datagram waiting in a
          * socket bound for anyone to send to is named at checkpoint and not carried). */
         snprintf(m, sizeof m, "to abstract %d", step);

@@ -110,6 +110,7 @@ extern "C" fn init() {
     real(c"inotify_add_watch", &INOTIFY_ADD_WATCH);
     resolve_opens();
     resolve_fopens();
+    resolve_paths();
     real(c"unshare", &UNSHARE);
     real(c"setns", &SETNS);
     resolve_all();
@@ -509,6 +510,20 @@ fn exists(dirfd: c_int, path: Path) -> bool {
     }
 }
 
+/// `path`, or after a restart, where it names the program's own `/proc` entry by the pid
+/// the program knows, the same entry by the kernel's pid (written into `buf`).
+fn proc_path(path: Path, buf: &mut [u8; 4096]) -> Path {
+    if path.is_null() || !pid::virtualised() {
+        return path;
+    }
+    // SAFETY: the caller's NUL-terminated path.
+    let b = unsafe { CStr::from_ptr(path) }.to_bytes();
+    match pid::proc_path(b, buf) {
+        Some(_) => buf.as_ptr().cast(),
+        None => path,
+    }
+}
+
 /// Tells libcrum that the program is about to create `path` (relative to `dirfd`), which
 /// does not exist yet.
 fn note_create(dirfd: c_int, path: Path) {
@@ -549,6 +564,8 @@ macro_rules! wrap_open {
             /// As the C library's function of the same name.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+                let mut pbuf = [0u8; 4096];
+                let $path = proc_path($path, &mut pbuf);
                 let flags: c_int = $flags;
                 let may_create = flags & libc::O_CREAT != 0;
                 let existed = !may_create || exists($dirfd, $path);
@@ -596,6 +613,8 @@ macro_rules! wrap_fopen {
             /// As the C library's function of the same name.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> File {
+                let mut pbuf = [0u8; 4096];
+                let $path = proc_path($path, &mut pbuf);
                 let w = mode_writes($mode) && !$path.is_null();
                 let existed = !w || exists(libc::AT_FDCWD, $path);
                 if !existed {
@@ -623,4 +642,48 @@ wrap_fopen! {
     fopen64 / REAL_FOPEN64 (path: Path, mode: Path) path path, mode mode;
     freopen / REAL_FREOPEN (path: Path, mode: Path, stream: File) path path, mode mode;
     freopen64 / REAL_FREOPEN64 (path: Path, mode: Path, stream: File) path path, mode mode;
+}
+
+macro_rules! wrap_path {
+    ($( $name:ident / $real:ident ($($arg:ident: $ty:ty),*) -> $ret:ty, path $path:ident ; )*) => {
+        $(
+            static $real: AtomicUsize = AtomicUsize::new(0);
+
+            /// The C library's call, with the program's own `/proc` entry named by the
+            /// kernel's pid after a restart ([`proc_path`]).
+            ///
+            /// # Safety
+            /// As the C library's function of the same name.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                let mut pbuf = [0u8; 4096];
+                let $path = proc_path($path, &mut pbuf);
+                let f = real(cname!($name), &$real);
+                // SAFETY: the C library's function with this very signature.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(f)($($arg),*) }
+            }
+        )*
+
+        fn resolve_paths() {
+            $( real(cname!($name), &$real); )*
+        }
+    };
+}
+
+type Stat = *mut libc::stat;
+
+wrap_path! {
+    opendir / REAL_OPENDIR (path: Path) -> *mut libc::DIR, path path;
+    access / REAL_ACCESS (path: Path, mode: c_int) -> c_int, path path;
+    faccessat / REAL_FACCESSAT (dirfd: c_int, path: Path, mode: c_int, flags: c_int) -> c_int, path path;
+    readlink / REAL_READLINK (path: Path, buf: *mut libc::c_char, size: libc::size_t) -> libc::ssize_t, path path;
+    readlinkat / REAL_READLINKAT (dirfd: c_int, path: Path, buf: *mut libc::c_char, size: libc::size_t) -> libc::ssize_t, path path;
+    stat / REAL_STAT (path: Path, st: Stat) -> c_int, path path;
+    stat64 / REAL_STAT64 (path: Path, st: Stat) -> c_int, path path;
+    lstat / REAL_LSTAT (path: Path, st: Stat) -> c_int, path path;
+    lstat64 / REAL_LSTAT64 (path: Path, st: Stat) -> c_int, path path;
+    fstatat / REAL_FSTATAT (dirfd: c_int, path: Path, st: Stat, flags: c_int) -> c_int, path path;
+    fstatat64 / REAL_FSTATAT64 (dirfd: c_int, path: Path, st: Stat, flags: c_int) -> c_int, path path;
+    statx / REAL_STATX (dirfd: c_int, path: Path, flags: c_int, mask: libc::c_uint, st: *mut libc::statx) -> c_int, path path;
+    chdir / REAL_CHDIR (path: Path) -> c_int, path path;
 }

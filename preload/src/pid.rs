@@ -137,12 +137,169 @@ pub extern "C" fn sigqueue(pid: libc::pid_t, sig: c_int, value: libc::sigval) ->
     unsafe { libc::syscall(libc::SYS_rt_sigqueueinfo, to_kernel(pid), sig, info.as_ptr()) as c_int }
 }
 
+/// The program's `getpriority`: a process or process group given by the program's id.
+#[no_mangle]
+pub extern "C" fn getpriority(which: c_int, who: libc::id_t) -> c_int {
+    let who = by_id(which, who);
+    // SAFETY: a system call with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_getpriority, which, who) } as c_int;
+    // The kernel answers 20 - nice (never negative), as the C library undoes.
+    if r >= 0 {
+        20 - r
+    } else {
+        r
+    }
+}
+
+/// The program's `setpriority`.
+#[no_mangle]
+pub extern "C" fn setpriority(which: c_int, who: libc::id_t, prio: c_int) -> c_int {
+    let who = by_id(which, who);
+    // SAFETY: a system call with integer arguments.
+    unsafe { libc::syscall(libc::SYS_setpriority, which, who, prio) as c_int }
+}
+
+/// `who` of a priority call as the kernel knows it (a user id stays as it is).
+fn by_id(which: c_int, who: libc::id_t) -> libc::id_t {
+    if which == libc::PRIO_PROCESS as c_int || which == libc::PRIO_PGRP as c_int {
+        to_kernel(who as c_int) as libc::id_t
+    } else {
+        who
+    }
+}
+
+/// The program's `sched_setscheduler`.
+#[no_mangle]
+pub extern "C" fn sched_setscheduler(pid: libc::pid_t, policy: c_int, param: *const libc::sched_param) -> c_int {
+    // SAFETY: the kernel reads the caller's parameter.
+    unsafe { libc::syscall(libc::SYS_sched_setscheduler, to_kernel(pid), policy, param) as c_int }
+}
+
+/// The program's `sched_getscheduler`.
+#[no_mangle]
+pub extern "C" fn sched_getscheduler(pid: libc::pid_t) -> c_int {
+    // SAFETY: a system call with an integer argument.
+    unsafe { libc::syscall(libc::SYS_sched_getscheduler, to_kernel(pid)) as c_int }
+}
+
+/// The program's `sched_setparam`.
+#[no_mangle]
+pub extern "C" fn sched_setparam(pid: libc::pid_t, param: *const libc::sched_param) -> c_int {
+    // SAFETY: the kernel reads the caller's parameter.
+    unsafe { libc::syscall(libc::SYS_sched_setparam, to_kernel(pid), param) as c_int }
+}
+
+/// The program's `sched_getparam`.
+#[no_mangle]
+pub extern "C" fn sched_getparam(pid: libc::pid_t, param: *mut libc::sched_param) -> c_int {
+    // SAFETY: the kernel writes the caller's parameter.
+    unsafe { libc::syscall(libc::SYS_sched_getparam, to_kernel(pid), param) as c_int }
+}
+
+/// The program's `sched_setaffinity`.
+#[no_mangle]
+pub extern "C" fn sched_setaffinity(pid: libc::pid_t, size: libc::size_t, mask: *const libc::cpu_set_t) -> c_int {
+    // SAFETY: the kernel reads `size` bytes of the caller's mask.
+    unsafe { libc::syscall(libc::SYS_sched_setaffinity, to_kernel(pid), size, mask) as c_int }
+}
+
+/// The program's `sched_getaffinity`: as the C library, the bytes past what the kernel
+/// wrote are cleared and success is 0.
+#[no_mangle]
+pub extern "C" fn sched_getaffinity(pid: libc::pid_t, size: libc::size_t, mask: *mut libc::cpu_set_t) -> c_int {
+    // SAFETY: the kernel writes at most `size` bytes of the caller's mask.
+    let r = unsafe { libc::syscall(libc::SYS_sched_getaffinity, to_kernel(pid), size, mask) };
+    if r < 0 {
+        return -1;
+    }
+    let r = (r as usize).min(size);
+    // SAFETY: the rest of the caller's `size` bytes.
+    unsafe { std::ptr::write_bytes((mask as *mut u8).add(r), 0, size - r) };
+    0
+}
+
+/// The program's `prlimit` (and `prlimit64`, the same call on x86-64).
+#[no_mangle]
+pub extern "C" fn prlimit(pid: libc::pid_t, resource: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int {
+    // SAFETY: the kernel reads and writes the caller's limits.
+    unsafe { libc::syscall(libc::SYS_prlimit64, to_kernel(pid), resource, new, old) as c_int }
+}
+
+/// See [`prlimit`].
+#[no_mangle]
+pub extern "C" fn prlimit64(pid: libc::pid_t, resource: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int {
+    prlimit(pid, resource, new, old)
+}
+
+/// The program's `pidfd_open`.
+#[no_mangle]
+pub extern "C" fn pidfd_open(pid: libc::pid_t, flags: libc::c_uint) -> c_int {
+    // SAFETY: a system call with integer arguments.
+    unsafe { libc::syscall(libc::SYS_pidfd_open, to_kernel(pid), flags) as c_int }
+}
+
+/// Whether the program's ids differ from the kernel's (after a restart).
+pub fn virtualised() -> bool {
+    VIRT.load(Relaxed) != 0
+}
+
+/// `/proc/<pid>…` and `/proc/self/task/<tid>…` where `<pid>` (or the main thread's `<tid>`)
+/// is the program's own id after a restart: the same path with the kernel's id, written into
+/// `buf` (NUL-terminated); None for any other path (used as it is). Allocates nothing.
+pub fn proc_path(path: &[u8], buf: &mut [u8; 4096]) -> Option<usize> {
+    let v = VIRT.load(Relaxed);
+    if v == 0 {
+        return None;
+    }
+    let rest = path.strip_prefix(b"/proc/")?;
+    let digits = |b: &[u8]| b.iter().take_while(|c| c.is_ascii_digit()).count();
+    let is_virt = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|t| t.parse::<i32>().ok()) == Some(v);
+    let real = REAL.load(Relaxed);
+    let mut w = std::io::Cursor::new(&mut buf[..]);
+    use std::io::Write as _;
+    // "/proc/<virt>" then optionally "/task/<virt>".
+    let (first, mut tail) = {
+        let n = digits(rest);
+        if n > 0 && is_virt(&rest[..n]) && matches!(rest.get(n), None | Some(b'/')) {
+            (true, &rest[n..])
+        } else if let Some(t) = rest.strip_prefix(b"self") {
+            (false, t)
+        } else {
+            return None;
+        }
+    };
+    let mut changed = first;
+    if first {
+        write!(w, "/proc/{real}").ok()?;
+    } else {
+        w.write_all(b"/proc/self").ok()?;
+    }
+    if let Some(t) = tail.strip_prefix(b"/task/") {
+        let n = digits(t);
+        if n > 0 && is_virt(&t[..n]) && matches!(t.get(n), None | Some(b'/')) {
+            write!(w, "/task/{real}").ok()?;
+            tail = &t[n..];
+            changed = true;
+        }
+    }
+    if !changed {
+        return None;
+    }
+    w.write_all(tail).ok()?;
+    w.write_all(b"\0").ok()?;
+    Some(w.position() as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The ids are process-wide: one test at a time.
+    static IDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn ids_map_both_ways_only_after_a_restart() {
+        let _one = IDS.lock().unwrap_or_else(|e| e.into_inner());
         assert_eq!((to_program(500), to_kernel(500)), (500, 500));
         crum_set_pid_identity(100, 500);
         assert_eq!(to_program(500), 100);
@@ -153,5 +310,25 @@ mod tests {
         assert_eq!(to_kernel(-1), -1);
         crum_set_pid_identity(500, 500);
         assert_eq!((to_program(500), to_kernel(500)), (500, 500));
+    }
+
+    #[test]
+    fn proc_paths_of_the_programs_own_id_name_the_kernels() {
+        let _one = IDS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = [0u8; 4096];
+        let mut t = |p: &str| proc_path(p.as_bytes(), &mut buf).map(|n| String::from_utf8_lossy(&buf[..n - 1]).into_owned());
+        crum_set_pid_identity(1234, 1234);
+        assert_eq!(t("/proc/1234/maps"), None);
+        crum_set_pid_identity(100, 5000);
+        assert_eq!(t("/proc/100/maps").as_deref(), Some("/proc/5000/maps"));
+        assert_eq!(t("/proc/100").as_deref(), Some("/proc/5000"));
+        assert_eq!(t("/proc/100/task/100/stat").as_deref(), Some("/proc/5000/task/5000/stat"));
+        assert_eq!(t("/proc/self/task/100/comm").as_deref(), Some("/proc/self/task/5000/comm"));
+        assert_eq!(t("/proc/1000/maps"), None);
+        assert_eq!(t("/proc/10/maps"), None);
+        assert_eq!(t("/proc/self/maps"), None);
+        assert_eq!(t("/proc/100x"), None);
+        assert_eq!(t("/tmp/100"), None);
+        crum_set_pid_identity(500, 500);
     }
 }

@@ -679,6 +679,21 @@ fn new_socket(domain: i32, ty: i32, protocol: i32) -> Result<i32, RestartError> 
 /// sizes it is given, so those are set at half).
 pub fn set_socket_options(fd: i32, opts: &[SockOpt]) {
     for o in opts {
+        if o.level == libc::SOL_SOCKET && o.name == libc::SO_ATTACH_FILTER {
+            // A classic BPF filter: its instructions, attached again.
+            let prog = libc::sock_fprog { len: (o.value.len() / 8) as u16, filter: o.value.as_ptr() as *mut libc::sock_filter };
+            // SAFETY: the program points at the live instructions for the call.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ATTACH_FILTER,
+                    &prog as *const libc::sock_fprog as *const libc::c_void,
+                    std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+                )
+            };
+            continue;
+        }
         if crum_ckpt::sockets::opt_bytes(fd, o.level, o.name).as_deref() == Some(&o.value[..]) {
             continue;
         }
