@@ -92,3 +92,8 @@ fn per_thread_default_streams_with_large_dynamic_shared_memory_match_cpu() {
     );
     check_expected("per_thread_stream", &out);
 }
+
+corpus_test!(
+    grid_sync_in_a_cooperative_launch_matches_cpu,
+    "cg_grid_sync"
+);

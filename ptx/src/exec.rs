@@ -591,8 +591,10 @@ impl<'a, 'l> Block<'a, 'l> {
             Sreg::Clock => self.l.t0.elapsed().as_nanos() as u32 as u64,
             Sreg::Clock64 => self.l.t0.elapsed().as_nanos() as u64,
             Sreg::Globaltimer => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
-            Sreg::Envreg(1) => GRID_WIN & 0xffff_ffff,
-            Sreg::Envreg(2) => GRID_WIN >> 32,
+            // CUDA 13's cooperative_groups/details/driver_abi.h: the grid workspace address
+            // is (envreg1 << 32) | envreg2.
+            Sreg::Envreg(1) => GRID_WIN >> 32,
+            Sreg::Envreg(2) => GRID_WIN & 0xffff_ffff,
             Sreg::Envreg(_) => 0,
             Sreg::DynSmemSize => c.dynamic_shared_bytes as u64,
             Sreg::TotalSmemSize => self.shared.len() as u64,
