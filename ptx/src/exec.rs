@@ -22,6 +22,9 @@ pub(crate) const PARAM_WIN: u64 = 0xFFFF_A000_0000_0000;
 /// The cooperative-groups grid-sync workspace (`%envreg1/2`).
 pub(crate) const GRID_WIN: u64 = 0xFFFF_B000_0000_0000;
 const WIN_SIZE: u64 = 1 << 40;
+/// Shared and local addresses are 32-bit (as on a GPU): their windows are 4 GiB, and an
+/// address computed in either space wraps to 32 bits.
+const WIN32_SIZE: u64 = 1 << 32;
 
 /// Threads per block, as on every CUDA GPU.
 const MAX_THREADS_PER_BLOCK: u64 = 1024;
@@ -636,8 +639,8 @@ impl<'a, 'l> Block<'a, 'l> {
     pub(crate) fn load(&mut self, t: &Thread, space: Space, addr: u64, size: u32) -> R<u64> {
         match space {
             Space::Global | Space::Const => self.regions.read(addr, size),
-            Space::Shared => rd_slice(&self.shared, addr, size),
-            Space::Local => rd_slice(&t.local, addr, size),
+            Space::Shared => rd_slice(&self.shared, addr & 0xffff_ffff, size),
+            Space::Local => rd_slice(&t.local, addr & 0xffff_ffff, size),
             Space::Param => {
                 if addr >= FRAME_PARAM_BASE {
                     rd_slice(&t.pframe[t.fb..], addr - FRAME_PARAM_BASE, size)
@@ -659,8 +662,8 @@ impl<'a, 'l> Block<'a, 'l> {
     fn store(&mut self, t: &mut Thread, space: Space, addr: u64, size: u32, v: u64) -> R<()> {
         match space {
             Space::Global | Space::Const => self.regions.write(addr, size, v),
-            Space::Shared => wr_slice(&mut self.shared, addr, size, v),
-            Space::Local => wr_slice(&mut t.local, addr, size, v),
+            Space::Shared => wr_slice(&mut self.shared, addr & 0xffff_ffff, size, v),
+            Space::Local => wr_slice(&mut t.local, addr & 0xffff_ffff, size, v),
             Space::Param => {
                 if addr >= FRAME_PARAM_BASE {
                     let fb = t.fb;
@@ -1768,9 +1771,9 @@ fn simd2(a: u64, b: u64, f: impl Fn(u64, u64) -> u64) -> u64 {
 /// Which state space a generic address points into, and the offset there.
 #[inline]
 pub(crate) fn generic(addr: u64) -> (Space, u64) {
-    if (SHARED_WIN..SHARED_WIN + WIN_SIZE).contains(&addr) {
+    if (SHARED_WIN..SHARED_WIN + WIN32_SIZE).contains(&addr) {
         (Space::Shared, addr - SHARED_WIN)
-    } else if (LOCAL_WIN..LOCAL_WIN + WIN_SIZE).contains(&addr) {
+    } else if (LOCAL_WIN..LOCAL_WIN + WIN32_SIZE).contains(&addr) {
         (Space::Local, addr - LOCAL_WIN)
     } else if (PARAM_WIN..PARAM_WIN + WIN_SIZE).contains(&addr) {
         (Space::Param, addr - PARAM_WIN)
