@@ -97,3 +97,5 @@ corpus_test!(
     grid_sync_in_a_cooperative_launch_matches_cpu,
     "cg_grid_sync"
 );
+
+corpus_test!(warp_size_loop_bound_matches_cpu, "warp_size_loop");

@@ -981,6 +981,10 @@ impl Builder {
         if w == "_" {
             return Ok(Opd::Sink);
         }
+        // `warpSize` in device code: nvcc emits the PTX constant `WARP_SZ`.
+        if w == "WARP_SZ" {
+            return Ok(Opd::Imm(32));
+        }
         if let Some(s) = sreg(&w) {
             return Ok(Opd::Sreg(s));
         }

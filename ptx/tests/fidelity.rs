@@ -1,4 +1,5 @@
-//! Engine fidelity on hand-written PTX: 32-bit wrap of shared and local addresses.
+//! Engine fidelity on hand-written PTX: 32-bit wrap of shared and local addresses, and the
+//! `WARP_SZ` constant.
 
 mod common;
 
@@ -74,4 +75,20 @@ fn local_address_plus_offset_wraps_to_32_bits() {
 "#
     ));
     assert_eq!(run3(&m, "k").unwrap(), vec![77, 0, 0]);
+}
+
+#[test]
+fn warp_sz_operand_is_32() {
+    let m = ptx(&format!(
+        r#".visible .entry k(.param .u64 out)
+{{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  mov.u32 %r1, WARP_SZ;
+  shr.u32 %r2, %r1, 1;
+  add.s32 %r3, %r1, WARP_SZ;
+{STORE3}}}
+"#
+    ));
+    assert_eq!(run3(&m, "k").unwrap(), vec![32, 16, 64]);
 }
