@@ -79,6 +79,10 @@ struct Launch<'a> {
     cfg: LaunchConfig,
     params: &'a [u8],
     syms: Vec<u64>,
+    /// Shared-space offset of every `.shared` variable in this kernel's layout.
+    shared_offs: &'a [u64],
+    /// Bytes of a block's shared memory: reserved region, static variables, dynamic part.
+    shared_len: u64,
     t0: Instant,
     /// The grid-sync workspace (`%envreg1/2`), when the kernel uses grid sync.
     grid_buf: Option<Vec<AtomicU64>>,
@@ -125,10 +129,12 @@ pub(crate) fn launch(
     if params.len() < info.param_bytes as usize {
         return Err(LaunchError::InvalidConfig(format!("parameter block {} < {} bytes", params.len(), info.param_bytes)));
     }
-    let shared = prog.shared_bytes + cfg.dynamic_shared_bytes as u64;
-    if shared > MAX_SHARED_BYTES {
-        return Err(LaunchError::TooManyResources(format!("{shared} bytes of shared memory per block")));
+    let shared_offs = &prog.kernel_shared[ki][..];
+    let user_shared = info.static_shared_bytes + cfg.dynamic_shared_bytes as u64;
+    if user_shared > MAX_SHARED_BYTES {
+        return Err(LaunchError::TooManyResources(format!("{user_shared} bytes of shared memory per block")));
     }
+    let shared_len = shared_offs[DYN_SHARED as usize] + cfg.dynamic_shared_bytes as u64;
     let mut syms = Vec::with_capacity(prog.symbols.len());
     for s in &prog.symbols {
         // Unresolved symbols fault only if used (address 0 is never a live region).
@@ -145,6 +151,8 @@ pub(crate) fn launch(
         cfg: *cfg,
         params,
         syms,
+        shared_offs,
+        shared_len,
         t0: Instant::now(),
         grid_buf,
         stop: AtomicBool::new(false),
@@ -306,9 +314,10 @@ impl<'a, 'l> Block<'a, 'l> {
         let f = &prog.funcs[l.func as usize];
         let [bx, by, _] = l.cfg.block;
         let n = self.nthreads as usize;
-        let shared_len = prog.shared_bytes as usize + l.cfg.dynamic_shared_bytes as usize;
+        // Zeroed, the reserved region included (cooperative groups expect their multi-warp
+        // barriers there to start at zero, as the driver leaves them).
         self.shared.clear();
-        self.shared.resize(shared_len, 0);
+        self.shared.resize(l.shared_len as usize, 0);
         self.arrivals = [0; 16];
         threads.truncate(n);
         while threads.len() < n {
@@ -600,7 +609,11 @@ impl<'a, 'l> Block<'a, 'l> {
             Sreg::Envreg(2) => GRID_WIN & 0xffff_ffff,
             Sreg::Envreg(_) => 0,
             Sreg::DynSmemSize => c.dynamic_shared_bytes as u64,
-            Sreg::TotalSmemSize => self.shared.len() as u64,
+            Sreg::TotalSmemSize => self.l.shared_len - RESERVED_SMEM,
+            Sreg::AggrSmemSize => self.l.shared_len,
+            Sreg::ReservedBegin => 0,
+            Sreg::ReservedEnd | Sreg::ReservedCap => RESERVED_SMEM,
+            Sreg::ReservedOffset(n) => RESERVED_SMEM_OFFSETS[n as usize & 1],
         }
     }
 
@@ -612,6 +625,7 @@ impl<'a, 'l> Block<'a, 'l> {
             Opd::NotReg(r) => (t.regs[t.rb + r as usize] & 1) ^ 1,
             Opd::Sreg(s) => self.sreg(t, s),
             Opd::GlobalSym(g) => self.l.syms[g as usize],
+            Opd::SharedSym(v) => self.l.shared_offs[v as usize],
             Opd::Addr(..) => self.addr(t, o),
             _ => 0,
         }
@@ -621,7 +635,8 @@ impl<'a, 'l> Block<'a, 'l> {
     fn addr(&self, t: &Thread, o: &Opd) -> u64 {
         match *o {
             Opd::Addr(Base::Reg(r), off) => t.regs[t.rb + r as usize].wrapping_add(off as u64),
-            Opd::Addr(Base::None | Base::DynShared, off) => off as u64,
+            Opd::Addr(Base::None, off) => off as u64,
+            Opd::Addr(Base::Shared(v), off) => self.l.shared_offs[v as usize].wrapping_add(off as u64),
             Opd::Addr(Base::Local, off) => (t.lb as u64).wrapping_add(off as u64),
             Opd::Addr(Base::Global(g), off) => self.l.syms[g as usize].wrapping_add(off as u64),
             _ => self.val(t, o),

@@ -1,4 +1,5 @@
-//! Engine fidelity on hand-written PTX: 32-bit wrap of shared and local addresses, and the
+//! Engine fidelity on hand-written PTX: per-kernel static shared memory, the reserved shared
+//! region behind `%reserved_smem_offset_*`, 32-bit wrap of shared and local addresses, and the
 //! `WARP_SZ` constant.
 
 mod common;
@@ -91,4 +92,106 @@ fn warp_sz_operand_is_32() {
 "#
     ));
     assert_eq!(run3(&m, "k").unwrap(), vec![32, 16, 64]);
+}
+
+/// Two kernels with 200 KiB of static shared memory each, one through a called function.
+const TWO_BIG: &str = r#"
+.shared .align 4 .b8 a[204800];
+.shared .align 4 .b8 b[204800];
+.shared .align 8 .b8 small[24];
+.func (.param .b32 r) touch_b()
+{
+  .reg .b32 %r<4>;
+  mov.u32 %r1, b;
+  st.shared.u32 [b+204796], %r1;
+  ld.shared.u32 %r2, [b+204796];
+  st.param.b32 [r], %r2;
+  ret;
+}
+.visible .entry ka(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  mov.u32 %r1, a;
+  st.shared.u32 [a+204796], %r1;
+  mov.u32 %r2, %total_smem_size;
+  mov.u32 %r3, 0;
+  ld.param.u64 %rd1, [out];
+  st.global.u32 [%rd1], %r1;
+  st.global.u32 [%rd1+4], %r2;
+  st.global.u32 [%rd1+8], %r3;
+  ret;
+}
+.visible .entry kb(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  { .param .b32 rv;
+    call (rv), touch_b, ();
+    ld.param.b32 %r1, [rv];
+  }
+  mov.u32 %r2, %total_smem_size;
+  mov.u32 %r3, small;
+  ld.param.u64 %rd1, [out];
+  st.global.u32 [%rd1], %r1;
+  st.global.u32 [%rd1+4], %r2;
+  st.global.u32 [%rd1+8], %r3;
+  ret;
+}
+.visible .entry none(.param .u64 out)
+{
+  ret;
+}
+"#;
+
+#[test]
+fn static_shared_memory_counts_only_what_each_kernel_reaches() {
+    let m = ptx(TWO_BIG);
+    let size = |k: &str| m.kernel(k).unwrap().static_shared_bytes;
+    // `kb` reaches `b` through `touch_b`, and `small` itself; `none` reaches nothing.
+    assert_eq!((size("ka"), size("kb"), size("none")), (204800, 204800 + 24 + 8, 0));
+    // The module's 400 KiB would not fit in a block; each kernel's 200 KiB does. Variables
+    // start after the 1 KiB reserved region.
+    assert_eq!(run3(&m, "ka").unwrap(), vec![1024, 204800, 0]);
+    assert_eq!(run3(&m, "kb").unwrap(), vec![1024, 204832, 1024 + 204800]);
+}
+
+#[test]
+fn reserved_shared_region_precedes_user_shared_memory() {
+    let m = ptx(
+        r#".shared .align 4 .b8 user[64];
+.extern .shared .align 16 .b8 dyn[];
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<8>;
+  mov.u32 %r1, %reserved_smem_offset_begin;
+  mov.u32 %r2, %reserved_smem_offset_end;
+  mov.u32 %r3, %reserved_smem_offset_cap;
+  mov.u32 %r4, %reserved_smem_offset_0;
+  mov.u32 %r5, %reserved_smem_offset_1;
+  mov.u32 %r6, user;
+  mov.u32 %r7, dyn;
+  mov.u32 %r8, %aggr_smem_size;
+  mov.u32 %r9, %total_smem_size;
+  // The reserved region starts zeroed (cooperative groups rely on it on sm_80+).
+  ld.shared.u32 %r10, [%r5];
+  ld.param.u64 %rd1, [out];
+  st.global.v4.u32 [%rd1], {%r1, %r2, %r3, %r4};
+  st.global.v4.u32 [%rd1+16], {%r5, %r6, %r7, %r8};
+  st.global.v2.u32 [%rd1+32], {%r9, %r10};
+  ret;
+}
+"#,
+    );
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(40);
+    let c = LaunchConfig { dynamic_shared_bytes: 32, ..cfg(1, 1) };
+    run(&m, &mut mem, "k", &c, &Args::new().ptr(out)).unwrap();
+    let v = to_i32s(&mem.read(out, 40));
+    let (begin, end, cap, off0, off1) = (v[0], v[1], v[2], v[3], v[4]);
+    assert_eq!((begin, end, cap), (0, 1024, 1024));
+    // CG's multi-warp scratch needs 288 bytes at offset 1, inside the region.
+    assert!(off0 >= begin && off1 >= begin && off1 + 288 <= end, "{v:?}");
+    assert_eq!((v[5], v[6], v[7], v[8], v[9]), (1024, 1024 + 64, 1024 + 64 + 32, 64 + 32, 0));
 }
