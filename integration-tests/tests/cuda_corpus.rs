@@ -106,3 +106,7 @@ corpus_test!(
     static_shared_memory_is_per_kernel,
     "static_shared_per_kernel"
 );
+corpus_test!(
+    unsupported_form_fails_only_its_own_kernel,
+    "unsupported_form"
+);

@@ -129,6 +129,9 @@ pub(crate) fn launch(
     if params.len() < info.param_bytes as usize {
         return Err(LaunchError::InvalidConfig(format!("parameter block {} < {} bytes", params.len(), info.param_bytes)));
     }
+    if let Some(why) = &prog.kernel_rejected[ki] {
+        return Err(LaunchError::Unsupported(format!("kernel `{kernel}` cannot run: {why}")));
+    }
     let shared_offs = &prog.kernel_shared[ki][..];
     let user_shared = info.static_shared_bytes + cfg.dynamic_shared_bytes as u64;
     if user_shared > MAX_SHARED_BYTES {

@@ -422,6 +422,10 @@ pub(crate) struct Func {
     /// Offsets in the frame of the formal return values and parameters.
     pub(crate) ret_offs: Vec<(u32, u32)>,
     pub(crate) param_offs: Vec<(u32, u32)>,
+    /// Why the body was rejected (a form the decoder does not know), with its PTX line;
+    /// the body is then a single `Unsupported` instruction and kernels that reach this
+    /// function fail at launch.
+    pub(crate) rejected: Option<String>,
 }
 
 /// A `.shared` variable (module scope or function scope); index 0 is the dynamic part
@@ -459,6 +463,8 @@ pub(crate) struct Program {
     /// Per kernel (same index as `kernels`): the shared-space offset of every variable in
     /// `shared_vars` (0 for those the kernel cannot reach), after the reserved region.
     pub(crate) kernel_shared: Vec<Vec<u64>>,
+    /// Per kernel: why it cannot run (a function it can reach was rejected), if so.
+    pub(crate) kernel_rejected: Vec<Option<String>>,
     /// `.version major.minor` of the PTX text.
     pub(crate) version: Option<(u32, u32)>,
     /// `.target sm_XX` number (e.g. 80).

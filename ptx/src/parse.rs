@@ -281,7 +281,7 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
     // Pass 2: function bodies (every function name is known by now, so calls resolve).
     let bodies = std::mem::take(&mut b.bodies);
     for (fi, st, en) in bodies {
-        b.body(&p, fi, st, en)?;
+        b.body(&p, fi, st, en);
     }
     b.prog.local_bytes = b.local_cur;
     for k in b.prog.kernels.iter_mut() {
@@ -292,8 +292,8 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
 }
 
 impl Builder {
-    /// What each kernel can reach through calls decides its static shared memory layout and
-    /// whether it uses grid sync.
+    /// What each kernel can reach through calls decides its static shared memory layout,
+    /// whether it uses grid sync, and whether it can run at all.
     fn per_kernel(&mut self) {
         let nf = self.prog.funcs.len();
         let mut callees = vec![Vec::new(); nf];
@@ -346,6 +346,8 @@ impl Builder {
             info.static_shared_bytes = dyn_base - RESERVED_SMEM;
             info.uses_grid_sync = order.iter().any(|&f| envreg[f]);
             prog.kernel_shared.push(offs);
+            // The first rejected function in call order (the kernel itself first).
+            prog.kernel_rejected.push(order.iter().find_map(|&f| prog.funcs[f].rejected.clone()));
         }
     }
 
@@ -649,6 +651,7 @@ impl Builder {
                     local_bytes: 0,
                     ret_offs,
                     param_offs,
+                    rejected: None,
                 });
                 self.formals.push(formals);
                 self.kernel_of.push(None);
@@ -718,7 +721,26 @@ impl Builder {
         Ok(v)
     }
 
-    fn body(&mut self, p0: &P, fi: u32, st: usize, en: usize) -> Result<(), ParseError> {
+    /// Decode one function body. A form the decoder rejects fails only this function: its
+    /// body becomes one `Unsupported` instruction, and kernels that can reach it are refused
+    /// at launch with the form, the line and the function (docs/ptx-engine.md).
+    fn body(&mut self, p0: &P, fi: u32, st: usize, en: usize) {
+        let code_len = self.prog.code.len();
+        let Err(e) = self.body_inner(p0, fi, st, en) else { return };
+        self.prog.code.truncate(code_len);
+        let f = &mut self.prog.funcs[fi as usize];
+        let why = format!("{} (PTX line {}, in function `{}`)", e.msg, e.line, f.name);
+        f.entry = code_len as u32;
+        f.nregs = 1;
+        f.local_bytes = 0;
+        f.rejected = Some(why.clone());
+        self.prog.messages.push(why);
+        let aux = (self.prog.messages.len() - 1) as u32;
+        self.prog.code.push(Inst { op: Op::Unsupported, aux, ..nop(e.line as u32) });
+        self.prog.code.push(Inst { op: Op::Ret, ..nop(0) });
+    }
+
+    fn body_inner(&mut self, p0: &P, fi: u32, st: usize, en: usize) -> Result<(), ParseError> {
         self.cur_func = fi;
         let mut p = P { toks: p0.toks[st..en].to_vec(), i: 0 };
         let mut names: HashMap<String, Sym> = HashMap::new();

@@ -1,6 +1,6 @@
 //! Engine fidelity on hand-written PTX: per-kernel static shared memory, the reserved shared
-//! region behind `%reserved_smem_offset_*`, 32-bit wrap of shared and local addresses, and the
-//! `WARP_SZ` constant.
+//! region behind `%reserved_smem_offset_*`, 32-bit wrap of shared and local addresses, the
+//! `WARP_SZ` constant, and a rejected form failing only the kernels that reach it.
 
 mod common;
 
@@ -194,4 +194,61 @@ fn reserved_shared_region_precedes_user_shared_memory() {
     // CG's multi-warp scratch needs 288 bytes at offset 1, inside the region.
     assert!(off0 >= begin && off1 >= begin && off1 + 288 <= end, "{v:?}");
     assert_eq!((v[5], v[6], v[7], v[8], v[9]), (1024, 1024 + 64, 1024 + 64 + 32, 64 + 32, 0));
+}
+
+/// `good` runs; `bad` uses an operand the decoder does not know; `caller` reaches it
+/// through a call.
+const ONE_BAD: &str = r#"
+.func (.param .b32 r) helper()
+{
+  .reg .b32 %r<4>;
+  mov.u32 %r1, %no_such_register;
+  st.param.b32 [r], %r1;
+  ret;
+}
+.visible .entry good(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  mov.u32 %r1, 5;
+  mov.u32 %r2, 6;
+  mov.u32 %r3, 7;
+  ld.param.u64 %rd1, [out];
+  st.global.u32 [%rd1], %r1;
+  st.global.u32 [%rd1+4], %r2;
+  st.global.u32 [%rd1+8], %r3;
+  ret;
+}
+.visible .entry bad(.param .u64 out)
+{
+  .reg .b32 %r<4>;
+  prototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);
+  ret;
+}
+.visible .entry caller(.param .u64 out)
+{
+  .reg .b32 %r<4>;
+  { .param .b32 rv;
+    call (rv), helper, ();
+  }
+  ret;
+}
+"#;
+
+#[test]
+fn a_rejected_form_fails_only_the_kernels_that_reach_it() {
+    let m = ptx(ONE_BAD);
+    assert_eq!(run3(&m, "good").unwrap(), vec![5, 6, 7]);
+    let e = run3(&m, "bad").unwrap_err();
+    assert_eq!(e.cuda_error(), 801);
+    let msg = e.to_string();
+    assert!(msg.contains("`bad`") && msg.contains(".callprototype") && msg.contains("PTX line"), "{msg}");
+    let e = run3(&m, "caller").unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`caller`") && msg.contains("%no_such_register") && msg.contains("`helper`"),
+        "{msg}"
+    );
+    // The good kernel still runs after the others were refused.
+    assert_eq!(run3(&m, "good").unwrap(), vec![5, 6, 7]);
 }
