@@ -92,3 +92,21 @@ fn per_thread_default_streams_with_large_dynamic_shared_memory_match_cpu() {
     );
     check_expected("per_thread_stream", &out);
 }
+
+corpus_test!(warp_size_loop_bound_matches_cpu, "warp_size_loop");
+corpus_test!(
+    multi_warp_tiles_use_reserved_shared_memory_and_match_cpu,
+    "cg_tiles"
+);
+corpus_test!(
+    grid_sync_in_a_cooperative_launch_matches_cpu,
+    "cg_grid_sync"
+);
+corpus_test!(
+    static_shared_memory_is_per_kernel,
+    "static_shared_per_kernel"
+);
+corpus_test!(
+    unsupported_form_fails_only_its_own_kernel,
+    "unsupported_form"
+);

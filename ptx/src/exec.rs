@@ -22,6 +22,9 @@ pub(crate) const PARAM_WIN: u64 = 0xFFFF_A000_0000_0000;
 /// The cooperative-groups grid-sync workspace (`%envreg1/2`).
 pub(crate) const GRID_WIN: u64 = 0xFFFF_B000_0000_0000;
 const WIN_SIZE: u64 = 1 << 40;
+/// Shared and local addresses are 32-bit (as on a GPU): their windows are 4 GiB, and an
+/// address computed in either space wraps to 32 bits.
+const WIN32_SIZE: u64 = 1 << 32;
 
 /// Threads per block, as on every CUDA GPU.
 const MAX_THREADS_PER_BLOCK: u64 = 1024;
@@ -76,6 +79,10 @@ struct Launch<'a> {
     cfg: LaunchConfig,
     params: &'a [u8],
     syms: Vec<u64>,
+    /// Shared-space offset of every `.shared` variable in this kernel's layout.
+    shared_offs: &'a [u64],
+    /// Bytes of a block's shared memory: reserved region, static variables, dynamic part.
+    shared_len: u64,
     t0: Instant,
     /// The grid-sync workspace (`%envreg1/2`), when the kernel uses grid sync.
     grid_buf: Option<Vec<AtomicU64>>,
@@ -122,10 +129,15 @@ pub(crate) fn launch(
     if params.len() < info.param_bytes as usize {
         return Err(LaunchError::InvalidConfig(format!("parameter block {} < {} bytes", params.len(), info.param_bytes)));
     }
-    let shared = prog.shared_bytes + cfg.dynamic_shared_bytes as u64;
-    if shared > MAX_SHARED_BYTES {
-        return Err(LaunchError::TooManyResources(format!("{shared} bytes of shared memory per block")));
+    if let Some(why) = &prog.kernel_rejected[ki] {
+        return Err(LaunchError::Unsupported(format!("kernel `{kernel}` cannot run: {why}")));
     }
+    let shared_offs = &prog.kernel_shared[ki][..];
+    let user_shared = info.static_shared_bytes + cfg.dynamic_shared_bytes as u64;
+    if user_shared > MAX_SHARED_BYTES {
+        return Err(LaunchError::TooManyResources(format!("{user_shared} bytes of shared memory per block")));
+    }
+    let shared_len = shared_offs[DYN_SHARED as usize] + cfg.dynamic_shared_bytes as u64;
     let mut syms = Vec::with_capacity(prog.symbols.len());
     for s in &prog.symbols {
         // Unresolved symbols fault only if used (address 0 is never a live region).
@@ -142,6 +154,8 @@ pub(crate) fn launch(
         cfg: *cfg,
         params,
         syms,
+        shared_offs,
+        shared_len,
         t0: Instant::now(),
         grid_buf,
         stop: AtomicBool::new(false),
@@ -303,9 +317,10 @@ impl<'a, 'l> Block<'a, 'l> {
         let f = &prog.funcs[l.func as usize];
         let [bx, by, _] = l.cfg.block;
         let n = self.nthreads as usize;
-        let shared_len = prog.shared_bytes as usize + l.cfg.dynamic_shared_bytes as usize;
+        // Zeroed, the reserved region included (cooperative groups expect their multi-warp
+        // barriers there to start at zero, as the driver leaves them).
         self.shared.clear();
-        self.shared.resize(shared_len, 0);
+        self.shared.resize(l.shared_len as usize, 0);
         self.arrivals = [0; 16];
         threads.truncate(n);
         while threads.len() < n {
@@ -591,11 +606,17 @@ impl<'a, 'l> Block<'a, 'l> {
             Sreg::Clock => self.l.t0.elapsed().as_nanos() as u32 as u64,
             Sreg::Clock64 => self.l.t0.elapsed().as_nanos() as u64,
             Sreg::Globaltimer => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
-            Sreg::Envreg(1) => GRID_WIN & 0xffff_ffff,
-            Sreg::Envreg(2) => GRID_WIN >> 32,
+            // CUDA 13's cooperative_groups/details/driver_abi.h: the grid workspace address
+            // is (envreg1 << 32) | envreg2.
+            Sreg::Envreg(1) => GRID_WIN >> 32,
+            Sreg::Envreg(2) => GRID_WIN & 0xffff_ffff,
             Sreg::Envreg(_) => 0,
             Sreg::DynSmemSize => c.dynamic_shared_bytes as u64,
-            Sreg::TotalSmemSize => self.shared.len() as u64,
+            Sreg::TotalSmemSize => self.l.shared_len - RESERVED_SMEM,
+            Sreg::AggrSmemSize => self.l.shared_len,
+            Sreg::ReservedBegin => 0,
+            Sreg::ReservedEnd | Sreg::ReservedCap => RESERVED_SMEM,
+            Sreg::ReservedOffset(n) => RESERVED_SMEM_OFFSETS[n as usize & 1],
         }
     }
 
@@ -607,6 +628,7 @@ impl<'a, 'l> Block<'a, 'l> {
             Opd::NotReg(r) => (t.regs[t.rb + r as usize] & 1) ^ 1,
             Opd::Sreg(s) => self.sreg(t, s),
             Opd::GlobalSym(g) => self.l.syms[g as usize],
+            Opd::SharedSym(v) => self.l.shared_offs[v as usize],
             Opd::Addr(..) => self.addr(t, o),
             _ => 0,
         }
@@ -616,7 +638,8 @@ impl<'a, 'l> Block<'a, 'l> {
     fn addr(&self, t: &Thread, o: &Opd) -> u64 {
         match *o {
             Opd::Addr(Base::Reg(r), off) => t.regs[t.rb + r as usize].wrapping_add(off as u64),
-            Opd::Addr(Base::None | Base::DynShared, off) => off as u64,
+            Opd::Addr(Base::None, off) => off as u64,
+            Opd::Addr(Base::Shared(v), off) => self.l.shared_offs[v as usize].wrapping_add(off as u64),
             Opd::Addr(Base::Local, off) => (t.lb as u64).wrapping_add(off as u64),
             Opd::Addr(Base::Global(g), off) => self.l.syms[g as usize].wrapping_add(off as u64),
             _ => self.val(t, o),
@@ -634,8 +657,8 @@ impl<'a, 'l> Block<'a, 'l> {
     pub(crate) fn load(&mut self, t: &Thread, space: Space, addr: u64, size: u32) -> R<u64> {
         match space {
             Space::Global | Space::Const => self.regions.read(addr, size),
-            Space::Shared => rd_slice(&self.shared, addr, size),
-            Space::Local => rd_slice(&t.local, addr, size),
+            Space::Shared => rd_slice(&self.shared, addr & 0xffff_ffff, size),
+            Space::Local => rd_slice(&t.local, addr & 0xffff_ffff, size),
             Space::Param => {
                 if addr >= FRAME_PARAM_BASE {
                     rd_slice(&t.pframe[t.fb..], addr - FRAME_PARAM_BASE, size)
@@ -657,8 +680,8 @@ impl<'a, 'l> Block<'a, 'l> {
     fn store(&mut self, t: &mut Thread, space: Space, addr: u64, size: u32, v: u64) -> R<()> {
         match space {
             Space::Global | Space::Const => self.regions.write(addr, size, v),
-            Space::Shared => wr_slice(&mut self.shared, addr, size, v),
-            Space::Local => wr_slice(&mut t.local, addr, size, v),
+            Space::Shared => wr_slice(&mut self.shared, addr & 0xffff_ffff, size, v),
+            Space::Local => wr_slice(&mut t.local, addr & 0xffff_ffff, size, v),
             Space::Param => {
                 if addr >= FRAME_PARAM_BASE {
                     let fb = t.fb;
@@ -1766,9 +1789,9 @@ fn simd2(a: u64, b: u64, f: impl Fn(u64, u64) -> u64) -> u64 {
 /// Which state space a generic address points into, and the offset there.
 #[inline]
 pub(crate) fn generic(addr: u64) -> (Space, u64) {
-    if (SHARED_WIN..SHARED_WIN + WIN_SIZE).contains(&addr) {
+    if (SHARED_WIN..SHARED_WIN + WIN32_SIZE).contains(&addr) {
         (Space::Shared, addr - SHARED_WIN)
-    } else if (LOCAL_WIN..LOCAL_WIN + WIN_SIZE).contains(&addr) {
+    } else if (LOCAL_WIN..LOCAL_WIN + WIN32_SIZE).contains(&addr) {
         (Space::Local, addr - LOCAL_WIN)
     } else if (PARAM_WIN..PARAM_WIN + WIN_SIZE).contains(&addr) {
         (Space::Param, addr - PARAM_WIN)

@@ -272,6 +272,15 @@ pub(crate) enum Sreg {
     Envreg(u8),
     DynSmemSize,
     TotalSmemSize,
+    /// `%aggr_smem_size`: user shared memory plus the reserved region.
+    AggrSmemSize,
+    /// `%reserved_smem_offset_begin/_end/_cap`: the region reserved for system software
+    /// (cooperative groups keep their multi-warp tile scratch there).
+    ReservedBegin,
+    ReservedEnd,
+    ReservedCap,
+    /// `%reserved_smem_offset_<n>` (n = 0, 1).
+    ReservedOffset(u8),
 }
 
 /// Where an address operand's base comes from.
@@ -282,8 +291,9 @@ pub(crate) enum Base {
     Reg(u32),
     /// Module `.global`/`.const` variable: index into the launch's symbol table.
     Global(u32),
-    /// Start of dynamic shared memory; replaced by its offset once the module is parsed.
-    DynShared,
+    /// A `.shared` variable: index into [`Program::shared_vars`]; its offset comes from the
+    /// launched kernel's layout ([`Program::kernel_shared`]), so each kernel has its own.
+    Shared(u32),
     /// The current call's `.local` frame (offset relative to it).
     Local,
 }
@@ -299,6 +309,8 @@ pub(crate) enum Opd {
     Sreg(Sreg),
     /// Address of a module variable (value of `mov %rd, sym`).
     GlobalSym(u32),
+    /// Shared-space offset of a `.shared` variable (value of `mov %r, sym`).
+    SharedSym(u32),
     /// `[base + off]`.
     Addr(Base, i64),
     Vec(Vec<Opd>),
@@ -410,7 +422,28 @@ pub(crate) struct Func {
     /// Offsets in the frame of the formal return values and parameters.
     pub(crate) ret_offs: Vec<(u32, u32)>,
     pub(crate) param_offs: Vec<(u32, u32)>,
+    /// Why the body was rejected (a form the decoder does not know), with its PTX line;
+    /// the body is then a single `Unsupported` instruction and kernels that reach this
+    /// function fail at launch.
+    pub(crate) rejected: Option<String>,
 }
+
+/// A `.shared` variable (module scope or function scope); index 0 is the dynamic part
+/// (every `.extern .shared` array names it).
+#[derive(Debug, Clone)]
+pub(crate) struct SharedVar {
+    pub(crate) size: u64,
+    pub(crate) align: u64,
+}
+
+/// Index of the dynamic shared memory in [`Program::shared_vars`].
+pub(crate) const DYN_SHARED: u32 = 0;
+
+/// Bytes at the start of every block's shared memory reserved for system software, as on
+/// sm_80 and later GPUs (`cudaDevAttrReservedSharedMemoryPerBlock`); user variables follow.
+pub(crate) const RESERVED_SMEM: u64 = 1024;
+/// `%reserved_smem_offset_0` and `_1` within the reserved region.
+pub(crate) const RESERVED_SMEM_OFFSETS: [u64; 2] = [0, 512];
 
 /// A whole decoded module.
 #[derive(Debug, Default)]
@@ -425,8 +458,13 @@ pub(crate) struct Program {
     pub(crate) symbols: Vec<String>,
     pub(crate) calls: Vec<CallSite>,
     pub(crate) messages: Vec<String>,
-    /// Static shared memory of the module (module-scope and function-scope `.shared`).
-    pub(crate) shared_bytes: u64,
+    /// Every `.shared` variable; [`DYN_SHARED`] first.
+    pub(crate) shared_vars: Vec<SharedVar>,
+    /// Per kernel (same index as `kernels`): the shared-space offset of every variable in
+    /// `shared_vars` (0 for those the kernel cannot reach), after the reserved region.
+    pub(crate) kernel_shared: Vec<Vec<u64>>,
+    /// Per kernel: why it cannot run (a function it can reach was rejected), if so.
+    pub(crate) kernel_rejected: Vec<Option<String>>,
     /// `.version major.minor` of the PTX text.
     pub(crate) version: Option<(u32, u32)>,
     /// `.target sm_XX` number (e.g. 80).

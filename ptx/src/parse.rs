@@ -225,7 +225,8 @@ enum Sym {
     KParam(u32),
     /// Frame param (function formal or call-sequence param): offset in the frame.
     FParam(u32),
-    Shared(u64),
+    /// Index into [`Program::shared_vars`].
+    Shared(u32),
     Local(u64),
     Global(u32),
     Label(u32),
@@ -246,8 +247,8 @@ struct Builder {
     kparams: Vec<Vec<(String, u32, u32)>>,
     /// Kernel info index per function (None for .func).
     kernel_of: Vec<Option<usize>>,
-    dyn_shared_syms: Vec<String>,
-    shared_cur: u64,
+    /// (function, shared variable) pairs: which function names which `.shared` variable.
+    shared_refs: Vec<(u32, u32)>,
     local_cur: u64,
     /// Function whose body is being decoded.
     cur_func: u32,
@@ -260,15 +261,14 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
     let toks = Lexer::lex(src)?;
     let mut p = P { toks, i: 0 };
     let mut b = Builder {
-        prog: Program::default(),
+        prog: Program { shared_vars: vec![SharedVar { size: 0, align: 16 }], ..Program::default() },
         globals_map: HashMap::new(),
         funcs_map: HashMap::new(),
         bodies: Vec::new(),
         formals: Vec::new(),
         kparams: Vec::new(),
         kernel_of: Vec::new(),
-        dyn_shared_syms: Vec::new(),
-        shared_cur: 0,
+        shared_refs: Vec::new(),
         local_cur: 0,
         cur_func: 0,
         envreg_users: Vec::new(),
@@ -281,51 +281,76 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
     // Pass 2: function bodies (every function name is known by now, so calls resolve).
     let bodies = std::mem::take(&mut b.bodies);
     for (fi, st, en) in bodies {
-        b.body(&p, fi, st, en)?;
-    }
-    let dyn_base = (b.shared_cur + 15) & !15;
-    b.prog.shared_bytes = dyn_base;
-    // Dynamic shared memory (`.extern .shared`) starts after all static shared memory.
-    let fix = |o: &mut Opd| {
-        if let Opd::Addr(Base::DynShared, v) = *o {
-            *o = Opd::Addr(Base::None, v.wrapping_add(dyn_base as i64));
-        }
-    };
-    for i in b.prog.code.iter_mut() {
-        for o in [&mut i.d, &mut i.a, &mut i.b, &mut i.c, &mut i.e] {
-            fix(o);
-        }
+        b.body(&p, fi, st, en);
     }
     b.prog.local_bytes = b.local_cur;
-    let _ = &b.dyn_shared_syms;
     for k in b.prog.kernels.iter_mut() {
-        k.static_shared_bytes = dyn_base;
         k.local_bytes = b.local_cur;
     }
-    // A kernel uses grid sync if it, or any function it calls, reads the workspace.
-    let mut uses = vec![false; b.prog.funcs.len()];
-    for &f in &b.envreg_users {
-        uses[f as usize] = true;
-    }
-    loop {
-        let mut changed = false;
-        for &(caller, callee) in &b.call_edges {
-            if uses[callee as usize] && !uses[caller as usize] {
-                uses[caller as usize] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    for (k, &f) in b.prog.kernel_funcs.iter().enumerate() {
-        b.prog.kernels[k].uses_grid_sync = uses[f as usize];
-    }
+    b.per_kernel();
     Ok(b.prog)
 }
 
 impl Builder {
+    /// What each kernel can reach through calls decides its static shared memory layout,
+    /// whether it uses grid sync, and whether it can run at all.
+    fn per_kernel(&mut self) {
+        let nf = self.prog.funcs.len();
+        let mut callees = vec![Vec::new(); nf];
+        for &(caller, callee) in &self.call_edges {
+            callees[caller as usize].push(callee as usize);
+        }
+        let mut refs = vec![Vec::new(); nf];
+        for &(f, v) in &self.shared_refs {
+            refs[f as usize].push(v as usize);
+        }
+        let mut envreg = vec![false; nf];
+        for &f in &self.envreg_users {
+            envreg[f as usize] = true;
+        }
+        let prog = &mut self.prog;
+        for (k, &kf) in prog.kernel_funcs.iter().enumerate() {
+            let mut seen = vec![false; nf];
+            let mut stack = vec![kf as usize];
+            seen[kf as usize] = true;
+            let mut order = Vec::new();
+            while let Some(f) = stack.pop() {
+                order.push(f);
+                for &c in &callees[f] {
+                    if !seen[c] {
+                        seen[c] = true;
+                        stack.push(c);
+                    }
+                }
+            }
+            // Static shared: only the variables the kernel's code can name, in declaration
+            // order, after the reserved region; the dynamic part follows, 16-aligned.
+            let mut used = vec![false; prog.shared_vars.len()];
+            for &f in &order {
+                for &v in &refs[f] {
+                    used[v] = true;
+                }
+            }
+            let mut offs = vec![0u64; prog.shared_vars.len()];
+            let mut cur = RESERVED_SMEM;
+            for (v, var) in prog.shared_vars.iter().enumerate().skip(1) {
+                if used[v] {
+                    let off = cur.div_ceil(var.align) * var.align;
+                    offs[v] = off;
+                    cur = off + var.size;
+                }
+            }
+            let dyn_base = cur.div_ceil(16) * 16;
+            offs[DYN_SHARED as usize] = dyn_base;
+            let info = &mut prog.kernels[k];
+            info.static_shared_bytes = dyn_base - RESERVED_SMEM;
+            info.uses_grid_sync = order.iter().any(|&f| envreg[f]);
+            prog.kernel_shared.push(offs);
+            // The first rejected function in call order (the kernel itself first).
+            prog.kernel_rejected.push(order.iter().find_map(|&f| prog.funcs[f].rejected.clone()));
+        }
+    }
+
     fn top_level(&mut self, p: &mut P) -> Result<(), ParseError> {
         let line = p.line();
         let w = match p.next()? {
@@ -485,14 +510,8 @@ impl Builder {
         p.expect_punct(';')?;
         match space.as_str() {
             ".shared" => {
-                if extern_ || d.count == Some(0) {
-                    self.dyn_shared_syms.push(d.name.clone());
-                    self.globals_map.insert(d.name, Sym::Shared(u64::MAX));
-                } else {
-                    let off = self.shared_cur.div_ceil(align as u64) * align as u64;
-                    self.shared_cur = off + size;
-                    self.globals_map.insert(d.name, Sym::Shared(off));
-                }
+                let v = if extern_ || d.count == Some(0) { DYN_SHARED } else { self.shared_var(size, align as u64) };
+                self.globals_map.insert(d.name, Sym::Shared(v));
             }
             ".global" | ".const" => {
                 let idx = self.sym_index(&d.name);
@@ -510,6 +529,11 @@ impl Builder {
             _ => return Err(perr(line, format!("unsupported module variable space `{space}`"))),
         }
         Ok(())
+    }
+
+    fn shared_var(&mut self, size: u64, align: u64) -> u32 {
+        self.prog.shared_vars.push(SharedVar { size, align: align.max(1) });
+        (self.prog.shared_vars.len() - 1) as u32
     }
 
     fn sym_index(&mut self, name: &str) -> u32 {
@@ -627,6 +651,7 @@ impl Builder {
                     local_bytes: 0,
                     ret_offs,
                     param_offs,
+                    rejected: None,
                 });
                 self.formals.push(formals);
                 self.kernel_of.push(None);
@@ -696,7 +721,26 @@ impl Builder {
         Ok(v)
     }
 
-    fn body(&mut self, p0: &P, fi: u32, st: usize, en: usize) -> Result<(), ParseError> {
+    /// Decode one function body. A form the decoder rejects fails only this function: its
+    /// body becomes one `Unsupported` instruction, and kernels that can reach it are refused
+    /// at launch with the form, the line and the function (docs/ptx-engine.md).
+    fn body(&mut self, p0: &P, fi: u32, st: usize, en: usize) {
+        let code_len = self.prog.code.len();
+        let Err(e) = self.body_inner(p0, fi, st, en) else { return };
+        self.prog.code.truncate(code_len);
+        let f = &mut self.prog.funcs[fi as usize];
+        let why = format!("{} (PTX line {}, in function `{}`)", e.msg, e.line, f.name);
+        f.entry = code_len as u32;
+        f.nregs = 1;
+        f.local_bytes = 0;
+        f.rejected = Some(why.clone());
+        self.prog.messages.push(why);
+        let aux = (self.prog.messages.len() - 1) as u32;
+        self.prog.code.push(Inst { op: Op::Unsupported, aux, ..nop(e.line as u32) });
+        self.prog.code.push(Inst { op: Op::Ret, ..nop(0) });
+    }
+
+    fn body_inner(&mut self, p0: &P, fi: u32, st: usize, en: usize) -> Result<(), ParseError> {
         self.cur_func = fi;
         let mut p = P { toks: p0.toks[st..en].to_vec(), i: 0 };
         let mut names: HashMap<String, Sym> = HashMap::new();
@@ -759,9 +803,8 @@ impl Builder {
                         names.insert(d.name.clone(), Sym::Local(off));
                     }
                     Some(".shared") => {
-                        let off = self.shared_cur.div_ceil(al) * al;
-                        self.shared_cur = off + d.size();
-                        names.insert(d.name.clone(), Sym::Shared(off));
+                        let v = if d.extern_ || d.count == Some(0) { DYN_SHARED } else { self.shared_var(d.size(), al) };
+                        names.insert(d.name.clone(), Sym::Shared(v));
                     }
                     Some(s) => return Err(perr(line, format!("unsupported declaration `{s}` in a function"))),
                     None => return Err(perr(line, "declaration without state space")),
@@ -966,6 +1009,7 @@ impl Builder {
                 Opd::Reg(r) => Opd::Addr(Base::Reg(r), off),
                 Opd::Imm(v) => Opd::Addr(Base::None, (v as i64).wrapping_add(off)),
                 Opd::GlobalSym(g) => Opd::Addr(Base::Global(g), off),
+                Opd::SharedSym(v) => Opd::Addr(Base::Shared(v), off),
                 Opd::Addr(b, o) => Opd::Addr(b, o.wrapping_add(off)),
                 o => return Err(format!("bad address operand {o:?}")),
             });
@@ -981,6 +1025,10 @@ impl Builder {
         if w == "_" {
             return Ok(Opd::Sink);
         }
+        // `warpSize` in device code: nvcc emits the PTX constant `WARP_SZ`.
+        if w == "WARP_SZ" {
+            return Ok(Opd::Imm(32));
+        }
         if let Some(s) = sreg(&w) {
             return Ok(Opd::Sreg(s));
         }
@@ -989,22 +1037,16 @@ impl Builder {
                 Sym::Reg(r) => Opd::Reg(r),
                 Sym::KParam(o) => Opd::Addr(Base::None, o as i64),
                 Sym::FParam(o) => Opd::Addr(Base::None, (FRAME_PARAM_BASE + o as u64) as i64),
-                Sym::Shared(o) => {
-                    if o == u64::MAX {
-                        // Dynamic shared memory starts after all static shared memory, known
-                        // once every function is parsed (fixed up in `parse_module`).
-                        Opd::Addr(Base::DynShared, 0)
-                    } else {
-                        Opd::Addr(Base::None, o as i64)
-                    }
+                Sym::Shared(v) => {
+                    // Offsets differ per kernel: resolved at launch from its layout.
+                    self.shared_refs.push((self.cur_func, v));
+                    Opd::SharedSym(v)
                 }
                 Sym::Local(o) => Opd::Addr(Base::Local, o as i64),
                 Sym::Global(g) => Opd::GlobalSym(g),
                 Sym::Label(pc) => Opd::Target(pc),
             };
             // Symbols as values (`mov.u64 %rd1, sym`) are plain numbers.
-            // (`Addr(DynShared)` stays an address operand; as a value it is fixed up into
-            // `Addr(None, off)`, which `val` reads as the plain number.)
             return Ok(match o {
                 Opd::Addr(Base::None, v) if !p.is_punct(']') && !p.is_punct('+') => Opd::Imm(v as u64),
                 o => o,
@@ -1073,6 +1115,12 @@ fn sreg(w: &str) -> Option<Sreg> {
         "%globaltimer" | "%globaltimer_lo" => Sreg::Globaltimer,
         "%dynamic_smem_size" => Sreg::DynSmemSize,
         "%total_smem_size" => Sreg::TotalSmemSize,
+        "%aggr_smem_size" => Sreg::AggrSmemSize,
+        "%reserved_smem_offset_begin" => Sreg::ReservedBegin,
+        "%reserved_smem_offset_end" => Sreg::ReservedEnd,
+        "%reserved_smem_offset_cap" => Sreg::ReservedCap,
+        "%reserved_smem_offset_0" => Sreg::ReservedOffset(0),
+        "%reserved_smem_offset_1" => Sreg::ReservedOffset(1),
         _ => {
             let n = w.strip_prefix("%envreg")?.parse::<u8>().ok()?;
             Sreg::Envreg(n)

@@ -19,7 +19,8 @@ fn go(m: &Module, k: &str, c: LaunchConfig, params: &[u8], mem: &HostMemory, wor
 }
 
 /// Every block adds 1 to a counter in the grid-sync workspace (`%envreg1/2`, as cooperative
-/// groups do), spins until all blocks have arrived, then writes what it saw.
+/// groups do: CUDA 13's `driver_abi.h` builds the address as (envreg1 << 32) | envreg2),
+/// spins until all blocks have arrived, then writes what it saw.
 const GRID_SYNC: &str = r#"
 .visible .entry gs(.param .u64 out)
 {
@@ -28,7 +29,7 @@ const GRID_SYNC: &str = r#"
   .reg .pred %p<2>;
   mov.u32 %r1, %envreg1;
   mov.u32 %r2, %envreg2;
-  mov.b64 %rd1, {%r1, %r2};
+  mov.b64 %rd1, {%r2, %r1};
   mov.u32 %r3, %nctaid.x;
   bar.sync 0;
   mov.u32 %r4, %tid.x;
