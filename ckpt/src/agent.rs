@@ -24,6 +24,7 @@
 #![allow(unsafe_code)]
 
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::mpsc;
@@ -213,6 +214,9 @@ pub struct RestartInfo {
     pub path: [u8; 4096],
     /// Channel memfd of the new proxy (-1: none was started).
     pub channel_fd: i64,
+    /// A job's pid table (`crate::job::PidTable`), filled by the restorers of its processes
+    /// (-1: not a job).
+    pub job_table_fd: i64,
 }
 
 /// The directory for new images named by `crum restart --dir` (None: the one `crum run`
@@ -224,7 +228,8 @@ pub const RESTART_MAGIC: u64 = 0x4352_554d_5253_5452;
 
 #[no_mangle]
 #[used]
-static mut RESTART_INFO: RestartInfo = RestartInfo { magic: 0, old_pid: 0, path_len: 0, path: [0; 4096], channel_fd: -1 };
+static mut RESTART_INFO: RestartInfo =
+    RestartInfo { magic: 0, old_pid: 0, path_len: 0, path: [0; 4096], channel_fd: -1, job_table_fd: -1 };
 
 /// In a restarted process: the channel memfd of the proxy `crum restart` started for it.
 pub fn restart_channel_fd() -> Option<i32> {
@@ -352,6 +357,9 @@ struct Job {
     reply: Option<mpsc::Sender<Reply>>,
     /// Not a checkpoint: the agent thread is to end ([`suspend_threads`]).
     quit: bool,
+    /// A job member's part of its root's checkpoint (`crate::job`): the link to the root and
+    /// the directory the part goes into.
+    member: Option<(std::os::unix::net::UnixStream, PathBuf)>,
 }
 
 /// The process whose agent this is (the restored process's pid after a restart): a child the
@@ -481,7 +489,7 @@ pub fn suspend_threads() -> bool {
                 _ => {
                     let tx = runtime().as_ref().map(|rt| rt.tx.clone());
                     if let Some(tx) = tx {
-                        let _ = tx.send(Job { dir: None, strict: false, signal: false, exit_reply: None, reply: None, quit: true });
+                        let _ = tx.send(Job { dir: None, strict: false, signal: false, exit_reply: None, reply: None, quit: true, member: None });
                     }
                 }
             }
@@ -738,7 +746,7 @@ fn signal_loop(rfd: i32, tx: mpsc::Sender<Job>) {
         if b[..n as usize].contains(&TRIGGER_QUIT) && SUSPEND.load(SeqCst) {
             return;
         }
-        if tx.send(Job { dir: None, strict: false, signal: true, exit_reply: None, reply: None, quit: false }).is_err() {
+        if tx.send(Job { dir: None, strict: false, signal: true, exit_reply: None, reply: None, quit: false, member: None }).is_err() {
             return;
         }
     }
@@ -772,10 +780,25 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
             st.lineage = Some(crate::lineage::current().id);
             let _ = responder.reply_status(st);
         }
+        Request::JobMember { parent, strict } => {
+            IN_PROGRESS.fetch_add(1, SeqCst);
+            let job = Job {
+                dir: None,
+                strict,
+                signal: false,
+                exit_reply: None,
+                reply: None,
+                quit: false,
+                member: Some((responder.into_stream(), parent)),
+            };
+            if tx.send(job).is_err() {
+                progress_done();
+            }
+        }
         Request::Checkpoint { dir, exit: true, strict } => {
             // The agent answers and ends the process (see `EXIT_CHECKPOINTED`).
             IN_PROGRESS.fetch_add(1, SeqCst);
-            let job = Job { dir, strict, signal: false, exit_reply: Some(responder), reply: None, quit: false };
+            let job = Job { dir, strict, signal: false, exit_reply: Some(responder), reply: None, quit: false, member: None };
             if let Err(mpsc::SendError(job)) = tx.send(job) {
                 if let Some(r) = job.exit_reply {
                     let _ = r.reply(Err("the checkpoint agent is not running".into()));
@@ -786,7 +809,7 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
         Request::Checkpoint { dir, exit: false, strict } => {
             let (rtx, rrx) = mpsc::channel();
             IN_PROGRESS.fetch_add(1, SeqCst);
-            if tx.send(Job { dir, strict, signal: false, exit_reply: None, reply: Some(rtx), quit: false }).is_err() {
+            if tx.send(Job { dir, strict, signal: false, exit_reply: None, reply: Some(rtx), quit: false, member: None }).is_err() {
                 let _ = responder.reply(Err("the checkpoint agent is not running".into()));
                 progress_done();
                 return;
@@ -834,6 +857,21 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
         };
         // `crum restart --dir` moves the default (it outlives further restarts: memory).
         let default_dir = NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| cfg.dir.clone());
+        let job = match job {
+            Some(Job { member: Some((stream, parent)), strict, .. }) => {
+                let outcome = member_checkpoint(&cfg, crate::job::Link::new(stream), &parent, strict || cfg.strict);
+                if matches!(outcome, Outcome::Restarted) {
+                    IN_PROGRESS.store(0, SeqCst);
+                } else {
+                    if let Outcome::Failed(e) = &outcome {
+                        tracing::info!("job checkpoint: {e}");
+                    }
+                    progress_done();
+                }
+                continue;
+            }
+            j => j,
+        };
         let (dir, strict, signal, exit_reply, reply) = match job {
             Some(j) if j.quit => return,
             Some(j) => (j.dir.unwrap_or(default_dir), j.strict, j.signal, j.exit_reply, j.reply),
@@ -1004,6 +1042,16 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     if let Err(e) = clean_leftovers(dir) {
         tracing::warn!("cannot remove partial images: {e}");
     }
+    if !exit_after {
+        let members: Vec<(i32, i32, String)> = crate::job::descendants()
+            .into_iter()
+            .filter(|d| d.3 != 'Z' && crate::job::has_agent(d.0))
+            .map(|d| (d.0, d.1, d.2))
+            .collect();
+        if !members.is_empty() {
+            return job_checkpoint(cfg, dir, strict, &members);
+        }
+    }
     let h = hooks();
     // Before the threads stop: its lock is never taken while they are stopped.
     let lineage = crate::lineage::current().encode();
@@ -1040,7 +1088,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     }
     let t_stopped = Instant::now();
     let mut device_time = Duration::ZERO;
-    let prepared = prepare(cfg, dir, &h, &mut device_time, strict);
+    let prepared = prepare(cfg, dir, &h, &mut device_time, strict, None);
     let mut ctx = match prepared {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1152,7 +1200,316 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     }
 }
 
-fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, strict: bool) -> Result<Box<ForkCtx>, String> {
+/// The pid the program knows: the one its lineage started with.
+fn program_pid() -> i32 {
+    PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).first().copied().unwrap_or_else(threads::real_pid)
+}
+
+/// Quiesces the device and stops the program's threads (waiting a little for what a cut
+/// would lose, [`unsettled`]); on success the agent allocates from its arena until
+/// [`resume_program`]. On failure everything runs again.
+fn stop_program(h: &Hooks) -> Result<Instant, String> {
+    if let Err(e) = (h.quiesce)() {
+        (h.resume)();
+        return Err(format!("quiesce hook failed: {e}"));
+    }
+    let mut t0 = Instant::now();
+    crate::alloc::enter();
+    if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
+        crate::alloc::leave();
+        (h.resume)();
+        return Err(e);
+    }
+    let settle_until = t0 + SETTLE;
+    while unsettled() && Instant::now() < settle_until {
+        threads::release_all();
+        crate::alloc::leave();
+        std::thread::sleep(Duration::from_millis(1));
+        t0 = Instant::now();
+        crate::alloc::enter();
+        if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
+            crate::alloc::leave();
+            (h.resume)();
+            return Err(e);
+        }
+    }
+    Ok(t0)
+}
+
+/// Lets the program's threads and the device run again after [`stop_program`].
+fn resume_program(h: &Hooks) {
+    threads::release_all();
+    crate::alloc::leave();
+    (h.resume)();
+}
+
+/// Waits for the image writer of `ctx` and says whether its image is complete.
+fn finish_writer(ctx: &ForkCtx) -> Result<(), String> {
+    let r = if ctx.sync {
+        if ctx.child == 0 {
+            Ok(())
+        } else {
+            Err(read_child_error(ctx.err_r, ctx.err_w))
+        }
+    } else if ctx.child < 0 {
+        // SAFETY: our own pipe fds, closed once here (no child holds them).
+        unsafe {
+            libc::close(ctx.err_r);
+            libc::close(ctx.err_w);
+        }
+        Err(format!("cannot start the image writer: {}", std::io::Error::from_raw_os_error(-ctx.child as i32)))
+    } else {
+        reap(ctx.child as i32, ctx.pidfd, ctx.err_r, ctx.err_w)
+    };
+    publish_writer_pipe(-1, -1);
+    r
+}
+
+/// A job member's part of its root's checkpoint (`crate::job`): stop, report, cut on the
+/// root's word, run again on its word, report the part complete.
+fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, strict: bool) -> Outcome {
+    use crate::job::{Msg, STEP_TIMEOUT};
+    let h = hooks();
+    let pid = program_pid();
+    let lineage = crate::lineage::current().encode();
+    if let Err(e) = stop_program(&h) {
+        let _ = link.send(&Msg::Failed(e.clone()));
+        return Outcome::Failed(e);
+    }
+    if link.send(&Msg::Stopped { pid }).is_err() || link.recv(Some(STEP_TIMEOUT)) != Some(Msg::GoCut) {
+        resume_program(&h);
+        return Outcome::Failed("the job's checkpoint was given up".into());
+    }
+    let mut device_time = Duration::ZERO;
+    let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some((format!("p-{pid}"), &[]))) {
+        Ok(mut c) => {
+            c.lineage = lineage;
+            c
+        }
+        Err(e) => {
+            let _ = link.send(&Msg::Failed(e.as_str().to_owned()));
+            resume_program(&h);
+            return Outcome::Failed(e.as_str().to_owned());
+        }
+    };
+    publish_writer_pipe(ctx.err_r, ctx.err_w);
+    let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
+    if r == 1 {
+        let out = after_restart(&h);
+        std::mem::forget(ctx);
+        // The connection belongs to the process the image was taken of.
+        std::mem::forget(link);
+        return out;
+    }
+    let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
+    let problems: Vec<String> = ctx.problems.iter().map(|p| p.as_str().to_owned()).collect();
+    let go = link.send(&Msg::Cut { problems }).is_ok() && link.recv(Some(STEP_TIMEOUT)) == Some(Msg::GoResume);
+    resume_program(&h);
+    if let Some(p) = log_problem {
+        eprintln!("crum: warning: {}", p.as_str());
+    }
+    let result = finish_writer(&ctx).and_then(|()| if go { Ok(()) } else { Err("the job's checkpoint was given up".into()) });
+    let path = ctx.writer.final_path().to_path_buf();
+    if result.is_err() {
+        let _ = ctx.writer.remove_partial();
+    }
+    drop(ctx);
+    crate::alloc::release();
+    match result {
+        Ok(()) => {
+            crate::writes::commit();
+            let _ = link.send(&Msg::Written);
+            Outcome::Written(path, Vec::new())
+        }
+        Err(e) => {
+            crate::writes::abort(&path);
+            let _ = link.send(&Msg::Failed(e.clone()));
+            Outcome::Failed(e)
+        }
+    }
+}
+
+/// The root's checkpoint of a job: `members` are its descendants running crum's agent
+/// (pid, parent pid, command name, as the kernel knows them). See `crate::job`.
+fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, String)]) -> Outcome {
+    use crate::job::{Link, Manifest, Member, Msg, STEP_TIMEOUT};
+    let h = hooks();
+    let me = threads::real_pid();
+    let my_pid = program_pid();
+    let lineage = crate::lineage::current().encode();
+    let seq = SEQ.load(Relaxed) + 1;
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let name = format!("{}{}-{me}-{seq}", crate::image::IMAGE_PREFIX, crate::image::utc_stamp(ms));
+    let tmp = dir.join(format!("{}{name}", crate::image::TEMP_PREFIX));
+    let final_path = dir.join(&name);
+    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&tmp) {
+        return Outcome::Failed(format!("cannot create {}: {e}", tmp.display()));
+    }
+    let give_up = |links: &mut Vec<(i32, Link)>, why: String| -> Outcome {
+        for (_, l) in links.iter_mut() {
+            include_fd(l.fd());
+            let _ = l.send(&Msg::Abort);
+        }
+        // Each member removes its own part; then the directory goes.
+        for (_, l) in links.iter_mut() {
+            let _ = l.recv(Some(STEP_TIMEOUT));
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+        Outcome::Failed(why)
+    };
+    // 1. Every member stops.
+    let mut links: Vec<(i32, Link)> = Vec::new();
+    let mut known: Vec<(i32, i32)> = Vec::new(); // (kernel pid, program pid)
+    for (pid, _, comm) in members {
+        let stream = match crate::control::connect_member(*pid as u32, &tmp, strict) {
+            Ok(s) => s,
+            Err(e) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
+        };
+        // Above the program's range, and not part of its image.
+        let mut l = Link::new(crate::highfd::move_high(stream));
+        exclude_fd(l.fd());
+        match l.recv(Some(STEP_TIMEOUT)) {
+            Some(Msg::Stopped { pid: p }) => known.push((*pid, p)),
+            Some(Msg::Failed(e)) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
+            _ => return give_up(&mut links, format!("process {pid} ({comm}) of the job did not stop")),
+        }
+        links.push((*pid, l));
+    }
+    let t0 = match stop_program(&h) {
+        Ok(t) => t,
+        Err(e) => return give_up(&mut links, e),
+    };
+    // 2. Every member cuts, then this process.
+    let mut problems: Vec<String> = Vec::new();
+    let mut failed = None;
+    for (pid, l) in links.iter_mut() {
+        let vpid = known.iter().find(|k| k.0 == *pid).map_or(*pid, |k| k.1);
+        if l.send(&Msg::GoCut).is_err() {
+            failed = Some(format!("process {vpid} of the job went away"));
+            break;
+        }
+        match l.recv(Some(STEP_TIMEOUT)) {
+            Some(Msg::Cut { problems: p }) => problems.extend(p.into_iter().map(|p| format!("process {vpid}: {p}"))),
+            Some(Msg::Failed(e)) => {
+                failed = Some(format!("process {vpid} of the job: {e}"));
+                break;
+            }
+            _ => {
+                failed = Some(format!("process {vpid} of the job did not answer"));
+                break;
+            }
+        }
+    }
+    if let Some(e) = failed {
+        resume_program(&h);
+        return give_up(&mut links, e);
+    }
+    let kernel_pids: Vec<i32> = members.iter().map(|m| m.0).collect();
+    let mut device_time = Duration::ZERO;
+    let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some((format!("p-{my_pid}"), &kernel_pids))) {
+        Ok(mut c) => {
+            c.lineage = lineage;
+            c
+        }
+        Err(e) => {
+            let e = e.as_str().to_owned();
+            resume_program(&h);
+            return give_up(&mut links, e);
+        }
+    };
+    publish_writer_pipe(ctx.err_r, ctx.err_w);
+    let r = threads::agent_call_saved(fork_and_write, &mut *ctx as *mut ForkCtx as u64);
+    if r == 1 {
+        let out = after_restart(&h);
+        std::mem::forget(ctx);
+        std::mem::forget(links);
+        return out;
+    }
+    // The log of files written from here on goes with the root's part (its restart rolls
+    // them back), renamed with the job's directory.
+    let part_path = ctx.writer.final_path().to_path_buf();
+    let log_problem = crate::writes::begin_pending(&part_path).err();
+    problems.extend(ctx.problems.iter().map(|p| p.as_str().to_owned()));
+    // 3. Everyone runs again; the parts are completed by their writers.
+    resume_program(&h);
+    LAST_PAUSE_US.store(t0.elapsed().as_micros() as u64, Relaxed);
+    for (_, l) in links.iter_mut() {
+        let _ = l.send(&Msg::GoResume);
+    }
+    if let Some(p) = log_problem {
+        eprintln!("crum: warning: {}", p.as_str());
+    }
+    let mut result = finish_writer(&ctx);
+    drop(ctx);
+    crate::alloc::release();
+    for (pid, l) in links.iter_mut() {
+        let vpid = known.iter().find(|k| k.0 == *pid).map_or(*pid, |k| k.1);
+        match l.recv(None) {
+            Some(Msg::Written) => {}
+            Some(Msg::Failed(e)) => result = result.and(Err(format!("process {vpid} of the job: {e}"))),
+            _ => result = result.and(Err(format!("process {vpid} of the job ended before its part was written"))),
+        }
+    }
+    for (_, l) in &links {
+        include_fd(l.fd());
+    }
+    let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
+    let mut list = vec![Member { pid: my_pid, ppid: 0, part: format!("p-{my_pid}"), comm: String::new() }];
+    for (pid, ppid, comm) in members {
+        let p = program(*pid);
+        list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
+    }
+    let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list };
+    let result = result.and_then(|()| commit_job(&tmp, &final_path, &manifest));
+    match result {
+        Ok(()) => {
+            SEQ.fetch_add(1, Relaxed);
+            crate::writes::commit();
+            crate::lineage::written(&final_path);
+            if cfg.keep > 0 {
+                match keep_newest_of(dir, cfg.keep, crate::lineage::may_remove) {
+                    Ok(removed) => crate::lineage::removed(&removed),
+                    Err(e) => tracing::warn!("cannot remove old images: {e}"),
+                }
+            }
+            Outcome::Written(final_path, problems)
+        }
+        Err(e) => {
+            crate::writes::abort(&part_path);
+            let _ = std::fs::remove_dir_all(&tmp);
+            Outcome::Failed(e)
+        }
+    }
+}
+
+/// Writes the manifest into the job's temporary directory, makes it durable and renames it
+/// into place (never over an existing name).
+fn commit_job(tmp: &Path, final_path: &Path, manifest: &crate::job::Manifest) -> Result<(), String> {
+    use std::io::Write as _;
+    let path = tmp.join(crate::job::MANIFEST);
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    f.write_all(&manifest.encode()).and_then(|()| f.sync_all()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::File::open(tmp).and_then(|d| d.sync_all()).map_err(|e| format!("cannot sync {}: {e}", tmp.display()))?;
+    if final_path.exists() {
+        return Err(format!("{} exists already", final_path.display()));
+    }
+    std::fs::rename(tmp, final_path).map_err(|e| format!("cannot rename the job image into place: {e}"))?;
+    if let Some(parent) = final_path.parent() {
+        let _ = std::fs::File::open(parent).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// `part`: in a job image, the part's name and the job's other processes (not named as
+/// children missing from the image).
+fn prepare(
+    cfg: &Config,
+    dir: &Path,
+    h: &Hooks,
+    device_time: &mut Duration,
+    strict: bool,
+    part: Option<(String, &[i32])>,
+) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
     let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
     *device_time = tc.elapsed();
@@ -1167,7 +1524,8 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     let mut problems = classify_fds(&mut fds);
     // Child processes are not in a process's image (one process is): named, not dropped
     // silently — after a restart the program's waitpid would fail, its pipes to them hang.
-    for (child, comm, state) in capture::children() {
+    let in_job = part.as_ref().map(|p| p.1).unwrap_or(&[]);
+    for (child, comm, state) in capture::children().into_iter().filter(|c| !in_job.contains(&c.0)) {
         problems.push(if state == 'Z' {
             format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
         } else {
@@ -1275,7 +1633,13 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     state.regions = regions;
     state.specials = specials;
     let seq = SEQ.fetch_add(1, Relaxed) + 1;
-    let opts = WriterOptions { pid: pid as u32, seq, max_sections: sections.len() + 4, ..Default::default() };
+    let opts = WriterOptions {
+        pid: pid as u32,
+        seq,
+        max_sections: sections.len() + 4,
+        dir_name: part.map(|p| p.0),
+        ..Default::default()
+    };
     let writer =
         ImageWriter::prepare(dir, &opts).map_err(|e| format!("cannot prepare the image in {}: {e}", dir.display()))?;
     let mut p = [0i32; 2];
@@ -1283,6 +1647,8 @@ fn prepare(cfg: &Config, dir: &Path, h: &Hooks, device_time: &mut Duration, stri
     if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err("cannot create the writer's error pipe".into());
     }
+    // Above the program's range: the program runs on while the writer writes.
+    let p = [crate::highfd::move_high_raw(p[0]), crate::highfd::move_high_raw(p[1])];
     let state_bytes = state.encode();
     let fork_advice = state.advice.iter().filter(|a| a.2 & FORK_ADVICE != 0).copied().collect();
     Ok(Box::new(ForkCtx {
@@ -1895,6 +2261,8 @@ fn set_pid_identity(first_pid: i32) {
 /// exit), and the restored process would wait for it forever (seen once under load: the
 /// agent waiting on a lock, every other thread waiting to be released).
 static SET_PID_IDENTITY: AtomicUsize = AtomicUsize::new(0);
+/// `libcrum_libc.so`'s `crum_set_pid_table`.
+static SET_PID_TABLE: AtomicUsize = AtomicUsize::new(0);
 /// glibc's `__curbrk` ([`fix_curbrk`]).
 static CURBRK: AtomicUsize = AtomicUsize::new(0);
 
@@ -1902,6 +2270,7 @@ fn resolve_restart_symbols() {
     // SAFETY: dlsym in the global scope with NUL-terminated names (0 where absent).
     unsafe {
         SET_PID_IDENTITY.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_identity".as_ptr()) as usize, Relaxed);
+        SET_PID_TABLE.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_table".as_ptr()) as usize, Relaxed);
         CURBRK.store(libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as usize, Relaxed);
     }
 }
@@ -1932,6 +2301,27 @@ fn after_restart(h: &Hooks) -> Outcome {
     };
     OWNER_PID.store(threads::real_pid(), SeqCst);
     set_pid_identity(first_pid);
+    if info.job_table_fd >= 0 {
+        let fd = info.job_table_fd as i32;
+        let table = crate::job::PidTable::wait_complete(fd, Duration::from_secs(60));
+        let f = SET_PID_TABLE.load(Relaxed);
+        if f != 0 {
+            let pairs: Vec<i32> = table.iter().flat_map(|&(v, r)| [v, r]).collect();
+            // SAFETY: `crum_set_pid_table` of `libcrum_libc.so` (looked up at start), given
+            // `pairs.len() / 2` pairs.
+            unsafe {
+                std::mem::transmute::<usize, extern "C" fn(*const i32, i32)>(f)(pairs.as_ptr(), (pairs.len() / 2) as i32)
+            };
+        }
+        // SAFETY: the restorer's descriptor of the table, ours to close once.
+        unsafe {
+            libc::close(fd);
+            (*std::ptr::addr_of_mut!(RESTART_INFO)).job_table_fd = -1;
+        }
+        if table.iter().any(|&(_, r)| r == 0) {
+            eprintln!("crum: warning: not every process of the job was restarted");
+        }
+    }
     if info.channel_fd >= 0 {
         // The new proxy's channel, opened by the restorer at the lowest free number: above
         // the program's range, close-on-exec, like `crum run`'s (`crate::highfd`).

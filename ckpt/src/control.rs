@@ -82,6 +82,13 @@ pub enum Request {
     },
     /// Report the agent's state.
     Status,
+    /// Take part in a job's checkpoint as a member (`crate::job`): the connection stays open
+    /// for the steps of the cut; the part is written into `parent`.
+    JobMember {
+        parent: PathBuf,
+        #[serde(default)]
+        strict: bool,
+    },
 }
 
 /// What the agent reports to a [`Request::Status`].
@@ -127,6 +134,11 @@ pub struct Responder {
 }
 
 impl Responder {
+    /// The connection itself (a job member's link to the root).
+    pub fn into_stream(self) -> UnixStream {
+        self.stream
+    }
+
     /// Replies to a checkpoint request with the image path or an error message.
     pub fn reply(self, result: Result<PathBuf, String>) -> io::Result<()> {
         self.reply_checkpoint(result.map(|p| (p, Vec::new())))
@@ -468,6 +480,16 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
         });
     }
     Ok(stream)
+}
+
+/// Connects to job member `pid` and asks it to take part in a job checkpoint (`crate::job`).
+pub fn connect_member(pid: u32, parent: &Path, strict: bool) -> Result<UnixStream, ControlError> {
+    let dir = socket_dir();
+    let path = socket_path_in(&dir, pid);
+    let mut s = connect(&dir, pid)?;
+    check_can_answer(pid)?;
+    send_line(&mut s, &Request::JobMember { parent: parent.to_path_buf(), strict }).map_err(io_err(&path))?;
+    Ok(s)
 }
 
 /// The state letter of process `pid` (`/proc/<pid>/stat`: R, S, D, T stopped, t traced, Z

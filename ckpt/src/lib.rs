@@ -11,6 +11,7 @@ pub mod control;
 pub mod highfd;
 pub mod image;
 pub mod inotify;
+pub mod job;
 pub mod lineage;
 pub mod sockets;
 pub mod state;

@@ -91,14 +91,49 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     // Canonical (printed), and the real error (permission denied, ...) for a path we cannot
     // reach, not "does not exist".
     let mut path = args.image.canonicalize().with_context(|| format!("cannot inspect {}", args.image.display()))?;
-    if path.is_dir() && !path.join("inventory").exists() {
+    if path.is_dir() && !path.join("inventory").exists() && !crum_ckpt::job::is_job_image(&path) {
         if let Some(newest) = latest_image(&path).context("listing images")? {
             eprintln!("crum: describing the newest image in {}", path.display());
             path = newest;
         }
     }
+    if crum_ckpt::job::is_job_image(&path) {
+        print!("{}", describe_job(&path, args.json, args.verify)?);
+        return Ok(0);
+    }
     print!("{}", describe(&path, args.json, args.verify)?);
     Ok(0)
+}
+
+/// A job image (`crum_ckpt::job`): its tree, then each process's part as [`describe`] says.
+fn describe_job(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
+    let m = crum_ckpt::job::Manifest::read(path).map_err(|e| anyhow::anyhow!(e))?;
+    let mut parts = Vec::new();
+    for p in &m.members {
+        parts.push(describe(&path.join(&p.part), json, verify).with_context(|| format!("process {} of the job", p.pid))?);
+    }
+    if json {
+        let manifest = String::from_utf8(m.encode()).unwrap_or_default();
+        return Ok(format!("{{\"job\":{},\"processes\":[{}]}}\n", manifest.trim(), parts.iter().map(|p| p.trim()).collect::<Vec<_>>().join(",")));
+    }
+    let mut o = String::new();
+    use std::fmt::Write as _;
+    writeln!(o, "job image {}: {} processes", path.display(), m.members.len())?;
+    fn tree(o: &mut String, m: &crum_ckpt::job::Manifest, pid: i32, depth: usize) {
+        if let Some(p) = m.member(pid) {
+            let comm = if p.comm.is_empty() { String::new() } else { format!(" ({})", p.comm) };
+            let _ = writeln!(o, "  {}{}{comm}", "  ".repeat(depth), p.pid);
+        }
+        for c in m.children(pid) {
+            tree(o, m, c.pid, depth + 1);
+        }
+    }
+    tree(&mut o, &m, m.root, 0);
+    for (p, text) in m.members.iter().zip(parts) {
+        writeln!(o, "\n== process {} (part {})", p.pid, p.part)?;
+        o.push_str(&text);
+    }
+    Ok(o)
 }
 
 /// The description of the image at `path` (human text, or JSON with `json`).

@@ -26,6 +26,9 @@ pub struct Args {
     /// by default where it wrote them before.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// One process of a job image (started by the restorer of its parent; not for direct use).
+    #[arg(long, hide = true)]
+    pub job_member: Option<i32>,
     /// An image directory, or a directory of images: the newest image that verifies is
     /// used (newer ones that do not are skipped, saying why), and named on stderr.
     pub image: PathBuf,
@@ -48,7 +51,8 @@ pub fn choose_image(arg: &Path, trust: bool) -> anyhow::Result<PathBuf> {
     let is_image = path
         .join("inventory")
         .try_exists()
-        .with_context(|| format!("cannot restart {}", path.display()))?;
+        .with_context(|| format!("cannot restart {}", path.display()))?
+        || crum_ckpt::job::is_job_image(&path);
     let image = if is_image {
         path
     } else {
@@ -88,7 +92,7 @@ fn newest_that_verifies(parent: &Path) -> anyhow::Result<PathBuf> {
     }
     let mut skipped = Vec::new();
     for e in images.iter().rev() {
-        match crum_restart::validate(&e.path) {
+        match validate_any(&e.path) {
             Ok(_) => {
                 for (p, why) in &skipped {
                     eprintln!("crum: skipping {}: {why}", Path::new(p).display());
@@ -101,6 +105,18 @@ fn newest_that_verifies(parent: &Path) -> anyhow::Result<PathBuf> {
     }
     let list: Vec<String> = skipped.iter().map(|(p, why)| format!("{p}: {why}")).collect();
     bail!("cannot restart {}: no image in it verifies:\n  {}", parent.display(), list.join("\n  "))
+}
+
+/// [`crum_restart::validate`] of an image, or of every part of a job image.
+fn validate_any(image: &Path) -> Result<(), crum_restart::RestartError> {
+    if crum_ckpt::job::is_job_image(image) {
+        let m = crum_ckpt::job::Manifest::read(image).map_err(crum_restart::RestartError::Invalid)?;
+        for p in &m.members {
+            crum_restart::validate(&image.join(&p.part))?;
+        }
+        return Ok(());
+    }
+    crum_restart::validate(image).map(|_| ())
 }
 
 /// `--dir`: created if missing, absolute (the program may change its working directory).
@@ -116,7 +132,18 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let dir = choose_image(&args.image, args.trust)?;
     let exe = std::env::current_exe().context("locating the crum binary")?;
     let new_dir = args.dir.as_deref().map(new_images_dir).transpose()?;
-    let opts = crum_restart::Options { proxy: Some((exe, args.device.clone())), new_dir };
+    let opts = crum_restart::Options { proxy: Some((exe.clone(), args.device.clone())), new_dir, job_table_fd: None };
+    if crum_ckpt::job::is_job_image(&dir) {
+        // The restorers of the other processes get the same options.
+        let mut pass = vec!["--device".to_string(), args.device.clone(), "--trust".to_string()];
+        if let Some(d) = &opts.new_dir {
+            pass.extend(["--dir".to_string(), d.display().to_string()]);
+        }
+        return match crum_restart::restart_job(&dir, args.job_member, &exe, &pass, &opts) {
+            Ok(never) => match never {},
+            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot restart {}", dir.display()))),
+        };
+    }
     if device == crum_proxy::DeviceChoice::Cuda {
         let plan = crum_restart::validate(&dir).with_context(|| format!("cannot restart {}", dir.display()))?;
         if plan.has_device() {

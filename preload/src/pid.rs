@@ -19,6 +19,13 @@ use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 static VIRT: AtomicI32 = AtomicI32::new(0);
 static REAL: AtomicI32 = AtomicI32::new(0);
 
+/// The other members of the job after a restart (issue 17): (the pid the program knows, the
+/// kernel's now) for each process of the job the image held. Filled once by the agent
+/// before the program's threads run again; read with atomics only (async-signal-safe).
+const MAX_MEMBERS: usize = 1024;
+static MEMBERS: [(AtomicI32, AtomicI32); MAX_MEMBERS] = [const { (AtomicI32::new(0), AtomicI32::new(0)) }; MAX_MEMBERS];
+static N_MEMBERS: AtomicI32 = AtomicI32::new(0);
+
 /// Set by the agent after a restart (not after one of a child: `real` is checked).
 #[no_mangle]
 pub extern "C" fn crum_set_pid_identity(virt: c_int, real: c_int) {
@@ -26,11 +33,46 @@ pub extern "C" fn crum_set_pid_identity(virt: c_int, real: c_int) {
     VIRT.store(if virt == real { 0 } else { virt }, Relaxed);
 }
 
+/// Set by the agent of a job member after a restart: `pairs` holds `n` pairs (the pid the
+/// program knows, the kernel's now), one per process of the job (its own included). Pairs
+/// past [`MAX_MEMBERS`] are dropped.
+///
+/// # Safety
+/// `pairs` points at `2 * n` readable ints.
+#[no_mangle]
+pub unsafe extern "C" fn crum_set_pid_table(pairs: *const c_int, n: c_int) {
+    let n = (n.max(0) as usize).min(MAX_MEMBERS);
+    N_MEMBERS.store(0, Relaxed);
+    let mut k = 0;
+    for i in 0..n {
+        // SAFETY: the caller's 2 * n ints.
+        let (v, r) = unsafe { (*pairs.add(2 * i), *pairs.add(2 * i + 1)) };
+        if v > 0 && r > 0 && v != r {
+            MEMBERS[k].0.store(v, Relaxed);
+            MEMBERS[k].1.store(r, Relaxed);
+            k += 1;
+        }
+    }
+    N_MEMBERS.store(k as i32, Relaxed);
+}
+
+fn member_by_real(id: c_int) -> Option<c_int> {
+    let n = N_MEMBERS.load(Relaxed) as usize;
+    MEMBERS[..n].iter().find(|(_, r)| r.load(Relaxed) == id).map(|(v, _)| v.load(Relaxed))
+}
+
+fn member_by_virt(id: c_int) -> Option<c_int> {
+    let n = N_MEMBERS.load(Relaxed) as usize;
+    MEMBERS[..n].iter().find(|(v, _)| v.load(Relaxed) == id).map(|(_, r)| r.load(Relaxed))
+}
+
 /// The program's id for one the kernel gave.
 fn to_program(id: c_int) -> c_int {
     let v = VIRT.load(Relaxed);
     if v != 0 && id == REAL.load(Relaxed) {
         v
+    } else if id > 0 {
+        member_by_real(id).unwrap_or(id)
     } else {
         id
     }
@@ -39,12 +81,14 @@ fn to_program(id: c_int) -> c_int {
 /// The kernel's id for one the program gave (`-id`: a process group).
 fn to_kernel(id: c_int) -> c_int {
     let v = VIRT.load(Relaxed);
-    if v == 0 {
-        id
-    } else if id == v {
+    if v != 0 && id == v {
         REAL.load(Relaxed)
-    } else if id == -v {
+    } else if v != 0 && id == -v {
         -REAL.load(Relaxed)
+    } else if id > 0 {
+        member_by_virt(id).unwrap_or(id)
+    } else if id < -1 {
+        member_by_virt(-id).map_or(id, |r| -r)
     } else {
         id
     }
@@ -231,6 +275,56 @@ pub extern "C" fn prlimit64(pid: libc::pid_t, resource: c_int, new: *const libc:
     prlimit(pid, resource, new, old)
 }
 
+/// The program's `wait4`: the child it names (or the group `-pgid`) is the kernel's; the
+/// pid returned is the program's.
+#[no_mangle]
+pub extern "C" fn wait4(pid: libc::pid_t, status: *mut c_int, options: c_int, usage: *mut libc::rusage) -> libc::pid_t {
+    // SAFETY: the kernel writes the caller's status and usage (either may be null). A
+    // cancellation point in the C library: a thread blocked here is not cancelled by crum.
+    let r = unsafe { libc::syscall(libc::SYS_wait4, to_kernel(pid), status, options, usage) };
+    // (`syscall` returns -1 and sets errno on failure.)
+    if r < 0 {
+        -1
+    } else {
+        to_program(r as c_int)
+    }
+}
+
+/// The program's `waitpid`.
+#[no_mangle]
+pub extern "C" fn waitpid(pid: libc::pid_t, status: *mut c_int, options: c_int) -> libc::pid_t {
+    wait4(pid, status, options, std::ptr::null_mut())
+}
+
+/// The program's `wait`.
+#[no_mangle]
+pub extern "C" fn wait(status: *mut c_int) -> libc::pid_t {
+    wait4(-1, status, 0, std::ptr::null_mut())
+}
+
+/// The program's `waitid`: `P_PID`/`P_PGID` ids are the kernel's, the pid the kernel reports
+/// in `info` is the program's.
+#[no_mangle]
+pub extern "C" fn waitid(idtype: libc::idtype_t, id: libc::id_t, info: *mut libc::siginfo_t, options: c_int) -> c_int {
+    let id = if idtype == libc::P_PID || idtype == libc::P_PGID { to_kernel(id as c_int) as libc::id_t } else { id };
+    // SAFETY: the kernel writes the caller's siginfo; no rusage.
+    let r = unsafe { libc::syscall(libc::SYS_waitid, idtype, id, info, options, std::ptr::null_mut::<libc::rusage>()) };
+    if r < 0 {
+        return -1;
+    }
+    if !info.is_null() {
+        // SAFETY: the caller's siginfo, just written by the kernel (si_pid at offset 16).
+        unsafe {
+            let p = (info as *mut u8).add(16) as *mut c_int;
+            if *p > 0 {
+                *p = to_program(*p);
+            }
+        }
+    }
+    0
+}
+
+
 /// The program's `pidfd_open`.
 #[no_mangle]
 pub extern "C" fn pidfd_open(pid: libc::pid_t, flags: libc::c_uint) -> c_int {
@@ -240,39 +334,40 @@ pub extern "C" fn pidfd_open(pid: libc::pid_t, flags: libc::c_uint) -> c_int {
 
 /// Whether the program's ids differ from the kernel's (after a restart).
 pub fn virtualised() -> bool {
-    VIRT.load(Relaxed) != 0
+    VIRT.load(Relaxed) != 0 || N_MEMBERS.load(Relaxed) != 0
 }
 
 /// `/proc/<pid>…` and `/proc/self/task/<tid>…` where `<pid>` (or the main thread's `<tid>`)
 /// is the program's own id after a restart: the same path with the kernel's id, written into
 /// `buf` (NUL-terminated); None for any other path (used as it is). Allocates nothing.
 pub fn proc_path(path: &[u8], buf: &mut [u8; 4096]) -> Option<usize> {
-    let v = VIRT.load(Relaxed);
-    if v == 0 {
+    if !virtualised() {
         return None;
     }
+    let v = VIRT.load(Relaxed);
     let rest = path.strip_prefix(b"/proc/")?;
     let digits = |b: &[u8]| b.iter().take_while(|c| c.is_ascii_digit()).count();
-    let is_virt = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|t| t.parse::<i32>().ok()) == Some(v);
+    let parse = |b: &[u8]| std::str::from_utf8(b).ok().and_then(|t| t.parse::<i32>().ok());
+    let is_virt = |b: &[u8]| v != 0 && parse(b) == Some(v);
     let real = REAL.load(Relaxed);
     let mut w = std::io::Cursor::new(&mut buf[..]);
     use std::io::Write as _;
-    // "/proc/<virt>" then optionally "/task/<virt>".
+    // "/proc/<the program's id of a process of the job>" then optionally "/task/<virt>".
     let (first, mut tail) = {
         let n = digits(rest);
-        if n > 0 && is_virt(&rest[..n]) && matches!(rest.get(n), None | Some(b'/')) {
-            (true, &rest[n..])
-        } else if let Some(t) = rest.strip_prefix(b"self") {
-            (false, t)
-        } else {
-            return None;
+        let kernel = (n > 0).then(|| parse(&rest[..n])).flatten().map(|p| (p, to_kernel(p)));
+        match kernel {
+            Some((p, k)) if k != p && matches!(rest.get(n), None | Some(b'/')) => (Some(k), &rest[n..]),
+            _ => match rest.strip_prefix(b"self") {
+                Some(t) => (None, t),
+                None => return None,
+            },
         }
     };
-    let mut changed = first;
-    if first {
-        write!(w, "/proc/{real}").ok()?;
-    } else {
-        w.write_all(b"/proc/self").ok()?;
+    let mut changed = first.is_some();
+    match first {
+        Some(k) => write!(w, "/proc/{k}").ok()?,
+        None => w.write_all(b"/proc/self").ok()?,
     }
     if let Some(t) = tail.strip_prefix(b"/task/") {
         let n = digits(t);
@@ -310,6 +405,28 @@ mod tests {
         assert_eq!(to_kernel(-1), -1);
         crum_set_pid_identity(500, 500);
         assert_eq!((to_program(500), to_kernel(500)), (500, 500));
+    }
+
+    #[test]
+    fn job_members_map_both_ways() {
+        let _one = IDS.lock().unwrap_or_else(|e| e.into_inner());
+        let pairs = [100, 200, 200, 300, 7, 7];
+        // SAFETY: three pairs.
+        unsafe { crum_set_pid_table(pairs.as_ptr(), 3) };
+        assert_eq!(to_kernel(100), 200);
+        assert_eq!(to_kernel(200), 300);
+        assert_eq!(to_kernel(-100), -200);
+        assert_eq!((to_kernel(7), to_kernel(-1), to_kernel(0)), (7, -1, 0));
+        assert_eq!(to_program(200), 100);
+        assert_eq!(to_program(300), 200);
+        assert_eq!(to_program(7), 7);
+        let mut buf = [0u8; 4096];
+        let n = proc_path(b"/proc/100/stat", &mut buf).unwrap();
+        assert_eq!(&buf[..n - 1], b"/proc/200/stat");
+        assert_eq!(proc_path(b"/proc/7/stat", &mut buf), None);
+        // SAFETY: no pairs.
+        unsafe { crum_set_pid_table(pairs.as_ptr(), 0) };
+        assert_eq!(to_kernel(100), 100);
     }
 
     #[test]

@@ -237,6 +237,9 @@ pub struct Options {
     /// Where the restarted program writes its images from now on (`crum restart --dir`);
     /// None: where it wrote them before.
     pub new_dir: Option<PathBuf>,
+    /// A job's pid table (`crum_ckpt::job::PidTable`) this process of the job fills and
+    /// hands to its agent; None: not a job.
+    pub job_table_fd: Option<i32>,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -265,6 +268,68 @@ pub fn restart_with(dir: &Path, opts: &Options) -> Result<std::convert::Infallib
         return Err(sys::reexec(attempt + 1));
     }
     restore(plan, attempt, opts)
+}
+
+/// Environment of a job's restorers: the pid table's descriptor.
+const JOB_TABLE_VAR: &str = "CRUM_JOB_TABLE";
+/// Set once a restorer has started the restorers of its children (a re-execution for
+/// another layout must not start them again).
+const JOB_SPAWNED_VAR: &str = "CRUM_JOB_SPAWNED";
+
+/// Restarts process `member` (None: the root) of the job image `dir` (`crum_ckpt::job`):
+/// starts the restorers of its children first (`crum restart --job-member PID`, executed
+/// by `exe` with `args` before the image), each forked from this process so that the tree
+/// is the job's, then becomes the process itself. Never returns on success.
+pub fn restart_job(
+    dir: &Path,
+    member: Option<i32>,
+    exe: &Path,
+    args: &[String],
+    opts: &Options,
+) -> Result<std::convert::Infallible, RestartError> {
+    use crum_ckpt::job::{Manifest, PidTable};
+    let manifest = Manifest::read(dir).map_err(RestartError::Invalid)?;
+    let me = member.unwrap_or(manifest.root);
+    let (Some(index), Some(m)) = (manifest.index(me), manifest.member(me)) else {
+        return Err(RestartError::Invalid(format!("{}: process {me} is not in the job", dir.display())));
+    };
+    let part = dir.join(&m.part);
+    let table = match std::env::var(JOB_TABLE_VAR).ok().and_then(|v| v.parse::<i32>().ok()) {
+        Some(fd) if member.is_some() || std::env::var_os(JOB_SPAWNED_VAR).is_some() => fd,
+        _ => {
+            // The root, first time: validate every part before anything starts.
+            for p in &manifest.members {
+                validate(&dir.join(&p.part))?;
+            }
+            let pids: Vec<i32> = manifest.members.iter().map(|p| p.pid).collect();
+            let fd = PidTable::create(&pids).map_err(RestartError::Invalid)?;
+            std::env::set_var(JOB_TABLE_VAR, fd.to_string());
+            fd
+        }
+    };
+    if std::env::var_os(JOB_SPAWNED_VAR).is_none() {
+        PidTable::fill(table, index, std::process::id() as i32).map_err(RestartError::Invalid)?;
+        std::env::remove_var(ATTEMPT_VAR);
+        for child in manifest.children(me) {
+            let mut argv: Vec<std::ffi::CString> = vec![c"crum".to_owned(), c"restart".to_owned()];
+            for a in args {
+                argv.push(std::ffi::CString::new(a.as_str()).map_err(|_| RestartError::Invalid("NUL in an argument".into()))?);
+            }
+            for a in ["--job-member".to_string(), child.pid.to_string()] {
+                argv.push(std::ffi::CString::new(a).unwrap_or_default());
+            }
+            argv.push(
+                std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+                    .map_err(|_| RestartError::Invalid("NUL in the image path".into()))?,
+            );
+            let exe_c = std::ffi::CString::new(exe.as_os_str().as_encoded_bytes())
+                .map_err(|_| RestartError::Invalid("NUL in the crum path".into()))?;
+            sys::fork_exec(&exe_c, &argv).map_err(|_| sys_err(format!("cannot start the restorer of process {}", child.pid)))?;
+        }
+        std::env::set_var(JOB_SPAWNED_VAR, "1");
+    }
+    let opts = Options { job_table_fd: Some(table), ..opts.clone() };
+    restart_with(&part, &opts)
 }
 
 /// A progress bar on a terminal for images of at least this many bytes of memory.
@@ -313,7 +378,16 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         }
         tracing::info!(?r, "rolled back");
     }
-    restore_fds(&state)?;
+    // The job's pid table, above every descriptor of the program (the restore makes
+    // temporary ones above them too, at the lowest free numbers: never onto it).
+    let table_fd = match opts.job_table_fd {
+        Some(fd) => {
+            let top = state.fds.iter().map(|f| f.fd).max().unwrap_or(2).max(2);
+            Some(sys::move_fd_above(fd, top + 16)?)
+        }
+        None => None,
+    };
+    restore_fds(&state, table_fd)?;
     let channel_fd = match (&opts.proxy, device) {
         (Some((exe, dev)), true) => start_proxy(exe, dev)?,
         _ => -1,
@@ -323,7 +397,14 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     sys::set_rlimits(&state.rlimits);
     sys::apply_advice(&state.advice);
     sys::install_guards(&state.guards);
-    sys::write_restart_info(state.restart_info, state.pid, &dir, channel_fd, opts.new_dir.as_deref());
+    sys::write_restart_info(
+        state.restart_info,
+        state.pid,
+        &dir,
+        channel_fd,
+        table_fd.map_or(-1, i64::from),
+        opts.new_dir.as_deref(),
+    );
     sys::block_signals();
     sys::unregister_rseq();
     sys::set_sigactions(&state.sigactions)?;
@@ -339,12 +420,13 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
 /// they were ([`restore_stdio`]), else the restarting process's. A descriptor the program
 /// inherited at `crum run` that crum cannot restore ([`FdKind::Inherited`]) is this process's
 /// own of the same number, or /dev/null with a warning.
-fn restore_fds(st: &ProcessState) -> Result<(), RestartError> {
+fn restore_fds(st: &ProcessState, keep: Option<i32>) -> Result<(), RestartError> {
     let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
     fds.sort_by_key(|f| f.fd);
     let base = fds.last().map_or(3, |f| f.fd + 1).max(3);
-    let passed_on: Vec<i32> =
+    let mut passed_on: Vec<i32> =
         fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
+    passed_on.extend(keep);
     sys::close_from_except(3, &passed_on);
     restore_stdio(st, base)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();

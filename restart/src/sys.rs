@@ -372,6 +372,38 @@ pub fn set_cloexec(fd: i32, on: bool) {
 }
 
 /// Closes every fd from `first` on except those in `keep`.
+/// Forks a child that executes `exe` with `argv` (this process's environment); its pid.
+pub fn fork_exec(exe: &std::ffi::CStr, argv: &[CString]) -> Result<i32, ()> {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: fork of the single-threaded restorer; the child only executes (or exits).
+    match unsafe { libc::fork() } {
+        0 => {
+            // SAFETY: NUL-terminated argv built above; environ is the process's.
+            unsafe {
+                libc::execv(exe.as_ptr(), ptrs.as_ptr());
+                libc::_exit(127)
+            }
+        }
+        -1 => Err(()),
+        pid => Ok(pid),
+    }
+}
+
+/// Moves `fd` to the lowest free number from `min` (not close-on-exec); returns it.
+pub fn move_fd_above(fd: i32, min: i32) -> Result<i32, RestartError> {
+    if fd >= min {
+        return Ok(fd);
+    }
+    // SAFETY: duplicates our own descriptor, then closes the old number.
+    let n = unsafe { libc::fcntl(fd, libc::F_DUPFD, min) };
+    if n < 0 {
+        return Err(sys_err("moving the job's pid table"));
+    }
+    close(fd);
+    Ok(n)
+}
+
 pub fn close_from_except(first: i32, keep: &[i32]) {
     let mut keep: Vec<i32> = keep.iter().copied().filter(|&k| k >= first).collect();
     keep.sort_unstable();
@@ -569,7 +601,7 @@ pub fn set_brk(start: u64, brk: u64) -> bool {
 /// Fills the agent's restart block: the image path, and after it (NUL-separated, within the
 /// same buffer: the block's layout stays that of every image) the directory for new images
 /// that `crum restart --dir` names.
-pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64, new_dir: Option<&Path>) {
+pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64, job_table_fd: i64, new_dir: Option<&Path>) {
     let bytes = dir.as_os_str().as_encoded_bytes();
     let n = bytes.len().min(4096);
     let mut buf = [0u8; 4096];
@@ -587,6 +619,7 @@ pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64, 
         (*info).old_pid = old_pid as i64;
         (*info).path_len = n as u64;
         (*info).channel_fd = channel_fd;
+        (*info).job_table_fd = job_table_fd;
         std::ptr::copy_nonoverlapping(buf.as_ptr(), std::ptr::addr_of_mut!((*info).path) as *mut u8, buf.len());
         (*info).magic = RESTART_MAGIC;
     }

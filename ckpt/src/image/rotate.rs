@@ -81,7 +81,7 @@ pub fn list_images(parent: &Path) -> Result<Vec<ImageEntry>, ImageError> {
             continue;
         };
         let path = ent.path();
-        if path.join("inventory").is_file() {
+        if path.join("inventory").is_file() || crate::job::is_job_image(&path) {
             out.push(ImageEntry {
                 path,
                 stamp,

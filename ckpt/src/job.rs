@@ -1,0 +1,357 @@
+//! Jobs: a process and its descendants under crum, checkpointed as one (issue 17).
+//!
+//! The process `crum run` started (the *root*) coordinates. When it checkpoints and has
+//! descendants running crum's agent (children it executed under `crum run`'s environment,
+//! their children, ...), every one of them is a *member*: the root connects to each
+//! member's control socket ([`crate::control::Request::JobMember`]) and the cut is made in
+//! three steps over those connections ([`Msg`]):
+//! 1. every member stops its threads and says so (`Stopped`, with the pid its program
+//!    knows); then the root stops its own;
+//! 2. `GoCut`: each member captures itself and forks its image writer into the job's
+//!    temporary directory (`Cut`); then the root does the same;
+//! 3. `GoResume`: everyone runs again; each writer finishes (`Written`), and the root writes
+//!    the manifest ([`Manifest`], `job.json`) and renames the directory into place. The
+//!    image is one directory, complete only when every part is.
+//!
+//! No member runs between the first stop and the last capture, so what one member's image
+//! says it sent another's says was not yet received.
+//!
+//! `crum restart` of a job image rebuilds the tree: each process is forked by its parent's
+//! restorer, and after the restore each learns the pid every member has now (a table in a
+//! memfd the restorers fill), so the pids the program knows keep naming the same processes
+//! (`libcrum_libc.so`'s `crum_set_pid_table`).
+
+#![allow(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// The manifest file of a job image.
+pub const MANIFEST: &str = "job.json";
+/// Largest manifest accepted.
+const MAX_MANIFEST: u64 = 1 << 20;
+/// Most processes in one job.
+pub const MAX_MEMBERS: usize = 1024;
+/// Current manifest version.
+pub const VERSION: u32 = 1;
+
+/// One process of a job image.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Member {
+    /// The pid its program knows (the one it started with).
+    pub pid: i32,
+    /// Its parent's pid as the program knows it (the root's: outside the job).
+    pub ppid: i32,
+    /// The directory of its image, inside the job image.
+    pub part: String,
+    /// Its command name, for messages.
+    #[serde(default)]
+    pub comm: String,
+}
+
+/// `job.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    /// The process `crum restart` becomes (the job's root).
+    pub root: i32,
+    pub members: Vec<Member>,
+}
+
+impl Manifest {
+    /// Reads and checks `dir/job.json` (untrusted: bounded, plain part names, one root, every
+    /// other member's parent a member).
+    pub fn read(dir: &Path) -> Result<Manifest, String> {
+        let path = dir.join(MANIFEST);
+        let mut b = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(MAX_MANIFEST + 1).read_to_end(&mut b))
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if b.len() as u64 > MAX_MANIFEST {
+            return Err(format!("{} is larger than {MAX_MANIFEST} bytes", path.display()));
+        }
+        let m: Manifest = serde_json::from_slice(&b).map_err(|e| format!("{} is malformed: {e}", path.display()))?;
+        m.check().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(m)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.version != VERSION {
+            return Err(format!("job manifest version {} (this crum reads {VERSION})", self.version));
+        }
+        if self.members.is_empty() || self.members.len() > MAX_MEMBERS {
+            return Err(format!("{} processes (1 to {MAX_MEMBERS})", self.members.len()));
+        }
+        let pids: Vec<i32> = self.members.iter().map(|m| m.pid).collect();
+        for (i, m) in self.members.iter().enumerate() {
+            if m.pid <= 0 || pids[..i].contains(&m.pid) {
+                return Err(format!("bad or repeated pid {}", m.pid));
+            }
+            if m.part.is_empty() || m.part.contains('/') || m.part.starts_with('.') {
+                return Err(format!("bad part name {:?}", m.part));
+            }
+            if m.pid != self.root && !pids.contains(&m.ppid) {
+                return Err(format!("process {} has parent {}, which is not in the job", m.pid, m.ppid));
+            }
+        }
+        if !pids.contains(&self.root) {
+            return Err(format!("the root {} is not a member", self.root));
+        }
+        // Every member reaches the root by parents (no cycle).
+        for m in &self.members {
+            let mut p = m.pid;
+            for _ in 0..=self.members.len() {
+                if p == self.root {
+                    break;
+                }
+                p = self.member(p).map(|x| x.ppid).unwrap_or(self.root);
+            }
+            if p != self.root {
+                return Err(format!("process {} does not descend from the root", m.pid));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn member(&self, pid: i32) -> Option<&Member> {
+        self.members.iter().find(|m| m.pid == pid)
+    }
+
+    /// The members whose parent is `pid`.
+    pub fn children(&self, pid: i32) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(move |m| m.ppid == pid && m.pid != self.root)
+    }
+
+    /// Position of `pid` among the members (its slot in the restart's pid table).
+    pub fn index(&self, pid: i32) -> Option<usize> {
+        self.members.iter().position(|m| m.pid == pid)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+}
+
+/// Whether `dir` is a complete job image.
+pub fn is_job_image(dir: &Path) -> bool {
+    dir.join(MANIFEST).is_file()
+}
+
+/// The descendants of this process, parents before children: (pid, parent pid, command
+/// name, state letter) as the kernel gives them.
+pub fn descendants() -> Vec<(i32, i32, String, char)> {
+    let mut out: Vec<(i32, i32, String, char)> = Vec::new();
+    let mut queue = vec![crate::threads::real_pid()];
+    while let Some(p) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        let mut kids = Vec::new();
+        for t in tasks.flatten() {
+            let Ok(list) = std::fs::read_to_string(t.path().join("children")) else { continue };
+            kids.extend(list.split_whitespace().filter_map(|w| w.parse::<i32>().ok()));
+        }
+        kids.sort_unstable();
+        kids.dedup();
+        for k in kids {
+            if out.iter().any(|o| o.0 == k) || out.len() >= MAX_MEMBERS {
+                continue;
+            }
+            let stat = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
+            let comm = match (stat.find('('), stat.rfind(')')) {
+                (Some(a), Some(b)) if a < b => stat[a + 1..b].to_string(),
+                _ => String::from("?"),
+            };
+            let state = stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).unwrap_or('?');
+            out.push((k, p, comm, state));
+            queue.push(k);
+        }
+    }
+    out
+}
+
+/// Whether process `pid` runs crum's agent: its control socket exists.
+pub fn has_agent(pid: i32) -> bool {
+    crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32).exists()
+}
+
+/// A step of the coordinated cut (one JSON line each way).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Msg {
+    /// Member → root: its threads are stopped; the pid its program knows.
+    Stopped { pid: i32 },
+    /// Root → member: capture and fork the writer.
+    GoCut,
+    /// Member → root: the writer is forked; what a restart of its part cannot restore.
+    Cut { problems: Vec<String> },
+    /// Root → member: run again.
+    GoResume,
+    /// Member → root: its part is complete.
+    Written,
+    /// Root → member: give up (release the threads, remove what was written).
+    Abort,
+    /// Member → root: this step failed.
+    Failed(String),
+}
+
+/// One end of a member's connection to the root.
+pub struct Link {
+    stream: UnixStream,
+}
+
+/// How long the root waits for a member's answer to a step (the writers' completion is
+/// waited for as long as the member lives).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Link {
+    pub fn new(stream: UnixStream) -> Link {
+        Link { stream }
+    }
+
+    /// Its descriptor (crum's: kept out of the image).
+    pub fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.stream.as_raw_fd()
+    }
+
+    pub fn send(&mut self, m: &Msg) -> Result<(), String> {
+        let mut line = serde_json::to_vec(m).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        self.stream.write_all(&line).map_err(|e| format!("cannot send to the job: {e}"))
+    }
+
+    /// The next message; None after `limit` (None: no limit) or when the other side is gone.
+    pub fn recv(&mut self, limit: Option<Duration>) -> Option<Msg> {
+        let _ = self.stream.set_read_timeout(limit);
+        // One byte at a time: a step never has more than one line in flight.
+        let mut r = BufReader::with_capacity(1, (&self.stream).take(64 << 10));
+        let mut line = Vec::new();
+        r.read_until(b'\n', &mut line).ok()?;
+        if line.last() != Some(&b'\n') {
+            return None;
+        }
+        serde_json::from_slice(&line[..line.len() - 1]).ok()
+    }
+}
+
+/// The pids of a restarted job: a memfd of `n` slots (the pid the program knows, the
+/// kernel's now), made by the root's restorer, inherited by the others; each restorer fills
+/// its own slot, and each restored agent waits until every slot is filled.
+pub struct PidTable;
+
+impl PidTable {
+    /// A table for `pids` (the programs' pids), nothing filled; the descriptor is inherited
+    /// across exec (the restorers of the other processes are executed with it).
+    pub fn create(pids: &[i32]) -> Result<i32, String> {
+        // SAFETY: memfd_create with a NUL-terminated name; flags 0 (no close-on-exec).
+        let fd = unsafe { libc::memfd_create(c"crum-job-table".as_ptr(), 0) };
+        if fd < 0 {
+            return Err(format!("cannot create the job's pid table: {}", std::io::Error::last_os_error()));
+        }
+        let mut b = Vec::with_capacity(8 * (pids.len() + 1));
+        b.extend_from_slice(&(pids.len() as i32).to_ne_bytes());
+        b.extend_from_slice(&0i32.to_ne_bytes());
+        for p in pids {
+            b.extend_from_slice(&p.to_ne_bytes());
+            b.extend_from_slice(&0i32.to_ne_bytes());
+        }
+        Self::write_at(fd, &b, 0)?;
+        Ok(fd)
+    }
+
+    fn write_at(fd: i32, b: &[u8], at: u64) -> Result<(), String> {
+        // SAFETY: pwrite from a live buffer.
+        let n = unsafe { libc::pwrite(fd, b.as_ptr() as *const libc::c_void, b.len(), at as libc::off_t) };
+        if n != b.len() as isize {
+            return Err(format!("cannot write the job's pid table: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Records that slot `index` runs as kernel pid `now`.
+    pub fn fill(fd: i32, index: usize, now: i32) -> Result<(), String> {
+        Self::write_at(fd, &now.to_ne_bytes(), 8 * (index as u64 + 1) + 4)
+    }
+
+    /// The table as it is: (the program's pid, the kernel's; 0 while not filled).
+    pub fn read(fd: i32) -> Vec<(i32, i32)> {
+        let mut head = [0u8; 8];
+        // SAFETY: pread into live buffers.
+        if unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 8, 0) } != 8 {
+            return Vec::new();
+        }
+        let n = (i32::from_ne_bytes([head[0], head[1], head[2], head[3]]).max(0) as usize).min(MAX_MEMBERS);
+        let mut b = vec![0u8; 8 * n];
+        // SAFETY: as above.
+        if unsafe { libc::pread(fd, b.as_mut_ptr() as *mut libc::c_void, b.len(), 8) } != b.len() as isize {
+            return Vec::new();
+        }
+        b.chunks_exact(8)
+            .map(|c| (i32::from_ne_bytes([c[0], c[1], c[2], c[3]]), i32::from_ne_bytes([c[4], c[5], c[6], c[7]])))
+            .collect()
+    }
+
+    /// The table once every slot is filled, or as it is after `limit`.
+    pub fn wait_complete(fd: i32, limit: Duration) -> Vec<(i32, i32)> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let t = Self::read(fd);
+            if t.iter().all(|&(_, r)| r != 0) || t0.elapsed() >= limit {
+                return t;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(pid: i32, ppid: i32) -> Member {
+        Member { pid, ppid, part: format!("p-{pid}"), comm: "x".into() }
+    }
+
+    #[test]
+    fn manifests_are_checked() {
+        let good = Manifest { version: VERSION, root: 10, members: vec![member(10, 1), member(11, 10), member(12, 11)] };
+        assert_eq!(good.check(), Ok(()));
+        assert_eq!(good.children(10).map(|m| m.pid).collect::<Vec<_>>(), vec![11]);
+        let orphan = Manifest { members: vec![member(10, 1), member(11, 99)], ..good.clone() };
+        assert!(orphan.check().unwrap_err().contains("not in the job"));
+        let cycle = Manifest { members: vec![member(10, 1), member(11, 12), member(12, 11)], ..good.clone() };
+        assert!(cycle.check().unwrap_err().contains("does not descend"));
+        let mut bad_part = good.clone();
+        bad_part.members[1].part = "../x".into();
+        assert!(bad_part.check().is_err());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(MANIFEST), good.encode()).unwrap();
+        assert_eq!(Manifest::read(dir.path()), Ok(good));
+        assert!(is_job_image(dir.path()));
+    }
+
+    #[test]
+    fn pid_table_fills() {
+        let fd = PidTable::create(&[10, 11]).unwrap();
+        assert_eq!(PidTable::read(fd), vec![(10, 0), (11, 0)]);
+        PidTable::fill(fd, 1, 77).unwrap();
+        PidTable::fill(fd, 0, 76).unwrap();
+        assert_eq!(PidTable::wait_complete(fd, Duration::from_secs(5)), vec![(10, 76), (11, 77)]);
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd) };
+    }
+
+    #[test]
+    fn link_exchanges_steps() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut a, mut b) = (Link::new(a), Link::new(b));
+        a.send(&Msg::Stopped { pid: 5 }).unwrap();
+        assert_eq!(b.recv(Some(Duration::from_secs(5))), Some(Msg::Stopped { pid: 5 }));
+        b.send(&Msg::Cut { problems: vec!["p".into()] }).unwrap();
+        assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()] }));
+        drop(b);
+        assert_eq!(a.recv(None), None);
+    }
+}
