@@ -618,7 +618,15 @@ pub fn start_from_env() {
 }
 
 fn start(cfg: Result<Config, String>) -> Result<(), String> {
-    let cfg = cfg?;
+    let mut cfg = cfg?;
+    // A process of a job (a descendant of a process running crum's agent) is checkpointed
+    // with the job, by its root: no timer or signal of its own (its images would be taken
+    // for the job's).
+    let me = threads::real_pid();
+    if crate::job::root_of(me, crate::job::has_agent) != me {
+        cfg.interval = None;
+        cfg.signal = None;
+    }
     // The proxy channel (`crum run`'s, moved above the program's fds by the interposer's
     // constructor) belongs to the interposer, whose restore hook builds a new one: it is
     // excluded there (never saved or restored).

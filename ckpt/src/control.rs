@@ -430,6 +430,14 @@ impl Drop for ControlServer {
 /// How long a client waits for the control socket of a process that has crum's agent loaded.
 const AGENT_START_WAIT: Duration = Duration::from_secs(20);
 
+/// Whether `pid` runs crum's agent: its control socket in `dir` takes connections (a socket
+/// file alone may be a dead process's, its pid reused since; a restarted process's maps do
+/// not name libcrum). The connection sends nothing: the agent drops it.
+pub fn agent_running(dir: &Path, pid: u32) -> bool {
+    let path = socket_path_in(dir, pid);
+    path.exists() && UnixStream::connect(&path).is_ok()
+}
+
 /// Whether `pid` runs with crum's agent (libcrum) loaded.
 fn agent_loaded(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.ends_with("/libcrum.so")))

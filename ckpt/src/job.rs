@@ -172,9 +172,32 @@ pub fn descendants() -> Vec<(i32, i32, String, char)> {
     out
 }
 
-/// Whether process `pid` runs crum's agent: its control socket exists.
+/// Whether process `pid` runs crum's agent ([`crate::control::agent_running`]).
 pub fn has_agent(pid: i32) -> bool {
-    crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32).exists()
+    pid > 0 && crate::control::agent_running(&crate::control::socket_dir(), pid as u32)
+}
+
+/// The parent of process `pid` (0 when unknown).
+pub fn parent_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')').and_then(|b| stat[b + 1..].split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The root of the job `pid` belongs to: its topmost ancestor running crum's agent
+/// (`has_agent`), or `pid` itself when none does.
+pub fn root_of(pid: i32, has_agent: impl Fn(i32) -> bool) -> i32 {
+    let mut root = pid;
+    let mut p = parent_of(pid);
+    for _ in 0..4096 {
+        if p <= 1 {
+            break;
+        }
+        if has_agent(p) {
+            root = p;
+        }
+        p = parent_of(p);
+    }
+    root
 }
 
 /// A step of the coordinated cut (one JSON line each way).

@@ -17,7 +17,8 @@ use crum_ckpt::control;
 #[derive(clap::Args)]
 pub struct Args {
     /// Process id of a program running under `crum run`, or of the `crum run` (or `crum
-    /// restart`'s caller) that started it: the program below it is checkpointed.
+    /// restart`'s caller) that started it: the program below it is checkpointed. A process
+    /// of a job (a descendant of the program) names the whole job.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub pid: Option<u32>,
     /// Write the image under this directory instead of the program's configured one.
@@ -51,7 +52,12 @@ fn spinner(pid: u32) -> indicatif::ProgressBar {
 fn target(sock_dir: &Path, pid: u32) -> u32 {
     let has_socket = |p: u32| control::socket_path_in(sock_dir, p).exists();
     if has_socket(pid) {
-        return pid;
+        // A member of a job: the job is checkpointed, by its root.
+        let root = crum_ckpt::job::root_of(pid as i32, |p| p > 0 && control::agent_running(sock_dir, p as u32)) as u32;
+        if root != pid {
+            eprintln!("crum: process {pid} belongs to the job of process {root}: checkpointing the job");
+        }
+        return root;
     }
     let mut level = vec![pid];
     for _ in 0..8 {
