@@ -88,6 +88,10 @@ corpus_ckpt!(
     "jacobi",
     args: vec!["32", "300", "100"]
 );
+corpus_ckpt!(
+    graphs_built_and_instantiated_before_a_checkpoint_launch_after_restart,
+    "graph_explicit"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

@@ -110,3 +110,7 @@ corpus_test!(
     unsupported_form_fails_only_its_own_kernel,
     "unsupported_form"
 );
+corpus_test!(
+    explicit_graph_nodes_launch_update_and_clone_match_cpu,
+    "graph_explicit"
+);
