@@ -92,6 +92,10 @@ corpus_ckpt!(
     graphs_built_and_instantiated_before_a_checkpoint_launch_after_restart,
     "graph_explicit"
 );
+corpus_ckpt!(
+    captured_graphs_launch_after_restart,
+    "graph_capture"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

@@ -114,3 +114,7 @@ corpus_test!(
     explicit_graph_nodes_launch_update_and_clone_match_cpu,
     "graph_explicit"
 );
+corpus_test!(
+    stream_capture_with_fork_join_modes_and_errors_matches_cpu,
+    "graph_capture"
+);
