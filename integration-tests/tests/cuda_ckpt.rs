@@ -96,6 +96,10 @@ corpus_ckpt!(
     captured_graphs_launch_after_restart,
     "graph_capture"
 );
+corpus_ckpt!(
+    pool_blocks_in_use_and_cached_survive_restarts_at_their_addresses,
+    "mem_pools"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

@@ -118,3 +118,7 @@ corpus_test!(
     stream_capture_with_fork_join_modes_and_errors_matches_cpu,
     "graph_capture"
 );
+corpus_test!(
+    memory_pools_reuse_release_trim_and_attributes_match_cpu,
+    "mem_pools"
+);
