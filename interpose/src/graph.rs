@@ -29,8 +29,6 @@ pub struct KernelNode {
     pub shared: u32,
     pub cooperative: bool,
     pub params: Vec<u8>,
-    /// Offset of each parameter in `params` (`kernelParams` for GetParams).
-    pub offsets: Vec<u32>,
 }
 
 /// `cudaMemsetParams` (width in elements of `elem` bytes).

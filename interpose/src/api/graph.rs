@@ -332,11 +332,17 @@ crate::export! {
     }
     fn cudaGraphKernelNodeGetParams(node: *mut c_void, params: *mut u8) {
         zero(params, CUDAKERNELNODEPARAMS_SIZE)?;
+        let host_fun = match store().node(node as u64)?.kind {
+            NodeKind::Kernel(ref k) => k.host_fun,
+            _ => return Err(cuda::ERROR_INVALID_VALUE),
+        };
+        // The parameter layout (resolved when the node was made, so no proxy call here).
+        let (_, info) = function(host_fun)?;
         let mut s = store();
         let n = s.node_mut(node as u64)?;
         let NodeKind::Kernel(k) = &n.kind else { return Err(cuda::ERROR_INVALID_VALUE) };
         let base = k.params.as_ptr() as u64;
-        let argv: Vec<u64> = k.offsets.iter().map(|&o| base + o as u64).collect();
+        let argv: Vec<u64> = info.params.iter().map(|&(o, _)| base + o as u64).collect();
         set_field(params, CUDAKERNELNODEPARAMS_FUNC, k.host_fun);
         set_field(params, CUDAKERNELNODEPARAMS_GRIDDIM, k.grid);
         set_field(params, CUDAKERNELNODEPARAMS_BLOCKDIM, k.block);

@@ -308,12 +308,28 @@ pub fn launch(
     ptsz: bool,
     cooperative: bool,
 ) -> CudaResult<()> {
-    let k = kernel_node(host_fun, grid, block, args, std::ptr::null_mut(), shared, cooperative)?;
+    let (k, func) = prepare(host_fun, grid, block, args, std::ptr::null_mut(), shared, cooperative)?;
     let stream = resolve_stream(stream, ptsz)?;
-    if crate::capture::record(stream, || Ok(crate::graph::NodeKind::Kernel(k.clone())))? {
-        return Ok(());
+    if crate::capture::any() {
+        let mut node = Some(k);
+        if crate::capture::record(stream, || {
+            Ok(crate::graph::NodeKind::Kernel(node.take().ok_or(cuda::ERROR_UNKNOWN)?))
+        })? {
+            return Ok(());
+        }
+        let Some(k) = node else { return Err(cuda::ERROR_UNKNOWN) };
+        return issue(&k, stream);
     }
-    issue(&k, stream)
+    // The common path: the parameter block moves into the request.
+    send(&Request::Launch {
+        func,
+        grid: k.grid,
+        block: k.block,
+        shared: k.shared,
+        stream,
+        cooperative: k.cooperative,
+        params: k.params,
+    })
 }
 
 /// `CU_LAUNCH_PARAM_BUFFER_POINTER`, `_SIZE` and `_END` of an `extra` argument list.
@@ -334,6 +350,20 @@ pub fn kernel_node(
     shared: usize,
     cooperative: bool,
 ) -> CudaResult<crate::graph::KernelNode> {
+    prepare(host_fun, grid, block, args, extra, shared, cooperative).map(|(k, _)| k)
+}
+
+/// [`kernel_node`] and the proxy's handle of the kernel.
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    host_fun: usize,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    shared: usize,
+    cooperative: bool,
+) -> CudaResult<(crate::graph::KernelNode, u64)> {
     let (_, info) = function(host_fun)?;
     let p = props()?;
     let (g, b) = (grid.arr(), block.arr());
@@ -382,15 +412,15 @@ pub fn kernel_node(
             params[off..off + size].copy_from_slice(bytes(argp, size)?);
         }
     }
-    Ok(crate::graph::KernelNode {
+    let node = crate::graph::KernelNode {
         host_fun,
         grid: g,
         block: b,
         shared: shared as u32,
         cooperative,
         params,
-        offsets: info.params.iter().map(|&(off, _)| off).collect(),
-    })
+    };
+    Ok((node, info.handle))
 }
 
 /// Queue a prepared launch on `stream` (resolved). The kernel handle is looked up now, so a
