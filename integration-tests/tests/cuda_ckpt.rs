@@ -100,6 +100,10 @@ corpus_ckpt!(
     pool_blocks_in_use_and_cached_survive_restarts_at_their_addresses,
     "mem_pools"
 );
+corpus_ckpt!(
+    graph_allocations_keep_their_addresses_across_restarts,
+    "graph_mem_nodes"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

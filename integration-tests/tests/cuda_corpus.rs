@@ -122,3 +122,7 @@ corpus_test!(
     memory_pools_reuse_release_trim_and_attributes_match_cpu,
     "mem_pools"
 );
+corpus_test!(
+    graph_memory_nodes_and_generic_node_api_match_cpu,
+    "graph_mem_nodes"
+);

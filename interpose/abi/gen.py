@@ -32,11 +32,25 @@ fields = {
  'cudaGraphExecUpdateResultInfo_st': 'result errorNode errorFromNode',
  'cudaMemPoolProps': 'allocType handleTypes location maxSize usage',
  'cudaMemLocation': 'type id',
+ 'cudaGraphNodeParams': 'type kernel memcpy memset host graph eventWait eventRecord alloc free reserved2',
+ 'cudaKernelNodeParamsV2': 'func gridDim blockDim sharedMemBytes kernelParams extra ctx functionType',
+ 'cudaMemcpyNodeParams': 'flags reserved ctx copyParams',
+ 'cudaMemsetParamsV2': 'dst pitch value elementSize width height ctx',
+ 'cudaHostNodeParamsV2': 'fn userData syncMode ctx',
+ 'cudaChildGraphNodeParams': 'graph ownership',
+ 'cudaEventRecordNodeParams': 'event ctx',
+ 'cudaEventWaitNodeParams': 'event',
+ 'cudaMemAllocNodeParams': 'poolProps accessDescs accessDescCount bytesize dptr',
+ 'cudaMemAllocNodeParamsV2': 'poolProps accessDescs accessDescCount bytesize dptr',
+ 'cudaMemFreeNodeParams': 'dptr',
+ 'cudaGraphInstantiateParams_st': 'flags uploadStream errNode_out result_out',
 }
 enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttributeID',
          'cudaMemPoolAttr', 'cudaGraphNodeType', 'cudaGraphExecUpdateResult',
          'cudaStreamCaptureMode', 'cudaStreamCaptureStatus', 'cudaGraphInstantiateFlags',
-         'cudaStreamUpdateCaptureDependenciesFlags']
+         'cudaStreamUpdateCaptureDependenciesFlags', 'cudaKernelFunctionType',
+         'cudaGraphChildGraphNodeOwnership', 'cudaGraphInstantiateResult',
+         'cudaGraphMemAttributeType']
 src = '#include <stddef.h>\n#include <stdio.h>\n#include <cuda_runtime_api.h>\nint main(void){\n'
 for s, fs in fields.items():
     t = s if s.endswith('_t') else 'struct ' + s

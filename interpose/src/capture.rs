@@ -162,6 +162,30 @@ pub fn record(stream: u64, make: impl FnOnce() -> CudaResult<NodeKind>) -> CudaR
     c.add(id, stream, kind).map(|_| true)
 }
 
+/// `cudaFreeAsync` on a capturing stream: a mem free node when the memory is an allocation
+/// of this capture's graph, else an empty node (the memory stays allocated). `true` when
+/// captured.
+pub fn record_free(stream: u64, addr: u64) -> CudaResult<bool> {
+    if !any() {
+        return Ok(false);
+    }
+    let mut c = captures();
+    let Some(id) = c.live(stream)? else {
+        c.implicit(stream)?;
+        return Ok(false);
+    };
+    let g = c.by_id[&id].graph;
+    let kind = {
+        let s = graph::store();
+        match s.graph_alloc(g, addr) {
+            Some(a) if !a.freed_in_graph.swap(true, Ordering::AcqRel) => NodeKind::MemFree(addr),
+            Some(_) => return Err(cuda::ERROR_INVALID_VALUE),
+            None => NodeKind::Empty,
+        }
+    };
+    c.add(id, stream, kind).map(|_| true)
+}
+
 /// A potentially unsafe call (allocation, synchronous copy, device synchronization): refused
 /// while a capture this thread's mode conflicts with is in progress, which it invalidates.
 pub fn forbid_unsafe() -> CudaResult<()> {

@@ -12,6 +12,7 @@
 #![allow(non_upper_case_globals)]
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crum_wire::cuda;
@@ -42,6 +43,36 @@ pub struct MemsetNode {
     pub height: u64,
 }
 
+/// Memory a mem alloc node (or a `cudaMallocAsync` in a capture) allocated when the node
+/// was made: its address is fixed for the life of the graph, as CUDA promises, and every
+/// launch uses it. When a free node of the same graph frees it, the device gets it back once
+/// the last graph or executable graph naming it is gone; otherwise the program frees it
+/// (`cudaFree`/`cudaFreeAsync`), as CUDA requires.
+#[derive(Debug)]
+pub struct GraphAlloc {
+    pub addr: u64,
+    pub size: u64,
+    pub freed_in_graph: AtomicBool,
+    /// What gives the memory back (the device, through the proxy); `None` in unit tests.
+    pub release: Option<fn(u64, u64)>,
+}
+
+impl PartialEq for GraphAlloc {
+    fn eq(&self, o: &Self) -> bool {
+        self.addr == o.addr
+    }
+}
+
+impl Eq for GraphAlloc {}
+
+impl Drop for GraphAlloc {
+    fn drop(&mut self) {
+        if let (true, Some(f)) = (self.freed_in_graph.load(Ordering::Acquire), self.release) {
+            f(self.addr, self.size);
+        }
+    }
+}
+
 /// What a node does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeKind {
@@ -55,6 +86,9 @@ pub enum NodeKind {
     Child(u64),
     EventRecord(u64),
     EventWait(u64),
+    MemAlloc(Arc<GraphAlloc>),
+    /// Frees a graph allocation of the same graph (at the end of the graph's life here).
+    MemFree(u64),
 }
 
 impl NodeKind {
@@ -69,6 +103,8 @@ impl NodeKind {
             NodeKind::Child(_) => cudaGraphNodeTypeGraph,
             NodeKind::EventRecord(_) => cudaGraphNodeTypeEventRecord,
             NodeKind::EventWait(_) => cudaGraphNodeTypeWaitEvent,
+            NodeKind::MemAlloc(_) => cudaGraphNodeTypeMemAlloc,
+            NodeKind::MemFree(_) => cudaGraphNodeTypeMemFree,
         }
     }
 }
@@ -205,6 +241,9 @@ impl Store {
     /// A deep copy of graph `g` (child graphs copied too); `owner`: the child node that will
     /// own the copy.
     pub fn clone_graph(&mut self, g: u64, owner: Option<u64>) -> CudaResult<u64> {
+        if self.has_memory_nodes(g)? {
+            return Err(cuda::ERROR_NOT_SUPPORTED);
+        }
         let order = self.graph(g)?.nodes.clone();
         let new = self.create_graph();
         let mut map = HashMap::new();
@@ -226,6 +265,24 @@ impl Store {
         gr.owner = owner;
         gr.cloned_from = map;
         Ok(new)
+    }
+
+    /// Whether graph `g` has mem alloc or free nodes (such a graph cannot be a child graph
+    /// or be cloned, as in CUDA).
+    pub fn has_memory_nodes(&self, g: u64) -> CudaResult<bool> {
+        Ok(self
+            .graph(g)?
+            .nodes
+            .iter()
+            .any(|n| matches!(self.nodes.get(n).map(|x| &x.kind), Some(NodeKind::MemAlloc(_) | NodeKind::MemFree(_)))))
+    }
+
+    /// The allocation node of graph `g` at `addr`.
+    pub fn graph_alloc(&self, g: u64, addr: u64) -> Option<Arc<GraphAlloc>> {
+        self.graphs.get(&g)?.nodes.iter().find_map(|n| match &self.nodes.get(n)?.kind {
+            NodeKind::MemAlloc(a) if a.addr == addr => Some(a.clone()),
+            _ => None,
+        })
     }
 
     /// Remove node `n` and every edge to or from it (its child graph too).

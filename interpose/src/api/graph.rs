@@ -6,16 +6,17 @@
 #![allow(unsafe_code, non_upper_case_globals)]
 
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crum_wire::{cuda, Body, Request};
+use crum_wire::{cuda, AllocKind, Body, Request};
 
 use crate::abi_gen::*;
 use crate::capture;
 use crate::client::{call, send};
 use crate::errors::CudaResult;
 use crate::ffi::*;
-use crate::graph::{store, KernelNode, MemsetNode, NodeKind, Store};
+use crate::graph::{store, GraphAlloc, KernelNode, MemsetNode, NodeKind, Store};
 use crate::state::*;
 
 /// A `cudaMemcpy3DParms` for a plain (pitched) copy: what a captured copy or a 1-D copy
@@ -194,7 +195,260 @@ fn run_node(kind: &NodeKind, stream: u64) -> CudaResult<()> {
         NodeKind::Host { func, data } => crate::api::stream::host_func_on(stream, *func, *data),
         NodeKind::EventRecord(e) => send(&Request::EventRecord { event: *e, stream }),
         NodeKind::EventWait(e) => send(&Request::StreamWaitEvent { stream, event: *e }),
+        // The memory was allocated with the node and stays at its address.
+        NodeKind::MemAlloc(_) | NodeKind::MemFree(_) => Ok(()),
     }
+}
+
+/// Bytes of graph allocations alive, and the most there were.
+static GRAPH_MEM: AtomicU64 = AtomicU64::new(0);
+static GRAPH_MEM_HIGH: AtomicU64 = AtomicU64::new(0);
+
+/// A graph allocation of `size` bytes (device memory, 512-byte granularity).
+pub fn graph_alloc(size: u64) -> CudaResult<Arc<GraphAlloc>> {
+    if size == 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let size = size.checked_next_multiple_of(crate::pool::BLOCK_ALIGN).ok_or(cuda::ERROR_MEMORY_ALLOCATION)?;
+    let addr = crate::api::memory::alloc_any(size, AllocKind::Device, MemKind::Device, 0)?;
+    let now = GRAPH_MEM.fetch_add(size, Ordering::SeqCst) + size;
+    GRAPH_MEM_HIGH.fetch_max(now, Ordering::SeqCst);
+    Ok(Arc::new(GraphAlloc {
+        addr,
+        size,
+        freed_in_graph: AtomicBool::new(false),
+        release: Some(release_graph_alloc),
+    }))
+}
+
+fn release_graph_alloc(addr: u64, size: u64) {
+    GRAPH_MEM.fetch_sub(size, Ordering::SeqCst);
+    if crate::api::memory::free_any(addr, false).is_err() {
+        tracing::warn!(addr, "could not free a graph allocation");
+    }
+}
+
+/// `cudaFree`/`cudaFreeAsync` of a graph allocation the graph does not free: no longer
+/// counted as graph memory.
+pub fn forget_graph_alloc(addr: u64) {
+    if GRAPH_MEM.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let s = store();
+    let hit = s.nodes.values().find_map(|n| match &n.kind {
+        NodeKind::MemAlloc(a) if a.addr == addr && !a.freed_in_graph.load(Ordering::Acquire) => Some(a.size),
+        _ => None,
+    });
+    if let Some(size) = hit {
+        GRAPH_MEM.fetch_sub(size, Ordering::SeqCst);
+    }
+}
+
+/// A free node for `addr` in graph `g`: only the graph's own allocations.
+fn free_node(s: &Store, g: u64, addr: u64) -> CudaResult<NodeKind> {
+    let a = s.graph_alloc(g, addr).ok_or(cuda::ERROR_INVALID_VALUE)?;
+    if a.freed_in_graph.swap(true, Ordering::AcqRel) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    Ok(NodeKind::MemFree(addr))
+}
+
+/// A `cudaMemAllocNodeParams[V2]`: device memory of device 0, no IPC handles.
+fn read_alloc(p: *const u8) -> CudaResult<u64> {
+    let ty: u32 = field(p, CUDAMEMALLOCNODEPARAMS_POOLPROPS + CUDAMEMPOOLPROPS_ALLOCTYPE)?;
+    let handles: u32 = field(p, CUDAMEMALLOCNODEPARAMS_POOLPROPS + CUDAMEMPOOLPROPS_HANDLETYPES)?;
+    let loc = CUDAMEMALLOCNODEPARAMS_POOLPROPS + CUDAMEMPOOLPROPS_LOCATION;
+    let lt: u32 = field(p, loc + CUDAMEMLOCATION_TYPE)?;
+    let id: i32 = field(p, loc + CUDAMEMLOCATION_ID)?;
+    if ty != 1 || lt != 1 || handles != 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    if id != 0 {
+        return Err(cuda::ERROR_INVALID_DEVICE);
+    }
+    field(p, CUDAMEMALLOCNODEPARAMS_BYTESIZE)
+}
+
+fn write_alloc(p: *mut u8, a: &GraphAlloc) -> CudaResult<()> {
+    zero(p, CUDAMEMALLOCNODEPARAMS_SIZE)?;
+    set_field(p, CUDAMEMALLOCNODEPARAMS_POOLPROPS + CUDAMEMPOOLPROPS_ALLOCTYPE, 1u32);
+    let loc = CUDAMEMALLOCNODEPARAMS_POOLPROPS + CUDAMEMPOOLPROPS_LOCATION;
+    set_field(p, loc + CUDAMEMLOCATION_TYPE, 1u32);
+    set_field(p, CUDAMEMALLOCNODEPARAMS_BYTESIZE, a.size);
+    set_field(p, CUDAMEMALLOCNODEPARAMS_DPTR, a.addr);
+    Ok(())
+}
+
+/// Add a mem alloc node: the memory is allocated now; its address goes to `params.dptr`.
+fn add_alloc_node(node_out: *mut *mut c_void, graph: u64, d: &[u64], params: *mut u8) -> CudaResult<()> {
+    if node_out.is_null() {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let size = read_alloc(params)?;
+    store().graph(graph)?;
+    let a = graph_alloc(size)?;
+    let addr = a.addr;
+    let h = store().add_node(graph, d, NodeKind::MemAlloc(a))?;
+    set_field(params, CUDAMEMALLOCNODEPARAMS_DPTR, addr);
+    out(node_out, h as *mut c_void)
+}
+
+/// `cudaGraphNodeParams`: the node kind it describes (`graph`: where the node goes, for a
+/// free node's check; child graphs and allocations are made by the caller).
+fn read_generic(p: *const u8) -> CudaResult<(u32, *const u8)> {
+    let ty: u32 = field(p, CUDAGRAPHNODEPARAMS_TYPE)?;
+    Ok((ty, p.wrapping_add(CUDAGRAPHNODEPARAMS_KERNEL)))
+}
+
+fn decode_generic(ty: u32, u: *const u8) -> CudaResult<NodeKind> {
+    Ok(match ty {
+        cudaGraphNodeTypeKernel => {
+            let ft: u32 = field(u, CUDAKERNELNODEPARAMSV2_FUNCTIONTYPE)?;
+            if ft == cudaKernelFunctionTypeFunction {
+                // A driver CUfunction: crum has no driver API.
+                return Err(cuda::ERROR_NOT_SUPPORTED);
+            }
+            let func: usize = field(u, CUDAKERNELNODEPARAMSV2_FUNC)?;
+            let grid: Dim3 = field(u, CUDAKERNELNODEPARAMSV2_GRIDDIM)?;
+            let block: Dim3 = field(u, CUDAKERNELNODEPARAMSV2_BLOCKDIM)?;
+            let shared: u32 = field(u, CUDAKERNELNODEPARAMSV2_SHAREDMEMBYTES)?;
+            let args: *mut *mut c_void = field(u, CUDAKERNELNODEPARAMSV2_KERNELPARAMS)?;
+            let extra: *mut *mut c_void = field(u, CUDAKERNELNODEPARAMSV2_EXTRA)?;
+            NodeKind::Kernel(crate::api::launch::kernel_node(func, grid, block, args, extra, shared as usize, false)?)
+        }
+        cudaGraphNodeTypeMemcpy => NodeKind::Memcpy(read_copy3d(u.wrapping_add(CUDAMEMCPYNODEPARAMS_COPYPARAMS))?),
+        cudaGraphNodeTypeMemset => NodeKind::Memset(read_memset(u)?),
+        cudaGraphNodeTypeHost => read_host(u)?,
+        cudaGraphNodeTypeEmpty => NodeKind::Empty,
+        cudaGraphNodeTypeWaitEvent | cudaGraphNodeTypeEventRecord => {
+            let e: u64 = field(u, CUDAEVENTWAITNODEPARAMS_EVENT)?;
+            if e == 0 {
+                return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
+            }
+            if ty == cudaGraphNodeTypeWaitEvent {
+                NodeKind::EventWait(e)
+            } else {
+                NodeKind::EventRecord(e)
+            }
+        }
+        _ => return Err(cuda::ERROR_NOT_SUPPORTED),
+    })
+}
+
+/// Write `kind` as a `cudaGraphNodeParams`.
+fn write_generic(p: *mut u8, kind: &NodeKind, argv: u64) -> CudaResult<()> {
+    zero(p, CUDAGRAPHNODEPARAMS_SIZE)?;
+    set_field(p, CUDAGRAPHNODEPARAMS_TYPE, kind.type_code());
+    let u = p.wrapping_add(CUDAGRAPHNODEPARAMS_KERNEL);
+    match kind {
+        NodeKind::Kernel(k) => {
+            set_field(u, CUDAKERNELNODEPARAMSV2_FUNC, k.host_fun);
+            set_field(u, CUDAKERNELNODEPARAMSV2_GRIDDIM, k.grid);
+            set_field(u, CUDAKERNELNODEPARAMSV2_BLOCKDIM, k.block);
+            set_field(u, CUDAKERNELNODEPARAMSV2_SHAREDMEMBYTES, k.shared);
+            set_field(u, CUDAKERNELNODEPARAMSV2_KERNELPARAMS, argv);
+            set_field(u, CUDAKERNELNODEPARAMSV2_FUNCTIONTYPE, cudaKernelFunctionTypeDeviceEntry);
+        }
+        NodeKind::Memcpy(c) => {
+            for (i, b) in c.iter().enumerate() {
+                set_field(u, CUDAMEMCPYNODEPARAMS_COPYPARAMS + i, *b);
+            }
+        }
+        NodeKind::Memset(m) => {
+            set_field(u, CUDAMEMSETPARAMSV2_DST, m.dst);
+            set_field(u, CUDAMEMSETPARAMSV2_PITCH, m.pitch);
+            set_field(u, CUDAMEMSETPARAMSV2_VALUE, m.value);
+            set_field(u, CUDAMEMSETPARAMSV2_ELEMENTSIZE, m.elem);
+            set_field(u, CUDAMEMSETPARAMSV2_WIDTH, m.width);
+            set_field(u, CUDAMEMSETPARAMSV2_HEIGHT, m.height);
+        }
+        NodeKind::Host { func, data } => {
+            set_field(u, CUDAHOSTNODEPARAMSV2_FN, *func);
+            set_field(u, CUDAHOSTNODEPARAMSV2_USERDATA, *data);
+        }
+        NodeKind::Child(g) => set_field(u, CUDACHILDGRAPHNODEPARAMS_GRAPH, *g),
+        NodeKind::EventRecord(e) | NodeKind::EventWait(e) => set_field(u, CUDAEVENTWAITNODEPARAMS_EVENT, *e),
+        NodeKind::MemAlloc(a) => {
+            set_field(u, CUDAMEMALLOCNODEPARAMSV2_POOLPROPS + CUDAMEMPOOLPROPS_ALLOCTYPE, 1u32);
+            set_field(u, CUDAMEMALLOCNODEPARAMSV2_POOLPROPS + CUDAMEMPOOLPROPS_LOCATION + CUDAMEMLOCATION_TYPE, 1u32);
+            set_field(u, CUDAMEMALLOCNODEPARAMSV2_BYTESIZE, a.size);
+            set_field(u, CUDAMEMALLOCNODEPARAMSV2_DPTR, a.addr);
+        }
+        NodeKind::MemFree(a) => set_field(u, CUDAMEMFREENODEPARAMS_DPTR, *a),
+        NodeKind::Empty => {}
+    }
+    Ok(())
+}
+
+/// The `kernelParams` array of a kernel node (pointers into its parameter block), kept in
+/// the node for the program to read.
+fn kernel_argv(node: u64) -> CudaResult<u64> {
+    let host_fun = match store().node(node)?.kind {
+        NodeKind::Kernel(ref k) => k.host_fun,
+        _ => return Ok(0),
+    };
+    // The parameter layout (resolved when the node was made, so no proxy call here).
+    let (_, info) = function(host_fun)?;
+    let mut s = store();
+    let n = s.node_mut(node)?;
+    let NodeKind::Kernel(k) = &n.kind else { return Ok(0) };
+    let base = k.params.as_ptr() as u64;
+    n.argv = info.params.iter().map(|&(o, _)| base + o as u64).collect();
+    Ok(n.argv.as_ptr() as u64)
+}
+
+fn add_generic(node_out: *mut *mut c_void, graph: u64, d: &[u64], params: *mut u8) -> CudaResult<()> {
+    if node_out.is_null() {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let (ty, u) = read_generic(params)?;
+    let u = u as *mut u8;
+    match ty {
+        cudaGraphNodeTypeGraph => {
+            let child: u64 = field(u, CUDACHILDGRAPHNODEPARAMS_GRAPH)?;
+            let own: u32 = field(u, CUDACHILDGRAPHNODEPARAMS_OWNERSHIP)?;
+            let h = add_child(graph, d, child, own == cudaGraphChildGraphOwnershipMove)?;
+            out(node_out, h as *mut c_void)
+        }
+        cudaGraphNodeTypeMemAlloc => add_alloc_node(node_out, graph, d, u),
+        cudaGraphNodeTypeMemFree => {
+            let addr: u64 = field(u, CUDAMEMFREENODEPARAMS_DPTR)?;
+            let mut s = store();
+            let k = free_node(&s, graph, addr)?;
+            let h = s.add_node(graph, d, k)?;
+            out(node_out, h as *mut c_void)
+        }
+        _ => {
+            let k = decode_generic(ty, u)?;
+            let h = store().add_node(graph, d, k)?;
+            out(node_out, h as *mut c_void)
+        }
+    }
+}
+
+/// A child graph node: a copy of `child`, or `child` itself when it is moved in.
+fn add_child(graph: u64, d: &[u64], child: u64, moved: bool) -> CudaResult<u64> {
+    let mut s = store();
+    if s.has_memory_nodes(child)? {
+        return Err(cuda::ERROR_NOT_SUPPORTED);
+    }
+    if moved && s.graph(child)?.owner.is_some() {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let h = s.add_node(graph, d, NodeKind::Child(0))?;
+    if moved {
+        s.graphs.get_mut(&child).ok_or(cuda::ERROR_INVALID_VALUE)?.owner = Some(h);
+        s.node_mut(h)?.kind = NodeKind::Child(child);
+        return Ok(h);
+    }
+    match s.clone_graph(child, Some(h)) {
+        Ok(c) => s.node_mut(h)?.kind = NodeKind::Child(c),
+        Err(e) => {
+            s.destroy_node(h)?;
+            return Err(e);
+        }
+    }
+    Ok(h)
 }
 
 /// A memset of 1-, 2- or 4-byte elements: a byte memset when every byte of the value is
@@ -255,6 +509,23 @@ fn launch(exec: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()> 
     Ok(())
 }
 
+fn instantiate_with_params(exec: *mut *mut c_void, graph: *mut c_void, params: *mut u8, ptsz: bool) -> CudaResult<()> {
+    let flags: u64 = field(params, CUDAGRAPHINSTANTIATEPARAMS_ST_FLAGS)?;
+    let upload: u64 = field(params, CUDAGRAPHINSTANTIATEPARAMS_ST_UPLOADSTREAM)?;
+    if flags & cudaGraphInstantiateFlagUpload as u64 != 0 {
+        resolve_stream(upload, ptsz)?;
+    }
+    let r = instantiate(exec, graph, flags);
+    let result = match r {
+        Ok(()) => cudaGraphInstantiateSuccess,
+        Err(cuda::ERROR_INVALID_VALUE) => cudaGraphInstantiateInvalidStructure,
+        Err(_) => cudaGraphInstantiateError,
+    };
+    set_field(params, CUDAGRAPHINSTANTIATEPARAMS_ST_ERRNODE_OUT, 0u64);
+    set_field(params, CUDAGRAPHINSTANTIATEPARAMS_ST_RESULT_OUT, result);
+    r
+}
+
 fn instantiate(exec_out: *mut *mut c_void, graph: *mut c_void, flags: u64) -> CudaResult<()> {
     if exec_out.is_null() {
         return Err(cuda::ERROR_INVALID_VALUE);
@@ -293,6 +564,8 @@ fn dot(graph: u64, path: &str) -> CudaResult<()> {
             NodeKind::Empty => "empty".into(),
             NodeKind::EventRecord(e) => format!("event record {e:#x}"),
             NodeKind::EventWait(e) => format!("event wait {e:#x}"),
+            NodeKind::MemAlloc(a) => format!("mem alloc {:#x} {} bytes", a.addr, a.size),
+            NodeKind::MemFree(a) => format!("mem free {a:#x}"),
         };
         let _ = writeln!(t, "  n{} [label=\"{} {}\"];", node.local_id, node.local_id, label);
         for d in &node.deps {
@@ -332,24 +605,18 @@ crate::export! {
     }
     fn cudaGraphKernelNodeGetParams(node: *mut c_void, params: *mut u8) {
         zero(params, CUDAKERNELNODEPARAMS_SIZE)?;
-        let host_fun = match store().node(node as u64)?.kind {
-            NodeKind::Kernel(ref k) => k.host_fun,
-            _ => return Err(cuda::ERROR_INVALID_VALUE),
-        };
-        // The parameter layout (resolved when the node was made, so no proxy call here).
-        let (_, info) = function(host_fun)?;
-        let mut s = store();
-        let n = s.node_mut(node as u64)?;
-        let NodeKind::Kernel(k) = &n.kind else { return Err(cuda::ERROR_INVALID_VALUE) };
-        let base = k.params.as_ptr() as u64;
-        let argv: Vec<u64> = info.params.iter().map(|&(o, _)| base + o as u64).collect();
-        set_field(params, CUDAKERNELNODEPARAMS_FUNC, k.host_fun);
-        set_field(params, CUDAKERNELNODEPARAMS_GRIDDIM, k.grid);
-        set_field(params, CUDAKERNELNODEPARAMS_BLOCKDIM, k.block);
-        set_field(params, CUDAKERNELNODEPARAMS_SHAREDMEMBYTES, k.shared);
-        n.argv = argv;
-        set_field(params, CUDAKERNELNODEPARAMS_KERNELPARAMS, n.argv.as_ptr() as u64);
-        Ok(())
+        let argv = kernel_argv(node as u64)?;
+        with_node(node, |_, n| match &n.kind {
+            NodeKind::Kernel(k) => {
+                set_field(params, CUDAKERNELNODEPARAMS_FUNC, k.host_fun);
+                set_field(params, CUDAKERNELNODEPARAMS_GRIDDIM, k.grid);
+                set_field(params, CUDAKERNELNODEPARAMS_BLOCKDIM, k.block);
+                set_field(params, CUDAKERNELNODEPARAMS_SHAREDMEMBYTES, k.shared);
+                set_field(params, CUDAKERNELNODEPARAMS_KERNELPARAMS, argv);
+                Ok(())
+            }
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
     }
     fn cudaGraphKernelNodeSetParams(node: *mut c_void, params: *const u8) {
         let k = read_kernel(params)?;
@@ -520,16 +787,7 @@ crate::export! {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
         let d = deps(dep as *const u64, n)?;
-        let mut s = store();
-        s.graph(child as u64)?;
-        let h = s.add_node(graph as u64, &d, NodeKind::Child(0))?;
-        match s.clone_graph(child as u64, Some(h)) {
-            Ok(c) => s.node_mut(h)?.kind = NodeKind::Child(c),
-            Err(e) => {
-                s.destroy_node(h)?;
-                return Err(e);
-            }
-        }
+        let h = add_child(graph as u64, &d, child as u64, false)?;
         out(node, h as *mut c_void)
     }
     fn cudaGraphChildGraphNodeGetGraph(node: *mut c_void, graph: *mut *mut c_void) {
@@ -696,6 +954,116 @@ crate::export! {
     fn cudaGraphDebugDotPrint(graph: *mut c_void, path: *const c_char, _flags: u32) {
         let p = cstr(path).ok_or(cuda::ERROR_INVALID_VALUE)?;
         dot(graph as u64, &p)
+    }
+    fn cudaGraphAddNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const u64, edge_data: *const u64, n: usize, params: *mut u8) {
+        check_edge_data(edge_data, n)?;
+        let d = deps(dep, n)?;
+        add_generic(node, graph as u64, &d, params)
+    }
+    fn cudaGraphNodeGetParams(node: *mut c_void, params: *mut u8) {
+        let argv = kernel_argv(node as u64)?;
+        with_node(node, |_, n| write_generic(params, &n.kind, argv))
+    }
+    fn cudaGraphNodeSetParams(node: *mut c_void, params: *mut u8) {
+        let (ty, u) = read_generic(params)?;
+        let k = decode_generic(ty, u)?;
+        set_kind(node, |old| {
+            if old.type_code() != ty {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+            Ok(k)
+        })
+    }
+    fn cudaGraphExecNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *mut u8) {
+        let (ty, u) = read_generic(params)?;
+        exec_set(exec, node, decode_generic(ty, u)?)
+    }
+    fn cudaGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *mut u8) {
+        let d = deps(dep as *const u64, n)?;
+        add_alloc_node(node, graph as u64, &d, params)
+    }
+    fn cudaGraphMemAllocNodeGetParams(node: *mut c_void, params: *mut u8) {
+        with_node(node, |_, n| match &n.kind {
+            NodeKind::MemAlloc(a) => write_alloc(params, a),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
+    }
+    fn cudaGraphAddMemFreeNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, dptr: *mut c_void) {
+        if node.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let d = deps(dep as *const u64, n)?;
+        let mut s = store();
+        let k = free_node(&s, graph as u64, dptr as u64)?;
+        let h = s.add_node(graph as u64, &d, k)?;
+        out(node, h as *mut c_void)
+    }
+    fn cudaGraphMemFreeNodeGetParams(node: *mut c_void, dptr: *mut u64) {
+        with_node(node, |_, n| match n.kind {
+            NodeKind::MemFree(a) => out(dptr, a),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
+    }
+    fn cudaDeviceGetGraphMemAttribute(dev: i32, attr: u32, value: *mut u64) {
+        if dev != 0 {
+            return Err(cuda::ERROR_INVALID_DEVICE);
+        }
+        // Graph memory is allocated when the node is made: reserved equals used.
+        let v = match attr {
+            cudaGraphMemAttrUsedMemCurrent | cudaGraphMemAttrReservedMemCurrent => GRAPH_MEM.load(Ordering::SeqCst),
+            cudaGraphMemAttrUsedMemHigh | cudaGraphMemAttrReservedMemHigh => GRAPH_MEM_HIGH.load(Ordering::SeqCst),
+            _ => return Err(cuda::ERROR_INVALID_VALUE),
+        };
+        out(value, v)
+    }
+    fn cudaDeviceSetGraphMemAttribute(dev: i32, attr: u32, value: *mut u64) {
+        if dev != 0 {
+            return Err(cuda::ERROR_INVALID_DEVICE);
+        }
+        match (attr, read(value as *const u64)?) {
+            (cudaGraphMemAttrUsedMemHigh | cudaGraphMemAttrReservedMemHigh, 0) => {
+                GRAPH_MEM_HIGH.store(GRAPH_MEM.load(Ordering::SeqCst), Ordering::SeqCst);
+                Ok(())
+            }
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        }
+    }
+    fn cudaDeviceGraphMemTrim(dev: i32) {
+        // Nothing is cached: graph memory goes back when its graph does.
+        if dev != 0 {
+            return Err(cuda::ERROR_INVALID_DEVICE);
+        }
+        Ok(())
+    }
+    fn cudaGraphInstantiateWithParams(exec: *mut *mut c_void, graph: *mut c_void, params: *mut u8) {
+        instantiate_with_params(exec, graph, params, false)
+    }
+    fn cudaGraphInstantiateWithParams_ptsz(exec: *mut *mut c_void, graph: *mut c_void, params: *mut u8) {
+        instantiate_with_params(exec, graph, params, true)
+    }
+    fn cudaGraphMemcpyNodeSetParamsToSymbol(node: *mut c_void, sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: u32) {
+        let d = crate::api::memory::symbol_range(sym, count, offset)?;
+        let k = copy1d(d, src as u64, count as u64, crate::api::memory::to_symbol_kind(kind))?;
+        set_kind(node, |old| match old {
+            NodeKind::Memcpy(_) => Ok(k),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
+    }
+    fn cudaGraphMemcpyNodeSetParamsFromSymbol(node: *mut c_void, dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: u32) {
+        let s = crate::api::memory::symbol_range(sym, count, offset)?;
+        let k = copy1d(dst as u64, s, count as u64, crate::api::memory::from_symbol_kind(kind))?;
+        set_kind(node, |old| match old {
+            NodeKind::Memcpy(_) => Ok(k),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
+    }
+    fn cudaGraphExecMemcpyNodeSetParamsToSymbol(exec: *mut c_void, node: *mut c_void, sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: u32) {
+        let d = crate::api::memory::symbol_range(sym, count, offset)?;
+        exec_set(exec, node, copy1d(d, src as u64, count as u64, crate::api::memory::to_symbol_kind(kind))?)
+    }
+    fn cudaGraphExecMemcpyNodeSetParamsFromSymbol(exec: *mut c_void, node: *mut c_void, dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: u32) {
+        let s = crate::api::memory::symbol_range(sym, count, offset)?;
+        exec_set(exec, node, copy1d(dst as u64, s, count as u64, crate::api::memory::from_symbol_kind(kind))?)
     }
     fn cudaStreamBeginCapture(stream: *mut c_void, mode: u32) {
         capture::begin(resolve_stream(stream as u64, false)?, mode, None)

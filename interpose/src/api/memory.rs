@@ -73,6 +73,7 @@ fn free(addr: u64, host: bool) -> CudaResult<()> {
         return Ok(());
     }
     crate::capture::forbid_unsafe()?;
+    crate::api::graph::forget_graph_alloc(addr);
     free_any(addr, host)
 }
 

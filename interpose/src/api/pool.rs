@@ -46,23 +46,33 @@ fn malloc_from(ptr: *mut *mut c_void, size: usize, h: u64, stream: *mut c_void, 
     if ptr.is_null() {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
-    resolve_stream(stream as u64, ptsz)?;
+    let s = resolve_stream(stream as u64, ptsz)?;
+    // In a capture: a mem alloc node, its memory allocated now (fixed for the graph's life).
+    let mut addr = 0;
+    if crate::capture::record(s, || {
+        let a = crate::api::graph::graph_alloc(size as u64)?;
+        addr = a.addr;
+        Ok(NodeKind::MemAlloc(a))
+    })? {
+        return out(ptr, addr as *mut c_void);
+    }
     let a = pool::alloc(h, size as u64)?;
     out(ptr, a as *mut c_void)
 }
 
 /// `cudaFreeAsync`: after the stream's earlier work, the block goes back to its pool (other
-/// memory is freed). In a capture the free becomes an empty node and the memory stays
-/// allocated (the graph's launches use it).
+/// memory is freed). In a capture: a mem free node for an allocation of the same capture;
+/// other memory is left allocated (an empty node: the graph's launches may use it).
 fn free_async(ptr: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()> {
     let s = resolve_stream(stream as u64, ptsz)?;
     if ptr.is_null() {
         return Ok(());
     }
-    if crate::capture::record(s, || Ok(NodeKind::Empty))? {
+    if crate::capture::record_free(s, ptr as u64)? {
         return Ok(());
     }
     call(&Request::StreamSync { stream: s })?;
+    crate::api::graph::forget_graph_alloc(ptr as u64);
     if pool::free(ptr as u64)? {
         return Ok(());
     }
