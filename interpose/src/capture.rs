@@ -455,3 +455,13 @@ pub fn exchange_mode(mode: u32) -> CudaResult<u32> {
     }
     MODE.try_with(|m| m.replace(mode)).map_err(|_| cuda::ERROR_UNKNOWN)
 }
+
+/// `cudaDeviceReset`: every capture ends (its graph went with the device's graphs).
+pub fn reset() {
+    let mut c = captures();
+    let n = c.by_id.len();
+    c.by_id.clear();
+    c.stream.clear();
+    c.events.clear();
+    ACTIVE.fetch_sub(n, Ordering::SeqCst);
+}

@@ -177,6 +177,20 @@ pub fn store() -> MutexGuard<'static, Store> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
+/// `cudaDeviceReset`: every graph and executable graph goes; their memory went with the
+/// device's, so it is not freed again.
+pub fn reset() {
+    let mut s = store();
+    for n in s.nodes.values() {
+        if let NodeKind::MemAlloc(a) = &n.kind {
+            a.freed_in_graph.store(false, Ordering::Release);
+        }
+    }
+    s.graphs.clear();
+    s.nodes.clear();
+    s.execs.clear();
+}
+
 /// First handle value: small enough to print, far from NULL.
 const HANDLE_BASE: u64 = 0x6a_0000;
 const HANDLE_STEP: u64 = 0x10;

@@ -140,6 +140,23 @@ impl Pools {
     }
 }
 
+/// `cudaDeviceReset`: the device's memory is gone, so every pool forgets its blocks; the
+/// pools themselves stay (their handles are the program's), emptied, with default
+/// attributes for the default pool as after a fresh start.
+pub fn reset() {
+    let mut p = pools();
+    p.owner.clear();
+    p.current = 0;
+    let def = p.default;
+    for (&h, pool) in p.pools.iter_mut() {
+        let max = if h == def { 0 } else { pool.max_size };
+        if h == def || !pool.destroyed {
+            *pool = Pool::new(max);
+        }
+    }
+    CACHED.store(false, Ordering::Release);
+}
+
 /// `cudaDeviceGetDefaultMemPool`.
 pub fn default_pool() -> u64 {
     pools().default_pool()

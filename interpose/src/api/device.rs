@@ -320,6 +320,11 @@ crate::export! {
         }
         crate::managed::unregister_all();
         s.streams.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // The device's memory is gone: so are its pools' blocks, graphs and captures.
+        crate::capture::reset();
+        crate::graph::reset();
+        crate::api::graph::reset_graph_mem();
+        crate::pool::reset();
         Ok(())
     }
     fn cudaThreadSynchronize() {

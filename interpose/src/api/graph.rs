@@ -221,6 +221,12 @@ pub fn graph_alloc(size: u64) -> CudaResult<Arc<GraphAlloc>> {
     }))
 }
 
+/// `cudaDeviceReset`: no graph memory is left.
+pub fn reset_graph_mem() {
+    GRAPH_MEM.store(0, Ordering::SeqCst);
+    GRAPH_MEM_HIGH.store(0, Ordering::SeqCst);
+}
+
 fn release_graph_alloc(addr: u64, size: u64) {
     GRAPH_MEM.fetch_sub(size, Ordering::SeqCst);
     if crate::api::memory::free_any(addr, false).is_err() {
