@@ -458,7 +458,8 @@ fn add_child(graph: u64, d: &[u64], child: u64, moved: bool) -> CudaResult<u64> 
 }
 
 /// A memset of 1-, 2- or 4-byte elements: a byte memset when every byte of the value is
-/// the same, else a copy of the pattern (waited for, since the pattern is ours).
+/// the same, else a copy of the pattern (from pageable memory, so the copy is waited for
+/// before the buffer goes; not a synchronous copy, which a capture elsewhere would refuse).
 fn run_memset(m: &MemsetNode, stream: u64) -> CudaResult<()> {
     let val = m.value.to_le_bytes();
     let pat = &val[..m.elem as usize];
@@ -468,7 +469,7 @@ fn run_memset(m: &MemsetNode, stream: u64) -> CudaResult<()> {
     }
     let n = usize::try_from(row * m.height).map_err(|_| cuda::ERROR_INVALID_VALUE)?;
     let buf: Vec<u8> = pat.iter().copied().cycle().take(n).collect();
-    crate::api::memory::copy(m.dst, m.pitch, buf.as_ptr() as u64, row, row, m.height, 1, stream, true)
+    crate::api::memory::copy(m.dst, m.pitch, buf.as_ptr() as u64, row, row, m.height, 1, stream, false)
 }
 
 /// `cudaGraphLaunch`: the nodes in order on `stream`; a launch on another stream than the
