@@ -88,6 +88,22 @@ corpus_ckpt!(
     "jacobi",
     args: vec!["32", "300", "100"]
 );
+corpus_ckpt!(
+    graphs_built_and_instantiated_before_a_checkpoint_launch_after_restart,
+    "graph_explicit"
+);
+corpus_ckpt!(
+    captured_graphs_launch_after_restart,
+    "graph_capture"
+);
+corpus_ckpt!(
+    pool_blocks_in_use_and_cached_survive_restarts_at_their_addresses,
+    "mem_pools"
+);
+corpus_ckpt!(
+    graph_allocations_keep_their_addresses_across_restarts,
+    "graph_mem_nodes"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

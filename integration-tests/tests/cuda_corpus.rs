@@ -110,3 +110,19 @@ corpus_test!(
     unsupported_form_fails_only_its_own_kernel,
     "unsupported_form"
 );
+corpus_test!(
+    explicit_graph_nodes_launch_update_and_clone_match_cpu,
+    "graph_explicit"
+);
+corpus_test!(
+    stream_capture_with_fork_join_modes_and_errors_matches_cpu,
+    "graph_capture"
+);
+corpus_test!(
+    memory_pools_reuse_release_trim_and_attributes_match_cpu,
+    "mem_pools"
+);
+corpus_test!(
+    graph_memory_nodes_and_generic_node_api_match_cpu,
+    "graph_mem_nodes"
+);

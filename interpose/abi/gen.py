@@ -22,8 +22,35 @@ fields = {
  'cudaResourceDesc': 'resType res.linear.devPtr res.linear.desc res.linear.sizeInBytes res.pitch2D.devPtr res.pitch2D.desc res.pitch2D.width res.pitch2D.height res.pitch2D.pitchInBytes',
  'cudaTextureDesc': 'addressMode filterMode readMode normalizedCoords',
  'cudaMemcpy3DParms': 'srcArray srcPos srcPtr dstArray dstPos dstPtr extent kind',
+ 'cudaPitchedPtr': 'ptr pitch xsize ysize',
+ 'cudaPos': 'x y z',
+ 'cudaExtent': 'width height depth',
+ 'cudaKernelNodeParams': 'func gridDim blockDim sharedMemBytes kernelParams extra',
+ 'cudaMemsetParams': 'dst pitch value elementSize width height',
+ 'cudaHostNodeParams': 'fn userData',
+ 'cudaGraphEdgeData_st': 'from_port to_port type reserved',
+ 'cudaGraphExecUpdateResultInfo_st': 'result errorNode errorFromNode',
+ 'cudaMemPoolProps': 'allocType handleTypes location maxSize usage',
+ 'cudaMemLocation': 'type id',
+ 'cudaGraphNodeParams': 'type kernel memcpy memset host graph eventWait eventRecord alloc free reserved2',
+ 'cudaKernelNodeParamsV2': 'func gridDim blockDim sharedMemBytes kernelParams extra ctx functionType',
+ 'cudaMemcpyNodeParams': 'flags reserved ctx copyParams',
+ 'cudaMemsetParamsV2': 'dst pitch value elementSize width height ctx',
+ 'cudaHostNodeParamsV2': 'fn userData syncMode ctx',
+ 'cudaChildGraphNodeParams': 'graph ownership',
+ 'cudaEventRecordNodeParams': 'event ctx',
+ 'cudaEventWaitNodeParams': 'event',
+ 'cudaMemAllocNodeParams': 'poolProps accessDescs accessDescCount bytesize dptr',
+ 'cudaMemAllocNodeParamsV2': 'poolProps accessDescs accessDescCount bytesize dptr',
+ 'cudaMemFreeNodeParams': 'dptr',
+ 'cudaGraphInstantiateParams_st': 'flags uploadStream errNode_out result_out',
 }
-enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttributeID']
+enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttributeID',
+         'cudaMemPoolAttr', 'cudaGraphNodeType', 'cudaGraphExecUpdateResult',
+         'cudaStreamCaptureMode', 'cudaStreamCaptureStatus', 'cudaGraphInstantiateFlags',
+         'cudaStreamUpdateCaptureDependenciesFlags', 'cudaKernelFunctionType',
+         'cudaGraphChildGraphNodeOwnership', 'cudaGraphInstantiateResult',
+         'cudaGraphMemAttributeType']
 src = '#include <stddef.h>\n#include <stdio.h>\n#include <cuda_runtime_api.h>\nint main(void){\n'
 for s, fs in fields.items():
     t = s if s.endswith('_t') else 'struct ' + s

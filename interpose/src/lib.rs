@@ -5,6 +5,8 @@
 //!   device management); generated stubs return `cudaErrorNotSupported` for the rest.
 //! - [`client`]: the channel, per-thread lanes, shared mappings, the host-callback thread.
 //! - [`state`]: registered kernels/variables, allocations, per-thread launch configurations.
+//! - [`graph`], [`capture`]: CUDA graphs (recorded DAGs launched as ordinary requests) and
+//!   stream capture; [`pool`]: memory pools and the stream-ordered allocator.
 //! - [`ckpt`]: the checkpoint gate and hooks (device state in images, restart on a new proxy).
 //! - [`errors`]: `cudaError_t` handling (last error, sticky errors, the panic guard).
 //! - [`ffi`]: raw argument decoding.
@@ -13,9 +15,12 @@
 mod abi_gen;
 pub(crate) mod agent_hook;
 pub mod api;
+pub mod capture;
 pub mod ckpt;
 pub mod client;
 pub mod errors;
 pub mod ffi;
+pub mod graph;
 pub mod managed;
+pub mod pool;
 pub mod state;

@@ -65,6 +65,15 @@ errors! {
     ERROR_NOT_PERMITTED = 800, "cudaErrorNotPermitted", "operation not permitted";
     ERROR_NOT_SUPPORTED = 801, "cudaErrorNotSupported", "operation not supported";
     ERROR_STREAM_CAPTURE_UNSUPPORTED = 900, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing";
+    ERROR_STREAM_CAPTURE_INVALIDATED = 901, "cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture";
+    ERROR_STREAM_CAPTURE_MERGE = 902, "cudaErrorStreamCaptureMerge", "operation would result in a merge of separate capture sequences";
+    ERROR_STREAM_CAPTURE_UNMATCHED = 903, "cudaErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began";
+    ERROR_STREAM_CAPTURE_UNJOINED = 904, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work";
+    ERROR_STREAM_CAPTURE_ISOLATION = 905, "cudaErrorStreamCaptureIsolation", "dependency created on uncaptured work in another stream";
+    ERROR_STREAM_CAPTURE_IMPLICIT = 906, "cudaErrorStreamCaptureImplicit", "operation would make the legacy stream depend on a capturing blocking stream";
+    ERROR_CAPTURED_EVENT = 907, "cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream";
+    ERROR_STREAM_CAPTURE_WRONG_THREAD = 908, "cudaErrorStreamCaptureWrongThread", "attempt to terminate a thread-local capture sequence from another thread";
+    ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910, "cudaErrorGraphExecUpdateFailure", "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
     ERROR_INVALID_RESOURCE_TYPE = 1000, "cudaErrorInvalidResourceType", "invalid resource type";
     ERROR_UNKNOWN = 999, "cudaErrorUnknown", "unknown error";
 }

@@ -406,7 +406,7 @@ fn side(
     Ok((base, pp.pitch as u64, slice, 1))
 }
 
-fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
+pub(crate) fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
     use crate::abi_gen::*;
     let (s, spitch, sslice, selem) = side(
         p,

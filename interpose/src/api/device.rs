@@ -81,7 +81,9 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrMaxBlocksPerMultiprocessor => p.max_blocks_per_sm,
         cudaDevAttrReservedSharedMemoryPerBlock => 1024,
         cudaDevAttrHostRegisterSupported => 1,
-        cudaDevAttrMemoryPoolsSupported => 0,
+        cudaDevAttrMemoryPoolsSupported => 1,
+        // No IPC handle types (cudaMemHandleTypeNone).
+        cudaDevAttrMemoryPoolSupportedHandleTypes => 0,
         cudaDevAttrMaxTexture1DWidth => 131072,
         cudaDevAttrMaxTexture2DWidth | cudaDevAttrMaxTexture2DHeight => 131072,
         cudaDevAttrMaxTexture3DWidth
@@ -172,6 +174,7 @@ fn fill_props(prop: *mut u8) -> CudaResult<()> {
     );
     set_field(prop, CUDADEVICEPROP_RESERVEDSHAREDMEMPERBLOCK, 1024usize);
     set_field(prop, CUDADEVICEPROP_HOSTREGISTERSUPPORTED, 1i32);
+    set_field(prop, CUDADEVICEPROP_MEMORYPOOLSSUPPORTED, 1i32);
     Ok(())
 }
 
@@ -297,7 +300,10 @@ crate::export! {
         out(dev, 0)
     }
     fn cudaDeviceSynchronize() {
-        call(&Request::DeviceSync).map(|_| ())
+        crate::capture::forbid_unsafe()?;
+        call(&Request::DeviceSync)?;
+        crate::pool::after_sync();
+        Ok(())
     }
     fn cudaDeviceReset() {
         call(&Request::DeviceReset)?;
@@ -314,10 +320,18 @@ crate::export! {
         }
         crate::managed::unregister_all();
         s.streams.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // The device's memory is gone: so are its pools' blocks, graphs and captures.
+        crate::capture::reset();
+        crate::graph::reset();
+        crate::api::graph::reset_graph_mem();
+        crate::pool::reset();
         Ok(())
     }
     fn cudaThreadSynchronize() {
-        call(&Request::DeviceSync).map(|_| ())
+        crate::capture::forbid_unsafe()?;
+        call(&Request::DeviceSync)?;
+        crate::pool::after_sync();
+        Ok(())
     }
     fn cudaDeviceSetLimit(limit: u32, value: usize) {
         default_limit(limit).ok_or(cuda::ERROR_UNSUPPORTED_LIMIT)?;

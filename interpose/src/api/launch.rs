@@ -296,7 +296,7 @@ pub extern "C" fn __cudaPopCallConfiguration(
     })
 }
 
-/// Validate and queue one launch.
+/// Validate and queue one launch (or record it when the stream captures).
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     host_fun: usize,
@@ -308,6 +308,62 @@ pub fn launch(
     ptsz: bool,
     cooperative: bool,
 ) -> CudaResult<()> {
+    let (k, func) = prepare(host_fun, grid, block, args, std::ptr::null_mut(), shared, cooperative)?;
+    let stream = resolve_stream(stream, ptsz)?;
+    if crate::capture::any() {
+        let mut node = Some(k);
+        if crate::capture::record(stream, || {
+            Ok(crate::graph::NodeKind::Kernel(node.take().ok_or(cuda::ERROR_UNKNOWN)?))
+        })? {
+            return Ok(());
+        }
+        let Some(k) = node else { return Err(cuda::ERROR_UNKNOWN) };
+        return issue(&k, stream);
+    }
+    // The common path: the parameter block moves into the request.
+    send(&Request::Launch {
+        func,
+        grid: k.grid,
+        block: k.block,
+        shared: k.shared,
+        stream,
+        cooperative: k.cooperative,
+        params: k.params,
+    })
+}
+
+/// `CU_LAUNCH_PARAM_BUFFER_POINTER`, `_SIZE` and `_END` of an `extra` argument list.
+const PARAM_BUFFER_POINTER: usize = 1;
+const PARAM_BUFFER_SIZE: usize = 2;
+const PARAM_END: usize = 0;
+
+/// Check a launch configuration and copy the arguments (`args`, or the parameter buffer
+/// of `extra`) into the kernel's parameter block: what a launch queues and a graph kernel
+/// node keeps.
+#[allow(clippy::too_many_arguments)]
+pub fn kernel_node(
+    host_fun: usize,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    shared: usize,
+    cooperative: bool,
+) -> CudaResult<crate::graph::KernelNode> {
+    prepare(host_fun, grid, block, args, extra, shared, cooperative).map(|(k, _)| k)
+}
+
+/// [`kernel_node`] and the proxy's handle of the kernel.
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    host_fun: usize,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    shared: usize,
+    cooperative: bool,
+) -> CudaResult<(crate::graph::KernelNode, u64)> {
     let (_, info) = function(host_fun)?;
     let p = props()?;
     let (g, b) = (grid.arr(), block.arr());
@@ -325,24 +381,60 @@ pub fn launch(
         return Err(cuda::ERROR_INVALID_VALUE);
     }
     let mut params = vec![0u8; info.param_bytes as usize];
-    for (i, &(off, size)) in info.params.iter().enumerate() {
-        let (off, size) = (off as usize, size as usize);
-        if off + size > params.len() || args.is_null() {
+    if args.is_null() && !extra.is_null() {
+        // { BUFFER_POINTER, buf, BUFFER_SIZE, &size, END }
+        let (mut buf, mut size) = (std::ptr::null::<u8>(), 0usize);
+        for i in (0..16).step_by(2) {
+            let key = read(extra.wrapping_add(i) as *const usize)?;
+            if key == PARAM_END {
+                break;
+            }
+            let val = read(extra.wrapping_add(i + 1) as *const *const u8)?;
+            match key {
+                PARAM_BUFFER_POINTER => buf = val,
+                PARAM_BUFFER_SIZE => size = read(val as *const usize)?,
+                _ => return Err(cuda::ERROR_INVALID_VALUE),
+            }
+        }
+        if size < params.len() {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
-        // `args` has one entry per kernel parameter (runtime API contract).
-        let argp = read(args.wrapping_add(i) as *const *const u8)?;
-        params[off..off + size].copy_from_slice(bytes(argp, size)?);
+        let n = params.len();
+        params.copy_from_slice(bytes(buf, n)?);
+    } else {
+        for (i, &(off, size)) in info.params.iter().enumerate() {
+            let (off, size) = (off as usize, size as usize);
+            if off + size > params.len() || args.is_null() {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+            // `args` has one entry per kernel parameter (runtime API contract).
+            let argp = read(args.wrapping_add(i) as *const *const u8)?;
+            params[off..off + size].copy_from_slice(bytes(argp, size)?);
+        }
     }
-    let stream = resolve_stream(stream, ptsz)?;
-    send(&Request::Launch {
-        func: info.handle,
+    let node = crate::graph::KernelNode {
+        host_fun,
         grid: g,
         block: b,
         shared: shared as u32,
-        stream,
         cooperative,
         params,
+    };
+    Ok((node, info.handle))
+}
+
+/// Queue a prepared launch on `stream` (resolved). The kernel handle is looked up now, so a
+/// graph built before a restart launches the kernel the new proxy knows.
+pub fn issue(k: &crate::graph::KernelNode, stream: u64) -> CudaResult<()> {
+    let (_, info) = function(k.host_fun)?;
+    send(&Request::Launch {
+        func: info.handle,
+        grid: k.grid,
+        block: k.block,
+        shared: k.shared,
+        stream,
+        cooperative: k.cooperative,
+        params: k.params.clone(),
     })
 }
 

@@ -29,6 +29,12 @@ const DEFAULT: u32 = 4;
 const PITCH_ALIGN: u64 = 512;
 
 fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64> {
+    crate::capture::forbid_unsafe()?;
+    alloc_any(size, kind, mk, flags)
+}
+
+/// An allocation, also while a stream captures (stream-ordered allocations).
+pub(crate) fn alloc_any(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64> {
     crate::client::ensure()?;
     let Body::Alloc { addr, memfd } = call(&Request::Malloc { size, kind })? else {
         return Err(cuda::ERROR_UNKNOWN);
@@ -64,6 +70,23 @@ fn alloc(size: u64, kind: AllocKind, mk: MemKind, flags: u32) -> CudaResult<u64>
 
 fn free(addr: u64, host: bool) -> CudaResult<()> {
     if addr == 0 {
+        return Ok(());
+    }
+    crate::capture::forbid_unsafe()?;
+    crate::api::graph::forget_graph_alloc(addr);
+    free_any(addr, host)
+}
+
+/// A free, also while a stream captures (the caller ordered it after the stream's work).
+pub(crate) fn free_any(addr: u64, host: bool) -> CudaResult<()> {
+    if addr == 0 {
+        return Ok(());
+    }
+    if !host && crate::pool::owns(addr) {
+        // cudaFree of a stream-ordered allocation: it leaves its pool.
+        call(&Request::Free { addr })?;
+        crate::pool::forget(addr);
+        remove_alloc(addr);
         return Ok(());
     }
     let rec = find_alloc(addr).filter(|(b, _)| *b == addr).map(|(_, r)| r);
@@ -129,6 +152,17 @@ pub fn copy(
     if dst == 0 || src == 0 {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
+    if sync {
+        crate::capture::forbid_unsafe()?;
+        crate::capture::check_sync(stream)?;
+    } else if crate::capture::record(stream, || {
+        direction(dst, src, kind)?;
+        Ok(crate::graph::NodeKind::Memcpy(crate::api::graph::copy_params(
+            dst, dpitch, src, spitch, width, height, kind,
+        )))
+    })? {
+        return Ok(());
+    }
     let k = direction(dst, src, kind)?;
     let span = |p: u64| p * (height - 1) + width;
     let host_ok = |a: u64, p: u64| {
@@ -183,14 +217,14 @@ pub fn copy(
     }
 }
 
-fn check_device_range(addr: u64, len: u64) -> CudaResult<()> {
+pub(crate) fn check_device_range(addr: u64, len: u64) -> CudaResult<()> {
     match find_alloc(addr) {
         Some((b, r)) if r.kind != MemKind::Registered && addr + len <= b + r.len => Ok(()),
         _ => Err(cuda::ERROR_INVALID_VALUE),
     }
 }
 
-fn memset(
+pub(crate) fn memset(
     dst: u64,
     pitch: u64,
     value: i32,
@@ -206,6 +240,18 @@ fn memset(
         return Err(cuda::ERROR_INVALID_PITCH_VALUE);
     }
     check_device_range(dst, pitch * (height - 1) + width)?;
+    if crate::capture::record(stream, || {
+        Ok(crate::graph::NodeKind::Memset(crate::graph::MemsetNode {
+            dst,
+            pitch,
+            value: value as u8 as u32,
+            elem: 1,
+            width,
+            height,
+        }))
+    })? {
+        return Ok(());
+    }
     let value = value as u8;
     let req = if height == 1 {
         Request::Memset {
@@ -229,7 +275,7 @@ fn memset(
     send(&req)
 }
 
-fn symbol_range(sym: *const c_void, count: usize, offset: usize) -> CudaResult<u64> {
+pub(crate) fn symbol_range(sym: *const c_void, count: usize, offset: usize) -> CudaResult<u64> {
     let (addr, size) = symbol(sym as usize)?;
     if (offset as u64)
         .checked_add(count as u64)
@@ -271,15 +317,6 @@ crate::export! {
     }
     fn cudaFreeHost(ptr: *mut c_void) {
         free(ptr as u64, true)
-    }
-    fn cudaFreeAsync(ptr: *mut c_void, stream: *mut c_void) {
-        let s = resolve_stream(stream as u64, false)?;
-        call(&Request::StreamSync { stream: s })?;
-        free(ptr as u64, false)
-    }
-    fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) {
-        let a = alloc(size as u64, AllocKind::Device, MemKind::Device, 0)?;
-        out(ptr, a as *mut c_void)
     }
     fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: u32) {
         if ptr.is_null() || size == 0 {
@@ -462,15 +499,6 @@ crate::export! {
         let s = resolve_stream(stream as u64, true)?;
         copy(dst as u64, count as u64, src, count as u64, count as u64, 1, from_symbol_kind(kind), s, false)
     }
-    fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: *mut c_void) {
-        let s = resolve_stream(stream as u64, true)?;
-        call(&Request::StreamSync { stream: s })?;
-        free(ptr as u64, false)
-    }
-    fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) {
-        let a = alloc(size as u64, AllocKind::Device, MemKind::Device, 0)?;
-        out(ptr, a as *mut c_void)
-    }
     fn cudaMemPrefetchAsync_ptsz(ptr: *const c_void, count: usize, location: u64, _flags: u32, _stream: *mut c_void) {
         prefetch(ptr as u64, count as u64, location)
     }
@@ -499,14 +527,14 @@ fn prefetch(ptr: u64, count: u64, location: u64) -> CudaResult<()> {
     }
 }
 
-fn to_symbol_kind(kind: u32) -> u32 {
+pub(crate) fn to_symbol_kind(kind: u32) -> u32 {
     match kind {
         DEFAULT | D2D => kind,
         _ => H2D,
     }
 }
 
-fn from_symbol_kind(kind: u32) -> u32 {
+pub(crate) fn from_symbol_kind(kind: u32) -> u32 {
     match kind {
         DEFAULT | D2D => kind,
         _ => D2H,

@@ -3,8 +3,10 @@
 
 pub mod array;
 pub mod device;
+pub mod graph;
 pub mod launch;
 pub mod memory;
+pub mod pool;
 pub mod stream;
 
 /// Generated stubs for the runtime entry points crum does not implement (see build.rs).

@@ -1,5 +1,6 @@
 //! Streams, events and host callbacks. Event records and stream waits are pipelined; queries
-//! and synchronizations are calls. Host functions run on the interposer's callback thread,
+//! and synchronizations are calls. While a stream captures (`capture`), its work becomes
+//! graph nodes instead. Host functions run on the interposer's callback thread,
 //! in this process, when the proxy's stream reaches them.
 #![allow(unsafe_code)]
 
@@ -52,24 +53,67 @@ fn host_func(stream: *mut c_void, func: u64, data: u64, ptsz: bool) -> CudaResul
     if func == 0 {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
-    start_callback_thread()?;
     let s = resolve_stream(stream as u64, ptsz)?;
-    send(&Request::HostFunc {
-        stream: s,
-        func,
-        data,
-    })
+    if crate::capture::record(s, || Ok(crate::graph::NodeKind::Host { func, data }))? {
+        return Ok(());
+    }
+    host_func_on(s, func, data)
 }
 
-fn record(event: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()> {
+/// Queue host function `func(data)` on `stream` (resolved).
+pub(crate) fn host_func_on(stream: u64, func: u64, data: u64) -> CudaResult<()> {
+    start_callback_thread()?;
+    send(&Request::HostFunc { stream, func, data })
+}
+
+/// `cudaEventRecordExternal` / `cudaEventWaitExternal`: in a capture, a node of the graph.
+const EXTERNAL: u32 = 1;
+
+fn record(event: *mut c_void, stream: *mut c_void, ptsz: bool, flags: u32) -> CudaResult<()> {
     if event.is_null() {
         return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
     }
     let s = resolve_stream(stream as u64, ptsz)?;
+    if crate::capture::event_record(event as u64, s, flags & EXTERNAL != 0)? {
+        return Ok(());
+    }
     send(&Request::EventRecord {
         event: event as u64,
         stream: s,
     })
+}
+
+fn wait_event(stream: *mut c_void, event: *mut c_void, flags: u32, ptsz: bool) -> CudaResult<()> {
+    if event.is_null() {
+        return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
+    }
+    let s = resolve_stream(stream as u64, ptsz)?;
+    if crate::capture::wait_event(s, event as u64, flags & EXTERNAL != 0)? {
+        return Ok(());
+    }
+    send(&Request::StreamWaitEvent { stream: s, event: event as u64 })
+}
+
+fn sync_stream(stream: *mut c_void, ptsz: bool) -> CudaResult<()> {
+    let s = resolve_stream(stream as u64, ptsz)?;
+    crate::capture::check_sync(s)?;
+    call(&Request::StreamSync { stream: s })?;
+    crate::pool::after_sync();
+    Ok(())
+}
+
+fn query_stream(stream: *mut c_void, ptsz: bool) -> CudaResult<()> {
+    let s = resolve_stream(stream as u64, ptsz)?;
+    crate::capture::check_sync(s)?;
+    call(&Request::StreamQuery { stream: s }).map(|_| ())
+}
+
+/// `cudaStreamAddCallback` is not allowed in a capture (a host node takes its place).
+fn add_callback(stream: *mut c_void, cb: Option<unsafe extern "C" fn(*mut c_void, u32, *mut c_void)>, data: *mut c_void, flags: u32, ptsz: bool) -> CudaResult<()> {
+    let (Some(cb), 0) = (cb, flags) else { return Err(cuda::ERROR_INVALID_VALUE) };
+    crate::capture::check_sync(resolve_stream(stream as u64, ptsz)?)?;
+    let b = Box::into_raw(Box::new(StreamCallback { cb, stream, data }));
+    host_func(stream, stream_callback_trampoline as *const () as u64, b as u64, ptsz)
 }
 
 crate::export! {
@@ -92,34 +136,22 @@ crate::export! {
         Ok(())
     }
     fn cudaStreamQuery(stream: *mut c_void) {
-        let s = resolve_stream(stream as u64, false)?;
-        call(&Request::StreamQuery { stream: s }).map(|_| ())
+        query_stream(stream, false)
     }
     fn cudaStreamQuery_ptsz(stream: *mut c_void) {
-        let s = resolve_stream(stream as u64, true)?;
-        call(&Request::StreamQuery { stream: s }).map(|_| ())
+        query_stream(stream, true)
     }
     fn cudaStreamSynchronize(stream: *mut c_void) {
-        let s = resolve_stream(stream as u64, false)?;
-        call(&Request::StreamSync { stream: s }).map(|_| ())
+        sync_stream(stream, false)
     }
     fn cudaStreamSynchronize_ptsz(stream: *mut c_void) {
-        let s = resolve_stream(stream as u64, true)?;
-        call(&Request::StreamSync { stream: s }).map(|_| ())
+        sync_stream(stream, true)
     }
-    fn cudaStreamWaitEvent(stream: *mut c_void, event: *mut c_void, _flags: u32) {
-        if event.is_null() {
-            return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
-        }
-        let s = resolve_stream(stream as u64, false)?;
-        send(&Request::StreamWaitEvent { stream: s, event: event as u64 })
+    fn cudaStreamWaitEvent(stream: *mut c_void, event: *mut c_void, flags: u32) {
+        wait_event(stream, event, flags, false)
     }
-    fn cudaStreamWaitEvent_ptsz(stream: *mut c_void, event: *mut c_void, _flags: u32) {
-        if event.is_null() {
-            return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
-        }
-        let s = resolve_stream(stream as u64, true)?;
-        send(&Request::StreamWaitEvent { stream: s, event: event as u64 })
+    fn cudaStreamWaitEvent_ptsz(stream: *mut c_void, event: *mut c_void, flags: u32) {
+        wait_event(stream, event, flags, true)
     }
     fn cudaStreamGetFlags(stream: *mut c_void, flags: *mut u32) {
         let h = stream as u64;
@@ -167,9 +199,7 @@ crate::export! {
         Ok(())
     }
     fn cudaStreamAddCallback(stream: *mut c_void, cb: Option<unsafe extern "C" fn(*mut c_void, u32, *mut c_void)>, data: *mut c_void, flags: u32) {
-        let (Some(cb), 0) = (cb, flags) else { return Err(cuda::ERROR_INVALID_VALUE) };
-        let b = Box::into_raw(Box::new(StreamCallback { cb, stream, data }));
-        host_func(stream, stream_callback_trampoline as *const () as u64, b as u64, false)
+        add_callback(stream, cb, data, flags, false)
     }
     fn cudaLaunchHostFunc(stream: *mut c_void, func: *const c_void, data: *mut c_void) {
         host_func(stream, func as u64, data as u64, false)
@@ -195,47 +225,56 @@ crate::export! {
         call(&Request::EventDestroy { event: event as u64 }).map(|_| ())
     }
     fn cudaEventRecord(event: *mut c_void, stream: *mut c_void) {
-        record(event, stream, false)
+        record(event, stream, false, 0)
     }
     fn cudaEventRecord_ptsz(event: *mut c_void, stream: *mut c_void) {
-        record(event, stream, true)
+        record(event, stream, true, 0)
     }
-    fn cudaEventRecordWithFlags(event: *mut c_void, stream: *mut c_void, _flags: u32) {
-        record(event, stream, false)
+    fn cudaEventRecordWithFlags(event: *mut c_void, stream: *mut c_void, flags: u32) {
+        record(event, stream, false, flags)
     }
-    fn cudaEventRecordWithFlags_ptsz(event: *mut c_void, stream: *mut c_void, _flags: u32) {
-        record(event, stream, true)
+    fn cudaEventRecordWithFlags_ptsz(event: *mut c_void, stream: *mut c_void, flags: u32) {
+        record(event, stream, true, flags)
     }
     fn cudaEventQuery(event: *mut c_void) {
         if event.is_null() {
             return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
         }
+        crate::capture::check_event(event as u64)?;
         call(&Request::EventQuery { event: event as u64 }).map(|_| ())
     }
     fn cudaEventSynchronize(event: *mut c_void) {
         if event.is_null() {
             return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
         }
-        call(&Request::EventSync { event: event as u64 }).map(|_| ())
+        crate::capture::check_event(event as u64)?;
+        call(&Request::EventSync { event: event as u64 })?;
+        crate::pool::after_sync();
+        Ok(())
     }
     fn cudaEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void) {
         if ms.is_null() {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
+        crate::capture::check_event(start as u64)?;
+        crate::capture::check_event(end as u64)?;
         let Body::Float(t) = call(&Request::EventElapsed { start: start as u64, end: end as u64 })? else { return Err(cuda::ERROR_UNKNOWN) };
         out(ms, t)
     }
     fn cudaStreamAddCallback_ptsz(stream: *mut c_void, cb: Option<unsafe extern "C" fn(*mut c_void, u32, *mut c_void)>, data: *mut c_void, flags: u32) {
-        let (Some(cb), 0) = (cb, flags) else { return Err(cuda::ERROR_INVALID_VALUE) };
-        let b = Box::into_raw(Box::new(StreamCallback { cb, stream, data }));
-        host_func(stream, stream_callback_trampoline as *const () as u64, b as u64, true)
+        add_callback(stream, cb, data, flags, true)
     }
-    fn cudaStreamIsCapturing(_stream: *mut c_void, status: *mut u32) {
-        // Stream capture (graphs) is not supported, so no stream is ever capturing.
-        out(status, 0)
+    fn cudaStreamIsCapturing(stream: *mut c_void, status: *mut u32) {
+        if status.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        out(status, crate::capture::status(resolve_stream(stream as u64, false)?)?)
     }
-    fn cudaStreamIsCapturing_ptsz(_stream: *mut c_void, status: *mut u32) {
-        out(status, 0)
+    fn cudaStreamIsCapturing_ptsz(stream: *mut c_void, status: *mut u32) {
+        if status.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        out(status, crate::capture::status(resolve_stream(stream as u64, true)?)?)
     }
     fn cudaStreamGetDevice(_stream: *mut c_void, dev: *mut i32) {
         out(dev, 0)

@@ -1,0 +1,592 @@
+//! CUDA graphs as the interposer keeps them: a graph is a recorded DAG of nodes (kernel
+//! launches with their argument bytes copied at creation, copies, memsets, host functions,
+//! event records and waits, child graphs, empty nodes); an executable graph is a flattened
+//! copy in one topological order. Launching one (`api::graph`) queues its nodes as ordinary
+//! pipelined requests on the launch stream, so the proxy needs nothing new, and everything
+//! here lives in the program's memory: a checkpoint saves graphs with the process image and
+//! they launch again after a restart (the stream, event and kernel handles they name are
+//! re-created behind the same values).
+//!
+//! This module is plain data and the graph algorithms (topological order, clone, flatten,
+//! the update check); it never talks to the proxy.
+#![allow(non_upper_case_globals)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crum_wire::cuda;
+
+use crate::abi_gen::*;
+use crate::errors::CudaResult;
+
+/// A kernel launch with its parameter block (copied from `kernelParams` at creation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelNode {
+    /// The host stub the program names the kernel by.
+    pub host_fun: usize,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared: u32,
+    pub cooperative: bool,
+    pub params: Vec<u8>,
+}
+
+/// `cudaMemsetParams` (width in elements of `elem` bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemsetNode {
+    pub dst: u64,
+    pub pitch: u64,
+    pub value: u32,
+    pub elem: u32,
+    pub width: u64,
+    pub height: u64,
+}
+
+/// Memory a mem alloc node (or a `cudaMallocAsync` in a capture) allocated when the node
+/// was made: its address is fixed for the life of the graph, as CUDA promises, and every
+/// launch uses it. When a free node of the same graph frees it, the device gets it back once
+/// the last graph or executable graph naming it is gone; otherwise the program frees it
+/// (`cudaFree`/`cudaFreeAsync`), as CUDA requires.
+#[derive(Debug)]
+pub struct GraphAlloc {
+    pub addr: u64,
+    pub size: u64,
+    pub freed_in_graph: AtomicBool,
+    /// What gives the memory back (the device, through the proxy); `None` in unit tests.
+    pub release: Option<fn(u64, u64)>,
+}
+
+impl PartialEq for GraphAlloc {
+    fn eq(&self, o: &Self) -> bool {
+        self.addr == o.addr
+    }
+}
+
+impl Eq for GraphAlloc {}
+
+impl Drop for GraphAlloc {
+    fn drop(&mut self) {
+        if let (true, Some(f)) = (self.freed_in_graph.load(Ordering::Acquire), self.release) {
+            f(self.addr, self.size);
+        }
+    }
+}
+
+/// What a node does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeKind {
+    Empty,
+    Kernel(KernelNode),
+    /// A `cudaMemcpy3DParms` as the program gave it (arrays by handle, pointers by value).
+    Memcpy(Box<[u8; CUDAMEMCPY3DPARMS_SIZE]>),
+    Memset(MemsetNode),
+    Host { func: u64, data: u64 },
+    /// A child graph: a graph of the store owned by this node (a clone of the one given).
+    Child(u64),
+    EventRecord(u64),
+    EventWait(u64),
+    MemAlloc(Arc<GraphAlloc>),
+    /// Frees a graph allocation of the same graph (at the end of the graph's life here).
+    MemFree(u64),
+}
+
+impl NodeKind {
+    /// The `cudaGraphNodeType`.
+    pub fn type_code(&self) -> u32 {
+        match self {
+            NodeKind::Empty => cudaGraphNodeTypeEmpty,
+            NodeKind::Kernel(_) => cudaGraphNodeTypeKernel,
+            NodeKind::Memcpy(_) => cudaGraphNodeTypeMemcpy,
+            NodeKind::Memset(_) => cudaGraphNodeTypeMemset,
+            NodeKind::Host { .. } => cudaGraphNodeTypeHost,
+            NodeKind::Child(_) => cudaGraphNodeTypeGraph,
+            NodeKind::EventRecord(_) => cudaGraphNodeTypeEventRecord,
+            NodeKind::EventWait(_) => cudaGraphNodeTypeWaitEvent,
+            NodeKind::MemAlloc(_) => cudaGraphNodeTypeMemAlloc,
+            NodeKind::MemFree(_) => cudaGraphNodeTypeMemFree,
+        }
+    }
+}
+
+pub struct Node {
+    pub graph: u64,
+    pub kind: NodeKind,
+    /// Incoming edges, in the order they were added.
+    pub deps: Vec<u64>,
+    /// Index of the node in its graph at creation (`cudaGraphNodeGetLocalId`).
+    pub local_id: u32,
+    /// `kernelParams` handed out by `cudaGraphKernelNodeGetParams` (pointers into `params`).
+    pub argv: Vec<u64>,
+}
+
+#[derive(Default)]
+pub struct Graph {
+    /// Nodes in creation order.
+    pub nodes: Vec<u64>,
+    pub next_local: u32,
+    /// Owned by a child-graph node: destroyed with it, not by `cudaGraphDestroy`.
+    pub owner: Option<u64>,
+    /// `cudaGraphClone`: original node → its copy here.
+    pub cloned_from: HashMap<u64, u64>,
+    pub id: u32,
+}
+
+/// One node of an executable graph.
+#[derive(Debug, Clone)]
+pub struct ExecNode {
+    pub kind: NodeKind,
+    pub enabled: bool,
+}
+
+/// The shape of a graph for `cudaGraphExecUpdate`: per node in topological order, its type,
+/// its dependencies (positions) and, for a child graph, the child's shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape(pub Vec<(u32, Vec<usize>, Option<Shape>)>);
+
+pub struct Exec {
+    /// Nodes in launch order (child graphs expanded in place). Copied on write, so a launch
+    /// takes it without holding the store.
+    pub nodes: Arc<Vec<ExecNode>>,
+    /// Graph node (of the instantiated graph, or of a graph it was updated from) → position.
+    pub index: HashMap<u64, usize>,
+    pub shape: Shape,
+    pub flags: u64,
+    pub id: u32,
+    /// Stream of the last launch and an event recorded after it: a launch on another
+    /// stream is ordered behind the previous launch, as CUDA orders launches of one exec.
+    pub last_stream: Option<u64>,
+    pub done_event: u64,
+}
+
+#[derive(Default)]
+pub struct Store {
+    /// One counter for graphs, nodes and execs, so no handle names two kinds of object.
+    next: u64,
+    next_graph_id: u32,
+    pub graphs: HashMap<u64, Graph>,
+    pub nodes: HashMap<u64, Node>,
+    pub execs: HashMap<u64, Exec>,
+}
+
+/// The store of graphs, nodes and executable graphs.
+pub fn store() -> MutexGuard<'static, Store> {
+    static S: OnceLock<Mutex<Store>> = OnceLock::new();
+    S.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// `cudaDeviceReset`: every graph and executable graph goes; their memory went with the
+/// device's, so it is not freed again.
+pub fn reset() {
+    let mut s = store();
+    for n in s.nodes.values() {
+        if let NodeKind::MemAlloc(a) = &n.kind {
+            a.freed_in_graph.store(false, Ordering::Release);
+        }
+    }
+    s.graphs.clear();
+    s.nodes.clear();
+    s.execs.clear();
+}
+
+/// First handle value: small enough to print, far from NULL.
+const HANDLE_BASE: u64 = 0x6a_0000;
+const HANDLE_STEP: u64 = 0x10;
+
+impl Store {
+    fn handle(&mut self) -> u64 {
+        self.next += 1;
+        HANDLE_BASE + self.next * HANDLE_STEP
+    }
+
+    pub fn create_graph(&mut self) -> u64 {
+        let h = self.handle();
+        self.next_graph_id += 1;
+        let id = self.next_graph_id;
+        self.graphs.insert(h, Graph { id, ..Default::default() });
+        h
+    }
+
+    pub fn graph(&self, g: u64) -> CudaResult<&Graph> {
+        self.graphs.get(&g).ok_or(cuda::ERROR_INVALID_VALUE)
+    }
+
+    pub fn node(&self, n: u64) -> CudaResult<&Node> {
+        self.nodes.get(&n).ok_or(cuda::ERROR_INVALID_VALUE)
+    }
+
+    pub fn node_mut(&mut self, n: u64) -> CudaResult<&mut Node> {
+        self.nodes.get_mut(&n).ok_or(cuda::ERROR_INVALID_VALUE)
+    }
+
+    pub fn exec_mut(&mut self, e: u64) -> CudaResult<&mut Exec> {
+        self.execs.get_mut(&e).ok_or(cuda::ERROR_INVALID_VALUE)
+    }
+
+    /// Add a node to graph `g` after `deps` (nodes of the same graph, no duplicates).
+    pub fn add_node(&mut self, g: u64, deps: &[u64], kind: NodeKind) -> CudaResult<u64> {
+        self.graph(g)?;
+        let mut seen = BTreeSet::new();
+        for d in deps {
+            if self.node(*d)?.graph != g || !seen.insert(*d) {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+        }
+        let h = self.handle();
+        let gr = self.graphs.get_mut(&g).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let local_id = gr.next_local;
+        gr.next_local += 1;
+        gr.nodes.push(h);
+        self.nodes.insert(
+            h,
+            Node {
+                graph: g,
+                kind,
+                deps: deps.to_vec(),
+                local_id,
+                argv: Vec::new(),
+            },
+        );
+        Ok(h)
+    }
+
+    /// A deep copy of graph `g` (child graphs copied too); `owner`: the child node that will
+    /// own the copy.
+    pub fn clone_graph(&mut self, g: u64, owner: Option<u64>) -> CudaResult<u64> {
+        if self.has_memory_nodes(g)? {
+            return Err(cuda::ERROR_NOT_SUPPORTED);
+        }
+        let order = self.graph(g)?.nodes.clone();
+        let new = self.create_graph();
+        let mut map = HashMap::new();
+        for n in order {
+            let (kind, deps) = {
+                let node = self.node(n)?;
+                (node.kind.clone(), node.deps.clone())
+            };
+            let deps: Vec<u64> = deps.iter().map(|d| map[d]).collect();
+            // A child graph's own copy is made below, once the node exists.
+            let copy = self.add_node(new, &deps, kind)?;
+            if let NodeKind::Child(c) = self.node(copy)?.kind {
+                let cc = self.clone_graph(c, Some(copy))?;
+                self.node_mut(copy)?.kind = NodeKind::Child(cc);
+            }
+            map.insert(n, copy);
+        }
+        let gr = self.graphs.get_mut(&new).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        gr.owner = owner;
+        gr.cloned_from = map;
+        Ok(new)
+    }
+
+    /// Whether graph `g` has mem alloc or free nodes (such a graph cannot be a child graph
+    /// or be cloned, as in CUDA).
+    pub fn has_memory_nodes(&self, g: u64) -> CudaResult<bool> {
+        Ok(self
+            .graph(g)?
+            .nodes
+            .iter()
+            .any(|n| matches!(self.nodes.get(n).map(|x| &x.kind), Some(NodeKind::MemAlloc(_) | NodeKind::MemFree(_)))))
+    }
+
+    /// The allocation node of graph `g` at `addr`.
+    pub fn graph_alloc(&self, g: u64, addr: u64) -> Option<Arc<GraphAlloc>> {
+        self.graphs.get(&g)?.nodes.iter().find_map(|n| match &self.nodes.get(n)?.kind {
+            NodeKind::MemAlloc(a) if a.addr == addr => Some(a.clone()),
+            _ => None,
+        })
+    }
+
+    /// Remove node `n` and every edge to or from it (its child graph too).
+    pub fn destroy_node(&mut self, n: u64) -> CudaResult<()> {
+        let node = self.nodes.remove(&n).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        if let Some(gr) = self.graphs.get_mut(&node.graph) {
+            gr.nodes.retain(|&x| x != n);
+            for m in gr.nodes.clone() {
+                if let Some(o) = self.nodes.get_mut(&m) {
+                    o.deps.retain(|&d| d != n);
+                }
+            }
+        }
+        if let NodeKind::Child(c) = node.kind {
+            self.destroy_graph_inner(c)?;
+        }
+        Ok(())
+    }
+
+    fn destroy_graph_inner(&mut self, g: u64) -> CudaResult<()> {
+        let gr = self.graphs.remove(&g).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        for n in gr.nodes {
+            if let Some(node) = self.nodes.remove(&n) {
+                if let NodeKind::Child(c) = node.kind {
+                    self.destroy_graph_inner(c)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `cudaGraphDestroy`: a graph that a child node owns cannot be destroyed on its own.
+    pub fn destroy_graph(&mut self, g: u64) -> CudaResult<()> {
+        if self.graph(g)?.owner.is_some() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        self.destroy_graph_inner(g)
+    }
+
+    /// The nodes of `g` in a topological order (ties by creation order); a cycle is
+    /// `cudaErrorInvalidValue`.
+    pub fn topo_order(&self, g: u64) -> CudaResult<Vec<u64>> {
+        let nodes = &self.graph(g)?.nodes;
+        let pos: HashMap<u64, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut indeg = vec![0usize; nodes.len()];
+        let mut out: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            for d in &self.node(*n)?.deps {
+                let j = *pos.get(d).ok_or(cuda::ERROR_INVALID_VALUE)?;
+                indeg[i] += 1;
+                out[j].push(i);
+            }
+        }
+        let mut ready: BTreeSet<usize> = (0..nodes.len()).filter(|&i| indeg[i] == 0).collect();
+        let mut order = Vec::with_capacity(nodes.len());
+        while let Some(i) = ready.pop_first() {
+            order.push(nodes[i]);
+            for &k in &out[i] {
+                indeg[k] -= 1;
+                if indeg[k] == 0 {
+                    ready.insert(k);
+                }
+            }
+        }
+        if order.len() != nodes.len() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        Ok(order)
+    }
+
+    /// Flatten `g` for execution: nodes in launch order with child graphs expanded, the
+    /// position of every graph node (children's included), and the graph's shape.
+    pub fn flatten(
+        &self,
+        g: u64,
+        out: &mut Vec<ExecNode>,
+        index: &mut HashMap<u64, usize>,
+    ) -> CudaResult<Shape> {
+        let order = self.topo_order(g)?;
+        let pos: HashMap<u64, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut shape = Vec::with_capacity(order.len());
+        for n in order {
+            let node = self.node(n)?;
+            let mut deps: Vec<usize> = node.deps.iter().map(|d| pos[d]).collect();
+            deps.sort_unstable();
+            let child = match &node.kind {
+                NodeKind::Child(c) => {
+                    index.insert(n, out.len());
+                    Some(self.flatten(*c, out, index)?)
+                }
+                k => {
+                    index.insert(n, out.len());
+                    out.push(ExecNode {
+                        kind: k.clone(),
+                        enabled: true,
+                    });
+                    None
+                }
+            };
+            shape.push((node.kind.type_code(), deps, child));
+        }
+        Ok(Shape(shape))
+    }
+
+    /// `cudaGraphInstantiate`.
+    pub fn instantiate(&mut self, g: u64, flags: u64) -> CudaResult<u64> {
+        let mut nodes = Vec::new();
+        let mut index = HashMap::new();
+        let shape = self.flatten(g, &mut nodes, &mut index)?;
+        let h = self.handle();
+        self.next_graph_id += 1;
+        let id = self.next_graph_id;
+        self.execs.insert(
+            h,
+            Exec {
+                nodes: Arc::new(nodes),
+                index,
+                shape,
+                flags,
+                id,
+                last_stream: None,
+                done_event: 0,
+            },
+        );
+        Ok(h)
+    }
+
+    /// `cudaGraphExecUpdate` for graphs of the same shape: every node takes the parameters
+    /// of its counterpart in `g`. Otherwise (result code, node of `g` at fault).
+    pub fn update(&mut self, e: u64, g: u64) -> Result<(), (u32, u64)> {
+        let mut nodes = Vec::new();
+        let mut index = HashMap::new();
+        let shape = self
+            .flatten(g, &mut nodes, &mut index)
+            .map_err(|_| (cudaGraphExecUpdateError, 0))?;
+        let exec = self.execs.get(&e).ok_or((cudaGraphExecUpdateError, 0))?;
+        if shape != exec.shape {
+            let same_topology = shape.0.len() == exec.shape.0.len()
+                && shape.0.iter().zip(&exec.shape.0).all(|(a, b)| a.1 == b.1);
+            let code = if same_topology {
+                cudaGraphExecUpdateErrorNodeTypeChanged
+            } else {
+                cudaGraphExecUpdateErrorTopologyChanged
+            };
+            return Err((code, 0));
+        }
+        // A kernel node may not move between cooperative and plain launches.
+        for (i, (new, old)) in nodes.iter().zip(exec.nodes.iter()).enumerate() {
+            if let (NodeKind::Kernel(a), NodeKind::Kernel(b)) = (&new.kind, &old.kind) {
+                if a.cooperative != b.cooperative {
+                    let culprit = index.iter().find(|(_, &p)| p == i).map_or(0, |(&n, _)| n);
+                    return Err((cudaGraphExecUpdateErrorParametersChanged, culprit));
+                }
+            }
+        }
+        let exec = self.execs.get_mut(&e).ok_or((cudaGraphExecUpdateError, 0))?;
+        let enabled: Vec<bool> = exec.nodes.iter().map(|n| n.enabled).collect();
+        for (n, en) in nodes.iter_mut().zip(enabled) {
+            n.enabled = en;
+        }
+        exec.nodes = Arc::new(nodes);
+        exec.index.extend(index);
+        Ok(())
+    }
+
+    /// Edges of `g` as (from, to), in node creation order.
+    pub fn edges(&self, g: u64) -> CudaResult<Vec<(u64, u64)>> {
+        let mut e = Vec::new();
+        for &n in &self.graph(g)?.nodes {
+            for &d in &self.node(n)?.deps {
+                e.push((d, n));
+            }
+        }
+        Ok(e)
+    }
+
+    /// Whether `to` depends (transitively) on `from`, or is it.
+    pub fn reaches(&self, from: u64, to: u64) -> bool {
+        let mut stack = vec![to];
+        let mut seen = BTreeSet::new();
+        while let Some(n) = stack.pop() {
+            if n == from {
+                return true;
+            }
+            if seen.insert(n) {
+                if let Some(node) = self.nodes.get(&n) {
+                    stack.extend(node.deps.iter().copied());
+                }
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(i: u64) -> NodeKind {
+        NodeKind::Host { func: 1, data: i }
+    }
+
+    fn data_of(n: &ExecNode) -> u64 {
+        match n.kind {
+            NodeKind::Host { data, .. } => data,
+            _ => u64::MAX,
+        }
+    }
+
+    #[test]
+    fn topological_order_respects_edges_added_after_the_nodes() {
+        let mut s = Store::default();
+        let g = s.create_graph();
+        let a = s.add_node(g, &[], host(0)).unwrap();
+        let b = s.add_node(g, &[], host(1)).unwrap();
+        let c = s.add_node(g, &[], host(2)).unwrap();
+        // c → a → b
+        s.node_mut(a).unwrap().deps.push(c);
+        s.node_mut(b).unwrap().deps.push(a);
+        assert_eq!(s.topo_order(g).unwrap(), vec![c, a, b]);
+        s.node_mut(c).unwrap().deps.push(b);
+        assert_eq!(s.topo_order(g), Err(cuda::ERROR_INVALID_VALUE), "a cycle");
+    }
+
+    #[test]
+    fn child_graphs_are_copied_at_creation_and_expanded_in_place() {
+        let mut s = Store::default();
+        let child = s.create_graph();
+        let x = s.add_node(child, &[], host(10)).unwrap();
+        s.add_node(child, &[x], host(11)).unwrap();
+        let g = s.create_graph();
+        let a = s.add_node(g, &[], host(0)).unwrap();
+        let node = s.add_node(g, &[a], NodeKind::Child(0)).unwrap();
+        let copy = s.clone_graph(child, Some(node)).unwrap();
+        s.node_mut(node).unwrap().kind = NodeKind::Child(copy);
+        s.add_node(g, &[node], host(1)).unwrap();
+        // Changing the original child afterwards does not change the parent.
+        s.add_node(child, &[], host(99)).unwrap();
+        let e = s.instantiate(g, 0).unwrap();
+        let order: Vec<u64> = s.execs[&e].nodes.iter().map(data_of).collect();
+        assert_eq!(order, vec![0, 10, 11, 1]);
+        assert_eq!(s.destroy_graph(copy), Err(cuda::ERROR_INVALID_VALUE));
+        s.destroy_graph(g).unwrap();
+        assert!(!s.graphs.contains_key(&copy), "the child went with its parent");
+    }
+
+    #[test]
+    fn clone_maps_nodes_and_keeps_edges() {
+        let mut s = Store::default();
+        let g = s.create_graph();
+        let a = s.add_node(g, &[], host(0)).unwrap();
+        let b = s.add_node(g, &[a], host(1)).unwrap();
+        let c = s.clone_graph(g, None).unwrap();
+        let map = &s.graphs[&c].cloned_from;
+        let (a2, b2) = (map[&a], map[&b]);
+        assert_eq!(s.edges(c).unwrap(), vec![(a2, b2)]);
+        assert_ne!(a2, a);
+    }
+
+    #[test]
+    fn exec_update_takes_new_parameters_only_for_the_same_shape() {
+        let mut s = Store::default();
+        let g = s.create_graph();
+        let a = s.add_node(g, &[], host(0)).unwrap();
+        s.add_node(g, &[a], host(1)).unwrap();
+        let e = s.instantiate(g, 0).unwrap();
+        let g2 = s.create_graph();
+        let a2 = s.add_node(g2, &[], host(5)).unwrap();
+        s.add_node(g2, &[a2], host(6)).unwrap();
+        s.update(e, g2).unwrap();
+        let order: Vec<u64> = s.execs[&e].nodes.iter().map(data_of).collect();
+        assert_eq!(order, vec![5, 6]);
+        let g3 = s.create_graph();
+        s.add_node(g3, &[], host(7)).unwrap();
+        s.add_node(g3, &[], host(8)).unwrap();
+        assert_eq!(
+            s.update(e, g3).map_err(|e| e.0),
+            Err(cudaGraphExecUpdateErrorTopologyChanged)
+        );
+    }
+
+    #[test]
+    fn duplicate_or_foreign_dependencies_are_invalid() {
+        let mut s = Store::default();
+        let g = s.create_graph();
+        let h = s.create_graph();
+        let a = s.add_node(g, &[], NodeKind::Empty).unwrap();
+        let x = s.add_node(h, &[], NodeKind::Empty).unwrap();
+        assert_eq!(s.add_node(g, &[a, a], NodeKind::Empty), Err(cuda::ERROR_INVALID_VALUE));
+        assert_eq!(s.add_node(g, &[x], NodeKind::Empty), Err(cuda::ERROR_INVALID_VALUE));
+        assert!(s.reaches(a, a));
+    }
+}
