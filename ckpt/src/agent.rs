@@ -1284,12 +1284,16 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
         let _ = link.send(&Msg::Failed(e.clone()));
         return Outcome::Failed(e);
     }
-    if link.send(&Msg::Stopped { pid }).is_err() || link.recv(Some(STEP_TIMEOUT)) != Some(Msg::GoCut) {
-        resume_program(&h);
-        return Outcome::Failed("the job's checkpoint was given up".into());
-    }
+    let pipes = match link.send(&Msg::Stopped { pid, pipes: crate::job::own_pipes() }).ok().and(link.recv(Some(STEP_TIMEOUT))) {
+        Some(Msg::GoCut { pipes }) => pipes,
+        _ => {
+            resume_program(&h);
+            return Outcome::Failed("the job's checkpoint was given up".into());
+        }
+    };
     let mut device_time = Duration::ZERO;
-    let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some((format!("p-{pid}"), &[]))) {
+    let part = Part { name: format!("p-{pid}"), others: &[], pipes: &pipes, pid };
+    let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
             c
@@ -1368,6 +1372,7 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
     // 1. Every member stops.
     let mut links: Vec<(i32, Link)> = Vec::new();
     let mut known: Vec<(i32, i32)> = Vec::new(); // (kernel pid, program pid)
+    let mut held: Vec<(i32, Vec<(u64, bool)>)> = Vec::new(); // (program pid, pipe ends)
     for (pid, _, comm) in members {
         let stream = match crate::control::connect_member(*pid as u32, &tmp, strict) {
             Ok(s) => s,
@@ -1377,7 +1382,10 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
         let mut l = Link::new(crate::highfd::move_high(stream));
         exclude_fd(l.fd());
         match l.recv(Some(STEP_TIMEOUT)) {
-            Some(Msg::Stopped { pid: p }) => known.push((*pid, p)),
+            Some(Msg::Stopped { pid: p, pipes }) => {
+                known.push((*pid, p));
+                held.push((p, pipes));
+            }
             Some(Msg::Failed(e)) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
             _ => return give_up(&mut links, format!("process {pid} ({comm}) of the job did not stop")),
         }
@@ -1387,12 +1395,14 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
         Ok(t) => t,
         Err(e) => return give_up(&mut links, e),
     };
+    held.push((my_pid, crate::job::own_pipes()));
+    let pipes = crate::job::job_pipes(&held);
     // 2. Every member cuts, then this process.
     let mut problems: Vec<String> = Vec::new();
     let mut failed = None;
     for (pid, l) in links.iter_mut() {
         let vpid = known.iter().find(|k| k.0 == *pid).map_or(*pid, |k| k.1);
-        if l.send(&Msg::GoCut).is_err() {
+        if l.send(&Msg::GoCut { pipes: pipes.clone() }).is_err() {
             failed = Some(format!("process {vpid} of the job went away"));
             break;
         }
@@ -1414,7 +1424,8 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
     }
     let kernel_pids: Vec<i32> = members.iter().map(|m| m.0).collect();
     let mut device_time = Duration::ZERO;
-    let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some((format!("p-{my_pid}"), &kernel_pids))) {
+    let part = Part { name: format!("p-{my_pid}"), others: &kernel_pids, pipes: &pipes, pid: my_pid };
+    let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
             c
@@ -1508,15 +1519,26 @@ fn commit_job(tmp: &Path, final_path: &Path, manifest: &crate::job::Manifest) ->
     Ok(())
 }
 
-/// `part`: in a job image, the part's name and the job's other processes (not named as
-/// children missing from the image).
+/// A process's part of a job image.
+struct Part<'a> {
+    /// Its directory name in the job image.
+    name: String,
+    /// The job's other processes, as the kernel knows them (not named as children missing
+    /// from the image).
+    others: &'a [i32],
+    /// The pipes between processes of the job, with the pid whose part carries the bytes.
+    pipes: &'a [(u64, i32)],
+    /// The pid the program knows.
+    pid: i32,
+}
+
 fn prepare(
     cfg: &Config,
     dir: &Path,
     h: &Hooks,
     device_time: &mut Duration,
     strict: bool,
-    part: Option<(String, &[i32])>,
+    part: Option<Part<'_>>,
 ) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
     let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
@@ -1529,10 +1551,13 @@ fn prepare(
     skip.extend(crate::writes::own_fds());
     let mut fds = capture::fds(&skip, Some(&control_path), &mut own);
     crate::attrs::capture();
+    // Before the classification: a pipe from the parent is the job's, not inherited.
+    let pipe_problems = part.as_ref().map(|p| crate::job::mark_pipes(&mut fds, p.pipes, p.pid)).unwrap_or_default();
     let mut problems = classify_fds(&mut fds);
+    problems.extend(pipe_problems);
     // Child processes are not in a process's image (one process is): named, not dropped
     // silently — after a restart the program's waitpid would fail, its pipes to them hang.
-    let in_job = part.as_ref().map(|p| p.1).unwrap_or(&[]);
+    let in_job = part.as_ref().map(|p| p.others).unwrap_or(&[]);
     for (child, comm, state) in capture::children().into_iter().filter(|c| !in_job.contains(&c.0)) {
         problems.push(if state == 'Z' {
             format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
@@ -1645,7 +1670,7 @@ fn prepare(
         pid: pid as u32,
         seq,
         max_sections: sections.len() + 4,
-        dir_name: part.map(|p| p.0),
+        dir_name: part.map(|p| p.name),
         ..Default::default()
     };
     let writer =

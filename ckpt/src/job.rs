@@ -200,13 +200,139 @@ pub fn root_of(pid: i32, has_agent: impl Fn(i32) -> bool) -> i32 {
     root
 }
 
+/// The pipe ends this process holds: (pipe id, read end), once per kind of end.
+pub fn own_pipes() -> Vec<(u64, bool)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc/self/fd") else { return out };
+    for e in rd.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(link) = std::fs::read_link(e.path()) else { continue };
+        let Some(id) = link.to_str().and_then(|l| l.strip_prefix("pipe:[")).and_then(|l| l.strip_suffix(']')) else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u64>() else { continue };
+        // SAFETY: F_GETFL on a descriptor of this process.
+        let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if fl < 0 {
+            continue;
+        }
+        let read = fl & libc::O_ACCMODE == libc::O_RDONLY;
+        if !out.contains(&(id, read)) {
+            out.push((id, read));
+        }
+    }
+    out
+}
+
+/// The pipes between processes of a job, from what each holds ((program pid, its ends)):
+/// those with a read end and a write end in the job, each with the lowest pid holding a
+/// read end (its part carries the pipe's bytes).
+pub fn job_pipes(held: &[(i32, Vec<(u64, bool)>)]) -> Vec<(u64, i32)> {
+    let mut ids: Vec<u64> = held.iter().flat_map(|(_, v)| v.iter().map(|e| e.0)).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut out = Vec::new();
+    for id in ids {
+        let holders = |read: bool| held.iter().filter(move |(_, v)| v.contains(&(id, read))).map(|(p, _)| *p);
+        let writers = holders(false).count();
+        // A pipe of one process alone is that process's own (both ends there).
+        let procs = held.iter().filter(|(_, v)| v.iter().any(|e| e.0 == id)).count();
+        if let Some(carrier) = holders(true).min() {
+            if writers > 0 && procs > 1 {
+                out.push((id, carrier));
+            }
+        }
+    }
+    out
+}
+
+/// The bytes buffered in the pipe whose read end is `fd`, left in it (`tee` into a pipe of
+/// the same capacity).
+pub fn peek_pipe(fd: i32) -> Result<Vec<u8>, String> {
+    // SAFETY: F_GETPIPE_SZ on our descriptor.
+    let size = unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) };
+    if size <= 0 {
+        return Err(format!("fd {fd}: not a pipe"));
+    }
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 into the live array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(format!("cannot peek into pipe fd {fd}: {}", std::io::Error::last_os_error()));
+    }
+    let mut out = Vec::new();
+    // SAFETY: our temporary pipe; tee duplicates without consuming; read into live buffers.
+    let r = unsafe {
+        libc::fcntl(p[1], libc::F_SETPIPE_SZ, size);
+        let n = libc::tee(fd, p[1], size as usize, libc::SPLICE_F_NONBLOCK);
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+            Err(format!("cannot peek into pipe fd {fd}: {}", std::io::Error::last_os_error()))
+        } else {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let k = libc::read(p[0], buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+                if k <= 0 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..k as usize]);
+            }
+            Ok(())
+        }
+    };
+    // SAFETY: our temporary pipe, closed once.
+    unsafe {
+        libc::close(p[0]);
+        libc::close(p[1]);
+    }
+    r.map(|()| out)
+}
+
+/// Turns the descriptors of `fds` that are ends of `pipes` (the job's, with their
+/// carriers) into [`FdKind::JobPipe`]; this process's part carries the bytes of those whose
+/// carrier is `me` (with its first read end).
+pub fn mark_pipes(fds: &mut [crate::state::FdState], pipes: &[(u64, i32)], me: i32) -> Vec<String> {
+    use crate::state::FdKind;
+    let mut problems = Vec::new();
+    let mut carried: Vec<u64> = Vec::new();
+    for f in fds.iter_mut() {
+        let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", f.fd)) else { continue };
+        let Some(id) = link
+            .to_str()
+            .and_then(|l| l.strip_prefix("pipe:["))
+            .and_then(|l| l.strip_suffix(']'))
+            .and_then(|l| l.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let Some(&(_, carrier)) = pipes.iter().find(|p| p.0 == id) else { continue };
+        let read = (f.flags as i32) & libc::O_ACCMODE == libc::O_RDONLY;
+        // SAFETY: F_GETPIPE_SZ on our descriptor.
+        let size = unsafe { libc::fcntl(f.fd, libc::F_GETPIPE_SZ) }.max(0) as u32;
+        let data = if read && carrier == me && !carried.contains(&id) {
+            carried.push(id);
+            match peek_pipe(f.fd) {
+                Ok(d) => d,
+                Err(e) => {
+                    problems.push(e);
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        f.kind = FdKind::JobPipe { id, read, size, data };
+    }
+    problems
+}
+
 /// A step of the coordinated cut (one JSON line each way).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Msg {
-    /// Member → root: its threads are stopped; the pid its program knows.
-    Stopped { pid: i32 },
-    /// Root → member: capture and fork the writer.
-    GoCut,
+    /// Member → root: its threads are stopped; the pid its program knows; the pipes it
+    /// holds ends of (id, read end).
+    Stopped { pid: i32, pipes: Vec<(u64, bool)> },
+    /// Root → member: capture and fork the writer. `pipes`: the pipes between processes of
+    /// the job, each with the pid of the process whose part carries its bytes.
+    GoCut { pipes: Vec<(u64, i32)> },
     /// Member → root: the writer is forked; what a restart of its part cannot restore.
     Cut { problems: Vec<String> },
     /// Root → member: run again.
@@ -356,6 +482,35 @@ mod tests {
     }
 
     #[test]
+    fn pipes_between_processes_are_the_jobs_and_the_lowest_reader_carries_them() {
+        let held = vec![(10, vec![(1, true), (1, false), (2, false)]), (11, vec![(2, true), (3, true)]), (12, vec![(1, true)])];
+        // 1: ends in 10 and 12, carried by 10; 2: 10 writes, 11 reads; 3: only a read end.
+        assert_eq!(job_pipes(&held), vec![(1, 10), (2, 11)]);
+        let own = vec![(10, vec![(4, true), (4, false)])];
+        assert_eq!(job_pipes(&own), vec![]);
+    }
+
+    #[test]
+    fn peeking_leaves_the_bytes_in_the_pipe() {
+        let mut p = [0i32; 2];
+        // SAFETY: pipe into the live array; our own descriptors below.
+        unsafe {
+            assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
+            assert_eq!(libc::write(p[1], b"hello".as_ptr() as *const libc::c_void, 5), 5);
+        }
+        assert_eq!(peek_pipe(p[0]).unwrap(), b"hello");
+        let mut b = [0u8; 8];
+        // SAFETY: as above.
+        let n = unsafe { libc::read(p[0], b.as_mut_ptr() as *mut libc::c_void, 8) };
+        assert_eq!(&b[..n as usize], b"hello");
+        // SAFETY: as above.
+        unsafe {
+            libc::close(p[0]);
+            libc::close(p[1]);
+        }
+    }
+
+    #[test]
     fn pid_table_fills() {
         let fd = PidTable::create(&[10, 11]).unwrap();
         assert_eq!(PidTable::read(fd), vec![(10, 0), (11, 0)]);
@@ -370,8 +525,8 @@ mod tests {
     fn link_exchanges_steps() {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut a, mut b) = (Link::new(a), Link::new(b));
-        a.send(&Msg::Stopped { pid: 5 }).unwrap();
-        assert_eq!(b.recv(Some(Duration::from_secs(5))), Some(Msg::Stopped { pid: 5 }));
+        a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)] }).unwrap();
+        assert_eq!(b.recv(Some(Duration::from_secs(5))), Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)] }));
         b.send(&Msg::Cut { problems: vec!["p".into()] }).unwrap();
         assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()] }));
         drop(b);

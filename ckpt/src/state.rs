@@ -20,7 +20,7 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
 /// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout); older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 10;
+pub const PROCESS_STATE_VERSION: u32 = 11;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -309,6 +309,10 @@ pub enum FdKind {
     /// A pidfd of the process itself (`thread`: of its main thread, `PIDFD_THREAD`): opened
     /// again on the restarted process (version 9).
     PidFd { thread: bool },
+    /// One end of a pipe between processes of a job (`crate::job`): made once by the job's
+    /// restart, with its capacity `size`; `data` (the bytes buffered in it) is carried by
+    /// one read end in the whole job (version 11).
+    JobPipe { id: u64, read: bool, size: u32, data: Vec<u8> },
 }
 
 /// A watch of an inotify instance: added again by `path` with `mask` (plus `IN_DONT_FOLLOW`

@@ -318,6 +318,16 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
             format!("pipe:[{id}] {} end{}", if *read { "read" } else { "write" }, if data.is_empty() { String::new() } else { format!(", {} waiting", bytes(data.len())) }),
             None,
         ),
+        FdKind::JobPipe { id, read, size, data } => (
+            "pipe",
+            format!(
+                "pipe:[{id}] {} end, to another process of the job, capacity {}{}",
+                if *read { "read" } else { "write" },
+                bytes(*size as usize),
+                if data.is_empty() { String::new() } else { format!(", {} waiting", bytes(data.len())) }
+            ),
+            None,
+        ),
         FdKind::Dup { of } => ("dup", format!("of fd {of}"), None),
         FdKind::ControlListener => ("crum", "control socket (made again under the new pid)".into(), None),
         FdKind::Unsupported { what } => ("unsupported", what.clone(), Some("cannot be restored".into())),

@@ -44,3 +44,8 @@ fn checkpointing_a_member_checkpoints_its_job_and_killing_it_all_loses_nothing()
     assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
     assert_continues(&expected, 0, &before, &r.output(), true, "job restarted from a member's checkpoint");
 }
+
+#[test]
+fn pipes_between_the_processes_of_a_job_keep_their_bytes_in_flight() {
+    scenario("job_pipeline", &["40", "40"]);
+}

@@ -240,6 +240,9 @@ pub struct Options {
     /// A job's pid table (`crum_ckpt::job::PidTable`) this process of the job fills and
     /// hands to its agent; None: not a job.
     pub job_table_fd: Option<i32>,
+    /// The pipes between processes of the job, made by the root's restorer: (id, read end,
+    /// write end), inherited.
+    pub job_pipes: Vec<(u64, i32, i32)>,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -272,6 +275,8 @@ pub fn restart_with(dir: &Path, opts: &Options) -> Result<std::convert::Infallib
 
 /// Environment of a job's restorers: the pid table's descriptor.
 const JOB_TABLE_VAR: &str = "CRUM_JOB_TABLE";
+/// Environment of a job's restorers: the pipes between its processes (`id:r:w,…`).
+const JOB_PIPES_VAR: &str = "CRUM_JOB_PIPES";
 /// Set once a restorer has started the restorers of its children (a re-execution for
 /// another layout must not start them again).
 const JOB_SPAWNED_VAR: &str = "CRUM_JOB_SPAWNED";
@@ -304,6 +309,7 @@ pub fn restart_job(
             let pids: Vec<i32> = manifest.members.iter().map(|p| p.pid).collect();
             let fd = PidTable::create(&pids).map_err(RestartError::Invalid)?;
             std::env::set_var(JOB_TABLE_VAR, fd.to_string());
+            std::env::set_var(JOB_PIPES_VAR, make_job_pipes(dir, &manifest)?);
             fd
         }
     };
@@ -328,8 +334,51 @@ pub fn restart_job(
         }
         std::env::set_var(JOB_SPAWNED_VAR, "1");
     }
-    let opts = Options { job_table_fd: Some(table), ..opts.clone() };
+    let job_pipes: Vec<(u64, i32, i32)> = std::env::var(JOB_PIPES_VAR)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|e| {
+            let mut it = e.split(':');
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect();
+    let opts = Options { job_table_fd: Some(table), job_pipes, ..opts.clone() };
     restart_with(&part, &opts)
+}
+
+/// Makes the pipes between the job's processes (every part's [`FdKind::JobPipe`]s), with
+/// their capacity and the bytes that were in them, above every descriptor of every part and
+/// not close-on-exec (the restorers of the other processes inherit them); `id:r:w,…`.
+fn make_job_pipes(dir: &Path, manifest: &crum_ckpt::job::Manifest) -> Result<String, RestartError> {
+    let mut pipes: Vec<(u64, u32, Vec<u8>)> = Vec::new();
+    let mut top = 2;
+    for m in &manifest.members {
+        let plan = validate(&dir.join(&m.part))?;
+        for f in &plan.state().fds {
+            top = top.max(f.fd);
+            if let FdKind::JobPipe { id, size, data, .. } = &f.kind {
+                match pipes.iter_mut().find(|p| p.0 == *id) {
+                    Some(p) => {
+                        p.1 = p.1.max(*size);
+                        if !data.is_empty() {
+                            p.2 = data.clone();
+                        }
+                    }
+                    None => pipes.push((*id, *size, data.clone())),
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (id, size, data) in pipes {
+        let (r, w) = sys::inherited_pipe(top + 64)?;
+        if size > 0 {
+            sys::set_pipe_size(w, size)?;
+        }
+        sys::write_all(w, &data)?;
+        out.push(format!("{id}:{r}:{w}"));
+    }
+    Ok(out.join(","))
 }
 
 /// A progress bar on a terminal for images of at least this many bytes of memory.
@@ -387,7 +436,14 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         }
         None => None,
     };
-    restore_fds(&state, table_fd)?;
+    let mut keep: Vec<i32> = table_fd.into_iter().collect();
+    keep.extend(opts.job_pipes.iter().flat_map(|p| [p.1, p.2]));
+    restore_fds(&state, &keep, &opts.job_pipes)?;
+    // The job's pipes are in place wherever this process had them.
+    for p in &opts.job_pipes {
+        sys::close(p.1);
+        sys::close(p.2);
+    }
     let channel_fd = match (&opts.proxy, device) {
         (Some((exe, dev)), true) => start_proxy(exe, dev)?,
         _ => -1,
@@ -420,13 +476,13 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
 /// they were ([`restore_stdio`]), else the restarting process's. A descriptor the program
 /// inherited at `crum run` that crum cannot restore ([`FdKind::Inherited`]) is this process's
 /// own of the same number, or /dev/null with a warning.
-fn restore_fds(st: &ProcessState, keep: Option<i32>) -> Result<(), RestartError> {
+fn restore_fds(st: &ProcessState, keep: &[i32], job_pipes: &[(u64, i32, i32)]) -> Result<(), RestartError> {
     let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
     fds.sort_by_key(|f| f.fd);
     let base = fds.last().map_or(3, |f| f.fd + 1).max(3);
     let mut passed_on: Vec<i32> =
         fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
-    passed_on.extend(keep);
+    passed_on.extend_from_slice(keep);
     sys::close_from_except(3, &passed_on);
     restore_stdio(st, base)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
@@ -474,6 +530,14 @@ fn restore_fds(st: &ProcessState, keep: Option<i32>) -> Result<(), RestartError>
             }
             FdKind::Dup { of } => {
                 sys::dup_to(*of, f.fd, cloexec)?;
+                continue;
+            }
+            FdKind::JobPipe { id, read, .. } => {
+                let Some(&(_, r, w)) = job_pipes.iter().find(|p| p.0 == *id) else {
+                    return Err(RestartError::Invalid(format!("fd {}: pipe:[{id}] of the job was not made", f.fd)));
+                };
+                sys::dup_to(if *read { r } else { w }, f.fd, cloexec)?;
+                sys::set_status_flags(f.fd, status_flags);
                 continue;
             }
             FdKind::ControlListener => sys::control_listener()?,

@@ -69,6 +69,17 @@ pub fn pipe_high(base: i32) -> Result<(i32, i32), RestartError> {
     Ok((move_high(p[0], base)?, move_high(p[1], base)?))
 }
 
+/// A pipe whose ends are at numbers >= base, not close-on-exec (a job's restorers inherit it).
+pub fn inherited_pipe(base: i32) -> Result<(i32, i32), RestartError> {
+    let (r, w) = pipe_high(base)?;
+    // SAFETY: our own descriptors.
+    unsafe {
+        libc::fcntl(r, libc::F_SETFD, 0);
+        libc::fcntl(w, libc::F_SETFD, 0);
+    }
+    Ok((r, w))
+}
+
 /// Moves `fd` to a number >= base (closing the original).
 pub fn move_high(fd: i32, base: i32) -> Result<i32, RestartError> {
     // SAFETY: our fd.
