@@ -583,10 +583,10 @@ fn fd_inode(fd: i32) -> u64 {
     }
 }
 
-/// In a child the program forked (pthread_atfork): it has no crum threads and takes no part
-/// in the parent's checkpoint. Clears the checkpoint-in-progress count (its `exit` must not
-/// wait for a checkpoint that is not its own) and closes its copies of the writer's
-/// descriptors. Only atomics and `close`: async-signal-safe.
+/// In a child the program forked (pthread_atfork): it takes no part in the parent's
+/// checkpoint. Clears the checkpoint-in-progress count (its `exit` must not wait for a
+/// checkpoint that is not its own) and closes its copies of the writer's descriptors; then
+/// it becomes a member of the job with an agent of its own ([`start_in_child`]).
 extern "C" fn after_fork_child() {
     IN_PROGRESS.store(0, SeqCst);
     for r in &RUNNING {
@@ -602,7 +602,103 @@ extern "C" fn after_fork_child() {
             // never uses it.
             unsafe { libc::close(fd) };
         }
+    }    start_in_child();
+}
+
+/// In a child just forked: closes the descriptors of its parent's crum that the fork copied
+/// (the pidfd of an image writer, above the program's range; a control connection or a
+/// job's link to a member, at any number: one just made is below the range until it is
+/// moved), which would otherwise be saved in the child's image as its own.
+fn close_inherited_crum_fds() {
+    let base = crate::highfd::base();
+    let dir = crate::control::socket_dir();
+    let dir = dir.as_os_str().as_encoded_bytes();
+    for fd in capture::numeric_entries(c"/proc/self/fd") {
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+        let crum = if link.as_os_str() == "anon_inode:[pidfd]" {
+            fd >= base
+        } else if link.to_str().is_some_and(|l| l.starts_with("socket:")) {
+            // A Unix socket whose own or peer address lies in crum's control directory.
+            let named_in_dir = |peer: bool| {
+                // SAFETY: sockaddr_un is plain data; the kernel writes at most `len` bytes.
+                let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+                let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+                let p = &mut sa as *mut libc::sockaddr_un as *mut libc::sockaddr;
+                // SAFETY: as above, on our own descriptor.
+                let r = unsafe { if peer { libc::getpeername(fd, p, &mut len) } else { libc::getsockname(fd, p, &mut len) } };
+                let path: Vec<u8> = sa.sun_path.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+                r == 0 && sa.sun_family as i32 == libc::AF_UNIX && !dir.is_empty() && path.starts_with(dir)
+            };
+            named_in_dir(false) || named_in_dir(true)
+        } else {
+            false
+        };
+        if crum {
+            // SAFETY: a copy of the parent's crum descriptor, closed once here.
+            unsafe { libc::close(fd) };
+        }
     }
+}
+
+/// Whether a lock is free in a child just forked (held by a thread of the parent at the
+/// fork, it never is: that thread does not exist here).
+fn free<T>(m: &Mutex<T>) -> bool {
+    !matches!(m.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+}
+
+/// Starts crum's threads in a child the program forked (without exec), so that it is
+/// checkpointed with its job (`crate::job`): a control socket under its own pid, an agent
+/// without device hooks (a forked child has no CUDA context), no timer or signal of its
+/// own. Not when the parent had no agent, nor when a lock the agent needs was held by one of
+/// the parent's threads at the fork (the child then runs without: its parent names it at a
+/// checkpoint, as before).
+fn start_in_child() {
+    let Ok(mut guard) = RUNTIME.try_lock() else { return };
+    let Some(old) = guard.take() else { return };
+    let locks_free = free(&HOOKS)
+        && free(&EXCLUDED_FDS)
+        && free(&INHERITED)
+        && free(&LAST_WARNED)
+        && free(&STATUS)
+        && free(&EXCLUDED_REGIONS)
+        && free(&NEW_DIR)
+        && free(&PID_HISTORY)
+        && free(&SUSPENDED)
+        && crate::lineage::unlocked()
+        && crate::inotify::unlocked();
+    let Runtime { mut cfg, server, trigger_r, .. } = old;
+    // The parent's listener and checkpoint-signal pipe are the parent's.
+    // SAFETY: this child's copy of the parent's listener; the server is never dropped here.
+    unsafe { libc::close(server.listener_fd()) };
+    std::mem::forget(server);
+    if trigger_r >= 0 {
+        // SAFETY: this child's copies of the parent's pipe; the handler is the default again.
+        unsafe {
+            libc::close(trigger_r);
+            libc::close(TRIGGER_W);
+            TRIGGER_W = -1;
+            let sig = TRIGGER_SIG.load(SeqCst);
+            if sig > 0 && !TRIGGER_TAKEN.load(SeqCst) {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+    if !locks_free {
+        return;
+    }
+    close_inherited_crum_fds();
+    let pid = threads::real_pid();
+    OWNER_PID.store(pid, SeqCst);
+    *HOOKS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    *STATUS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    CHECKPOINTS.store(0, Relaxed);
+    cfg.interval = None;
+    cfg.signal = None;
+    let Ok(server) = ControlServer::bind(pid as u32) else { return };
+    let (tx, rx) = mpsc::channel::<Job>();
+    let rt = guard.insert(Runtime { cfg, server: std::sync::Arc::new(server), tx, rx: Some(rx), trigger_r: -1 });
+    let _ = spawn_threads(rt);
 }
 
 /// Starts the agent if this process runs under `crum run` (its environment says so);
@@ -1373,9 +1469,16 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
     let mut links: Vec<(i32, Link)> = Vec::new();
     let mut known: Vec<(i32, i32)> = Vec::new(); // (kernel pid, program pid)
     let mut held: Vec<(i32, Vec<(u64, bool)>)> = Vec::new(); // (program pid, pipe ends)
+    // A process that has exited by now is not in the job (its parent's part names it if
+    // it is not reaped).
+    let gone = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_none_or(|c| c == 'Z' || c == 'X')
+    };
     for (pid, _, comm) in members {
         let stream = match crate::control::connect_member(*pid as u32, &tmp, strict) {
             Ok(s) => s,
+            Err(_) if gone(*pid) => continue,
             Err(e) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
         };
         // Above the program's range, and not part of its image.
@@ -1387,10 +1490,17 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
                 held.push((p, pipes));
             }
             Some(Msg::Failed(e)) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
+            None if gone(*pid) => {
+                include_fd(l.fd());
+                continue;
+            }
             _ => return give_up(&mut links, format!("process {pid} ({comm}) of the job did not stop")),
         }
         links.push((*pid, l));
     }
+    // (Made before the stop: what is allocated while the threads are stopped lives in the
+    // agent's arena, given back before the manifest is written.)
+    let kernel_pids: Vec<i32> = links.iter().map(|l| l.0).collect();
     let t0 = match stop_program(&h) {
         Ok(t) => t,
         Err(e) => return give_up(&mut links, e),
@@ -1422,7 +1532,6 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
         resume_program(&h);
         return give_up(&mut links, e);
     }
-    let kernel_pids: Vec<i32> = members.iter().map(|m| m.0).collect();
     let mut device_time = Duration::ZERO;
     let part = Part { name: format!("p-{my_pid}"), others: &kernel_pids, pipes: &pipes, pid: my_pid };
     let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part)) {
@@ -1446,11 +1555,14 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
     }
     // The log of files written from here on goes with the root's part (its restart rolls
     // them back), renamed with the job's directory.
-    let part_path = ctx.writer.final_path().to_path_buf();
-    let log_problem = crate::writes::begin_pending(&part_path).err();
+    let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
     problems.extend(ctx.problems.iter().map(|p| p.as_str().to_owned()));
     // 3. Everyone runs again; the parts are completed by their writers.
     resume_program(&h);
+    // Out of the arena (given back below) into ordinary memory.
+    let part_path = PathBuf::from(ctx.writer.final_path().as_os_str().to_owned());
+    let problems: Vec<String> = problems.iter().map(|p| p.as_str().to_owned()).collect();
+    let log_problem: Option<String> = log_problem.map(|p| p.as_str().to_owned());
     LAST_PAUSE_US.store(t0.elapsed().as_micros() as u64, Relaxed);
     for (_, l) in links.iter_mut() {
         let _ = l.send(&Msg::GoResume);
@@ -1474,7 +1586,7 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
     }
     let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
     let mut list = vec![Member { pid: my_pid, ppid: 0, part: format!("p-{my_pid}"), comm: String::new() }];
-    for (pid, ppid, comm) in members {
+    for (pid, ppid, comm) in members.iter().filter(|m| kernel_pids.contains(&m.0)) {
         let p = program(*pid);
         list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
     }

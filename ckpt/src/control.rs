@@ -415,6 +415,13 @@ impl ControlServer {
         }
     }
 
+    /// The listener's descriptor (a forked child closes its copy of its parent's, and never
+    /// drops the server: that would remove the parent's socket file).
+    pub fn listener_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.listener.as_raw_fd()
+    }
+
     /// Removes the socket file now (before an `exit` that skips destructors).
     pub fn remove_socket(&self) {
         let _ = std::fs::remove_file(&self.path);

@@ -31,6 +31,11 @@ static NOTED: Mutex<Vec<Noted>> = Mutex::new(Vec::new());
 /// A program adding and dropping watches forever forgets its oldest paths past this.
 const MAX_NOTED: usize = 1 << 16;
 
+/// In a child just forked: whether the lock of the noted watches is free.
+pub(crate) fn unlocked() -> bool {
+    !matches!(NOTED.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+}
+
 /// The program added watch `wd` for `path` to the inotify instance `fd`.
 pub fn note_watch(fd: i32, wd: i32, path: &CStr) {
     // A path that is not UTF-8 is not noted: the watch is then named at checkpoint.

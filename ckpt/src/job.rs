@@ -200,13 +200,13 @@ pub fn root_of(pid: i32, has_agent: impl Fn(i32) -> bool) -> i32 {
     root
 }
 
-/// The pipe ends this process holds: (pipe id, read end), once per kind of end.
+/// The pipe ends this process holds: (pipe id, read end), once per kind of end. Runs while
+/// the program's threads are stopped: nothing here calls the C library's `malloc` (one of
+/// them may hold its lock, e.g. inside `fork`).
 pub fn own_pipes() -> Vec<(u64, bool)> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/proc/self/fd") else { return out };
-    for e in rd.flatten() {
-        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(link) = std::fs::read_link(e.path()) else { continue };
+    for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
+        let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
         let Some(id) = link.to_str().and_then(|l| l.strip_prefix("pipe:[")).and_then(|l| l.strip_suffix(']')) else {
             continue;
         };

@@ -97,6 +97,12 @@ struct Current {
 
 static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
 
+/// In a child just forked: whether the lineage's lock is free (a thread of the parent may
+/// have held it at the fork, and then it never is in the child).
+pub(crate) fn unlocked() -> bool {
+    !matches!(CURRENT.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+}
+
 fn with<R>(f: impl FnOnce(&mut Current) -> R) -> R {
     let mut g = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
     let c = g.get_or_insert_with(|| Current { lineage: Lineage::begin(crate::threads::real_pid() as u32), own: Vec::new() });

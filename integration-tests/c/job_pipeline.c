@@ -1,5 +1,5 @@
 /* Two processes of a job talking over two pipes: the root sends numbers ahead of time to a
- * worker (fork + exec of itself) through one pipe, the worker answers x*x+1 for each through
+ * worker (fork + exec of itself; with a third argument "fork", fork alone) through one pipe, the worker answers x*x+1 for each through
  * the other, a little slower than it is sent, so that both pipes hold bytes in flight at any
  * moment. The root checks every answer in order (a byte lost or seen twice after a restart
  * breaks the sequence), then ends the worker with -1 and reaps it by its pid. */
@@ -41,6 +41,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "worker") == 0) return worker(atoi(argv[2]), atoi(argv[3]), atol(argv[4]));
     int n = argc > 1 ? atoi(argv[1]) : 40;
     long ms = argc > 2 ? atol(argv[2]) : 40;
+    int fork_only = argc > 3 && strcmp(argv[3], "fork") == 0;
     setvbuf(stdout, NULL, _IONBF, 0);
     int a[2], b[2];
     if (pipe(a) != 0 || pipe(b) != 0) { printf("FAIL pipe\n"); return 1; }
@@ -49,6 +50,7 @@ int main(int argc, char **argv) {
         char r[16], w[16], m[24];
         close(a[1]);
         close(b[0]);
+        if (fork_only) _exit(worker(a[0], b[1], ms));
         snprintf(r, sizeof r, "%d", a[0]);
         snprintf(w, sizeof w, "%d", b[1]);
         snprintf(m, sizeof m, "%ld", ms);

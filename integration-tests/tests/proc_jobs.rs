@@ -49,3 +49,8 @@ fn checkpointing_a_member_checkpoints_its_job_and_killing_it_all_loses_nothing()
 fn pipes_between_the_processes_of_a_job_keep_their_bytes_in_flight() {
     scenario("job_pipeline", &["40", "40"]);
 }
+
+#[test]
+fn a_child_forked_without_exec_is_a_member_of_its_job() {
+    scenario("job_pipeline", &["40", "40", "fork"]);
+}

@@ -67,6 +67,22 @@ static CRUM_NOTE_OPEN: AtomicUsize = AtomicUsize::new(0);
 static CRUM_NOTE_CREATE: AtomicUsize = AtomicUsize::new(0);
 static CRUM_NOTE_WATCH: AtomicUsize = AtomicUsize::new(0);
 static INOTIFY_ADD_WATCH: AtomicUsize = AtomicUsize::new(0);
+static FORK: AtomicUsize = AtomicUsize::new(0);
+
+/// The program's `fork`: the C library's, made again after a restart when the child's pid
+/// is one the program knows as another process's (`pid::fork_with`).
+#[no_mangle]
+pub extern "C" fn fork() -> libc::pid_t {
+    let f = real(c"fork", &FORK);
+    if f == 0 {
+        // SAFETY: sets the calling thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    }
+    // SAFETY: the C library's fork, which has this signature.
+    let real_fork = unsafe { std::mem::transmute::<usize, extern "C" fn() -> libc::pid_t>(f) };
+    pid::fork_with(real_fork)
+}
 
 fn libc_handle() -> *mut c_void {
     static H: AtomicUsize = AtomicUsize::new(0);

@@ -275,6 +275,40 @@ pub extern "C" fn prlimit64(pid: libc::pid_t, resource: c_int, new: *const libc:
     prlimit(pid, resource, new, old)
 }
 
+/// Whether a new process with kernel pid `real` would be mistaken for another: after a
+/// restart, the kernel may give a new child a pid that the program knows as one of the job's
+/// processes (their pids before the restart), or as its own.
+fn taken(real: c_int) -> bool {
+    let v = VIRT.load(Relaxed);
+    (v != 0 && real == v) || member_by_virt(real).is_some_and(|r| r != real)
+}
+
+/// The program's `fork` (the C library's, through `real_fork`): after a restart, a child
+/// whose pid the program already knows as another process's is ended at once (before it
+/// runs anything of the program's) and reaped, and the fork is made again, so that the pid
+/// fork returns names the child and no other process.
+pub fn fork_with(real_fork: extern "C" fn() -> libc::pid_t) -> libc::pid_t {
+    for _ in 0..64 {
+        let r = real_fork();
+        if r == 0 {
+            if taken(raw(libc::SYS_getpid)) {
+                // SAFETY: ends this child at once.
+                unsafe { libc::_exit(0) };
+            }
+            return 0;
+        }
+        if r > 0 && taken(r) {
+            // SAFETY: reaps the child just made (it ends at once), into no status.
+            unsafe { libc::syscall(libc::SYS_wait4, r, std::ptr::null_mut::<c_int>(), libc::__WALL, std::ptr::null_mut::<libc::rusage>()) };
+            continue;
+        }
+        return r;
+    }
+    // SAFETY: sets the calling thread's errno.
+    unsafe { *libc::__errno_location() = libc::EAGAIN };
+    -1
+}
+
 /// The program's `wait4`: the child it names (or the group `-pgid`) is the kernel's; the
 /// pid returned is the program's.
 #[no_mangle]
