@@ -54,3 +54,76 @@ fn pipes_between_the_processes_of_a_job_keep_their_bytes_in_flight() {
 fn a_child_forked_without_exec_is_a_member_of_its_job() {
     scenario("job_pipeline", &["40", "40", "fork"]);
 }
+
+/// Every descendant of `pid`, children first.
+fn descendants_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task")).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
+        for t in tasks {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|w| w.parse::<u32>().ok()) {
+                out.push(k);
+                queue.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// A real program: a bash script with two background jobs, a pipeline into `cat` with a
+/// command substitution per line, and `wait`, checkpointed in the middle, every process
+/// killed, restarted: its results are those of a run never interrupted, and the pipeline's
+/// file holds each line once, in order.
+#[test]
+fn a_bash_script_with_background_jobs_and_a_pipeline_restarts_as_a_job() {
+    let sb = Sandbox::new();
+    let script = sb.path("run/job.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\n\
+         work() { local n=0; for i in $(seq 1 $1); do n=$((n + i)); sleep 0.05; done; echo \"worker $2 sum $n\"; }\n\
+         work 40 a > a.out &\n\
+         work 30 b > b.out &\n\
+         for i in $(seq 1 30); do\n\
+           x=$(echo $((i * i)))\n\
+           echo \"step $i $x\"\n\
+           sleep 0.05\n\
+         done | cat > pipe.out\n\
+         wait\n\
+         cat a.out b.out\n\
+         echo \"lines $(wc -l < pipe.out)\"\n",
+    )
+    .unwrap();
+    let expected = "worker a sum 820\nworker b sum 465\nlines 30\n";
+    let mut p = crum_run(&sb, &[], std::path::Path::new("/bin/bash"), &["./job.sh"], "run.out");
+    // Some lines through the pipeline, then the checkpoint (of `crum run`'s pid: its job).
+    let pipe_out = sb.path("run/pipe.out");
+    let t0 = std::time::Instant::now();
+    while read_or_empty(&pipe_out).lines().count() < 4 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the script made no progress: {}", p.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = checkpoint_output(&sb, p.pid());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let image = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(image.join("job.json").is_file(), "not a job image: {}", image.display());
+    let members = descendants_of(p.pid());
+    p.kill9();
+    for m in members {
+        // SAFETY: kill of a test's own process.
+        unsafe { libc::kill(m as i32, libc::SIGKILL) };
+    }
+    let mut r = restart(&sb, &image, "restart.out");
+    assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
+    assert_eq!(r.output(), expected, "{}", r.stderr());
+    let lines: Vec<String> = read(&pipe_out).lines().map(str::to_string).collect();
+    let want: Vec<String> = (1..=30).map(|i| format!("step {i} {}", i * i)).collect();
+    assert_eq!(lines, want, "the pipeline's output after the restart");
+}
+
+fn read_or_empty(p: &std::path::Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}

@@ -484,7 +484,7 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job_pipes: &[(u64, i32, i32)]) -
         fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
     passed_on.extend_from_slice(keep);
     sys::close_from_except(3, &passed_on);
-    restore_stdio(st, base)?;
+    restore_stdio(st, base, job_pipes)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
     // Deleted files made again: id → the program's fd that has it.
@@ -676,7 +676,7 @@ fn reopen(f: &FdState) -> Result<i32, RestartError> {
 /// replaced or shrank (`crum restart ... > log` truncates it) is the restarting process's,
 /// with a warning printed before any standard stream changes. Others (a terminal, a pipe)
 /// are the restarting process's, like a terminal.
-fn restore_stdio(st: &ProcessState, base: i32) -> Result<(), RestartError> {
+fn restore_stdio(st: &ProcessState, base: i32, job_pipes: &[(u64, i32, i32)]) -> Result<(), RestartError> {
     const NAMES: [&str; 3] = ["stdin", "stdout", "stderr"];
     let mut stdio: Vec<&FdState> = st.fds.iter().filter(|f| (0..=2).contains(&f.fd)).collect();
     stdio.sort_by_key(|f| f.fd);
@@ -693,6 +693,8 @@ fn restore_stdio(st: &ProcessState, base: i32) -> Result<(), RestartError> {
                 ),
             },
             FdKind::Dup { of } if restored.contains(of) => restored.push(f.fd),
+            // A pipe to another process of the job (`cmd | cat` in a shell).
+            FdKind::JobPipe { .. } => restored.push(f.fd),
             _ => {}
         }
     }
@@ -703,6 +705,14 @@ fn restore_stdio(st: &ProcessState, base: i32) -> Result<(), RestartError> {
         let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
         match &f.kind {
             FdKind::Dup { of } => sys::dup_to(*of, f.fd, cloexec)?,
+            FdKind::JobPipe { id, read, .. } => {
+                let Some(&(_, r, w)) = job_pipes.iter().find(|p| p.0 == *id) else {
+                    return Err(RestartError::Invalid(format!("fd {}: pipe:[{id}] of the job was not made", f.fd)));
+                };
+                sys::dup_to(if *read { r } else { w }, f.fd, cloexec)?;
+                let status_flags = (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC) as u32) as i32;
+                sys::set_status_flags(f.fd, status_flags);
+            }
             _ => {
                 let hi = sys::move_high(reopen(f)?, base)?;
                 sys::dup_to(hi, f.fd, cloexec)?;
