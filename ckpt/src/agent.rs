@@ -1146,14 +1146,14 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     if let Err(e) = clean_leftovers(dir) {
         tracing::warn!("cannot remove partial images: {e}");
     }
-    if !exit_after {
+    {
         let members: Vec<(i32, i32, String)> = crate::job::descendants()
             .into_iter()
             .filter(|d| d.3 != 'Z' && crate::job::has_agent(d.0))
             .map(|d| (d.0, d.1, d.2))
             .collect();
         if !members.is_empty() {
-            return job_checkpoint(cfg, dir, strict, &members);
+            return job_checkpoint(cfg, dir, strict, exit_after, &members);
         }
     }
     let h = hooks();
@@ -1411,7 +1411,29 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
     }
     let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
     let problems: Vec<String> = ctx.problems.iter().map(|p| p.as_str().to_owned()).collect();
-    let go = link.send(&Msg::Cut { problems }).is_ok() && link.recv(Some(STEP_TIMEOUT)) == Some(Msg::GoResume);
+    let next = if link.send(&Msg::Cut { problems }).is_ok() { link.recv(Some(STEP_TIMEOUT)) } else { None };
+    if next == Some(Msg::GoExit) {
+        // Nothing of the program runs again here: the part is completed, then the process ends.
+        match finish_writer(&ctx) {
+            Ok(()) => {
+                crate::writes::commit();
+                let _ = link.send(&Msg::Written);
+                if let Some(rt) = runtime().as_ref() {
+                    rt.server.remove_socket();
+                }
+                // SAFETY: ends the process; its part is complete.
+                unsafe { libc::_exit(EXIT_CHECKPOINTED) };
+            }
+            Err(e) => {
+                let e = e.as_str().to_owned();
+                let _ = ctx.writer.remove_partial();
+                let _ = link.send(&Msg::Failed(e.clone()));
+                resume_program(&h);
+                return Outcome::Failed(e);
+            }
+        }
+    }
+    let go = next == Some(Msg::GoResume);
     resume_program(&h);
     if let Some(p) = log_problem {
         eprintln!("crum: warning: {}", p.as_str());
@@ -1439,7 +1461,9 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
 
 /// The root's checkpoint of a job: `members` are its descendants running crum's agent
 /// (pid, parent pid, command name, as the kernel knows them). See `crate::job`.
-fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, String)]) -> Outcome {
+/// With `exit_after` nothing of the job runs after the cut: the members end once their parts
+/// are written, and the root's threads stay stopped ([`Outcome::Held`]).
+fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, members: &[(i32, i32, String)]) -> Outcome {
     use crate::job::{Link, Manifest, Member, Msg, STEP_TIMEOUT};
     let h = hooks();
     let me = threads::real_pid();
@@ -1557,6 +1581,51 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, members: &[(i32, i32, 
     // them back), renamed with the job's directory.
     let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
     problems.extend(ctx.problems.iter().map(|p| p.as_str().to_owned()));
+    if exit_after {
+        // 3'. Nobody runs again: every part is completed, then the job ends.
+        let mut result = finish_writer(&ctx);
+        for (pid, l) in links.iter_mut() {
+            let vpid = known.iter().find(|k| k.0 == *pid).map_or(*pid, |k| k.1);
+            let answer = l.send(&Msg::GoExit).ok().and_then(|()| l.recv(None));
+            match answer {
+                Some(Msg::Written) => {}
+                Some(Msg::Failed(e)) => result = result.and(Err(format!("process {vpid} of the job: {e}"))),
+                _ => result = result.and(Err(format!("process {vpid} of the job ended before its part was written"))),
+            }
+        }
+        let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
+        let mut list = vec![Member { pid: my_pid, ppid: 0, part: format!("p-{my_pid}"), comm: String::new() }];
+        for (pid, ppid, comm) in members.iter().filter(|m| kernel_pids.contains(&m.0)) {
+            let p = program(*pid);
+            list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
+        }
+        let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list };
+        match result.and_then(|()| commit_job(&tmp, &final_path, &manifest)) {
+            Ok(()) => {
+                publish_writer_pipe(-1, -1);
+                crate::writes::commit();
+                crate::lineage::written(&final_path);
+                if cfg.keep > 0 {
+                    if let Ok(removed) = keep_newest_of(dir, cfg.keep, crate::lineage::may_remove) {
+                        crate::lineage::removed(&removed);
+                    }
+                }
+                for (_, l) in &links {
+                    include_fd(l.fd());
+                }
+                return Outcome::Held(final_path.clone(), problems.iter().map(|p| p.as_str().to_owned()).collect());
+            }
+            Err(e) => {
+                // The members that wrote their parts have ended: the job cannot go on whole.
+                let e = e.as_str().to_owned();
+                crate::writes::abort(ctx.writer.final_path());
+                drop(ctx);
+                resume_program(&h);
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Outcome::Failed(format!("{e} (processes of the job that had written their parts have ended)"));
+            }
+        }
+    }
     // 3. Everyone runs again; the parts are completed by their writers.
     resume_program(&h);
     // Out of the arena (given back below) into ordinary memory.
@@ -1670,6 +1739,7 @@ fn prepare(
     // Child processes are not in a process's image (one process is): named, not dropped
     // silently — after a restart the program's waitpid would fail, its pipes to them hang.
     let in_job = part.as_ref().map(|p| p.others).unwrap_or(&[]);
+    let job_part = part.is_some();
     for (child, comm, state) in capture::children().into_iter().filter(|c| !in_job.contains(&c.0)) {
         problems.push(if state == 'Z' {
             format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
@@ -1767,6 +1837,13 @@ fn prepare(
             problems.push(format!(
                 "shared mapping {:#x}-{:#x} of {name} is also open at fd {}: after a restart the mapping and the fd are separate copies",
                 r.start, r.end, f.fd
+            ));
+        } else if job_part && !name.starts_with("/memfd:crum") {
+            // Shared memory is not yet shared again between the processes of a job.
+            problems.push(format!(
+                "shared memory {:#x}-{:#x} ({name}) comes back as this process's own copy: other processes of the job that \
+                 share it no longer see its writes after a restart",
+                r.start, r.end
             ));
         }
     }

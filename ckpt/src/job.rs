@@ -337,6 +337,9 @@ pub enum Msg {
     Cut { problems: Vec<String> },
     /// Root → member: run again.
     GoResume,
+    /// Root → member: do not run again: complete the part, say so, and end (exit code 75:
+    /// `crum checkpoint --exit`, `--on-signal SIG --exit`).
+    GoExit,
     /// Member → root: its part is complete.
     Written,
     /// Root → member: give up (release the threads, remove what was written).

@@ -127,3 +127,59 @@ fn a_bash_script_with_background_jobs_and_a_pipeline_restarts_as_a_job() {
 fn read_or_empty(p: &std::path::Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
+
+/// `crum checkpoint --exit` of a job (the batch-script pattern): every process ends once the
+/// image is complete (the root with 75), nothing runs after the cut, and the restarted job
+/// ends as an uninterrupted run.
+#[test]
+fn checkpoint_exit_of_a_job_ends_every_process_and_the_job_restarts() {
+    let sb = Sandbox::new();
+    let prog = build_c("job_tree");
+    let expected = expected_output(&sb, &prog, &["30", "40"]);
+    let mut p = run_under_crum(&sb, &prog, &["30", "40"], &[], "run.out");
+    p.wait_lines(5);
+    let workers = children_of(p.pid());
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    let out = checkpoint_output_with(&sb, p.pid(), &["--exit"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let image = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(image.join("job.json").is_file(), "{}", image.display());
+    assert_eq!(p.wait_exit(), 75, "{}", p.stderr());
+    for w in &workers {
+        let t0 = std::time::Instant::now();
+        // Ended (a zombie of the ended root is reaped by init at once).
+        while std::fs::read_to_string(format!("/proc/{w}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "worker {w} still runs");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    let before = p.output();
+    let mut r = restart(&sb, &image, "restart.out");
+    assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
+    let at = assert_continues(&expected, 0, &before, &r.output(), true, "job restarted after --exit");
+    // Nothing ran after the cut: the restart starts right where the run stopped.
+    assert_eq!(at, before.lines().count(), "lines printed after the cut:\n{before}");
+}
+
+/// Anonymous shared memory between a parent and its forked child is not yet shared again
+/// after a restart: the checkpoint names it (an error under --strict), never silently.
+#[test]
+fn shared_memory_between_processes_of_a_job_is_named() {
+    let sb = Sandbox::new();
+    let prog = build_c("job_shm");
+    let mut p = run_under_crum(&sb, &prog, &["400"], &[], "run.out");
+    p.wait_lines(3);
+    let out = checkpoint_output(&sb, p.pid());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("comes back as this process's own copy"), "shared memory not named: {err}");
+    let out = checkpoint_output_with(&sb, p.pid(), &["--strict"]);
+    assert!(!out.status.success(), "--strict wrote an image of a job sharing memory");
+    let kids = children_of(p.pid());
+    p.kill9();
+    for c in kids {
+        // SAFETY: kill of a test's own process.
+        unsafe { libc::kill(c as i32, libc::SIGKILL) };
+    }
+}
