@@ -1381,14 +1381,15 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
         return Outcome::Failed(e);
     }
     let pipes = match link.send(&Msg::Stopped { pid, pipes: crate::job::own_pipes() }).ok().and(link.recv(Some(STEP_TIMEOUT))) {
-        Some(Msg::GoCut { pipes }) => pipes,
+        Some(Msg::GoCut { pipes, zombies }) => (pipes, zombies),
         _ => {
             resume_program(&h);
             return Outcome::Failed("the job's checkpoint was given up".into());
         }
     };
     let mut device_time = Duration::ZERO;
-    let part = Part { name: format!("p-{pid}"), others: &[], pipes: &pipes, pid };
+    let (pipes, zombies) = pipes;
+    let part = Part { name: format!("p-{pid}"), others: &zombies, pipes: &pipes, pid };
     let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1531,12 +1532,16 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, memb
     };
     held.push((my_pid, crate::job::own_pipes()));
     let pipes = crate::job::job_pipes(&held);
+    // Exited children of the job's processes, made again at restart.
+    let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
+    let zombies = crate::job::zombie_children(&parents);
+    let zombie_pids: Vec<i32> = zombies.iter().map(|z| z.0).collect();
     // 2. Every member cuts, then this process.
     let mut problems: Vec<String> = Vec::new();
     let mut failed = None;
     for (pid, l) in links.iter_mut() {
         let vpid = known.iter().find(|k| k.0 == *pid).map_or(*pid, |k| k.1);
-        if l.send(&Msg::GoCut { pipes: pipes.clone() }).is_err() {
+        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: zombie_pids.clone() }).is_err() {
             failed = Some(format!("process {vpid} of the job went away"));
             break;
         }
@@ -1557,7 +1562,8 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, memb
         return give_up(&mut links, e);
     }
     let mut device_time = Duration::ZERO;
-    let part = Part { name: format!("p-{my_pid}"), others: &kernel_pids, pipes: &pipes, pid: my_pid };
+    let others: Vec<i32> = kernel_pids.iter().chain(zombie_pids.iter()).copied().collect();
+    let part = Part { name: format!("p-{my_pid}"), others: &others, pipes: &pipes, pid: my_pid };
     let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1599,7 +1605,11 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, memb
             let p = program(*pid);
             list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
         }
-        let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list };
+        let zombies = zombies
+            .iter()
+            .map(|&(pid, ppid, status)| crate::job::Zombie { pid, ppid: program(ppid), status })
+            .collect();
+        let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies };
         match result.and_then(|()| commit_job(&tmp, &final_path, &manifest)) {
             Ok(()) => {
                 publish_writer_pipe(-1, -1);
@@ -1632,6 +1642,7 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, memb
     let part_path = PathBuf::from(ctx.writer.final_path().as_os_str().to_owned());
     let problems: Vec<String> = problems.iter().map(|p| p.as_str().to_owned()).collect();
     let log_problem: Option<String> = log_problem.map(|p| p.as_str().to_owned());
+    let zombies: Vec<(i32, i32, i32)> = zombies.to_vec();
     LAST_PAUSE_US.store(t0.elapsed().as_micros() as u64, Relaxed);
     for (_, l) in links.iter_mut() {
         let _ = l.send(&Msg::GoResume);
@@ -1659,7 +1670,11 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, memb
         let p = program(*pid);
         list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
     }
-    let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list };
+    let zombies = zombies
+            .iter()
+            .map(|&(pid, ppid, status)| crate::job::Zombie { pid, ppid: program(ppid), status })
+            .collect();
+        let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies };
     let result = result.and_then(|()| commit_job(&tmp, &final_path, &manifest));
     match result {
         Ok(()) => {

@@ -51,6 +51,18 @@ pub struct Member {
     pub comm: String,
 }
 
+/// A child of a process of the job that had exited and was not reaped yet: made again at
+/// restart (a child of the same process that ends at once the same way), so that its
+/// parent's `waitpid` finds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Zombie {
+    pub pid: i32,
+    /// Its parent, a process of the job.
+    pub ppid: i32,
+    /// Its wait status (`WIFEXITED`/`WIFSIGNALED` encoding).
+    pub status: i32,
+}
+
 /// `job.json`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Manifest {
@@ -58,6 +70,8 @@ pub struct Manifest {
     /// The process `crum restart` becomes (the job's root).
     pub root: i32,
     pub members: Vec<Member>,
+    #[serde(default)]
+    pub zombies: Vec<Zombie>,
 }
 
 impl Manifest {
@@ -99,6 +113,17 @@ impl Manifest {
         if !pids.contains(&self.root) {
             return Err(format!("the root {} is not a member", self.root));
         }
+        if self.zombies.len() > MAX_MEMBERS {
+            return Err(format!("{} exited children (at most {MAX_MEMBERS})", self.zombies.len()));
+        }
+        for (i, z) in self.zombies.iter().enumerate() {
+            if z.pid <= 0 || pids.contains(&z.pid) || self.zombies[..i].iter().any(|y| y.pid == z.pid) {
+                return Err(format!("bad or repeated pid {} of an exited child", z.pid));
+            }
+            if !pids.contains(&z.ppid) {
+                return Err(format!("exited child {} has parent {}, which is not in the job", z.pid, z.ppid));
+            }
+        }
         // Every member reaches the root by parents (no cycle).
         for m in &self.members {
             let mut p = m.pid;
@@ -124,9 +149,15 @@ impl Manifest {
         self.members.iter().filter(move |m| m.ppid == pid && m.pid != self.root)
     }
 
-    /// Position of `pid` among the members (its slot in the restart's pid table).
+    /// Position of `pid` among the members (its slot in the restart's pid table; the
+    /// exited children's slots follow the members').
     pub fn index(&self, pid: i32) -> Option<usize> {
         self.members.iter().position(|m| m.pid == pid)
+    }
+
+    /// Every pid of the restart's pid table: the members', then the exited children's.
+    pub fn table_pids(&self) -> Vec<i32> {
+        self.members.iter().map(|m| m.pid).chain(self.zombies.iter().map(|z| z.pid)).collect()
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -167,6 +198,32 @@ pub fn descendants() -> Vec<(i32, i32, String, char)> {
             let state = stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).unwrap_or('?');
             out.push((k, p, comm, state));
             queue.push(k);
+        }
+    }
+    out
+}
+
+/// The exited, unreaped children of `parents` (kernel pids): (pid, parent, wait status).
+/// Reads /proc without the C library's `malloc` (the program's threads may be stopped).
+pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
+    let mut out = Vec::new();
+    for &p in parents {
+        let Ok(dir) = std::ffi::CString::new(format!("/proc/{p}/task")) else { continue };
+        for t in crate::capture::numeric_entries(&dir) {
+            let list = std::fs::read_to_string(format!("/proc/{p}/task/{t}/children")).unwrap_or_default();
+            for k in list.split_whitespace().filter_map(|w| w.parse::<i32>().ok()) {
+                let stat = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
+                let Some(b) = stat.rfind(')') else { continue };
+                let fields: Vec<&str> = stat[b + 1..].split_whitespace().collect();
+                // Field 3 is the state, field 52 the exit code (the wait status).
+                if fields.first() == Some(&"Z") {
+                    if let Some(status) = fields.get(49).and_then(|v| v.parse::<i32>().ok()) {
+                        if !out.iter().any(|o: &(i32, i32, i32)| o.0 == k) {
+                            out.push((k, p, status));
+                        }
+                    }
+                }
+            }
         }
     }
     out
@@ -331,8 +388,13 @@ pub enum Msg {
     /// holds ends of (id, read end).
     Stopped { pid: i32, pipes: Vec<(u64, bool)> },
     /// Root → member: capture and fork the writer. `pipes`: the pipes between processes of
-    /// the job, each with the pid of the process whose part carries its bytes.
-    GoCut { pipes: Vec<(u64, i32)> },
+    /// the job, each with the pid of the process whose part carries its bytes; `zombies`:
+    /// exited children the manifest holds (not named as lost).
+    GoCut {
+        pipes: Vec<(u64, i32)>,
+        #[serde(default)]
+        zombies: Vec<i32>,
+    },
     /// Member → root: the writer is forked; what a restart of its part cannot restore.
     Cut { problems: Vec<String> },
     /// Root → member: run again.
@@ -468,7 +530,15 @@ mod tests {
 
     #[test]
     fn manifests_are_checked() {
-        let good = Manifest { version: VERSION, root: 10, members: vec![member(10, 1), member(11, 10), member(12, 11)] };
+        let good = Manifest {
+            version: VERSION,
+            root: 10,
+            members: vec![member(10, 1), member(11, 10), member(12, 11)],
+            zombies: vec![Zombie { pid: 20, ppid: 11, status: 7 << 8 }],
+        };
+        assert_eq!(good.table_pids(), vec![10, 11, 12, 20]);
+        let stray = Manifest { zombies: vec![Zombie { pid: 21, ppid: 99, status: 0 }], ..good.clone() };
+        assert!(stray.check().unwrap_err().contains("not in the job"));
         assert_eq!(good.check(), Ok(()));
         assert_eq!(good.children(10).map(|m| m.pid).collect::<Vec<_>>(), vec![11]);
         let orphan = Manifest { members: vec![member(10, 1), member(11, 99)], ..good.clone() };

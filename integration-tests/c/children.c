@@ -1,7 +1,7 @@
-/* A program with child processes, which a single process's image does not hold: a child
- * that sleeps (a worker), and one that has exited and is not reaped (a zombie). crum must
- * name both when it writes an image (a warning; an error with --strict), not drop them
- * silently. Prints its steps; at the end it kills and reaps what is still there. */
+/* A program with child processes: a child that sleeps (a worker, a member of the job) and
+ * one that has exited with 7 and is not reaped (a zombie, made again by a restart). Prints
+ * its steps; at the end it kills the worker and reaps both by their pids, checking how each
+ * ended. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,9 +26,11 @@ int main(int argc, char **argv) {
         nanosleep(&ts, NULL);
     }
     kill(worker, SIGKILL);
-    int st;
-    waitpid(worker, &st, 0);
-    waitpid(zombie, &st, 0);
+    int st = 0, sz = 0;
+    pid_t w = waitpid(worker, &st, 0);
+    pid_t z = waitpid(zombie, &sz, 0);
+    if (w != worker || !WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) { printf("FAIL worker: %d %#x\n", (int)w, st); return 1; }
+    if (z != zombie || !WIFEXITED(sz) || WEXITSTATUS(sz) != 7) { printf("FAIL zombie: %d %#x\n", (int)z, sz); return 1; }
     printf("done\n");
     return 0;
 }

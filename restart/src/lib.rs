@@ -306,8 +306,7 @@ pub fn restart_job(
             for p in &manifest.members {
                 validate(&dir.join(&p.part))?;
             }
-            let pids: Vec<i32> = manifest.members.iter().map(|p| p.pid).collect();
-            let fd = PidTable::create(&pids).map_err(RestartError::Invalid)?;
+            let fd = PidTable::create(&manifest.table_pids()).map_err(RestartError::Invalid)?;
             std::env::set_var(JOB_TABLE_VAR, fd.to_string());
             std::env::set_var(JOB_PIPES_VAR, make_job_pipes(dir, &manifest)?);
             fd
@@ -331,6 +330,15 @@ pub fn restart_job(
             let exe_c = std::ffi::CString::new(exe.as_os_str().as_encoded_bytes())
                 .map_err(|_| RestartError::Invalid("NUL in the crum path".into()))?;
             sys::fork_exec(&exe_c, &argv).map_err(|_| sys_err(format!("cannot start the restorer of process {}", child.pid)))?;
+        }
+        // Its children that had exited and were not reaped: children again, that end at
+        // once the same way (their slots follow the members').
+        for (i, z) in manifest.zombies.iter().enumerate() {
+            if z.ppid != me {
+                continue;
+            }
+            let pid = sys::fork_ended(z.status).map_err(|_| sys_err(format!("cannot make exited child {} again", z.pid)))?;
+            PidTable::fill(table, manifest.members.len() + i, pid).map_err(RestartError::Invalid)?;
         }
         std::env::set_var(JOB_SPAWNED_VAR, "1");
     }

@@ -401,6 +401,31 @@ pub fn fork_exec(exe: &std::ffi::CStr, argv: &[CString]) -> Result<i32, ()> {
     }
 }
 
+/// Forks a child that ends at once with wait status `status` (an exit code, or death by a
+/// signal); its pid.
+pub fn fork_ended(status: i32) -> Result<i32, ()> {
+    // SAFETY: fork of the single-threaded restorer; the child only ends.
+    match unsafe { libc::fork() } {
+        0 => {
+            // SAFETY: the child ends here, by its signal (default action) or its exit code.
+            unsafe {
+                let sig = status & 0x7f;
+                if sig != 0 {
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, sig);
+                    libc::signal(sig, libc::SIG_DFL);
+                    libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                    libc::raise(sig);
+                }
+                libc::_exit((status >> 8) & 0xff)
+            }
+        }
+        -1 => Err(()),
+        pid => Ok(pid),
+    }
+}
+
 /// Moves `fd` to the lowest free number from `min` (not close-on-exec); returns it.
 pub fn move_fd_above(fd: i32, min: i32) -> Result<i32, RestartError> {
     if fd >= min {
