@@ -1153,7 +1153,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
             .map(|d| (d.0, d.1, d.2))
             .collect();
         if !members.is_empty() {
-            return job_checkpoint(cfg, dir, strict, exit_after, &members);
+            return job_checkpoint(cfg, dir, strict, exit_after, &members, 0);
         }
     }
     let h = hooks();
@@ -1464,7 +1464,16 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
 /// (pid, parent pid, command name, as the kernel knows them). See `crate::job`.
 /// With `exit_after` nothing of the job runs after the cut: the members end once their parts
 /// are written, and the root's threads stay stopped ([`Outcome::Held`]).
-fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, members: &[(i32, i32, String)]) -> Outcome {
+/// `attempt`: a cut that finds a child of the job's processes just forked (its agent not up
+/// yet) is given up and made again, a few times, so that the child is in it.
+fn job_checkpoint(
+    cfg: &Config,
+    dir: &Path,
+    strict: bool,
+    exit_after: bool,
+    members: &[(i32, i32, String)],
+    attempt: u32,
+) -> Outcome {
     use crate::job::{Link, Manifest, Member, Msg, STEP_TIMEOUT};
     let h = hooks();
     let me = threads::real_pid();
@@ -1535,6 +1544,17 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, memb
     // Exited children of the job's processes, made again at restart.
     let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
     let zombies = crate::job::zombie_children(&parents);
+    if attempt < JOB_RETRIES && !crate::job::other_children(&parents, &kernel_pids).is_empty() {
+        resume_program(&h);
+        let _ = give_up(&mut links, String::new());
+        std::thread::sleep(Duration::from_millis(20 << attempt.min(4)));
+        let members: Vec<(i32, i32, String)> = crate::job::descendants()
+            .into_iter()
+            .filter(|d| d.3 != 'Z' && crate::job::has_agent(d.0))
+            .map(|d| (d.0, d.1, d.2))
+            .collect();
+        return job_checkpoint(cfg, dir, strict, exit_after, &members, attempt + 1);
+    }
     let zombie_pids: Vec<i32> = zombies.iter().map(|z| z.0).collect();
     // 2. Every member cuts, then this process.
     let mut problems: Vec<String> = Vec::new();
@@ -1696,6 +1716,9 @@ fn job_checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool, memb
         }
     }
 }
+
+/// How many times a job's cut is made again for a child whose agent is not up yet.
+const JOB_RETRIES: u32 = 5;
 
 /// Writes the manifest into the job's temporary directory, makes it durable and renames it
 /// into place (never over an existing name).

@@ -229,6 +229,27 @@ pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
     out
 }
 
+/// The children of `parents` (kernel pids) that run (not exited) and are not in `known`:
+/// processes of the job just forked whose agent is not up yet, or children without one.
+/// Reads /proc without the C library's `malloc`.
+pub fn other_children(parents: &[i32], known: &[i32]) -> Vec<i32> {
+    let mut out = Vec::new();
+    for &p in parents {
+        let Ok(dir) = std::ffi::CString::new(format!("/proc/{p}/task")) else { continue };
+        for t in crate::capture::numeric_entries(&dir) {
+            let list = std::fs::read_to_string(format!("/proc/{p}/task/{t}/children")).unwrap_or_default();
+            for k in list.split_whitespace().filter_map(|w| w.parse::<i32>().ok()) {
+                let stat = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
+                let running = stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_some_and(|c| c != 'Z' && c != 'X');
+                if running && !known.contains(&k) && !out.contains(&k) {
+                    out.push(k);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Whether process `pid` runs crum's agent ([`crate::control::agent_running`]).
 pub fn has_agent(pid: i32) -> bool {
     pid > 0 && crate::control::agent_running(&crate::control::socket_dir(), pid as u32)
