@@ -1718,7 +1718,9 @@ fn job_checkpoint(
 }
 
 /// How many times a job's cut is made again for a child whose agent is not up yet.
-const JOB_RETRIES: u32 = 5;
+/// (One: a program forking without pause always has a child just forked, and every retry
+/// costs a whole stop of the job.)
+const JOB_RETRIES: u32 = 1;
 
 /// Writes the manifest into the job's temporary directory, makes it durable and renames it
 /// into place (never over an existing name).
