@@ -1162,34 +1162,11 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     let tq = Instant::now();
     PHASE_DRAIN_US.store(0, Relaxed);
     PHASE_DEVICE_BYTES.store(0, Relaxed);
-    if let Err(e) = (h.quiesce)() {
-        (h.resume)();
-        return Outcome::Failed(format!("quiesce hook failed: {e}"));
-    }
-    let mut t0 = Instant::now();
     // From here until the threads run again the agent allocates only from its own arena.
-    crate::alloc::enter();
-    if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
-        crate::alloc::leave();
-        (h.resume)();
-        return Outcome::Failed(e);
-    }
-    // A cut that would lose something the program is about to take by itself (inotify
-    // events it has not read yet) waits a little for it: the threads run again for a
-    // millisecond and are stopped again, for up to SETTLE. What is still there then is named.
-    let settle_until = t0 + SETTLE;
-    while unsettled() && Instant::now() < settle_until {
-        threads::release_all();
-        crate::alloc::leave();
-        std::thread::sleep(Duration::from_millis(1));
-        t0 = Instant::now();
-        crate::alloc::enter();
-        if let Err(e) = threads::stop_all(Duration::from_secs(5)) {
-            crate::alloc::leave();
-            (h.resume)();
-            return Outcome::Failed(e);
-        }
-    }
+    let t0 = match stop_program(&h) {
+        Ok(t) => t,
+        Err(e) => return Outcome::Failed(e),
+    };
     let t_stopped = Instant::now();
     let mut device_time = Duration::ZERO;
     let prepared = prepare(cfg, dir, &h, &mut device_time, strict, None);
@@ -1259,23 +1236,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
         device_bytes = PHASE_DEVICE_BYTES.load(Relaxed),
         "checkpoint pause"
     );
-    let result = if ctx.sync {
-        if ctx.child == 0 {
-            Ok(())
-        } else {
-            Err(read_child_error(ctx.err_r, ctx.err_w))
-        }
-    } else if ctx.child < 0 {
-        // SAFETY: our own pipe fds, closed once here (no child holds them).
-        unsafe {
-            libc::close(ctx.err_r);
-            libc::close(ctx.err_w);
-        }
-        Err(format!("cannot start the image writer: {}", std::io::Error::from_raw_os_error(-ctx.child as i32)))
-    } else {
-        reap(ctx.child as i32, ctx.pidfd, ctx.err_r, ctx.err_w)
-    };
-    publish_writer_pipe(-1, -1);
+    let result = finish_writer(&ctx);
     let path = ctx.writer.final_path().to_path_buf();
     let partial = result.is_err().then(|| ctx.writer.remove_partial());
     drop(ctx);
@@ -1309,9 +1270,11 @@ fn program_pid() -> i32 {
     PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).first().copied().unwrap_or_else(threads::real_pid)
 }
 
-/// Quiesces the device and stops the program's threads (waiting a little for what a cut
-/// would lose, [`unsettled`]); on success the agent allocates from its arena until
-/// [`resume_program`]. On failure everything runs again.
+/// Quiesces the device and stops the program's threads; on success the agent allocates
+/// from its arena until [`resume_program`]. On failure everything runs again. A cut that
+/// would lose something the program is about to take by itself (inotify events it has not
+/// read yet, [`unsettled`]) waits a little for it: the threads run again for a millisecond
+/// and are stopped again, for up to [`SETTLE`]; what is still there then is named.
 fn stop_program(h: &Hooks) -> Result<Instant, String> {
     if let Err(e) = (h.quiesce)() {
         (h.resume)();
@@ -1474,7 +1437,7 @@ fn job_checkpoint(
     members: &[(i32, i32, String)],
     attempt: u32,
 ) -> Outcome {
-    use crate::job::{Link, Manifest, Member, Msg, STEP_TIMEOUT};
+    use crate::job::{Link, Msg, STEP_TIMEOUT};
     let h = hooks();
     let me = threads::real_pid();
     let my_pid = program_pid();
@@ -1619,17 +1582,7 @@ fn job_checkpoint(
                 _ => result = result.and(Err(format!("process {vpid} of the job ended before its part was written"))),
             }
         }
-        let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
-        let mut list = vec![Member { pid: my_pid, ppid: 0, part: format!("p-{my_pid}"), comm: String::new() }];
-        for (pid, ppid, comm) in members.iter().filter(|m| kernel_pids.contains(&m.0)) {
-            let p = program(*pid);
-            list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
-        }
-        let zombies = zombies
-            .iter()
-            .map(|&(pid, ppid, status)| crate::job::Zombie { pid, ppid: program(ppid), status })
-            .collect();
-        let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies };
+        let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies);
         match result.and_then(|()| commit_job(&tmp, &final_path, &manifest)) {
             Ok(()) => {
                 publish_writer_pipe(-1, -1);
@@ -1684,17 +1637,7 @@ fn job_checkpoint(
     for (_, l) in &links {
         include_fd(l.fd());
     }
-    let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
-    let mut list = vec![Member { pid: my_pid, ppid: 0, part: format!("p-{my_pid}"), comm: String::new() }];
-    for (pid, ppid, comm) in members.iter().filter(|m| kernel_pids.contains(&m.0)) {
-        let p = program(*pid);
-        list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
-    }
-    let zombies = zombies
-            .iter()
-            .map(|&(pid, ppid, status)| crate::job::Zombie { pid, ppid: program(ppid), status })
-            .collect();
-        let manifest = Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies };
+    let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies);
     let result = result.and_then(|()| commit_job(&tmp, &final_path, &manifest));
     match result {
         Ok(()) => {
@@ -1715,6 +1658,28 @@ fn job_checkpoint(
             Outcome::Failed(e)
         }
     }
+}
+
+/// The manifest of a job image: this process (kernel pid `me`, program pid `my_pid`), the
+/// `members` that took part (`kernel_pids`; `known`: their (kernel, program) pids) and the
+/// exited children (kernel pid, kernel parent, wait status), all under their program pids.
+fn job_manifest(
+    me: i32,
+    my_pid: i32,
+    known: &[(i32, i32)],
+    members: &[(i32, i32, String)],
+    kernel_pids: &[i32],
+    zombies: &[(i32, i32, i32)],
+) -> crate::job::Manifest {
+    use crate::job::{Member, Zombie};
+    let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
+    let mut list = vec![Member { pid: my_pid, ppid: 0, part: format!("p-{my_pid}"), comm: String::new() }];
+    for (pid, ppid, comm) in members.iter().filter(|m| kernel_pids.contains(&m.0)) {
+        let p = program(*pid);
+        list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
+    }
+    let zombies = zombies.iter().map(|&(pid, ppid, status)| Zombie { pid, ppid: program(ppid), status }).collect();
+    crate::job::Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies }
 }
 
 /// How many times a job's cut is made again for a child whose agent is not up yet.

@@ -203,10 +203,10 @@ pub fn descendants() -> Vec<(i32, i32, String, char)> {
     out
 }
 
-/// The exited, unreaped children of `parents` (kernel pids): (pid, parent, wait status).
-/// Reads /proc without the C library's `malloc` (the program's threads may be stopped).
-pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
-    let mut out = Vec::new();
+/// The children of `parents` (kernel pids): (pid, parent, state letter, wait status). Reads
+/// /proc without the C library's `malloc` (the program's threads may be stopped).
+fn children_of(parents: &[i32]) -> Vec<(i32, i32, char, Option<i32>)> {
+    let mut out: Vec<(i32, i32, char, Option<i32>)> = Vec::new();
     for &p in parents {
         let Ok(dir) = std::ffi::CString::new(format!("/proc/{p}/task")) else { continue };
         for t in crate::capture::numeric_entries(&dir) {
@@ -216,12 +216,10 @@ pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
                 let Some(b) = stat.rfind(')') else { continue };
                 let fields: Vec<&str> = stat[b + 1..].split_whitespace().collect();
                 // Field 3 is the state, field 52 the exit code (the wait status).
-                if fields.first() == Some(&"Z") {
-                    if let Some(status) = fields.get(49).and_then(|v| v.parse::<i32>().ok()) {
-                        if !out.iter().any(|o: &(i32, i32, i32)| o.0 == k) {
-                            out.push((k, p, status));
-                        }
-                    }
+                let state = fields.first().and_then(|f| f.chars().next()).unwrap_or('?');
+                let status = fields.get(49).and_then(|v| v.parse::<i32>().ok());
+                if !out.iter().any(|o| o.0 == k) {
+                    out.push((k, p, state, status));
                 }
             }
         }
@@ -229,25 +227,15 @@ pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
     out
 }
 
+/// The exited, unreaped children of `parents` (kernel pids): (pid, parent, wait status).
+pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
+    children_of(parents).into_iter().filter(|c| c.2 == 'Z').filter_map(|c| Some((c.0, c.1, c.3?))).collect()
+}
+
 /// The children of `parents` (kernel pids) that run (not exited) and are not in `known`:
 /// processes of the job just forked whose agent is not up yet, or children without one.
-/// Reads /proc without the C library's `malloc`.
 pub fn other_children(parents: &[i32], known: &[i32]) -> Vec<i32> {
-    let mut out = Vec::new();
-    for &p in parents {
-        let Ok(dir) = std::ffi::CString::new(format!("/proc/{p}/task")) else { continue };
-        for t in crate::capture::numeric_entries(&dir) {
-            let list = std::fs::read_to_string(format!("/proc/{p}/task/{t}/children")).unwrap_or_default();
-            for k in list.split_whitespace().filter_map(|w| w.parse::<i32>().ok()) {
-                let stat = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
-                let running = stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_some_and(|c| c != 'Z' && c != 'X');
-                if running && !known.contains(&k) && !out.contains(&k) {
-                    out.push(k);
-                }
-            }
-        }
-    }
-    out
+    children_of(parents).into_iter().filter(|c| c.2 != 'Z' && c.2 != 'X' && !known.contains(&c.0)).map(|c| c.0).collect()
 }
 
 /// Whether process `pid` runs crum's agent ([`crate::control::agent_running`]).
