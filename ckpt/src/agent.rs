@@ -35,7 +35,7 @@ use crate::capture::{self, Own};
 use crate::control::{ControlServer, Request, StatusReply};
 use crate::image::{clean_leftovers, keep_newest_of, ImageError, ImageReader, ImageWriter, RegionMeta, WriterOptions};
 use crate::state::{
-    FdKind, FdState, ProcessState, Region, RegionKind, ThreadInfo, PROCESS_STATE_VERSION, REGION_GROWSDOWN,
+    FdKind, FdState, ProcessState, SocketRole, Region, RegionKind, ThreadInfo, PROCESS_STATE_VERSION, REGION_GROWSDOWN,
     REGION_BLOB, REGION_SHARED_ANON, REGION_SHARED_FILE, SECTION_PROCESS,
 };
 use crate::threads;
@@ -129,7 +129,13 @@ fn classify_fds(fds: &mut [FdState]) -> Vec<String> {
             }
             // A socket the launching environment passed (not one of the program's): passed on
             // like the other inherited descriptors, not re-created.
-            FdKind::Socket(s) if inherited_here() => f.kind = FdKind::Inherited { what: s.describe() },
+            // (A socket of the job, e.g. passed by a parent of the job to this executed
+            // process, is the job's.)
+            FdKind::Socket(s)
+                if inherited_here() && !matches!(s.role, SocketRole::JobPair { .. } | SocketRole::JobShared { .. }) =>
+            {
+                f.kind = FdKind::Inherited { what: s.describe() }
+            }
             FdKind::Socket(s) => {
                 if let Some(lost) = f.kind.loss() {
                     problems.push(format!("fd {} ({}): {lost}", f.fd, s.describe()));
@@ -1343,16 +1349,17 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
         let _ = link.send(&Msg::Failed(e.clone()));
         return Outcome::Failed(e);
     }
-    let pipes = match link.send(&Msg::Stopped { pid, pipes: crate::job::own_pipes() }).ok().and(link.recv(Some(STEP_TIMEOUT))) {
-        Some(Msg::GoCut { pipes, zombies }) => (pipes, zombies),
+    let stopped = Msg::Stopped { pid, pipes: crate::job::own_pipes(), socks: crate::job::own_sockets() };
+    let pipes = match link.send(&stopped).ok().and(link.recv(Some(STEP_TIMEOUT))) {
+        Some(Msg::GoCut { pipes, zombies, socks }) => (pipes, zombies, socks),
         _ => {
             resume_program(&h);
             return Outcome::Failed("the job's checkpoint was given up".into());
         }
     };
     let mut device_time = Duration::ZERO;
-    let (pipes, zombies) = pipes;
-    let part = Part { name: format!("p-{pid}"), others: &zombies, pipes: &pipes, pid };
+    let (pipes, zombies, socks) = pipes;
+    let part = Part { name: format!("p-{pid}"), others: &zombies, pipes: &pipes, socks: &socks, pid };
     let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1466,6 +1473,7 @@ fn job_checkpoint(
     let mut links: Vec<(i32, Link)> = Vec::new();
     let mut known: Vec<(i32, i32)> = Vec::new(); // (kernel pid, program pid)
     let mut held: Vec<(i32, Vec<(u64, bool)>)> = Vec::new(); // (program pid, pipe ends)
+    let mut held_socks: Vec<(i32, Vec<crate::job::SockEnd>)> = Vec::new(); // (program pid, its sockets)
     // A process that has exited by now is not in the job (its parent's part names it if
     // it is not reaped).
     let gone = |pid: i32| {
@@ -1482,9 +1490,10 @@ fn job_checkpoint(
         let mut l = Link::new(crate::highfd::move_high(stream));
         exclude_fd(l.fd());
         match l.recv(Some(STEP_TIMEOUT)) {
-            Some(Msg::Stopped { pid: p, pipes }) => {
+            Some(Msg::Stopped { pid: p, pipes, socks }) => {
                 known.push((*pid, p));
                 held.push((p, pipes));
+                held_socks.push((p, socks));
             }
             Some(Msg::Failed(e)) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
             None if gone(*pid) => {
@@ -1503,7 +1512,9 @@ fn job_checkpoint(
         Err(e) => return give_up(&mut links, e),
     };
     held.push((my_pid, crate::job::own_pipes()));
+    held_socks.push((my_pid, crate::job::own_sockets()));
     let pipes = crate::job::job_pipes(&held);
+    let socks = crate::job::job_sockets(&held_socks);
     // Exited children of the job's processes, made again at restart.
     let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
     let zombies = crate::job::zombie_children(&parents);
@@ -1524,7 +1535,7 @@ fn job_checkpoint(
     let mut failed = None;
     for (pid, l) in links.iter_mut() {
         let vpid = known.iter().find(|k| k.0 == *pid).map_or(*pid, |k| k.1);
-        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: zombie_pids.clone() }).is_err() {
+        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: zombie_pids.clone(), socks: socks.clone() }).is_err() {
             failed = Some(format!("process {vpid} of the job went away"));
             break;
         }
@@ -1546,7 +1557,7 @@ fn job_checkpoint(
     }
     let mut device_time = Duration::ZERO;
     let others: Vec<i32> = kernel_pids.iter().chain(zombie_pids.iter()).copied().collect();
-    let part = Part { name: format!("p-{my_pid}"), others: &others, pipes: &pipes, pid: my_pid };
+    let part = Part { name: format!("p-{my_pid}"), others: &others, pipes: &pipes, socks: &socks, pid: my_pid };
     let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1714,6 +1725,8 @@ struct Part<'a> {
     others: &'a [i32],
     /// The pipes between processes of the job, with the pid whose part carries the bytes.
     pipes: &'a [(u64, i32)],
+    /// The job's sockets (`crate::job::job_sockets`).
+    socks: &'a [(u64, u64)],
     /// The pid the program knows.
     pid: i32,
 }
@@ -1735,7 +1748,7 @@ fn prepare(
     let control_path = crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32);
     let mut skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     skip.extend(crate::writes::own_fds());
-    let mut fds = capture::fds(&skip, Some(&control_path), &mut own);
+    let mut fds = capture::fds(&skip, Some(&control_path), &mut own, part.as_ref().map_or(&[], |p| p.socks));
     crate::attrs::capture();
     // Before the classification: a pipe from the parent is the job's, not inherited.
     let pipe_problems = part.as_ref().map(|p| crate::job::mark_pipes(&mut fds, p.pipes, p.pid)).unwrap_or_default();
@@ -2530,7 +2543,13 @@ fn after_restart(h: &Hooks) -> Outcome {
     set_pid_identity(first_pid);
     if info.job_table_fd >= 0 {
         let fd = info.job_table_fd as i32;
-        let table = crate::job::PidTable::wait_complete(fd, Duration::from_secs(60));
+        // Every process of the job restored (its slot filled) before any program runs.
+        let table = crate::job::PidTable::wait_complete(fd, Duration::from_secs(600));
+        if let Some(&(v, _)) = table.iter().find(|&&(_, r)| r < 0) {
+            eprintln!("crum: process {v} of the job could not be restarted (see above): process {first_pid} ends too");
+            // SAFETY: ends the process before anything of the program runs again.
+            unsafe { libc::_exit(1) };
+        }
         let f = SET_PID_TABLE.load(Relaxed);
         if f != 0 {
             let pairs: Vec<i32> = table.iter().flat_map(|&(v, r)| [v, r]).collect();

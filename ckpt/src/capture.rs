@@ -535,7 +535,8 @@ pub enum Own {
 /// Open file descriptors. `skip` are the agent's private fds; sockets bound to
 /// `control_path` are reported through `own` (the listener is re-created under the new pid
 /// at restart, connections are dropped).
-pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>) -> Vec<FdState> {
+/// `job_socks`: the sockets of the process's job ([`crate::job::job_sockets`]).
+pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>, job_socks: &[(u64, u64)]) -> Vec<FdState> {
     let list = numeric_entries(c"/proc/self/fd");
     let mut out: Vec<FdState> = Vec::new();
     // (fd, pipe inode, is read end) of the pipes seen.
@@ -639,7 +640,7 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
                 dir: false,
             },
             libc::S_IFSOCK => {
-                let (kind, peer) = crate::sockets::describe(fd, st.st_ino, &mut diag);
+                let (kind, peer) = crate::sockets::describe(fd, st.st_ino, &mut diag, job_socks);
                 socks.push((fd, st.st_ino, peer));
                 kind
             }
@@ -648,7 +649,7 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>)
         };
         out.push(FdState { fd, flags, kind });
     }
-    crate::sockets::pair_up(&mut out, &socks);
+    crate::sockets::pair_up(&mut out, &socks, job_socks);
     // Pipes: both ends must be here; the read end carries the buffered bytes (one read end:
     // a pipe whose read end is open twice, e.g. again through /proc/self/fd, has one queue).
     let mut drained: Vec<u64> = Vec::new();
@@ -925,7 +926,7 @@ mod tests {
             (libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0), libc::dup(p[1]), std::fs::File::open("/dev/null").unwrap())
         };
         let mut own = Vec::new();
-        let list = fds(&[], None, &mut own);
+        let list = fds(&[], None, &mut own, &[]);
         let get = |fd: i32| list.iter().find(|f| f.fd == fd).unwrap_or_else(|| panic!("fd {fd} missing")).kind.clone();
         assert!(matches!(get(p[0]), FdKind::Pipe { read: true, ref data, .. } if data == b"hello"));
         assert!(matches!(get(p[1]), FdKind::Pipe { read: false, .. }));
@@ -981,7 +982,7 @@ mod tests {
             (libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0), tl)
         };
         let mut own = Vec::new();
-        let list = fds(&[], None, &mut own);
+        let list = fds(&[], None, &mut own, &[]);
         let get = |fd: i32| match &list.iter().find(|f| f.fd == fd).unwrap_or_else(|| panic!("fd {fd} missing")).kind {
             FdKind::Socket(s) => (**s).clone(),
             k => panic!("fd {fd}: {k:?}"),
@@ -1113,7 +1114,7 @@ mod tests {
             (ev, tfd, sfd, ep, p, again)
         };
         let mut own = Vec::new();
-        let list = fds(&[], None, &mut own);
+        let list = fds(&[], None, &mut own, &[]);
         let get = |fd: i32| list.iter().find(|f| f.fd == fd).unwrap_or_else(|| panic!("fd {fd} missing")).kind.clone();
         let kinds = [get(ev), get(tfd), get(sfd), get(ep), get(p0[0]), get(again)];
         // SAFETY: our own descriptors, closed once.

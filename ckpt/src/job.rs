@@ -312,6 +312,103 @@ pub fn job_pipes(held: &[(i32, Vec<(u64, bool)>)]) -> Vec<(u64, i32)> {
     out
 }
 
+/// A socket a process of a job holds, as it reports it when it stops: its inode, a
+/// connected Unix socket's peer inode (sock_diag), an established TCP connection's local and
+/// peer addresses.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SockEnd {
+    pub ino: u64,
+    #[serde(default)]
+    pub peer: u64,
+    #[serde(default)]
+    pub tcp: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The sockets this process holds (once each), as [`SockEnd`]s.
+pub fn own_sockets() -> Vec<SockEnd> {
+    let mut out: Vec<SockEnd> = Vec::new();
+    let mut diag = None;
+    for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
+        let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
+        let Some(ino) = link
+            .to_str()
+            .and_then(|l| l.strip_prefix("socket:["))
+            .and_then(|l| l.strip_suffix(']'))
+            .and_then(|l| l.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if out.iter().any(|e| e.ino == ino) {
+            continue;
+        }
+        let mut e = SockEnd { ino, peer: 0, tcp: None };
+        let domain = sock_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN);
+        let ty = sock_int(fd, libc::SOL_SOCKET, libc::SO_TYPE);
+        if domain == Some(libc::AF_UNIX) {
+            e.peer = diag.get_or_insert_with(crate::sockets::unix_diag).get(&(ino as u32)).map_or(0, |d| d.peer as u64);
+        } else if matches!(domain, Some(libc::AF_INET | libc::AF_INET6)) && ty == Some(libc::SOCK_STREAM) && tcp_established(fd) {
+            e.tcp = Some((crate::sockets::address(fd, false), crate::sockets::address(fd, true)));
+        }
+        out.push(e);
+    }
+    out
+}
+
+fn sock_int(fd: i32, level: i32, name: i32) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = 4 as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live local.
+    let r = unsafe { libc::getsockopt(fd, level, name, &mut v as *mut libc::c_int as *mut libc::c_void, &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// Whether a TCP socket's connection is established (`TCP_INFO`'s state; a connection
+/// half closed or closing comes back closed, as one to outside).
+fn tcp_established(fd: i32) -> bool {
+    let mut info = [0u8; 8];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live buffer.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr() as *mut libc::c_void, &mut len) };
+    r == 0 && info[0] == 1 // TCP_ESTABLISHED
+}
+
+/// The sockets of a job, from what each process holds ((program pid, its sockets)): every
+/// socket held by more than one process, or whose other end is held by another process,
+/// as (inode, the other end's inode); 0 for a socket held by several processes that is not
+/// an end of a connection inside the job. A restart makes each once.
+pub fn job_sockets(held: &[(i32, Vec<SockEnd>)]) -> Vec<(u64, u64)> {
+    let holders = |ino: u64| {
+        let mut p: Vec<i32> = held.iter().filter(|(_, v)| v.iter().any(|e| e.ino == ino)).map(|(p, _)| *p).collect();
+        p.dedup();
+        p
+    };
+    let all: Vec<&SockEnd> = held.iter().flat_map(|(_, v)| v.iter()).collect();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for e in &all {
+        if out.iter().any(|o| o.0 == e.ino) {
+            continue;
+        }
+        let partner = all.iter().find(|o| {
+            o.ino != e.ino
+                && match (&e.tcp, &o.tcp) {
+                    (Some((l, p)), Some((ol, op))) => l == op && p == ol,
+                    (None, None) => e.peer != 0 && o.ino == e.peer && o.peer == e.ino,
+                    _ => false,
+                }
+        });
+        let mut procs = holders(e.ino);
+        if let Some(o) = partner {
+            procs.extend(holders(o.ino));
+            procs.sort_unstable();
+            procs.dedup();
+        }
+        if procs.len() > 1 {
+            out.push((e.ino, partner.map_or(0, |o| o.ino)));
+        }
+    }
+    out
+}
+
 /// The bytes buffered in the pipe whose read end is `fd`, left in it (`tee` into a pipe of
 /// the same capacity).
 pub fn peek_pipe(fd: i32) -> Result<Vec<u8>, String> {
@@ -395,7 +492,12 @@ pub fn mark_pipes(fds: &mut [crate::state::FdState], pipes: &[(u64, i32)], me: i
 pub enum Msg {
     /// Member → root: its threads are stopped; the pid its program knows; the pipes it
     /// holds ends of (id, read end).
-    Stopped { pid: i32, pipes: Vec<(u64, bool)> },
+    Stopped {
+        pid: i32,
+        pipes: Vec<(u64, bool)>,
+        #[serde(default)]
+        socks: Vec<SockEnd>,
+    },
     /// Root → member: capture and fork the writer. `pipes`: the pipes between processes of
     /// the job, each with the pid of the process whose part carries its bytes; `zombies`:
     /// exited children the manifest holds (not named as lost).
@@ -403,6 +505,9 @@ pub enum Msg {
         pipes: Vec<(u64, i32)>,
         #[serde(default)]
         zombies: Vec<i32>,
+        /// The job's sockets ([`job_sockets`]).
+        #[serde(default)]
+        socks: Vec<(u64, u64)>,
     },
     /// Member → root: the writer is forked; what a restart of its part cannot restore.
     Cut { problems: Vec<String> },
@@ -521,7 +626,8 @@ impl PidTable {
         let t0 = std::time::Instant::now();
         loop {
             let t = Self::read(fd);
-            if t.iter().all(|&(_, r)| r != 0) || t0.elapsed() >= limit {
+            // Complete, or a process of the job could not be restarted (-1).
+            if t.iter().all(|&(_, r)| r != 0) || t.iter().any(|&(_, r)| r < 0) || t0.elapsed() >= limit {
                 return t;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -607,8 +713,8 @@ mod tests {
     fn link_exchanges_steps() {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut a, mut b) = (Link::new(a), Link::new(b));
-        a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)] }).unwrap();
-        assert_eq!(b.recv(Some(Duration::from_secs(5))), Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)] }));
+        a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new() }).unwrap();
+        assert_eq!(b.recv(Some(Duration::from_secs(5))), Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new() }));
         b.send(&Msg::Cut { problems: vec!["p".into()] }).unwrap();
         assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()] }));
         drop(b);

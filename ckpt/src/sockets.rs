@@ -22,7 +22,7 @@ use crate::state::{FdKind, FdState, SockOpt, SocketRole, SocketState};
 #[derive(Default, Clone, Copy, Debug)]
 pub struct UnixDiag {
     /// The connected peer's inode (0: none).
-    peer: u32,
+    pub peer: u32,
     shutdown: u8,
     /// Listening: connections waiting to be accepted, and the backlog.
     pending: u32,
@@ -31,7 +31,7 @@ pub struct UnixDiag {
 
 /// Every Unix socket of this network namespace, by inode (sock_diag dump). Empty if the
 /// kernel does not answer.
-fn unix_diag() -> HashMap<u32, UnixDiag> {
+pub fn unix_diag() -> HashMap<u32, UnixDiag> {
     use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
     use netlink_packet_sock_diag::unix::{ShowFlags, StateFlags, UnixRequest};
     use netlink_packet_sock_diag::SockDiagMessage;
@@ -165,7 +165,7 @@ pub fn filter(fd: i32) -> Filter {
 }
 
 /// getsockname (`peer`: getpeername) as raw bytes; empty if it fails.
-fn address(fd: i32, peer: bool) -> Vec<u8> {
+pub fn address(fd: i32, peer: bool) -> Vec<u8> {
     // SAFETY: sockaddr_storage is plain bytes.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -240,7 +240,10 @@ fn recv_one(fd: i32, max: usize, peek: bool, fds_lost: &mut usize) -> Option<Vec
 
 /// A socket's description, its inode and its connected peer's inode (Unix sockets; 0:
 /// none). `Unsupported` for families and types crum does not restore.
-pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>) -> (FdKind, u32) {
+///
+/// `job`: this process's sockets that are the job's ([`crate::job::job_sockets`]): (inode,
+/// the other end's inode, 0: shared but not a connection between the job's processes).
+pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, job: &[(u64, u64)]) -> (FdKind, u32) {
     let link = format!("socket:[{ino}]");
     let (Some(domain), Some(ty), Some(protocol)) =
         (opt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN), opt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE), opt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL))
@@ -314,6 +317,9 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>) ->
     } else if !s.peer.is_empty() {
         if ty == libc::SOCK_DGRAM {
             s.role = SocketRole::Connected;
+        } else if job.iter().any(|j| j.0 == ino && j.1 != 0) {
+            // A connection between processes of the job: decided in `pair_up`.
+            s.role = SocketRole::Pair { id: 0, first: false, queued: Vec::new() };
         } else {
             closed(fd, &mut s);
         }
@@ -383,15 +389,22 @@ fn closed(fd: i32, s: &mut SocketState) {
 
 /// Turns the connected Unix sockets of `out` into pairs where both ends are open here
 /// (`socks`: fd, inode, peer inode), taking the messages waiting at each end; the others
-/// are connections to outside.
-pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)]) {
+/// are connections to outside. Sockets of the job (`job`, as in [`describe`]) become its
+/// pairs and shared sockets instead ([`SocketRole::JobPair`], [`SocketRole::JobShared`]).
+pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)], job: &[(u64, u64)]) {
     for e in out.iter_mut() {
         let fd = e.fd;
         let FdKind::Socket(s) = &mut e.kind else { continue };
+        let Some(&(_, ino, peer)) = socks.iter().find(|e| e.0 == fd) else { continue };
+        if let Some(&(_, other)) = job.iter().find(|j| j.0 == ino && j.1 != 0) {
+            if matches!(s.role, SocketRole::Pair { .. }) {
+                job_pair(fd, ino, other, s);
+                continue;
+            }
+        }
         if !matches!(s.role, SocketRole::Pair { .. }) {
             continue;
         }
-        let Some(&(_, ino, peer)) = socks.iter().find(|e| e.0 == fd) else { continue };
         let other = socks.iter().find(|e| e.1 == peer as u64 && e.2 as u64 == ino).map(|e| e.0);
         let Some(other) = other else {
             if s.ty == libc::SOCK_DGRAM && is_named(s.domain, &s.peer) {
@@ -430,4 +443,63 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)]) {
         }
         s.role = SocketRole::Pair { id: ino.min(peer as u64), first: ino < peer as u64, queued };
     }
+    // Held by several processes of the job: made once by its restart, as it is.
+    for e in out.iter_mut() {
+        let FdKind::Socket(s) = &mut e.kind else { continue };
+        let Some(&(_, ino, _)) = socks.iter().find(|x| x.0 == e.fd) else { continue };
+        if job.contains(&(ino, 0)) && !matches!(s.role, SocketRole::JobPair { .. } | SocketRole::JobShared { .. }) {
+            let role = std::mem::replace(&mut s.role, SocketRole::Unconnected);
+            s.role = SocketRole::JobShared { id: ino, role: Box::new(role) };
+        }
+    }
+}
+
+/// One end (`ino`) of a connection between processes of the job, the other end `other`:
+/// the messages waiting at it, left in place (a datagram or seqpacket socket's one by one
+/// with a peek offset).
+fn job_pair(fd: i32, ino: u64, other: u64, s: &mut SocketState) {
+    let mut fds_lost = 0;
+    let mut queued = Vec::new();
+    if s.ty == libc::SOCK_STREAM {
+        let b = peek_stream(fd, &mut fds_lost, &mut s.lost);
+        if !b.is_empty() {
+            queued.push(b);
+        }
+    } else {
+        let before = opt_int(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF).unwrap_or(-1);
+        let set = |v: libc::c_int| {
+            // SAFETY: setsockopt reads one int.
+            unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF, &v as *const libc::c_int as *const libc::c_void, 4) == 0 }
+        };
+        if set(0) {
+            while let Some(m) = recv_one(fd, 1 << 18, true, &mut fds_lost) {
+                if m.is_empty() || queued.len() >= 1 << 16 {
+                    if readable(fd) {
+                        add_lost(&mut s.lost, "messages waiting in it after an empty one are not in the image");
+                    }
+                    break;
+                }
+                queued.push(m);
+            }
+            set(before);
+        } else if inq(fd) > 0 || readable(fd) {
+            add_lost(&mut s.lost, "the messages waiting in it are not in the image (the kernel cannot peek at them)");
+        }
+    }
+    if fds_lost > 0 {
+        add_lost(&mut s.lost, &format!("{fds_lost} file descriptor(s) in flight in it are not in the image"));
+    }
+    if s.domain != libc::AF_UNIX {
+        // Bytes the program wrote that TCP has not sent yet (the other end's window was
+        // full): only the kernel's send queue has them.
+        let mut unsent: libc::c_int = 0;
+        // SAFETY: SIOCOUTQNSD writes an int.
+        if unsafe { libc::ioctl(fd, 0x894B /* SIOCOUTQNSD */, &mut unsent) } == 0 && unsent > 0 {
+            add_lost(&mut s.lost, &format!("{unsent} bytes written to it and not sent yet are not in the image"));
+        }
+    }
+    if s.domain == libc::AF_UNIX && s.ty == libc::SOCK_DGRAM && (is_named(s.domain, &s.local) || is_named(s.domain, &s.peer)) {
+        add_lost(&mut s.lost, "it comes back as an unnamed socket pair: its address is not reported after a restart");
+    }
+    s.role = SocketRole::JobPair { id: ino.min(other), first: ino < other, queued };
 }

@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout); older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout); older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 11;
+pub const PROCESS_STATE_VERSION: u32 = 12;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -377,6 +377,16 @@ pub enum SocketRole {
     /// network failure — the bytes that had arrived and were not read yet are read first,
     /// then end of file.
     Closed { queued: Vec<u8> },
+    /// One end of a connection between processes of a job (`crate::job`), or of a Unix
+    /// socket pair held by several of them: both ends are made once by the job's restart —
+    /// a Unix socket pair, or a connection through a listener with both ends' addresses (TCP,
+    /// and a Unix stream or seqpacket socket with a name) — and the messages that waited at
+    /// this end (`queued`, a stream's bytes as one) are sent to it again (version 12).
+    JobPair { id: u64, first: bool, queued: Vec<Vec<u8>> },
+    /// A socket held by several processes of a job that is not an end of a connection
+    /// between them (a listener shared by forked workers): made once by the job's restart,
+    /// as `role` says, and handed to each (version 12). `id`: its inode at the checkpoint.
+    JobShared { id: u64, role: Box<SocketRole> },
 }
 
 /// One entry of an epoll interest list: the watched descriptor (the number it was added by,

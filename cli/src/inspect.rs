@@ -360,6 +360,17 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
                 }
                 SocketRole::Connected => String::new(),
                 SocketRole::Closed { .. } => String::new(),
+                SocketRole::JobPair { queued, .. } => {
+                    let n: usize = queued.iter().map(Vec::len).sum();
+                    format!(
+                        ", connected to another process of the job{}",
+                        if n > 0 { format!(", {} waiting", bytes(n)) } else { String::new() }
+                    )
+                }
+                SocketRole::JobShared { role, .. } => format!(
+                    ", shared with other processes of the job{}",
+                    if matches!(**role, SocketRole::Listening { .. }) { ", listening" } else { "" }
+                ),
             };
             ("socket", format!("{}{role}", s.describe()), f.kind.loss().map(str::to_string))
         }

@@ -132,7 +132,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let dir = choose_image(&args.image, args.trust)?;
     let exe = std::env::current_exe().context("locating the crum binary")?;
     let new_dir = args.dir.as_deref().map(new_images_dir).transpose()?;
-    let opts = crum_restart::Options { proxy: Some((exe.clone(), args.device.clone())), new_dir, job_table_fd: None, job_pipes: Vec::new() };
+    let opts = crum_restart::Options { proxy: Some((exe.clone(), args.device.clone())), new_dir, ..Default::default() };
     if crum_ckpt::job::is_job_image(&dir) {
         // The restorers of the other processes get the same options.
         let mut pass = vec!["--device".to_string(), args.device.clone(), "--trust".to_string()];

@@ -1,5 +1,6 @@
 /* Two processes of a job talking over two pipes: the root sends numbers ahead of time to a
- * worker (fork + exec of itself; with a third argument "fork", fork alone) through one pipe, the worker answers x*x+1 for each through
+ * worker (fork + exec of itself; with a third argument "fork", fork alone, holding a fourth
+ * argument's MiB of data if given) through one pipe, the worker answers x*x+1 for each through
  * the other, a little slower than it is sent, so that both pipes hold bytes in flight at any
  * moment. The root checks every answer in order (a byte lost or seen twice after a restart
  * breaks the sequence), then ends the worker with -1 and reaps it by its pid. */
@@ -50,7 +51,13 @@ int main(int argc, char **argv) {
         char r[16], w[16], m[24];
         close(a[1]);
         close(b[0]);
-        if (fork_only) _exit(worker(a[0], b[1], ms));
+        if (fork_only) {
+            /* Optional ballast (MiB of pseudo-random data): a worker slower to restore. */
+            size_t mib = argc > 4 ? strtoul(argv[4], NULL, 10) : 0;
+            unsigned long long x = 88172645463325252ull, *m = mib ? malloc(mib << 20) : NULL;
+            for (size_t i = 0; m && i < (mib << 20) / 8; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; m[i] = x; }
+            _exit(worker(a[0], b[1], ms));
+        }
         snprintf(r, sizeof r, "%d", a[0]);
         snprintf(w, sizeof w, "%d", b[1]);
         snprintf(m, sizeof m, "%ld", ms);

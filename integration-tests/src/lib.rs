@@ -349,6 +349,31 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Every descendant of `pid` (children first, then theirs).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for c in children(p) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
+}
+
+/// Waits until none of `pids` runs any more (gone, or a zombie), up to 60 s.
+pub fn wait_gone(pids: &[u32]) {
+    let t0 = std::time::Instant::now();
+    let running = |p: &u32| {
+        let stat = fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        stat.rsplit(") ").next().and_then(|r| r.split(' ').next()).is_some_and(|s| s != "Z" && s != "X")
+    };
+    while pids.iter().any(running) && t0.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// What `pid` and its descendants are doing, thread by thread (name, state, wait channel,
 /// system call and kernel stack where readable): put into a test's failure message when a
 /// process did not finish, so a hang seen once can be understood.

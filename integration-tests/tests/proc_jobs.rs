@@ -183,3 +183,67 @@ fn shared_memory_between_processes_of_a_job_is_named() {
         unsafe { libc::kill(c as i32, libc::SIGKILL) };
     }
 }
+
+#[test]
+fn sockets_between_the_processes_of_a_job_keep_their_messages_and_addresses() {
+    // Socket pairs of three types, a Unix and a TCP connection, each with messages in flight
+    // both ways at the cut; the listeners are shared by both processes.
+    scenario("job_sockets", &["50", "30"]);
+}
+
+#[test]
+fn sockets_passed_to_an_executed_worker_are_the_jobs() {
+    scenario("job_sockets", &["50", "30", "exec"]);
+}
+
+/// The lines of a file (empty if it is not there yet).
+fn file_lines(p: &std::path::Path) -> usize {
+    read_or_empty(p).lines().count()
+}
+
+/// Waits (up to 60 s) until the file has `n` lines.
+fn wait_file_lines(p: &std::path::Path, n: usize) {
+    let t0 = std::time::Instant::now();
+    while file_lines(p) < n {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{} never had {n} lines: {}", p.display(), read_or_empty(p));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Every process of a job has the same stdout, a file: each restarted process cuts it back
+/// to its size at the checkpoint, and none of the job's programs runs before every process
+/// is restored — else a worker's restore cuts off what the root wrote a moment after its
+/// own restart (seen with python3's multiprocessing: a line lost, NUL bytes in its place).
+#[test]
+fn a_job_writing_one_stdout_file_writes_it_once_after_restarts() {
+    let sb = Sandbox::new();
+    let prog = build_c("job_pipeline");
+    // The worker holds 96 MiB: its restore takes longer than the root's.
+    let args = ["60", "15", "fork", "96"];
+    let expected = expected_output(&sb, &prog, &args);
+    let out = sb.path("run/out.txt");
+    let start = |cmd: &mut std::process::Command| {
+        let f = std::fs::File::create(&out).unwrap();
+        cmd.stdout(f).stderr(std::process::Stdio::null()).spawn().unwrap()
+    };
+    let mut p = start(&mut under_crum(&sb, &prog, &args));
+    wait_file_lines(&out, 15);
+    let img1 = checkpoint(&sb, p.id());
+    for d in crum_integration_tests::descendants(p.id()) {
+        // SAFETY: kill of a test's own process.
+        unsafe { libc::kill(d as i32, libc::SIGKILL) };
+    }
+    let _ = p.kill();
+    let _ = p.wait();
+    // Restart, checkpoint the restarted job a few lines later, kill it, restart that image.
+    let mut r = restart(&sb, &img1, "restart1.out");
+    let n = file_lines(&out);
+    wait_file_lines(&out, n + 5);
+    let img2 = checkpoint(&sb, r.pid());
+    r.kill_job();
+    let mut r2 = restart(&sb, &img2, "restart2.out");
+    assert_eq!(r2.wait_exit(), 0, "{}", r2.stderr());
+    let got = std::fs::read(&out).unwrap();
+    assert!(!got.contains(&0), "NUL bytes in the job's stdout: {}", String::from_utf8_lossy(&got));
+    assert_eq!(String::from_utf8_lossy(&got), expected, "the job's stdout after two restarts");
+}

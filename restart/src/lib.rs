@@ -243,6 +243,14 @@ pub struct Options {
     /// The pipes between processes of the job, made by the root's restorer: (id, read end,
     /// write end), inherited.
     pub job_pipes: Vec<(u64, i32, i32)>,
+    /// The sockets of the job ([`SocketRole::JobPair`], [`SocketRole::JobShared`]), made by
+    /// the root's restorer: (id, first end or the shared socket, second end or -1), inherited.
+    pub job_socks: Vec<(u64, i32, i32)>,
+    /// This process's slot in the job's pid table: filled once its part is restored, just
+    /// before it becomes the program (each restored agent waits for every slot, so no
+    /// program of the job runs while another process's restore still changes shared
+    /// files, e.g. cuts back the stdout they share).
+    pub job_slot: Option<usize>,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -277,6 +285,8 @@ pub fn restart_with(dir: &Path, opts: &Options) -> Result<std::convert::Infallib
 const JOB_TABLE_VAR: &str = "CRUM_JOB_TABLE";
 /// Environment of a job's restorers: the pipes between its processes (`id:r:w,…`).
 const JOB_PIPES_VAR: &str = "CRUM_JOB_PIPES";
+/// Environment of a job's restorers: its sockets (`id:a:b,…`, b = -1 for a shared one).
+const JOB_SOCKS_VAR: &str = "CRUM_JOB_SOCKS";
 /// Set once a restorer has started the restorers of its children (a re-execution for
 /// another layout must not start them again).
 const JOB_SPAWNED_VAR: &str = "CRUM_JOB_SPAWNED";
@@ -303,17 +313,16 @@ pub fn restart_job(
         Some(fd) if member.is_some() || std::env::var_os(JOB_SPAWNED_VAR).is_some() => fd,
         _ => {
             // The root, first time: validate every part before anything starts.
-            for p in &manifest.members {
-                validate(&dir.join(&p.part))?;
-            }
+            let plans = manifest.members.iter().map(|p| validate(&dir.join(&p.part))).collect::<Result<Vec<_>, _>>()?;
+            let states: Vec<&ProcessState> = plans.iter().map(|p| p.state()).collect();
             let fd = PidTable::create(&manifest.table_pids()).map_err(RestartError::Invalid)?;
             std::env::set_var(JOB_TABLE_VAR, fd.to_string());
-            std::env::set_var(JOB_PIPES_VAR, make_job_pipes(dir, &manifest)?);
+            std::env::set_var(JOB_PIPES_VAR, make_job_pipes(&states)?);
+            std::env::set_var(JOB_SOCKS_VAR, make_job_sockets(&states)?);
             fd
         }
     };
     if std::env::var_os(JOB_SPAWNED_VAR).is_none() {
-        PidTable::fill(table, index, std::process::id() as i32).map_err(RestartError::Invalid)?;
         std::env::remove_var(ATTEMPT_VAR);
         for child in manifest.children(me) {
             let mut argv: Vec<std::ffi::CString> = vec![c"crum".to_owned(), c"restart".to_owned()];
@@ -342,28 +351,37 @@ pub fn restart_job(
         }
         std::env::set_var(JOB_SPAWNED_VAR, "1");
     }
-    let job_pipes: Vec<(u64, i32, i32)> = std::env::var(JOB_PIPES_VAR)
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|e| {
-            let mut it = e.split(':');
-            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-        })
-        .collect();
-    let opts = Options { job_table_fd: Some(table), job_pipes, ..opts.clone() };
-    restart_with(&part, &opts)
+    let triples = |var: &str| -> Vec<(u64, i32, i32)> {
+        std::env::var(var)
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|e| {
+                let mut it = e.split(':');
+                Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let opts = Options {
+        job_table_fd: Some(table),
+        job_pipes: triples(JOB_PIPES_VAR),
+        job_socks: triples(JOB_SOCKS_VAR),
+        job_slot: Some(index),
+        ..opts.clone()
+    };
+    let Err(e) = restart_with(&part, &opts);
+    // The other processes of the job end rather than run without this one.
+    let _ = PidTable::fill(table, index, -1);
+    Err(e)
 }
 
 /// Makes the pipes between the job's processes (every part's [`FdKind::JobPipe`]s), with
 /// their capacity and the bytes that were in them, above every descriptor of every part and
 /// not close-on-exec (the restorers of the other processes inherit them); `id:r:w,…`.
-fn make_job_pipes(dir: &Path, manifest: &crum_ckpt::job::Manifest) -> Result<String, RestartError> {
+fn make_job_pipes(parts: &[&ProcessState]) -> Result<String, RestartError> {
     let mut pipes: Vec<(u64, u32, Vec<u8>)> = Vec::new();
-    let mut top = 2;
-    for m in &manifest.members {
-        let plan = validate(&dir.join(&m.part))?;
-        for f in &plan.state().fds {
-            top = top.max(f.fd);
+    let top = job_fds_top(parts);
+    for st in parts {
+        for f in &st.fds {
             if let FdKind::JobPipe { id, size, data, .. } = &f.kind {
                 match pipes.iter_mut().find(|p| p.0 == *id) {
                     Some(p) => {
@@ -385,6 +403,78 @@ fn make_job_pipes(dir: &Path, manifest: &crum_ckpt::job::Manifest) -> Result<Str
         }
         sys::write_all(w, &data)?;
         out.push(format!("{id}:{r}:{w}"));
+    }
+    Ok(out.join(","))
+}
+
+/// The highest descriptor of any part of a job (its objects are made above).
+fn job_fds_top(parts: &[&ProcessState]) -> i32 {
+    parts.iter().flat_map(|st| st.fds.iter().map(|f| f.fd)).max().unwrap_or(2).max(2)
+}
+
+/// Makes the sockets of the job (every part's [`SocketRole::JobPair`] and
+/// [`SocketRole::JobShared`]) once, like [`make_job_pipes`]: each connection's two ends with
+/// the messages that waited at each and their shutdown state, each shared socket as its
+/// first holder's part describes it; `id:a:b,…` (b = -1 for a shared socket).
+fn make_job_sockets(parts: &[&ProcessState]) -> Result<String, RestartError> {
+    use crum_ckpt::state::SocketState;
+    type End<'a> = (&'a SocketState, &'a str, &'a Vec<Vec<u8>>);
+    let mut pairs: Vec<(u64, Option<End>, Option<End>)> = Vec::new();
+    let mut shared: Vec<(u64, SocketState, &str)> = Vec::new();
+    for st in parts {
+        for f in &st.fds {
+            let FdKind::Socket(s) = &f.kind else { continue };
+            match &s.role {
+                SocketRole::JobPair { id, first, queued } => {
+                    let i = match pairs.iter().position(|p| p.0 == *id) {
+                        Some(i) => i,
+                        None => {
+                            pairs.push((*id, None, None));
+                            pairs.len() - 1
+                        }
+                    };
+                    let slot = if *first { &mut pairs[i].1 } else { &mut pairs[i].2 };
+                    slot.get_or_insert((s, st.cwd.as_str(), queued));
+                }
+                SocketRole::JobShared { id, role } if !shared.iter().any(|x| x.0 == *id) => {
+                    shared.push((*id, SocketState { role: (**role).clone(), ..(**s).clone() }, st.cwd.as_str()));
+                }
+                _ => {}
+            }
+        }
+    }
+    let base = job_fds_top(parts) + 64;
+    let mut out = Vec::new();
+    for (id, a, b) in pairs {
+        let (Some(a), Some(b)) = (a, b) else {
+            return Err(RestartError::Invalid(format!("socket {id} of the job has one end in the image, not two")));
+        };
+        let (fa, fb) = sys::job_connection(a.0, a.1, b.0, b.1)?;
+        let (fa, fb) = (sys::inherited_high(fa, base)?, sys::inherited_high(fb, base)?);
+        // What waited at each end is sent again from the other one; then the shutdowns.
+        for (to_other, queued, ty) in [(fb, a.2, a.0.ty), (fa, b.2, b.0.ty)] {
+            if ty == libc::SOCK_STREAM {
+                sys::send_stream(to_other, &queued.concat())?;
+            } else {
+                sys::send_messages(to_other, queued)?;
+            }
+        }
+        if a.0.domain == libc::AF_UNIX {
+            sys::shutdown(fa, a.0.shutdown);
+            sys::shutdown(fb, b.0.shutdown);
+        }
+        out.push(format!("{id}:{fa}:{fb}"));
+    }
+    let mut connects = Vec::new();
+    for (id, s, cwd) in &shared {
+        let fd = sys::inherited_high(sys::socket(s, cwd)?, base)?;
+        if matches!(s.role, SocketRole::Connected) {
+            connects.push((fd, s, *cwd));
+        }
+        out.push(format!("{id}:{fd}:-1"));
+    }
+    for (fd, s, cwd) in connects {
+        sys::connect_socket(fd, s, cwd);
     }
     Ok(out.join(","))
 }
@@ -445,12 +535,14 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         None => None,
     };
     let mut keep: Vec<i32> = table_fd.into_iter().collect();
-    keep.extend(opts.job_pipes.iter().flat_map(|p| [p.1, p.2]));
-    restore_fds(&state, &keep, &opts.job_pipes)?;
-    // The job's pipes are in place wherever this process had them.
-    for p in &opts.job_pipes {
+    keep.extend(opts.job_pipes.iter().chain(&opts.job_socks).flat_map(|p| [p.1, p.2]).filter(|&f| f >= 0));
+    restore_fds(&state, &keep, &opts.job_pipes, &opts.job_socks)?;
+    // The job's pipes and sockets are in place wherever this process had them.
+    for p in opts.job_pipes.iter().chain(&opts.job_socks) {
         sys::close(p.1);
-        sys::close(p.2);
+        if p.2 >= 0 {
+            sys::close(p.2);
+        }
     }
     let channel_fd = match (&opts.proxy, device) {
         (Some((exe, dev)), true) => start_proxy(exe, dev)?,
@@ -475,6 +567,9 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     // Armed only now: a timer that fires here waits, blocked, for the program's own handler.
     sys::posix_timers(&state.posix_timers)?;
     layout::move_specials(&state)?;
+    if let (Some(fd), Some(slot)) = (table_fd, opts.job_slot) {
+        crum_ckpt::job::PidTable::fill(fd, slot, std::process::id() as i32).map_err(RestartError::Invalid)?;
+    }
     sys::set_brk(state.start_brk, state.brk);
     let fs = state.threads.iter().find(|t| t.slot == state.main_slot).map(|t| t.fs_base).unwrap_or(0);
     sys::enter(fs, state.main_stack, state.entry, state.main_slot as u64)
@@ -484,7 +579,12 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
 /// they were ([`restore_stdio`]), else the restarting process's. A descriptor the program
 /// inherited at `crum run` that crum cannot restore ([`FdKind::Inherited`]) is this process's
 /// own of the same number, or /dev/null with a warning.
-fn restore_fds(st: &ProcessState, keep: &[i32], job_pipes: &[(u64, i32, i32)]) -> Result<(), RestartError> {
+fn restore_fds(
+    st: &ProcessState,
+    keep: &[i32],
+    job_pipes: &[(u64, i32, i32)],
+    job_socks: &[(u64, i32, i32)],
+) -> Result<(), RestartError> {
     let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
     fds.sort_by_key(|f| f.fd);
     let base = fds.last().map_or(3, |f| f.fd + 1).max(3);
@@ -492,7 +592,7 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job_pipes: &[(u64, i32, i32)]) -
         fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
     passed_on.extend_from_slice(keep);
     sys::close_from_except(3, &passed_on);
-    restore_stdio(st, base, job_pipes)?;
+    restore_stdio(st, base, job_pipes, job_socks)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
     // Deleted files made again: id → the program's fd that has it.
@@ -600,6 +700,10 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job_pipes: &[(u64, i32, i32)]) -
                     }
                     continue;
                 }
+                SocketRole::JobPair { .. } | SocketRole::JobShared { .. } => {
+                    place_job_socket(f, s, job_socks)?;
+                    continue;
+                }
                 SocketRole::Connected => {
                     connects.push((f.fd, s));
                     sys::socket(s, &st.cwd)?
@@ -684,7 +788,42 @@ fn reopen(f: &FdState) -> Result<i32, RestartError> {
 /// replaced or shrank (`crum restart ... > log` truncates it) is the restarting process's,
 /// with a warning printed before any standard stream changes. Others (a terminal, a pipe)
 /// are the restarting process's, like a terminal.
-fn restore_stdio(st: &ProcessState, base: i32, job_pipes: &[(u64, i32, i32)]) -> Result<(), RestartError> {
+/// Puts the job's socket ([`SocketRole::JobPair`] or [`SocketRole::JobShared`], made by
+/// the root's restorer) at the descriptor `f`, with this end's options and flags.
+fn place_job_socket(
+    f: &FdState,
+    s: &crum_ckpt::state::SocketState,
+    job_socks: &[(u64, i32, i32)],
+) -> Result<(), RestartError> {
+    let (id, first) = match &s.role {
+        SocketRole::JobPair { id, first, .. } => (*id, *first),
+        SocketRole::JobShared { id, .. } => (*id, true),
+        _ => return Err(RestartError::Invalid(format!("fd {} is not a socket of the job", f.fd))),
+    };
+    let Some(&(_, a, b)) = job_socks.iter().find(|p| p.0 == id) else {
+        return Err(RestartError::Invalid(format!("fd {}: socket {id} of the job was not made", f.fd)));
+    };
+    let end = if first { a } else { b };
+    if matches!(s.role, SocketRole::JobPair { .. }) {
+        // A TCP end keeps the SO_REUSEADDR the restart gave it, so that a later restart
+        // can take its port again while this connection is in TIME_WAIT.
+        let tcp = s.domain != libc::AF_UNIX;
+        let opts: Vec<_> =
+            s.options.iter().filter(|o| !(tcp && o.level == libc::SOL_SOCKET && o.name == libc::SO_REUSEADDR)).cloned().collect();
+        sys::set_socket_options(end, &opts);
+    }
+    let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
+    sys::dup_to(end, f.fd, cloexec)?;
+    sys::set_status_flags(f.fd, (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC) as u32) as i32);
+    Ok(())
+}
+
+fn restore_stdio(
+    st: &ProcessState,
+    base: i32,
+    job_pipes: &[(u64, i32, i32)],
+    job_socks: &[(u64, i32, i32)],
+) -> Result<(), RestartError> {
     const NAMES: [&str; 3] = ["stdin", "stdout", "stderr"];
     let mut stdio: Vec<&FdState> = st.fds.iter().filter(|f| (0..=2).contains(&f.fd)).collect();
     stdio.sort_by_key(|f| f.fd);
@@ -703,6 +842,9 @@ fn restore_stdio(st: &ProcessState, base: i32, job_pipes: &[(u64, i32, i32)]) ->
             FdKind::Dup { of } if restored.contains(of) => restored.push(f.fd),
             // A pipe to another process of the job (`cmd | cat` in a shell).
             FdKind::JobPipe { .. } => restored.push(f.fd),
+            FdKind::Socket(s) if matches!(s.role, SocketRole::JobPair { .. } | SocketRole::JobShared { .. }) => {
+                restored.push(f.fd)
+            }
             _ => {}
         }
     }
@@ -721,6 +863,7 @@ fn restore_stdio(st: &ProcessState, base: i32, job_pipes: &[(u64, i32, i32)]) ->
                 let status_flags = (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC) as u32) as i32;
                 sys::set_status_flags(f.fd, status_flags);
             }
+            FdKind::Socket(s) => place_job_socket(f, s, job_socks)?,
             _ => {
                 let hi = sys::move_high(reopen(f)?, base)?;
                 sys::dup_to(hi, f.fd, cloexec)?;

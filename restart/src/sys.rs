@@ -1055,3 +1055,113 @@ pub fn apply_advice(advice: &[(u64, u64, u32)]) {
         }
     }
 }
+
+/// Moves `fd` to a number >= base, not close-on-exec (a job's restorers inherit it).
+pub fn inherited_high(fd: i32, base: i32) -> Result<i32, RestartError> {
+    let hi = move_high(fd, base)?;
+    // SAFETY: our own descriptor.
+    unsafe { libc::fcntl(hi, libc::F_SETFD, 0) };
+    Ok(hi)
+}
+
+/// The two ends of a connection between processes of a job, made again: `a` and `b` as
+/// they were (each with the directory its process was in, for relative Unix paths). A TCP
+/// connection, or a Unix stream or seqpacket connection whose ends had a name, goes through
+/// a listener bound to `a`'s address, from a socket bound to `b`'s (if it had one), so
+/// that both ends have their addresses again; other Unix ones are a socket pair.
+pub fn job_connection(a: &SocketState, a_cwd: &str, b: &SocketState, b_cwd: &str) -> Result<(i32, i32), RestartError> {
+    let unix = a.domain == libc::AF_UNIX;
+    let named = |s: &SocketState| crum_ckpt::sockets::is_named(s.domain, &s.local);
+    if unix && (a.ty == libc::SOCK_DGRAM || (!named(a) && !named(b))) {
+        return socketpair(a.ty);
+    }
+    // The end with a name listens (a Unix client's end usually has none).
+    let (server, s_cwd, client, c_cwd, swapped) =
+        if unix && !named(a) { (b, b_cwd, a, a_cwd, true) } else { (a, a_cwd, b, b_cwd, false) };
+    let what = || format!("connecting a {} again", server.describe());
+    let one: libc::c_int = 1;
+    let reuse = |fd: i32| {
+        // SAFETY: setsockopt reads one int.
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &one as *const _ as *const libc::c_void, 4) };
+    };
+    let listener = new_socket(server.domain, server.ty, server.protocol)?;
+    reuse(listener);
+    let r = (|| {
+        let bare = |s: &SocketState| SocketState { role: SocketRole::Unconnected, options: Vec::new(), ..s.clone() };
+        bind_socket(listener, &bare(server), s_cwd)?;
+        // SAFETY: our socket.
+        if unsafe { libc::listen(listener, 1) } != 0 {
+            return Err(sys_err(what()));
+        }
+        let client_fd = new_socket(client.domain, client.ty, client.protocol)?;
+        let conn = (|| {
+            if named(client) {
+                reuse(client_fd);
+                match bind_socket(client_fd, &bare(client), c_cwd) {
+                    Err(RestartError::Sys { source, .. })
+                        if !unix && source.raw_os_error() == Some(libc::EADDRINUSE) =>
+                    {
+                        // The dead job's end of this connection still holds the port
+                        // (TIME_WAIT) and did not allow reuse: another port, said.
+                        eprintln!(
+                            "crum: warning: the {} of the job comes back from another local port: its port is \
+                             still held by the checkpointed job's connection (TIME_WAIT)",
+                            client.describe()
+                        );
+                    }
+                    r => r?,
+                }
+            }
+            let ok = in_cwd_for(&server.local, s_cwd, || {
+                let (ss, len) = sockaddr_of(&server.local);
+                // SAFETY: connect reads `len` bytes of the live storage.
+                unsafe { libc::connect(client_fd, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) == 0 }
+            });
+            if !ok {
+                return Err(sys_err(format!("{} from {}", what(), client.describe())));
+            }
+            // SAFETY: accept on our listening socket; the peer's address is not asked for.
+            let acc = unsafe { libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC) };
+            fd_or_err(acc, "accepting a connection of the job again")
+        })();
+        match conn {
+            Ok(acc) => Ok((acc, client_fd)),
+            Err(e) => {
+                close(client_fd);
+                Err(e)
+            }
+        }
+    })();
+    close(listener);
+    let (s_end, c_end) = r?;
+    Ok(if swapped { (c_end, s_end) } else { (s_end, c_end) })
+}
+
+/// Puts a stream's bytes back through `fd` (the other end of the connection they waited
+/// at): its send buffer is made large enough for them first.
+pub fn send_stream(fd: i32, data: &[u8]) -> Result<(), RestartError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let size = (data.len() + (64 << 10)).min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: setsockopt reads one int (SO_SNDBUFFORCE: past the system's maximum, where
+    // permitted).
+    unsafe {
+        let p = &size as *const libc::c_int as *const libc::c_void;
+        if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, p, 4) != 0 {
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, p, 4);
+        }
+    }
+    let mut off = 0;
+    while off < data.len() {
+        // SAFETY: send from a live buffer.
+        let n = unsafe {
+            libc::send(fd, data[off..].as_ptr() as *const libc::c_void, data.len() - off, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        };
+        if n <= 0 {
+            return Err(sys_err(format!("putting the {} bytes that waited in a socket back ({off} fit)", data.len())));
+        }
+        off += n as usize;
+    }
+    Ok(())
+}

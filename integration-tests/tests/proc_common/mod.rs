@@ -189,6 +189,16 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+    /// SIGKILL to the process and every descendant (a job), waiting until none runs.
+    pub fn kill_job(&mut self) {
+        let tree = crum_integration_tests::descendants(self.pid());
+        for p in &tree {
+            // SAFETY: kill of a test's own process.
+            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+        }
+        self.kill9();
+        crum_integration_tests::wait_gone(&tree);
+    }
     /// Waits for exit (with a time limit) and returns the exit code.
     pub fn wait_exit(&mut self) -> i32 {
         let t0 = Instant::now();
@@ -394,7 +404,7 @@ pub fn scenario_full(name: &str, args: &[&str], restart_env_: &[(&str, &str)], c
     p.wait_lines(points[1]);
     let img2 = checkpoint(&sb, p.pid());
     p.wait_lines(points[1] + 2);
-    p.kill9();
+    p.kill_job();
     let before = p.output();
 
     // Restart from the second image; checkpoint the restarted process, kill it and restart
@@ -404,7 +414,7 @@ pub fn scenario_full(name: &str, args: &[&str], restart_env_: &[(&str, &str)], c
     let img3 = checkpoint(&sb, r2.pid());
     let n = r2.lines();
     r2.wait_lines_or_end(n + 1);
-    r2.kill9();
+    r2.kill_job();
     let out_r2 = r2.output();
     let s2 = assert_continues(&expected, 0, &before, &out_r2, false, &format!("{name}: restart from the second checkpoint"));
     let mut r3 = restart_env(&sb, &img3, "restart3.out", restart_env_);
