@@ -1103,6 +1103,10 @@ struct ForkCtx {
     fork_advice: Vec<(u64, u64, u32)>,
     /// Guard regions ([`ProcessState::guards`]): recorded without bytes (reading faults).
     guards: Vec<(u64, u64)>,
+    /// A job part's shared memory mappings (`crate::job::ShmMap`).
+    shared: Vec<crate::job::ShmMap>,
+    /// Copies of the shared memory made during the pause ([`snapshot_shared`]).
+    shared_copies: Vec<(u64, u64, u64)>,
 }
 
 /// `ADVICE` bits of `MADV_DONTFORK` and `MADV_WIPEONFORK`.
@@ -1382,7 +1386,8 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
     }
     let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
     let problems: Vec<String> = ctx.problems.iter().map(|p| p.as_str().to_owned()).collect();
-    let next = if link.send(&Msg::Cut { problems }).is_ok() { link.recv(Some(STEP_TIMEOUT)) } else { None };
+    let cut = Msg::Cut { problems, shared: ctx.shared.clone() };
+    let next = if link.send(&cut).is_ok() { link.recv(Some(STEP_TIMEOUT)) } else { None };
     if next == Some(Msg::GoExit) {
         // Nothing of the program runs again here: the part is completed, then the process ends.
         match finish_writer(&ctx) {
@@ -1474,6 +1479,7 @@ fn job_checkpoint(
     let mut known: Vec<(i32, i32)> = Vec::new(); // (kernel pid, program pid)
     let mut held: Vec<(i32, Vec<(u64, bool)>)> = Vec::new(); // (program pid, pipe ends)
     let mut held_socks: Vec<(i32, Vec<crate::job::SockEnd>)> = Vec::new(); // (program pid, its sockets)
+    let mut held_shm: Vec<(i32, Vec<crate::job::ShmMap>)> = Vec::new(); // (program pid, its shared mappings)
     // A process that has exited by now is not in the job (its parent's part names it if
     // it is not reaped).
     let gone = |pid: i32| {
@@ -1540,7 +1546,10 @@ fn job_checkpoint(
             break;
         }
         match l.recv(Some(STEP_TIMEOUT)) {
-            Some(Msg::Cut { problems: p }) => problems.extend(p.into_iter().map(|p| format!("process {vpid}: {p}"))),
+            Some(Msg::Cut { problems: p, shared }) => {
+                problems.extend(p.into_iter().map(|p| format!("process {vpid}: {p}")));
+                held_shm.push((vpid, shared));
+            }
             Some(Msg::Failed(e)) => {
                 failed = Some(format!("process {vpid} of the job: {e}"));
                 break;
@@ -1581,6 +1590,8 @@ fn job_checkpoint(
     // them back), renamed with the job's directory.
     let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
     problems.extend(ctx.problems.iter().map(|p| p.as_str().to_owned()));
+    held_shm.push((my_pid, ctx.shared.clone()));
+    let shared = crate::job::shared_segments(&held_shm);
     if exit_after {
         // 3'. Nobody runs again: every part is completed, then the job ends.
         let mut result = finish_writer(&ctx);
@@ -1593,7 +1604,7 @@ fn job_checkpoint(
                 _ => result = result.and(Err(format!("process {vpid} of the job ended before its part was written"))),
             }
         }
-        let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies);
+        let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies, shared);
         match result.and_then(|()| commit_job(&tmp, &final_path, &manifest)) {
             Ok(()) => {
                 publish_writer_pipe(-1, -1);
@@ -1627,6 +1638,7 @@ fn job_checkpoint(
     let problems: Vec<String> = problems.iter().map(|p| p.as_str().to_owned()).collect();
     let log_problem: Option<String> = log_problem.map(|p| p.as_str().to_owned());
     let zombies: Vec<(i32, i32, i32)> = zombies.to_vec();
+    let shared: Vec<crate::job::SharedSeg> = shared.to_vec();
     LAST_PAUSE_US.store(t0.elapsed().as_micros() as u64, Relaxed);
     for (_, l) in links.iter_mut() {
         let _ = l.send(&Msg::GoResume);
@@ -1648,7 +1660,7 @@ fn job_checkpoint(
     for (_, l) in &links {
         include_fd(l.fd());
     }
-    let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies);
+    let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies, shared);
     let result = result.and_then(|()| commit_job(&tmp, &final_path, &manifest));
     match result {
         Ok(()) => {
@@ -1681,6 +1693,7 @@ fn job_manifest(
     members: &[(i32, i32, String)],
     kernel_pids: &[i32],
     zombies: &[(i32, i32, i32)],
+    shared: Vec<crate::job::SharedSeg>,
 ) -> crate::job::Manifest {
     use crate::job::{Member, Zombie};
     let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
@@ -1690,7 +1703,7 @@ fn job_manifest(
         list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
     }
     let zombies = zombies.iter().map(|&(pid, ppid, status)| Zombie { pid, ppid: program(ppid), status }).collect();
-    crate::job::Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies }
+    crate::job::Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies, shared }
 }
 
 /// How many times a job's cut is made again for a child whose agent is not up yet.
@@ -1835,6 +1848,7 @@ fn prepare(
     }
     // Shared memory with an identity beyond its bytes comes back as new shared memory with
     // the same bytes: said, where the program could notice.
+    let mut shared = Vec::new();
     for r in regions.iter().filter(|r| matches!(r.kind, RegionKind::SharedAnon)) {
         let name = r.name.as_str();
         if name.starts_with("/SYSV") {
@@ -1857,12 +1871,11 @@ fn prepare(
                 r.start, r.end, f.fd
             ));
         } else if job_part && !name.starts_with("/memfd:crum") {
-            // Shared memory is not yet shared again between the processes of a job.
-            problems.push(format!(
-                "shared memory {:#x}-{:#x} ({name}) comes back as this process's own copy: other processes of the job that \
-                 share it no longer see its writes after a restart",
-                r.start, r.end
-            ));
+            // Made shared again between the processes of the job that map it (the root
+            // picks them: `crate::job::shared_segments`).
+            if let Some(m) = maps.iter().find(|m| m.start == r.start && m.end == r.end) {
+                shared.push(crate::job::ShmMap { start: r.start, end: r.end, dev: m.dev.clone(), ino: m.inode, offset: m.offset });
+            }
         }
     }
     if strict && !problems.is_empty() {
@@ -1891,7 +1904,10 @@ fn prepare(
     let p = [crate::highfd::move_high_raw(p[0]), crate::highfd::move_high_raw(p[1])];
     let state_bytes = state.encode();
     let fork_advice = state.advice.iter().filter(|a| a.2 & FORK_ADVICE != 0).copied().collect();
+    let shared_copies = snapshot_shared(&state.regions)?;
     Ok(Box::new(ForkCtx {
+        shared_copies,
+        shared,
         fork_advice,
         guards: state.guards,
         problems,
@@ -1950,6 +1966,7 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
     let ctx = unsafe { &mut *(arg as *mut ForkCtx) };
     if ctx.sync {
         ctx.child = child_write(ctx) as i64;
+        release_shared_copies(ctx);
         return 0;
     }
     let mut pidfd: libc::c_int = -1;
@@ -1972,11 +1989,65 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
         unsafe { libc::syscall(libc::SYS_exit_group, code) };
     }
     fork_advice(ctx, false);
+    release_shared_copies(ctx);
     // Above the program's fd range before its threads run again (`crate::highfd`: raw
     // system calls, no allocation).
     ctx.pidfd = if pid > 0 { crate::highfd::move_high_raw(pidfd) } else { -1 };
     ctx.child = if pid < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap_or(1) as i64) } else { pid };
     0
+}
+
+/// Shared memory (`MAP_SHARED` anonymous memory, deleted files, memfds) is not copied on
+/// write by the writer's fork: the program (or another process of its job) changes it
+/// while the writer reads it, and the image would hold bytes from after the cut next to
+/// private memory from the cut. So it is copied during the pause into private memory of
+/// the agent's, which the writer reads instead: (start, end, copy).
+fn snapshot_shared(regions: &[Region]) -> Result<Vec<(u64, u64, u64)>, String> {
+    let mut out = Vec::new();
+    for r in regions.iter().filter(|r| matches!(r.kind, RegionKind::SharedAnon) && r.has_data) {
+        let len = (r.end - r.start) as usize;
+        // SAFETY: a new private mapping at an address the kernel picks.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            release_copies(&out);
+            return Err(format!("cannot copy shared memory {:#x}-{:#x}: {}", r.start, r.end, std::io::Error::last_os_error()));
+        }
+        let readable = r.prot & libc::PROT_READ as u32 != 0;
+        // SAFETY: the program's threads are stopped; [start, end) is its mapping (read from its
+        // map during this pause), made readable for the copy and given its protection back.
+        unsafe {
+            if !readable {
+                libc::mprotect(r.start as *mut libc::c_void, len, r.prot as i32 | libc::PROT_READ);
+            }
+            std::ptr::copy_nonoverlapping(r.start as *const u8, p as *mut u8, len);
+            if !readable {
+                libc::mprotect(r.start as *mut libc::c_void, len, r.prot as i32);
+            }
+        }
+        out.push((r.start, r.end, p as u64));
+    }
+    Ok(out)
+}
+
+fn release_copies(copies: &[(u64, u64, u64)]) {
+    for &(s, e, p) in copies {
+        // SAFETY: our own copy, unmapped once.
+        unsafe { libc::munmap(p as *mut libc::c_void, (e - s) as usize) };
+    }
+}
+
+impl Drop for ForkCtx {
+    fn drop(&mut self) {
+        release_shared_copies(self);
+    }
+}
+
+/// Unmaps the copies of shared memory once the writer has its own (raw system calls).
+fn release_shared_copies(ctx: &mut ForkCtx) {
+    release_copies(&ctx.shared_copies);
+    ctx.shared_copies.clear();
 }
 
 /// Room for one error report of the writer (errno + text; one atomic pipe write).
@@ -2090,9 +2161,16 @@ fn child_add_piece(
     scratch: bool,
     flags: u32,
     offset: u64,
+    copy: Option<u64>,
 ) -> Result<(), crate::image::ImageError> {
     let len = end - start;
     let meta = RegionMeta { start, len, prot, flags, offset: offset + (start - r.start), name: r.name.as_bytes() };
+    if let Some(base) = copy {
+        // Shared memory: its copy made during the pause ([`snapshot_shared`]).
+        // SAFETY: the copy covers the whole region, readable; nothing unmaps it in the writer.
+        let data = unsafe { std::slice::from_raw_parts((base + (start - r.start)) as *const u8, len as usize) };
+        return writer.add_region(&meta, data);
+    }
     if scratch || matches!(r.kind, RegionKind::SharedFile { .. }) {
         return writer.add_region(&meta, &[]);
     }
@@ -2404,7 +2482,9 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
                         Some(&(gs, _)) => (false, gs.min(pe)),
                         None => (false, pe),
                     };
-                    if let Err(e) = child_add_piece(&mut ctx.writer, ctx.sync, r, at, next, prot, scratch || guard, flags, offset) {
+                    let copy = ctx.shared_copies.iter().find(|c| c.0 == r.start).map(|c| c.2);
+                    let skip = scratch || guard;
+                    if let Err(e) = child_add_piece(&mut ctx.writer, ctx.sync, r, at, next, prot, skip, flags, offset, copy) {
                         return child_fail(ctx, b"writing memory: ", Some(&e));
                     }
                     at = next;

@@ -60,6 +60,8 @@ pub struct MapsEntry {
     pub prot: u32,
     pub shared: bool,
     pub offset: u64,
+    /// The device (`major:minor`, hexadecimal) and inode of what is mapped.
+    pub dev: String,
     pub inode: u64,
     pub name: String,
 }
@@ -69,7 +71,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>, String> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.splitn(6, ' ');
-        let (range, perms, off, _dev, ino) = match (it.next(), it.next(), it.next(), it.next(), it.next()) {
+        let (range, perms, off, dev, ino) = match (it.next(), it.next(), it.next(), it.next(), it.next()) {
             (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
             _ => return Err(format!("malformed maps line: {line}")),
         };
@@ -96,6 +98,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>, String> {
             prot,
             shared: p[3] == b's',
             offset: hex(off)?,
+            dev: dev.to_string(),
             inode: ino.parse().map_err(|_| format!("malformed maps inode in: {line}"))?,
             name,
         });

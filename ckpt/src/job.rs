@@ -35,7 +35,10 @@ const MAX_MANIFEST: u64 = 1 << 20;
 /// Most processes in one job.
 pub const MAX_MEMBERS: usize = 1024;
 /// Current manifest version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// Most shared mappings a manifest may list, and the largest shared object (bytes).
+const MAX_SHARED: usize = 1 << 16;
+const MAX_SHARED_BYTES: u64 = 1 << 44;
 
 /// One process of a job image.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -72,6 +75,59 @@ pub struct Manifest {
     pub members: Vec<Member>,
     #[serde(default)]
     pub zombies: Vec<Zombie>,
+    /// Shared memory mapped by several processes of the job (version 2).
+    #[serde(default)]
+    pub shared: Vec<SharedSeg>,
+}
+
+/// A mapping of shared memory (`MAP_SHARED` anonymous memory, a deleted file, a memfd) as
+/// one process of a job maps it: `start..end` of process `pid` shows object `obj` from
+/// byte `offset`. A restart makes each object once and maps it into every process that
+/// had it, so they share it again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedSeg {
+    pub pid: i32,
+    pub start: u64,
+    pub end: u64,
+    pub obj: u32,
+    pub offset: u64,
+}
+
+/// A shared memory mapping of this process as the cut finds it: its range, and the
+/// device, inode and offset that say which object it shows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShmMap {
+    pub start: u64,
+    pub end: u64,
+    pub dev: String,
+    pub ino: u64,
+    pub offset: u64,
+}
+
+/// The shared memory of a job, from what each process maps ((program pid, its
+/// mappings)): the mappings of objects mapped more than once (by several processes, or
+/// twice by one), with an object number per (device, inode).
+pub fn shared_segments(held: &[(i32, Vec<ShmMap>)]) -> Vec<SharedSeg> {
+    let mut objs: Vec<(&str, u64)> = Vec::new();
+    let mut out = Vec::new();
+    for (pid, maps) in held {
+        for m in maps {
+            let sharers = held.iter().flat_map(|(_, v)| v.iter()).filter(|o| o.dev == m.dev && o.ino == m.ino).count();
+            if sharers < 2 {
+                continue;
+            }
+            let key = (m.dev.as_str(), m.ino);
+            let obj = match objs.iter().position(|o| *o == key) {
+                Some(i) => i,
+                None => {
+                    objs.push(key);
+                    objs.len() - 1
+                }
+            };
+            out.push(SharedSeg { pid: *pid, start: m.start, end: m.end, obj: obj as u32, offset: m.offset });
+        }
+    }
+    out
 }
 
 impl Manifest {
@@ -92,7 +148,8 @@ impl Manifest {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.version != VERSION {
+        // Version 2 added `shared`.
+        if !(1..=VERSION).contains(&self.version) {
             return Err(format!("job manifest version {} (this crum reads {VERSION})", self.version));
         }
         if self.members.is_empty() || self.members.len() > MAX_MEMBERS {
@@ -122,6 +179,15 @@ impl Manifest {
             }
             if !pids.contains(&z.ppid) {
                 return Err(format!("exited child {} has parent {}, which is not in the job", z.pid, z.ppid));
+            }
+        }
+        if self.shared.len() > MAX_SHARED {
+            return Err(format!("{} shared mappings (at most {MAX_SHARED})", self.shared.len()));
+        }
+        for g in &self.shared {
+            let len = g.end.saturating_sub(g.start);
+            if !pids.contains(&g.pid) || len == 0 || g.obj as usize >= self.shared.len() || g.offset.saturating_add(len) > MAX_SHARED_BYTES {
+                return Err(format!("bad shared mapping {:#x}-{:#x} of process {}", g.start, g.end, g.pid));
             }
         }
         // Every member reaches the root by parents (no cycle).
@@ -510,7 +576,13 @@ pub enum Msg {
         socks: Vec<(u64, u64)>,
     },
     /// Member → root: the writer is forked; what a restart of its part cannot restore.
-    Cut { problems: Vec<String> },
+    Cut {
+        problems: Vec<String>,
+        /// Its shared memory mappings (made shared again at restart where another process
+        /// of the job maps the same object).
+        #[serde(default)]
+        shared: Vec<ShmMap>,
+    },
     /// Root → member: run again.
     GoResume,
     /// Root → member: do not run again: complete the part, say so, and end (exit code 75:
@@ -650,8 +722,13 @@ mod tests {
             root: 10,
             members: vec![member(10, 1), member(11, 10), member(12, 11)],
             zombies: vec![Zombie { pid: 20, ppid: 11, status: 7 << 8 }],
+            shared: vec![SharedSeg { pid: 11, start: 0x1000, end: 0x3000, obj: 0, offset: 0 }],
         };
         assert_eq!(good.table_pids(), vec![10, 11, 12, 20]);
+        let foreign = Manifest { shared: vec![SharedSeg { pid: 99, start: 0x1000, end: 0x2000, obj: 0, offset: 0 }], ..good.clone() };
+        assert!(foreign.check().is_err());
+        let empty = Manifest { shared: vec![SharedSeg { pid: 10, start: 0x2000, end: 0x2000, obj: 0, offset: 0 }], ..good.clone() };
+        assert!(empty.check().is_err());
         let stray = Manifest { zombies: vec![Zombie { pid: 21, ppid: 99, status: 0 }], ..good.clone() };
         assert!(stray.check().unwrap_err().contains("not in the job"));
         assert_eq!(good.check(), Ok(()));
@@ -676,6 +753,16 @@ mod tests {
         assert_eq!(job_pipes(&held), vec![(1, 10), (2, 11)]);
         let own = vec![(10, vec![(4, true), (4, false)])];
         assert_eq!(job_pipes(&own), vec![]);
+    }
+
+    #[test]
+    fn shared_memory_mapped_twice_is_the_jobs() {
+        let m = |start: u64, ino: u64| ShmMap { start, end: start + 0x1000, dev: "00:01".into(), ino, offset: 0 };
+        let held = vec![(10, vec![m(0x1000, 5), m(0x5000, 6)]), (11, vec![m(0x1000, 5), m(0x7000, 7)]), (12, vec![m(0x9000, 8), m(0xa000, 8)])];
+        let segs = shared_segments(&held);
+        let objs: Vec<(i32, u64, u32)> = segs.iter().map(|g| (g.pid, g.start, g.obj)).collect();
+        // Inode 5 in two processes, inode 8 twice in one; 6 and 7 are one process's own.
+        assert_eq!(objs, vec![(10, 0x1000, 0), (11, 0x1000, 0), (12, 0x9000, 1), (12, 0xa000, 1)]);
     }
 
     #[test]
@@ -715,8 +802,8 @@ mod tests {
         let (mut a, mut b) = (Link::new(a), Link::new(b));
         a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new() }).unwrap();
         assert_eq!(b.recv(Some(Duration::from_secs(5))), Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new() }));
-        b.send(&Msg::Cut { problems: vec!["p".into()] }).unwrap();
-        assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()] }));
+        b.send(&Msg::Cut { problems: vec!["p".into()], shared: Vec::new() }).unwrap();
+        assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()], shared: Vec::new() }));
         drop(b);
         assert_eq!(a.recv(None), None);
     }

@@ -184,7 +184,8 @@ pub enum RegionKind {
     /// anonymous mapping filled from the image.
     Private,
     /// Shared anonymous memory (or a deleted/memfd shared mapping): restored as a new shared
-    /// anonymous mapping filled from the image (sharing with other processes is not kept).
+    /// anonymous mapping filled from the image, or, in a job's part, from the job's object
+    /// where other processes of the job map it too (`crate::job::SharedSeg`).
     SharedAnon,
     /// A shared mapping of a regular file: mapped from the file again; bytes live in the file.
     SharedFile {

@@ -101,3 +101,10 @@ fn memory_advice_and_locks_survive_restart() {
 fn guard_regions_come_back_as_guards() {
     scenario("guard_pages", &["40", "15"]);
 }
+
+#[test]
+fn shared_memory_in_an_image_is_as_it_was_at_the_cut() {
+    // Private and shared memory written together without pause: the image holds the
+    // shared memory as it was when the program stopped, not as the writer found it later.
+    scenario("shared_cut", &["60"]);
+}

@@ -69,14 +69,29 @@ pub enum MapError {
 
 /// Maps every region at its address, fills it from the image and sets its protection.
 /// `progress` is told the bytes filled so far.
-pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapError> {
+///
+/// `job_shm`: this process's mappings of its job's shared memory, (start, end, memfd,
+/// offset): mapped from those objects (made and filled once by the job's restart).
+pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64), job_shm: &[(u64, u64, i32, u64)]) -> Result<(), MapError> {
     let regions = plan.reader.regions().to_vec();
+    let of_job = |r: &crum_ckpt::image::RegionInfo| {
+        job_shm.iter().find(|g| r.flags & REGION_SHARED_ANON != 0 && g.0 == r.start && g.1 == r.start + r.len)
+    };
     for r in regions.iter().filter(|r| is_process_memory(r.flags)) {
         let name = r.name_lossy();
         let shared_file = r.flags & REGION_SHARED_FILE != 0;
         let mut flags = libc::MAP_FIXED_NOREPLACE;
         let mut fd = -1;
-        if shared_file {
+        let mut off = 0;
+        if let Some(&(_, _, memfd, offset)) = of_job(r) {
+            // SAFETY: F_DUPFD_CLOEXEC of the inherited memfd (closed below like a file's).
+            fd = unsafe { libc::fcntl(memfd, libc::F_DUPFD_CLOEXEC, 3) };
+            if fd < 0 {
+                return Err(MapError::Other(sys_err(format!("mapping the job's shared memory at {:#x}", r.start))));
+            }
+            flags |= libc::MAP_SHARED;
+            off = offset as i64;
+        } else if shared_file {
             let c = std::ffi::CString::new(r.name.clone()).map_err(|_| MapError::Other(RestartError::Invalid("bad mapped file name".into())))?;
             // Read-write where the file allows it, even for a mapping read-only now: the
             // program may make it writable later (mprotect), which a mapping of a read-only
@@ -102,7 +117,7 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapErr
             }
         }
         let prot = if shared_file { r.prot as i32 } else { libc::PROT_READ | libc::PROT_WRITE };
-        let off = if shared_file { r.file_offset as i64 } else { 0 };
+        let off = if shared_file { r.file_offset as i64 } else { off };
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
         let p = unsafe { libc::mmap(r.start as *mut libc::c_void, r.len as usize, prot, flags, fd, off) };
         let err = std::io::Error::last_os_error();
@@ -126,7 +141,8 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64)) -> Result<(), MapErr
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let mut done = 0;
     for (i, r) in regions.iter().enumerate().filter(|(_, r)| is_process_memory(r.flags)) {
-        if r.has_data && r.flags & REGION_SHARED_FILE == 0 {
+        // (The job's shared memory holds its bytes already.)
+        if r.has_data && r.flags & REGION_SHARED_FILE == 0 && of_job(r).is_none() {
             // SAFETY: the fresh, writable mapping created above covers exactly this range.
             let dst = unsafe { std::slice::from_raw_parts_mut(r.start as *mut u8, r.len as usize) };
             let res = if r.len >= PARALLEL_MIN {

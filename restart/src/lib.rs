@@ -251,6 +251,9 @@ pub struct Options {
     /// program of the job runs while another process's restore still changes shared
     /// files, e.g. cuts back the stdout they share).
     pub job_slot: Option<usize>,
+    /// This process's mappings of the job's shared memory (`crum_ckpt::job::SharedSeg`),
+    /// made by the root's restorer: (start, end, memfd, offset), inherited.
+    pub job_shm: Vec<(u64, u64, i32, u64)>,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -287,6 +290,8 @@ const JOB_TABLE_VAR: &str = "CRUM_JOB_TABLE";
 const JOB_PIPES_VAR: &str = "CRUM_JOB_PIPES";
 /// Environment of a job's restorers: its sockets (`id:a:b,…`, b = -1 for a shared one).
 const JOB_SOCKS_VAR: &str = "CRUM_JOB_SOCKS";
+/// Environment of a job's restorers: its shared memory objects (`obj:fd,…`).
+const JOB_SHM_VAR: &str = "CRUM_JOB_SHM";
 /// Set once a restorer has started the restorers of its children (a re-execution for
 /// another layout must not start them again).
 const JOB_SPAWNED_VAR: &str = "CRUM_JOB_SPAWNED";
@@ -313,7 +318,8 @@ pub fn restart_job(
         Some(fd) if member.is_some() || std::env::var_os(JOB_SPAWNED_VAR).is_some() => fd,
         _ => {
             // The root, first time: validate every part before anything starts.
-            let plans = manifest.members.iter().map(|p| validate(&dir.join(&p.part))).collect::<Result<Vec<_>, _>>()?;
+            let mut plans = manifest.members.iter().map(|p| validate(&dir.join(&p.part))).collect::<Result<Vec<_>, _>>()?;
+            std::env::set_var(JOB_SHM_VAR, make_job_shm(&manifest, &mut plans)?);
             let states: Vec<&ProcessState> = plans.iter().map(|p| p.state()).collect();
             let fd = PidTable::create(&manifest.table_pids()).map_err(RestartError::Invalid)?;
             std::env::set_var(JOB_TABLE_VAR, fd.to_string());
@@ -361,7 +367,23 @@ pub fn restart_job(
             })
             .collect()
     };
+    let objs: Vec<(u32, i32)> = std::env::var(JOB_SHM_VAR)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|e| {
+            let (o, f) = e.split_once(':')?;
+            Some((o.parse().ok()?, f.parse().ok()?))
+        })
+        .collect();
+    let mut job_shm = Vec::new();
+    for g in manifest.shared.iter().filter(|g| g.pid == me) {
+        let Some(&(_, fd)) = objs.iter().find(|o| o.0 == g.obj) else {
+            return Err(RestartError::Invalid(format!("shared memory object {} of the job was not made", g.obj)));
+        };
+        job_shm.push((g.start, g.end, fd, g.offset));
+    }
     let opts = Options {
+        job_shm,
         job_table_fd: Some(table),
         job_pipes: triples(JOB_PIPES_VAR),
         job_socks: triples(JOB_SOCKS_VAR),
@@ -403,6 +425,44 @@ fn make_job_pipes(parts: &[&ProcessState]) -> Result<String, RestartError> {
         }
         sys::write_all(w, &data)?;
         out.push(format!("{id}:{r}:{w}"));
+    }
+    Ok(out.join(","))
+}
+
+/// Makes the job's shared memory objects (`Manifest::shared`) once: a memfd each, as
+/// large as its furthest mapping, filled from the parts' images (each mapping's bytes
+/// from its process's part), above every descriptor of every part and inherited by the
+/// other restorers; `obj:fd,…`.
+fn make_job_shm(manifest: &crum_ckpt::job::Manifest, plans: &mut [Plan]) -> Result<String, RestartError> {
+    let parts: Vec<&ProcessState> = plans.iter().map(|p| p.state()).collect();
+    let base = job_fds_top(&parts) + 64;
+    let mut objs: Vec<u32> = manifest.shared.iter().map(|g| g.obj).collect();
+    objs.sort_unstable();
+    objs.dedup();
+    let mut out = Vec::new();
+    for obj in objs {
+        let segs: Vec<_> = manifest.shared.iter().filter(|g| g.obj == obj).collect();
+        let size = segs.iter().map(|g| g.offset + (g.end - g.start)).max().unwrap_or(0);
+        let fd = sys::inherited_high(sys::memfd(&format!("job-shared-memory-{obj}"), size)?, base)?;
+        let mut filled: Vec<(u64, u64)> = Vec::new();
+        sys::with_shared_map(fd, size, |mem| {
+            for g in &segs {
+                let len = g.end - g.start;
+                if filled.contains(&(g.offset, len)) {
+                    continue;
+                }
+                let Some(i) = manifest.index(g.pid) else { continue };
+                let plan = &mut plans[i];
+                let Some(ri) = plan.reader.regions().iter().position(|r| r.start == g.start && r.len == len && r.has_data) else {
+                    continue;
+                };
+                let dst = &mut mem[g.offset as usize..(g.offset + len) as usize];
+                plan.reader.read_region_into_zeroed(ri, dst).map_err(RestartError::from)?;
+                filled.push((g.offset, len));
+            }
+            Ok(())
+        })?;
+        out.push(format!("{obj}:{fd}"));
     }
     Ok(out.join(","))
 }
@@ -498,7 +558,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let mapped = layout::map_regions(&mut plan, &|n| bar.set_position(n));
+    let mapped = layout::map_regions(&mut plan, &|n| bar.set_position(n), &opts.job_shm);
     bar.finish_and_clear();
     drop(bar);
     match mapped {
@@ -510,6 +570,12 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
             return Err(sys::reexec(attempt + 1));
         }
         Err(layout::MapError::Other(e)) => return Err(e),
+    }
+    // The job's shared memory is mapped where this process had it.
+    if let Ok(v) = std::env::var(JOB_SHM_VAR) {
+        for fd in v.split(',').filter_map(|e| e.split_once(':')?.1.parse::<i32>().ok()) {
+            sys::close(fd);
+        }
     }
     let device = plan.has_device();
     let Plan { reader, state, dir } = plan;

@@ -1165,3 +1165,36 @@ pub fn send_stream(fd: i32, data: &[u8]) -> Result<(), RestartError> {
     }
     Ok(())
 }
+
+/// A memfd named `name` of `size` bytes (close-on-exec).
+pub fn memfd(name: &str, size: u64) -> Result<i32, RestartError> {
+    let c = cstr(name)?;
+    // SAFETY: NUL-terminated name.
+    let fd = fd_or_err(unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) }, "creating shared memory")?;
+    // SAFETY: our descriptor.
+    if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+        close(fd);
+        return Err(sys_err(format!("sizing shared memory of {size} bytes")));
+    }
+    Ok(fd)
+}
+
+/// Maps `size` bytes of `fd` shared and writable, anywhere, for `f`, then unmaps them.
+pub fn with_shared_map(
+    fd: i32,
+    size: u64,
+    f: impl FnOnce(&mut [u8]) -> Result<(), RestartError>,
+) -> Result<(), RestartError> {
+    // SAFETY: a new mapping at an address the kernel picks.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(sys_err(format!("mapping shared memory of {size} bytes")));
+    }
+    // SAFETY: the mapping just made: `size` bytes, ours alone until unmapped below.
+    let r = f(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, size as usize) });
+    // SAFETY: our own mapping, unmapped once.
+    unsafe { libc::munmap(p, size as usize) };
+    r
+}
