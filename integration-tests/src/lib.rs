@@ -362,14 +362,47 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     out
 }
 
+/// SIGKILL to `root` and every descendant, stopped first from the top down (SIGSTOP), so
+/// that no process of the tree makes a new child while the others die (python3's
+/// multiprocessing pool replaces a worker that dies: the new one outlived the kill).
+/// Returns every pid killed.
+pub fn kill_tree(root: u32) -> Vec<u32> {
+    use nix::sys::signal::{kill, Signal};
+    let signal = |p: u32, sig: Signal| {
+        let _ = kill(nix::unistd::Pid::from_raw(p as i32), sig);
+    };
+    signal(root, Signal::SIGSTOP);
+    let mut all = vec![root];
+    let mut i = 0;
+    while i < all.len() {
+        // A stopped process makes no more children: its list is final once it is stopped.
+        for c in children(all[i]) {
+            if !all.contains(&c) {
+                signal(c, Signal::SIGSTOP);
+                all.push(c);
+            }
+        }
+        i += 1;
+    }
+    for &p in &all {
+        signal(p, Signal::SIGKILL);
+    }
+    all
+}
+
 /// Waits until none of `pids` runs any more (gone, or a zombie), up to 60 s.
 pub fn wait_gone(pids: &[u32]) {
     let t0 = std::time::Instant::now();
     let running = |p: &u32| {
-        let stat = fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-        stat.rsplit(") ").next().and_then(|r| r.split(' ').next()).is_some_and(|s| s != "Z" && s != "X")
+        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else { return false };
+        stat.rsplit_once(") ").and_then(|(_, r)| r.split(' ').next()).is_some_and(|s| s != "Z" && s != "X")
     };
-    while pids.iter().any(running) && t0.elapsed() < std::time::Duration::from_secs(60) {
+    while pids.iter().any(running) {
+        if t0.elapsed() > std::time::Duration::from_secs(60) {
+            let left: Vec<String> = pids.iter().filter(|p| running(p)).map(|p| describe_tree(*p)).collect();
+            eprintln!("still running 60 s after SIGKILL: {}", left.join(""));
+            return;
+        }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }

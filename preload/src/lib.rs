@@ -84,6 +84,39 @@ pub extern "C" fn fork() -> libc::pid_t {
     pid::fork_with(real_fork)
 }
 
+/// The C library's `vfork`, looked up at load (a constructor), for [`vfork`].
+static REAL_VFORK: AtomicUsize = AtomicUsize::new(0);
+
+#[used]
+#[link_section = ".init_array"]
+static FIND_VFORK: extern "C" fn() = {
+    extern "C" fn find() {
+        REAL_VFORK.store(real(c"vfork", &REAL_VFORK), Relaxed);
+    }
+    find
+};
+
+/// The program's `vfork`: the C library's, entered by a jump so that nothing of ours sits
+/// on the stack it shares with the child; after a restart, [`pid::vfork_remade`] (children
+/// whose pid the program knows as another process's are made again, as by `fork`).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C" fn vfork() -> libc::pid_t {
+    core::arch::naked_asm!(
+        "mov rax, qword ptr [rip + {restarted}]",
+        "test rax, rax",
+        "jnz {remade}",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz {remade}",
+        "jmp rax",
+        restarted = sym pid::RESTARTED,
+        real = sym REAL_VFORK,
+        remade = sym pid::vfork_remade,
+    )
+}
+
 fn libc_handle() -> *mut c_void {
     static H: AtomicUsize = AtomicUsize::new(0);
     let mut h = H.load(Relaxed);

@@ -14,7 +14,7 @@
 //! sender, `syscall(SYS_getpid)`) stays the real pid. Before any restart every call is the C
 //! library's.
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
 
 static VIRT: AtomicI32 = AtomicI32::new(0);
 static REAL: AtomicI32 = AtomicI32::new(0);
@@ -31,7 +31,14 @@ static N_MEMBERS: AtomicI32 = AtomicI32::new(0);
 pub extern "C" fn crum_set_pid_identity(virt: c_int, real: c_int) {
     REAL.store(real, Relaxed);
     VIRT.store(if virt == real { 0 } else { virt }, Relaxed);
+    if virt != real {
+        RESTARTED.store(1, Relaxed);
+    }
 }
+
+/// Non-zero once the process was restarted with pids to translate: `vfork` then makes its
+/// children as `fork` does (see [`vfork_remade`]).
+pub static RESTARTED: AtomicUsize = AtomicUsize::new(0);
 
 /// Set by the agent of a job member after a restart: `pairs` holds `n` pairs (the pid the
 /// program knows, the kernel's now), one per process of the job (its own included). Pairs
@@ -54,6 +61,9 @@ pub unsafe extern "C" fn crum_set_pid_table(pairs: *const c_int, n: c_int) {
         }
     }
     N_MEMBERS.store(k as i32, Relaxed);
+    if k > 0 {
+        RESTARTED.store(1, Relaxed);
+    }
 }
 
 fn member_by_real(id: c_int) -> Option<c_int> {
@@ -303,6 +313,36 @@ pub fn fork_with(real_fork: extern "C" fn() -> libc::pid_t) -> libc::pid_t {
             continue;
         }
         return r;
+    }
+    // SAFETY: sets the calling thread's errno.
+    unsafe { *libc::__errno_location() = libc::EAGAIN };
+    -1
+}
+
+/// The program's `vfork` after a restart: a child made by a clone that does not share the
+/// parent's memory (so this function may return in both) and suspends the calling thread
+/// until the child executes a program or ends (`CLONE_VFORK`), like `vfork`; one whose pid
+/// the program knows as another process's is ended at once and made again, as by
+/// [`fork_with`]. (`vfork` shares memory and stack with the child: a function around it
+/// cannot return in both, and python3's `subprocess` makes every child with it.)
+pub extern "C" fn vfork_remade() -> libc::pid_t {
+    for _ in 0..64 {
+        // SAFETY: clone without CLONE_VM: the child runs on its own copy of this stack and
+        // returns here with 0.
+        let r = unsafe { libc::syscall(libc::SYS_clone, (libc::CLONE_VFORK | libc::SIGCHLD) as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+        if r == 0 {
+            if taken(raw(libc::SYS_getpid)) {
+                // SAFETY: ends this child at once.
+                unsafe { libc::_exit(0) };
+            }
+            return 0;
+        }
+        if r > 0 && taken(r as c_int) {
+            // SAFETY: reaps the child just made (it has ended), into no status.
+            unsafe { libc::syscall(libc::SYS_wait4, r, std::ptr::null_mut::<c_int>(), libc::__WALL, std::ptr::null_mut::<libc::rusage>()) };
+            continue;
+        }
+        return if r < 0 { -1 } else { r as libc::pid_t };
     }
     // SAFETY: sets the calling thread's errno.
     unsafe { *libc::__errno_location() = libc::EAGAIN };

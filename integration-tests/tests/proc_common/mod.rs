@@ -191,11 +191,7 @@ impl Proc {
     }
     /// SIGKILL to the process and every descendant (a job), waiting until none runs.
     pub fn kill_job(&mut self) {
-        let tree = crum_integration_tests::descendants(self.pid());
-        for p in &tree {
-            // SAFETY: kill of a test's own process.
-            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
-        }
+        let tree = crum_integration_tests::kill_tree(self.pid());
         self.kill9();
         crum_integration_tests::wait_gone(&tree);
     }
@@ -392,7 +388,13 @@ pub fn scenario_with(name: &str, args: &[&str], check_files: impl Fn(&Sandbox)) 
 
 /// [`scenario_with`], every `crum restart` with `restart_env_` added to its environment.
 pub fn scenario_full(name: &str, args: &[&str], restart_env_: &[(&str, &str)], check_files: impl Fn(&Sandbox)) {
-    let prog = build_c(name);
+    scenario_prog(&build_c(name), name, args, restart_env_, check_files)
+}
+
+/// [`scenario_full`] for a program that is not one of the C test programs (`name` labels
+/// it in messages).
+pub fn scenario_prog(prog: &Path, name: &str, args: &[&str], restart_env_: &[(&str, &str)], check_files: impl Fn(&Sandbox)) {
+    let prog = prog.to_path_buf();
     let sb = Sandbox::new();
     let expected = expected_output(&sb, &prog, args);
     let total = expected.lines().count();
