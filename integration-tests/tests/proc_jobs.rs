@@ -214,7 +214,7 @@ fn a_job_writing_one_stdout_file_writes_it_once_after_restarts() {
     let sb = Sandbox::new();
     let prog = build_c("job_pipeline");
     // The worker holds 96 MiB: its restore takes longer than the root's.
-    let args = ["60", "15", "fork", "96"];
+    let args = ["200", "15", "fork", "96"];
     let expected = expected_output(&sb, &prog, &args);
     let out = sb.path("run/out.txt");
     let start = |cmd: &mut std::process::Command| {
