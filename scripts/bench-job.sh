@@ -17,10 +17,13 @@ SIZE=${1:-1024}
 PROCS=${2:-4}
 ROUNDS=${3:-3}
 if [ -z "${CRUM_BIN:-}" ] || [ -z "${CRUM_PRELOAD:-}" ]; then
-    (cd "$ROOT" && cargo build -q --release -p crum-cli -p crum-interpose)
+    (cd "$ROOT" && cargo build -q --release -p crum-cli -p crum-interpose -p crum-preload)
 fi
 CRUM=${CRUM_BIN:-$ROOT/target/release/crum}
 PRELOAD=${CRUM_PRELOAD:-$ROOT/target/release/libcrum.so}
+# The C library shim too (the pids a restarted job knows), as `crum run` preloads it.
+LIBC_SHIM=$(dirname "$PRELOAD")/libcrum_libc.so
+[ -f "$LIBC_SHIM" ] && PRELOAD=$LIBC_SHIM:$PRELOAD
 BENCH_DIR=${BENCH_DIR:-$(mktemp -d "$ROOT/target/bench-job.XXXX")}
 mkdir -p "$BENCH_DIR"
 PROG=$BENCH_DIR/bench_mem
@@ -44,7 +47,9 @@ tree_kill() { # pid: it and every descendant
 }
 start_prog() { # procs out -> pid
     ( for fd in $(ls /proc/$BASHPID/fd); do if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi; done
-      CRUM_RUN=1 CRUM_CKPT_DIR=$BENCH_DIR/imgs LD_PRELOAD=$PRELOAD exec "$PROG" "$SIZE" random "$1" ) > "$2" 2>&1 &
+      # stdout a pipe (not a file, which a restart would write again): the restarted job's
+      # heartbeats go to `crum restart`'s stdout.
+      CRUM_RUN=1 CRUM_CKPT_DIR=$BENCH_DIR/imgs LD_PRELOAD=$PRELOAD exec "$PROG" "$SIZE" random "$1" ) > >(cat > "$2") 2>&1 &
     echo $!
 }
 pause_ms() { # pid out procs -> the longest pause of any process since the last report, in ms

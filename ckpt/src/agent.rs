@@ -1471,6 +1471,8 @@ fn job_checkpoint(
         for (_, l) in links.iter_mut() {
             let _ = l.recv(Some(STEP_TIMEOUT));
         }
+        // Closed now (a cut made again must not find them open as the program's).
+        links.clear();
         let _ = std::fs::remove_dir_all(&tmp);
         Outcome::Failed(why)
     };
@@ -1486,6 +1488,8 @@ fn job_checkpoint(
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_none_or(|c| c == 'Z' || c == 'X')
     };
+    // Every member is asked at once, then each answer read: they stop side by side.
+    let mut comms: Vec<String> = Vec::new();
     for (pid, _, comm) in members {
         let stream = match crate::control::connect_member(*pid as u32, &tmp, strict) {
             Ok(s) => s,
@@ -1493,22 +1497,29 @@ fn job_checkpoint(
             Err(e) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
         };
         // Above the program's range, and not part of its image.
-        let mut l = Link::new(crate::highfd::move_high(stream));
+        let l = Link::new(crate::highfd::move_high(stream));
         exclude_fd(l.fd());
-        match l.recv(Some(STEP_TIMEOUT)) {
+        links.push((*pid, l));
+        comms.push(comm.clone());
+    }
+    let mut i = 0;
+    while i < links.len() {
+        let (pid, comm) = (links[i].0, comms[i].clone());
+        match links[i].1.recv(Some(STEP_TIMEOUT)) {
             Some(Msg::Stopped { pid: p, pipes, socks }) => {
-                known.push((*pid, p));
+                known.push((pid, p));
                 held.push((p, pipes));
                 held_socks.push((p, socks));
+                i += 1;
             }
             Some(Msg::Failed(e)) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
-            None if gone(*pid) => {
+            None if gone(pid) => {
+                let (_, l) = links.remove(i);
+                comms.remove(i);
                 include_fd(l.fd());
-                continue;
             }
             _ => return give_up(&mut links, format!("process {pid} ({comm}) of the job did not stop")),
         }
-        links.push((*pid, l));
     }
     // (Made before the stop: what is allocated while the threads are stopped lives in the
     // agent's arena, given back before the manifest is written.)
@@ -1524,7 +1535,8 @@ fn job_checkpoint(
     // Exited children of the job's processes, made again at restart.
     let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
     let zombies = crate::job::zombie_children(&parents);
-    if attempt < JOB_RETRIES && !crate::job::other_children(&parents, &kernel_pids).is_empty() {
+    let coming = crate::job::other_children(&parents, &kernel_pids).into_iter().any(crate::job::may_get_agent);
+    if attempt < JOB_RETRIES && coming {
         resume_program(&h);
         let _ = give_up(&mut links, String::new());
         std::thread::sleep(Duration::from_millis(20 << attempt.min(4)));
@@ -1539,25 +1551,26 @@ fn job_checkpoint(
     // 2. Every member cuts, then this process.
     let mut problems: Vec<String> = Vec::new();
     let mut failed = None;
+    // Every member cuts at once (capture, fork of its writer), then each answer is read.
+    let vpid_of = |pid: i32| known.iter().find(|k| k.0 == pid).map_or(pid, |k| k.1);
     for (pid, l) in links.iter_mut() {
-        let vpid = known.iter().find(|k| k.0 == *pid).map_or(*pid, |k| k.1);
         if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: zombie_pids.clone(), socks: socks.clone() }).is_err() {
-            failed = Some(format!("process {vpid} of the job went away"));
+            failed = Some(format!("process {} of the job went away", vpid_of(*pid)));
             break;
         }
+    }
+    for (pid, l) in links.iter_mut() {
+        if failed.is_some() {
+            break;
+        }
+        let vpid = vpid_of(*pid);
         match l.recv(Some(STEP_TIMEOUT)) {
             Some(Msg::Cut { problems: p, shared }) => {
                 problems.extend(p.into_iter().map(|p| format!("process {vpid}: {p}")));
                 held_shm.push((vpid, shared));
             }
-            Some(Msg::Failed(e)) => {
-                failed = Some(format!("process {vpid} of the job: {e}"));
-                break;
-            }
-            _ => {
-                failed = Some(format!("process {vpid} of the job did not answer"));
-                break;
-            }
+            Some(Msg::Failed(e)) => failed = Some(format!("process {vpid} of the job: {e}")),
+            _ => failed = Some(format!("process {vpid} of the job did not answer")),
         }
     }
     if let Some(e) = failed {

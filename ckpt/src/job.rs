@@ -305,6 +305,15 @@ pub fn other_children(parents: &[i32], known: &[i32]) -> Vec<i32> {
 }
 
 /// Whether process `pid` runs crum's agent ([`crate::control::agent_running`]).
+/// Whether a child without an agent may get one in a moment: it has crum's library mapped
+/// (forked from a process under crum, or executed with it preloaded) or preloaded in its
+/// environment (executed a moment ago). A child started without it (a shell's `cat`) never
+/// will: a cut is not made again for it.
+pub fn may_get_agent(pid: i32) -> bool {
+    let has = |f: &str| std::fs::read(format!("/proc/{pid}/{f}")).is_ok_and(|b| b.windows(7).any(|w| w == b"libcrum"));
+    has("maps") || has("environ")
+}
+
 pub fn has_agent(pid: i32) -> bool {
     pid > 0 && crate::control::agent_running(&crate::control::socket_dir(), pid as u32)
 }
