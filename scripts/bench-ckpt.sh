@@ -47,7 +47,7 @@ start_prog() { # size kind sync out -> pid
     # Close descriptors inherited from whatever runs us (a restart refuses unknown pipes).
     ( set +x
       for fd in $(ls /proc/$BASHPID/fd); do if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi; done
-      CRUM_RUN=1 CRUM_CKPT_DIR=$BENCH_DIR/imgs CRUM_CKPT_SYNC=$3 LD_PRELOAD=$PRELOAD exec "$PROG" "$1" "$2" ) > "$4" 2>&1 &
+      CRUM_RUN=1 CRUM_CKPT_DIR=$BENCH_DIR/imgs CRUM_CKPT_SYNC=$3 LD_PRELOAD=$PRELOAD exec "$PROG" "$1" "$2" ) > >(cat > "$4") 2>&1 &
     echo $!
 }
 maxgap() { # pid out -> µs
