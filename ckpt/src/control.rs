@@ -447,7 +447,11 @@ pub fn agent_running(dir: &Path, pid: u32) -> bool {
 
 /// Whether `pid` runs with crum's agent (libcrum) loaded.
 fn agent_loaded(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.ends_with("/libcrum.so")))
+    // A restarted program runs in the `crum restart` process, its libraries' mappings
+    // anonymous copies: its agent is there too (its control socket comes back a moment later).
+    let restarted = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.file_name().is_some_and(|n| n == "crum"));
+    restarted
+        || std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.ends_with("/libcrum.so")))
 }
 
 /// Whether `pid` exists, and whether it is ours (by the owner of `/proc/<pid>`).

@@ -421,16 +421,22 @@ pub fn scenario_prog(prog: &Path, name: &str, args: &[&str], restart_env_: &[(&s
     let s2 = assert_continues(&expected, 0, &before, &out_r2, false, &format!("{name}: restart from the second checkpoint"));
     let mut r3 = restart_env(&sb, &img3, "restart3.out", restart_env_);
     let code = r3.wait_exit();
-    assert_eq!(code, 0, "{name}: restart of a restart exited with {code}: {}", r3.stderr());
+    assert_eq!(code, 0, "{name}: restart of a restart exited with {code}: {}\nits output ends: {}", r3.stderr(), tail(&r3.output()));
     assert_continues(&expected, s2, &out_r2, &r3.output(), true, &format!("{name}: restart of a restart"));
     check_files(&sb);
 
     // Restart from the first image, to the end.
     let mut r1 = restart_env(&sb, &img1, "restart1.out", restart_env_);
     let code = r1.wait_exit();
-    assert_eq!(code, 0, "{name}: restart from the first checkpoint exited with {code}: {}", r1.stderr());
+    assert_eq!(code, 0, "{name}: restart from the first checkpoint exited with {code}: {}\nits output ends: {}", r1.stderr(), tail(&r1.output()));
     assert_continues(&expected, 0, &before, &r1.output(), true, &format!("{name}: restart from the first checkpoint"));
     check_files(&sb);
+}
+
+/// The last 3 lines of an output (a failing program says FAIL there).
+pub fn tail(out: &str) -> String {
+    let lines: Vec<&str> = out.lines().collect();
+    lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
 /// Reads a whole file as a string.
