@@ -347,11 +347,7 @@ pub fn root_of(pid: i32, has_agent: impl Fn(i32) -> bool) -> i32 {
 pub fn own_pipes() -> Vec<(u64, bool)> {
     let mut out = Vec::new();
     for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
-        let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
-        let Some(id) = link.to_str().and_then(|l| l.strip_prefix("pipe:[")).and_then(|l| l.strip_suffix(']')) else {
-            continue;
-        };
-        let Ok(id) = id.parse::<u64>() else { continue };
+        let Some(id) = fd_inode(fd, "pipe") else { continue };
         // SAFETY: F_GETFL on a descriptor of this process.
         let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         if fl < 0 {
@@ -399,20 +395,19 @@ pub struct SockEnd {
     pub tcp: Option<(Vec<u8>, Vec<u8>)>,
 }
 
+/// The inode of this process's `fd` when it is a `kind` ("pipe", "socket": its
+/// `/proc/self/fd` link reads `kind:[inode]`).
+fn fd_inode(fd: i32, kind: &str) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    link.to_str()?.strip_prefix(kind)?.strip_prefix(":[")?.strip_suffix(']')?.parse().ok()
+}
+
 /// The sockets this process holds (once each), as [`SockEnd`]s.
 pub fn own_sockets() -> Vec<SockEnd> {
     let mut out: Vec<SockEnd> = Vec::new();
     let mut diag = None;
     for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
-        let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
-        let Some(ino) = link
-            .to_str()
-            .and_then(|l| l.strip_prefix("socket:["))
-            .and_then(|l| l.strip_suffix(']'))
-            .and_then(|l| l.parse::<u64>().ok())
-        else {
-            continue;
-        };
+        let Some(ino) = fd_inode(fd, "socket") else { continue };
         if out.iter().any(|e| e.ino == ino) {
             continue;
         }
@@ -532,15 +527,7 @@ pub fn mark_pipes(fds: &mut [crate::state::FdState], pipes: &[(u64, i32)], me: i
     let mut problems = Vec::new();
     let mut carried: Vec<u64> = Vec::new();
     for f in fds.iter_mut() {
-        let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", f.fd)) else { continue };
-        let Some(id) = link
-            .to_str()
-            .and_then(|l| l.strip_prefix("pipe:["))
-            .and_then(|l| l.strip_suffix(']'))
-            .and_then(|l| l.parse::<u64>().ok())
-        else {
-            continue;
-        };
+        let Some(id) = fd_inode(f.fd, "pipe") else { continue };
         let Some(&(_, carrier)) = pipes.iter().find(|p| p.0 == id) else { continue };
         let read = (f.flags as i32) & libc::O_ACCMODE == libc::O_RDONLY;
         // SAFETY: F_GETPIPE_SZ on our descriptor.
