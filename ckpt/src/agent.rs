@@ -1535,6 +1535,15 @@ fn job_checkpoint(
     // Exited children of the job's processes, made again at restart.
     let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
     let zombies = crate::job::zombie_children(&parents);
+    // Groups and sessions at the cut (the program may change them when it runs again).
+    let launcher = crate::job::group_ids(&[crate::job::parent_of(me)]).first().map_or((0, 0), |x| (x.1, x.2));
+    let (groups, group_problems) = crate::job::job_groups(&crate::job::group_ids(&parents), launcher, |k| {
+        if k == me {
+            my_pid
+        } else {
+            known.iter().find(|x| x.0 == k).map_or(k, |x| x.1)
+        }
+    });
     let coming = crate::job::other_children(&parents, &kernel_pids).into_iter().any(crate::job::may_get_agent);
     if attempt < JOB_RETRIES && coming {
         resume_program(&h);
@@ -1548,13 +1557,16 @@ fn job_checkpoint(
         return job_checkpoint(cfg, dir, strict, exit_after, &members, attempt + 1);
     }
     let zombie_pids: Vec<i32> = zombies.iter().map(|z| z.0).collect();
+    // The job's processes and exited children, in the image: not named as missing children
+    // by any member's part (a member's children may be members too).
+    let in_image: Vec<i32> = kernel_pids.iter().chain(&zombie_pids).chain(std::iter::once(&me)).copied().collect();
     // 2. Every member cuts, then this process.
-    let mut problems: Vec<String> = Vec::new();
+    let mut problems: Vec<String> = group_problems;
     let mut failed = None;
     // Every member cuts at once (capture, fork of its writer), then each answer is read.
     let vpid_of = |pid: i32| known.iter().find(|k| k.0 == pid).map_or(pid, |k| k.1);
     for (pid, l) in links.iter_mut() {
-        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: zombie_pids.clone(), socks: socks.clone() }).is_err() {
+        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: in_image.clone(), socks: socks.clone() }).is_err() {
             failed = Some(format!("process {} of the job went away", vpid_of(*pid)));
             break;
         }
@@ -1617,7 +1629,7 @@ fn job_checkpoint(
                 _ => result = result.and(Err(format!("process {vpid} of the job ended before its part was written"))),
             }
         }
-        let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies, shared);
+        let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies, &groups, shared);
         match result.and_then(|()| commit_job(&tmp, &final_path, &manifest)) {
             Ok(()) => {
                 publish_writer_pipe(-1, -1);
@@ -1651,6 +1663,7 @@ fn job_checkpoint(
     let problems: Vec<String> = problems.iter().map(|p| p.as_str().to_owned()).collect();
     let log_problem: Option<String> = log_problem.map(|p| p.as_str().to_owned());
     let zombies: Vec<(i32, i32, i32)> = zombies.to_vec();
+    let groups: Vec<(i32, i32, i32)> = groups.to_vec();
     let shared: Vec<crate::job::SharedSeg> = shared.to_vec();
     LAST_PAUSE_US.store(t0.elapsed().as_micros() as u64, Relaxed);
     for (_, l) in links.iter_mut() {
@@ -1673,7 +1686,7 @@ fn job_checkpoint(
     for (_, l) in &links {
         include_fd(l.fd());
     }
-    let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies, shared);
+    let manifest = job_manifest(me, my_pid, &known, members, &kernel_pids, &zombies, &groups, shared);
     let result = result.and_then(|()| commit_job(&tmp, &final_path, &manifest));
     match result {
         Ok(()) => {
@@ -1698,7 +1711,9 @@ fn job_checkpoint(
 
 /// The manifest of a job image: this process (kernel pid `me`, program pid `my_pid`), the
 /// `members` that took part (`kernel_pids`; `known`: their (kernel, program) pids) and the
-/// exited children (kernel pid, kernel parent, wait status), all under their program pids.
+/// exited children (kernel pid, kernel parent, wait status), all under their program pids;
+/// `groups`: each process's (program pid, group, session) ([`crate::job::job_groups`]).
+#[allow(clippy::too_many_arguments)]
 fn job_manifest(
     me: i32,
     my_pid: i32,
@@ -1706,14 +1721,18 @@ fn job_manifest(
     members: &[(i32, i32, String)],
     kernel_pids: &[i32],
     zombies: &[(i32, i32, i32)],
+    groups: &[(i32, i32, i32)],
     shared: Vec<crate::job::SharedSeg>,
 ) -> crate::job::Manifest {
     use crate::job::{Member, Zombie};
     let program = |k: i32| if k == me { my_pid } else { known.iter().find(|x| x.0 == k).map_or(k, |x| x.1) };
-    let mut list = vec![Member { pid: my_pid, ppid: 0, part: format!("p-{my_pid}"), comm: String::new() }];
+    let member = |pid: i32, ppid: i32, comm: String| {
+        let (pgid, sid) = groups.iter().find(|g| g.0 == pid).map_or((0, 0), |g| (g.1, g.2));
+        Member { pid, ppid, part: format!("p-{pid}"), comm, pgid, sid }
+    };
+    let mut list = vec![member(my_pid, 0, String::new())];
     for (pid, ppid, comm) in members.iter().filter(|m| kernel_pids.contains(&m.0)) {
-        let p = program(*pid);
-        list.push(Member { pid: p, ppid: program(*ppid), part: format!("p-{p}"), comm: comm.clone() });
+        list.push(member(program(*pid), program(*ppid), comm.clone()));
     }
     let zombies = zombies.iter().map(|&(pid, ppid, status)| Zombie { pid, ppid: program(ppid), status }).collect();
     crate::job::Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies, shared }
@@ -1766,7 +1785,7 @@ fn prepare(
     part: Option<Part<'_>>,
 ) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
-    let sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
+    let mut sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
     *device_time = tc.elapsed();
     threads::prepare_restart_stacks()?;
     let pid = threads::real_pid();
@@ -1791,7 +1810,12 @@ fn prepare(
             format!("child process {child} ({comm}) is not in the image: a restart does not bring it back")
         });
     }
+    // The files it may have changed in place: their bytes now, for a restart to undo what
+    // it writes into them from here on.
     let (locks, lock_problems) = capture::locks(&fds);
+    let (file_contents, file_sections, content_problems) = capture::file_contents(&fds, &locks, FILE_CONTENTS_MAX);
+    sections.extend(file_sections);
+    problems.extend(content_problems);
     problems.extend(lock_problems);
     let pipe_sizes = capture::pipe_sizes(&fds);
     if strict && !problems.is_empty() {
@@ -1849,6 +1873,7 @@ fn prepare(
         posix_timers,
         advice: Vec::new(),
         guards: Vec::new(),
+        file_contents,
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -1951,6 +1976,10 @@ const MAPS_BUF: usize = 8 << 20;
 const MAX_RANGES: usize = 1 << 17;
 
 static PID_HISTORY: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Most bytes of files open for writing in place one image carries
+/// ([`capture::file_contents`]).
+const FILE_CONTENTS_MAX: u64 = 64 << 20;
 
 /// Hook sections at least this large are stored as [`REGION_BLOB`] regions.
 const BLOB_MIN: usize = 64 << 10;

@@ -544,6 +544,8 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
     let mut out: Vec<FdState> = Vec::new();
     // (fd, pipe inode, is read end) of the pipes seen.
     let mut pipes: Vec<(i32, u64, bool)> = Vec::new();
+    // (fd, id, access mode) of the named pipes seen.
+    let mut fifos: Vec<(i32, u64, i32)> = Vec::new();
     let pid = crate::threads::real_pid();
     // Deleted files whose contents are already carried (by inode).
     let mut deleted: Vec<u64> = Vec::new();
@@ -633,15 +635,15 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
                 pipes.push((fd, st.st_ino, read));
                 FdKind::Pipe { id: st.st_ino, read, data: Vec::new() }
             }
-            libc::S_IFIFO => FdKind::File {
-                path: link.clone(),
-                pos: 0,
-                size: 0,
-                mtime_ns: 0,
-                dev: st.st_dev,
-                ino: st.st_ino,
-                dir: false,
-            },
+            libc::S_IFIFO if link.starts_with('/') && !link.ends_with(" (deleted)") => {
+                let id = fifo_id(&st);
+                let acc = flags as i32 & libc::O_ACCMODE;
+                fifos.push((fd, id, acc));
+                // SAFETY: F_GETPIPE_SZ on our descriptor.
+                let size = unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) }.max(0) as u32;
+                FdKind::Fifo { path: link.clone(), id, size, data: Vec::new(), lost: String::new() }
+            }
+            libc::S_IFIFO => FdKind::Unsupported { what: format!("{link} (a named pipe whose name was removed)") },
             libc::S_IFSOCK => {
                 let (kind, peer) = crate::sockets::describe(fd, st.st_ino, &mut diag, job_socks);
                 socks.push((fd, st.st_ino, peer));
@@ -659,12 +661,52 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
     for e in out.iter_mut() {
         let FdKind::Pipe { id, read, .. } = e.kind else { continue };
         let other = pipes.iter().any(|&(f, i, r)| i == id && r != read && f != e.fd);
-        if !other {
+        if !other && !read && !has_reader(e.fd) {
+            // A write end whose read end is closed everywhere (a child's copy of a pipe the
+            // parent has stopped reading): a pipe again, its read end closed, so that a
+            // write fails with EPIPE as it would have.
+        } else if !other {
             e.kind = FdKind::Unsupported { what: format!("pipe:[{id}] to another process") };
         } else if read && !drained.contains(&id) {
             drained.push(id);
             let data = drain_pipe(e.fd, &pipes, id);
             e.kind = FdKind::Pipe { id, read, data };
+        }
+    }
+    // Named pipes: the bytes in one are carried (by its first readable descriptor) when
+    // both ends are here; else they cannot be, and are named (a job's are settled by
+    // `crate::job::mark_pipes`).
+    let mut fifo_ids: Vec<u64> = fifos.iter().map(|f| f.1).collect();
+    fifo_ids.sort_unstable();
+    fifo_ids.dedup();
+    for id in fifo_ids {
+        let first = fifos.iter().find(|f| f.1 == id).map_or(-1, |f| f.0);
+        let readable = fifos.iter().find(|f| f.1 == id && f.2 != libc::O_WRONLY).map(|f| f.0);
+        let writable = fifos.iter().any(|f| f.1 == id && f.2 != libc::O_RDONLY);
+        let (carrier, bytes, why) = match readable {
+            Some(r) if writable => match crate::job::peek_pipe(r) {
+                Ok(d) => (r, d, String::new()),
+                Err(err) => (-1, Vec::new(), err),
+            },
+            _ => {
+                let n = queued_bytes(first);
+                let why = if n > 0 {
+                    format!("the {n} bytes in it are not carried (its other end is outside the process)")
+                } else {
+                    String::new()
+                };
+                (-1, Vec::new(), why)
+            }
+        };
+        for e in out.iter_mut() {
+            if let FdKind::Fifo { id: i, data, lost, .. } = &mut e.kind {
+                if *i == id && e.fd == carrier {
+                    *data = bytes.clone();
+                }
+                if *i == id && e.fd == first {
+                    lost.clone_from(&why);
+                }
+            }
         }
     }
     // An epoll instance's watches must name descriptors that are here and restored.
@@ -678,6 +720,107 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
         }
     }
     out
+}
+
+/// What [`file_contents`] gives: what the process state records, the hook sections
+/// holding the bytes, problems.
+pub type FileContents = (Vec<crate::state::FileContent>, Vec<(String, Vec<u8>)>, Vec<String>);
+
+/// The contents of the regular files of `fds` open for writing other than by appending
+/// ([`crate::state::FileContent`]), stdin, stdout and stderr excepted, each file once, up
+/// to `budget` bytes in all. A file open read-write that does not fit is named (what the
+/// program changes in it after the checkpoint is not undone by a restart); one open
+/// write-only is taken as written from start to end (a restart cuts it back to its size) and
+/// is not, nor is one the process holds POSIX locks on (reading it needs a second
+/// descriptor, and closing that would drop the locks). Read with `pread`: no offset moves.
+pub fn file_contents(fds: &[FdState], locks: &[crate::state::FileLock], budget: u64) -> FileContents {
+    let (mut out, mut sections, mut problems) = (Vec::new(), Vec::new(), Vec::new());
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let mut used = 0u64;
+    for f in fds {
+        let FdKind::File { path, size, dev, ino, dir: false, .. } = &f.kind else { continue };
+        let acc = f.flags as i32 & libc::O_ACCMODE;
+        // stdin, stdout and stderr are streams (`prog > out`): cut back, never written back.
+        if f.fd <= 2 || acc == libc::O_RDONLY || f.flags & libc::O_APPEND as u32 != 0 || (*dev, *ino) == (0, 0) || seen.contains(&(*dev, *ino)) {
+            continue;
+        }
+        seen.push((*dev, *ino));
+        if used + size > budget {
+            if acc == libc::O_RDWR {
+                problems.push(format!(
+                    "fd {} ({path}, {size} bytes) is open for reading and writing, and the image carries files of up to                      {budget} bytes in all: what the program changes in it after the checkpoint is not undone by a restart",
+                    f.fd
+                ));
+            }
+            continue;
+        }
+        // Read through the descriptor itself where it can be (closing another descriptor
+        // of the file would drop the process's POSIX locks on it); a write-only one through
+        // a second descriptor, unless the process holds POSIX locks on the file.
+        let r = if acc == libc::O_RDWR {
+            f.fd
+        } else {
+            let locked = locks.iter().any(|l| {
+                l.kind == crate::state::LockKind::Posix
+                    && fds.iter().any(|g| g.fd == l.fd && matches!(&g.kind, FdKind::File { dev: d, ino: i, .. } if (*d, *i) == (*dev, *ino)))
+            });
+            if locked {
+                continue;
+            }
+            let Ok(name) = std::ffi::CString::new(format!("/proc/self/fd/{}", f.fd)) else { continue };
+            // SAFETY: NUL-terminated path; our own descriptor, closed below.
+            let r = unsafe { libc::open(name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            if r < 0 {
+                continue;
+            }
+            r
+        };
+        let mut bytes = vec![0u8; *size as usize];
+        let mut at = 0usize;
+        while at < bytes.len() {
+            // SAFETY: pread into the live buffer's tail.
+            let n = unsafe { libc::pread(r, bytes[at..].as_mut_ptr() as *mut libc::c_void, bytes.len() - at, at as libc::off_t) };
+            if n <= 0 {
+                break;
+            }
+            at += n as usize;
+        }
+        if r != f.fd {
+            // SAFETY: ours, closed once.
+            unsafe { libc::close(r) };
+        }
+        // (Shorter: the file shrank since fstat; what is there is its contents.)
+        bytes.truncate(at);
+        used += at as u64;
+        let section = format!("crum.file.{}", f.fd);
+        out.push(crate::state::FileContent { fd: f.fd, section: section.clone() });
+        sections.push((section, bytes));
+    }
+    (out, sections, problems)
+}
+
+/// The id of a named pipe: its device and inode.
+pub fn fifo_id(st: &libc::stat) -> u64 {
+    st.st_dev.rotate_left(32) ^ st.st_ino
+}
+
+/// The bytes waiting in a pipe or named pipe (`FIONREAD`), 0 when unknown.
+fn queued_bytes(fd: i32) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int into the live local.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } < 0 {
+        return 0;
+    }
+    n.max(0) as usize
+}
+
+/// Whether the pipe whose write end is `fd` has a read end open anywhere (the kernel
+/// reports `POLLERR` on a write end without readers).
+fn has_reader(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: poll of one live pollfd, without waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n != 1 || p.revents & libc::POLLERR == 0
 }
 
 /// Largest deleted file whose contents an image carries.
@@ -946,6 +1089,23 @@ mod tests {
             }
         }
         assert_eq!(&b[..5], b"hello");
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_write_end_whose_read_end_is_closed_everywhere_is_a_pipe_again() {
+        let mut p = [0i32; 2];
+        // SAFETY: pipe into a live array; the read end is closed at once, the write end below.
+        unsafe {
+            assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
+            libc::close(p[0]);
+        }
+        let mut own = Vec::new();
+        let list = fds(&[], None, &mut own, &[]);
+        let w = list.iter().find(|f| f.fd == p[1]).expect("the write end");
+        assert!(matches!(w.kind, FdKind::Pipe { read: false, .. }), "{:?}", w.kind);
+        // SAFETY: our descriptor.
+        unsafe { libc::close(p[1]) };
     }
 
     #[test]

@@ -35,7 +35,7 @@ const MAX_MANIFEST: u64 = 1 << 20;
 /// Most processes in one job.
 pub const MAX_MEMBERS: usize = 1024;
 /// Current manifest version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Most shared mappings a manifest may list, and the largest shared object (bytes).
 const MAX_SHARED: usize = 1 << 16;
 const MAX_SHARED_BYTES: u64 = 1 << 44;
@@ -52,6 +52,14 @@ pub struct Member {
     /// Its command name, for messages.
     #[serde(default)]
     pub comm: String,
+    /// Its process group and session (version 3), each as the pid of its leader among the
+    /// job's processes, or 0: the launcher's (the group or session `crum run` gave the root,
+    /// outside the job), or one whose leader is not in the job (named when the image is
+    /// written). A restart makes them again.
+    #[serde(default)]
+    pub pgid: i32,
+    #[serde(default)]
+    pub sid: i32,
 }
 
 /// A child of a process of the job that had exited and was not reaped yet: made again at
@@ -148,7 +156,7 @@ impl Manifest {
     }
 
     fn check(&self) -> Result<(), String> {
-        // Version 2 added `shared`.
+        // Version 2 added `shared`, 3 the members' groups and sessions.
         if !(1..=VERSION).contains(&self.version) {
             return Err(format!("job manifest version {} (this crum reads {VERSION})", self.version));
         }
@@ -165,6 +173,11 @@ impl Manifest {
             }
             if m.pid != self.root && !pids.contains(&m.ppid) {
                 return Err(format!("process {} has parent {}, which is not in the job", m.pid, m.ppid));
+            }
+            for (what, id) in [("process group", m.pgid), ("session", m.sid)] {
+                if id != 0 && !pids.contains(&id) {
+                    return Err(format!("process {} is in {what} {id}, which is not one of the job's", m.pid));
+                }
             }
         }
         if !pids.contains(&self.root) {
@@ -298,6 +311,53 @@ pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
     children_of(parents).into_iter().filter(|c| c.2 == 'Z').filter_map(|c| Some((c.0, c.1, c.3?))).collect()
 }
 
+/// The process group and session of each of `pids` (kernel pids), as `/proc/<pid>/stat`
+/// gives them (fields 5 and 6): (pid, pgid, sid); a process that is gone is left out.
+pub fn group_ids(pids: &[i32]) -> Vec<(i32, i32, i32)> {
+    let mut out = Vec::with_capacity(pids.len());
+    for &p in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let Some(b) = stat.rfind(')') else { continue };
+        let mut f = stat[b + 1..].split_whitespace().skip(2).map(|v| v.parse::<i32>().unwrap_or(0));
+        if let (Some(pgid), Some(sid)) = (f.next(), f.next()) {
+            out.push((p, pgid, sid));
+        }
+    }
+    out
+}
+
+/// The groups and sessions of a job's processes as the manifest records them
+/// ([`Member::pgid`], [`Member::sid`]): `ids` from [`group_ids`] (kernel pids), `root` the
+/// launcher's (the root's parent's: `crum run`'s) group and session, `program` a kernel
+/// pid's program pid. A group or session led by a process of the job is that process's
+/// program pid; the launcher's is 0. Any other (its leader has exited or is outside the
+/// job) is 0 too, and named: it comes back as the launcher's.
+pub fn job_groups(ids: &[(i32, i32, i32)], launcher: (i32, i32), program: impl Fn(i32) -> i32) -> (Vec<(i32, i32, i32)>, Vec<String>) {
+    let (root_pgid, root_sid) = launcher;
+    let led = |id: i32| ids.iter().any(|x| x.0 == id);
+    let mut problems = Vec::new();
+    let mut out = Vec::with_capacity(ids.len());
+    for &(p, pgid, sid) in ids {
+        let mut pick = |what: &str, id: i32, launcher: i32| {
+            if led(id) {
+                program(id)
+            } else {
+                if id != launcher {
+                    problems.push(format!(
+                        "process {}: its {what} {id} has no leader in the job: it comes back in crum restart's",
+                        program(p)
+                    ));
+                }
+                0
+            }
+        };
+        let g = pick("process group", pgid, root_pgid);
+        let s = pick("session", sid, root_sid);
+        out.push((program(p), g, s));
+    }
+    (out, problems)
+}
+
 /// The children of `parents` (kernel pids) that run (not exited) and are not in `known`:
 /// processes of the job just forked whose agent is not up yet, or children without one.
 pub fn other_children(parents: &[i32], known: &[i32]) -> Vec<i32> {
@@ -347,18 +407,33 @@ pub fn root_of(pid: i32, has_agent: impl Fn(i32) -> bool) -> i32 {
 pub fn own_pipes() -> Vec<(u64, bool)> {
     let mut out = Vec::new();
     for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
-        let Some(id) = fd_inode(fd, "pipe") else { continue };
+        let Some(id) = fd_inode(fd, "pipe").or_else(|| fifo_of(fd)) else { continue };
         // SAFETY: F_GETFL on a descriptor of this process.
         let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         if fl < 0 {
             continue;
         }
-        let read = fl & libc::O_ACCMODE == libc::O_RDONLY;
-        if !out.contains(&(id, read)) {
-            out.push((id, read));
+        // A named pipe opened for reading and writing is both ends.
+        let acc = fl & libc::O_ACCMODE;
+        for (read, holds) in [(true, acc != libc::O_WRONLY), (false, acc != libc::O_RDONLY)] {
+            if holds && !out.contains(&(id, read)) {
+                out.push((id, read));
+            }
         }
     }
     out
+}
+
+/// The id of the named pipe `fd` is open on ([`crate::capture::fifo_id`]), if it is one.
+fn fifo_of(fd: i32) -> Option<u64> {
+    // SAFETY: fstat of a descriptor of this process into a live local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return None;
+    }
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    (!link.as_os_str().as_encoded_bytes().starts_with(b"pipe:[")).then(|| crate::capture::fifo_id(&st))
 }
 
 /// The pipes between processes of a job, from what each holds ((program pid, its ends)):
@@ -527,6 +602,22 @@ pub fn mark_pipes(fds: &mut [crate::state::FdState], pipes: &[(u64, i32)], me: i
     let mut problems = Vec::new();
     let mut carried: Vec<u64> = Vec::new();
     for f in fds.iter_mut() {
+        if let FdKind::Fifo { id, data, lost, .. } = &mut f.kind {
+            // A named pipe between processes of the job: its bytes go with the carrier's
+            // first readable descriptor of it, once in the job.
+            let Some(&(_, carrier)) = pipes.iter().find(|p| p.0 == *id) else { continue };
+            data.clear();
+            lost.clear();
+            let readable = (f.flags as i32) & libc::O_ACCMODE != libc::O_WRONLY;
+            if readable && carrier == me && !carried.contains(id) {
+                carried.push(*id);
+                match peek_pipe(f.fd) {
+                    Ok(d) => *data = d,
+                    Err(e) => problems.push(e),
+                }
+            }
+            continue;
+        }
         let Some(id) = fd_inode(f.fd, "pipe") else { continue };
         let Some(&(_, carrier)) = pipes.iter().find(|p| p.0 == id) else { continue };
         let read = (f.flags as i32) & libc::O_ACCMODE == libc::O_RDONLY;
@@ -562,7 +653,8 @@ pub enum Msg {
     },
     /// Root → member: capture and fork the writer. `pipes`: the pipes between processes of
     /// the job, each with the pid of the process whose part carries its bytes; `zombies`:
-    /// exited children the manifest holds (not named as lost).
+    /// the job's processes and the exited children the manifest holds (kernel pids: a
+    /// member's children among them are not named as lost).
     GoCut {
         pipes: Vec<(u64, i32)>,
         #[serde(default)]
@@ -689,6 +781,19 @@ impl PidTable {
             .collect()
     }
 
+    /// The kernel pid slot `index` is filled with (-1: that process could not be restarted),
+    /// or 0 when it is still empty after `limit`.
+    pub fn wait_slot(fd: i32, index: usize, limit: Duration) -> i32 {
+        let t0 = std::time::Instant::now();
+        loop {
+            let now = Self::read(fd).get(index).map_or(-1, |s| s.1);
+            if now != 0 || t0.elapsed() >= limit {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// The table once every slot is filled, or as it is after `limit`.
     pub fn wait_complete(fd: i32, limit: Duration) -> Vec<(i32, i32)> {
         let t0 = std::time::Instant::now();
@@ -708,7 +813,34 @@ mod tests {
     use super::*;
 
     fn member(pid: i32, ppid: i32) -> Member {
-        Member { pid, ppid, part: format!("p-{pid}"), comm: "x".into() }
+        Member { pid, ppid, part: format!("p-{pid}"), comm: "x".into(), pgid: 0, sid: 0 }
+    }
+
+    #[test]
+    fn groups_and_sessions_are_recorded_by_their_leaders_program_pids() {
+        // Kernel pids 100 (root), 101, 102, 103; the launcher's group 50, session 40.
+        let ids = [(100, 100, 40), (101, 50, 40), (102, 102, 102), (103, 102, 102), (104, 77, 40)];
+        let (out, problems) = job_groups(&ids, (50, 40), |k| k - 90);
+        assert_eq!(out, vec![(10, 10, 0), (11, 0, 0), (12, 12, 12), (13, 12, 12), (14, 0, 0)]);
+        // Group 77 has no leader in the job: named, never silently changed.
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("process 14") && problems[0].contains("process group 77"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_group_outside_the_job_is_refused_in_a_manifest() {
+        let mut m = Manifest {
+            version: VERSION,
+            root: 10,
+            members: vec![member(10, 1), member(11, 10)],
+            zombies: Vec::new(),
+            shared: Vec::new(),
+        };
+        m.members[1].pgid = 10;
+        m.members[1].sid = 11;
+        assert!(m.check().is_ok());
+        m.members[1].pgid = 99;
+        assert!(m.check().unwrap_err().contains("process group 99"));
     }
 
     #[test]

@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout); older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`] and [`ProcessState::file_contents`]; older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 12;
+pub const PROCESS_STATE_VERSION: u32 = 13;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -84,6 +84,25 @@ pub struct ProcessState {
     /// Guard regions (`MADV_GUARD_INSTALL`) as (start, end): no bytes in the image, installed
     /// again at restart (version 8; none before).
     pub guards: Vec<(u64, u64)>,
+    /// The contents of the regular files open for writing in place at the checkpoint
+    /// (version 13; none before).
+    pub file_contents: Vec<FileContent>,
+}
+
+/// Largest file contents a restart reads from an image ([`FileContent`]).
+pub const MAX_FILE_CONTENTS: u64 = 1 << 32;
+
+/// The bytes of a regular file the process had open for writing other than by appending
+/// (`O_RDWR`, `O_WRONLY` without `O_APPEND`: a database, a file rewritten in place), kept in
+/// hook section `section`: a restart that finds the file changed since the checkpoint
+/// writes them back, so that what the program wrote into it after the checkpoint — in
+/// place, where cutting the file back cannot undo it — is undone.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileContent {
+    /// The (first) descriptor it is open at.
+    pub fd: i32,
+    #[serde(deserialize_with = "bounded::string")]
+    pub section: String,
 }
 
 /// What `/proc/self/smaps` says of a mapping (its `VmFlags` token) and how a restart gives
@@ -244,7 +263,8 @@ pub enum FdKind {
     },
     /// A terminal: taken from the restarting terminal.
     Tty,
-    /// One end of a pipe whose both ends are in the process; `id` pairs the ends; the
+    /// One end of a pipe whose both ends are in the process, or a write end whose read end
+    /// is closed everywhere (made again with its read end closed); `id` pairs the ends; the
     /// read end carries the bytes that were buffered in the pipe.
     Pipe { id: u64, read: bool, data: Vec<u8> },
     /// Another open file of the same open file description (dup'd): restored with dup.
@@ -314,6 +334,20 @@ pub enum FdKind {
     /// restart, with its capacity `size`; `data` (the bytes buffered in it) is carried by
     /// one read end in the whole job (version 11).
     JobPipe { id: u64, read: bool, size: u32, data: Vec<u8> },
+    /// A named pipe (FIFO), opened again by `path` with its access mode without waiting for
+    /// the other end (version 13). `id` (device and inode at the checkpoint) pairs the ends;
+    /// `size` is its capacity; `data`, the bytes buffered in it, is carried by one read end
+    /// when the process — or the job — holds both ends (else `lost` says how many bytes
+    /// were in it, named when the image is written).
+    Fifo {
+        #[serde(deserialize_with = "bounded::string")]
+        path: String,
+        id: u64,
+        size: u32,
+        data: Vec<u8>,
+        #[serde(deserialize_with = "bounded::string")]
+        lost: String,
+    },
 }
 
 /// A watch of an inotify instance: added again by `path` with `mask` (plus `IN_DONT_FOLLOW`
@@ -414,6 +448,7 @@ impl FdKind {
         match self {
             FdKind::Socket(s) if !s.lost.is_empty() => Some(&s.lost),
             FdKind::Inotify { lost, .. } if !lost.is_empty() => Some(lost),
+            FdKind::Fifo { lost, .. } if !lost.is_empty() => Some(lost),
             _ => None,
         }
     }
@@ -499,19 +534,21 @@ impl ProcessState {
         }
         // Each older version is the next one without its last fields (version 1 lacks
         // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
-        // and 4 `posix_timers`, version 5 `advice`, versions 6 and 7 `guards`): an empty list
+        // and 4 `posix_timers`, version 5 `advice`, versions 6 and 7 `guards`, versions 9 to
+        // 12 `file_contents`): an empty list
         // is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 7,
-            2 => 6,
-            3 | 4 => 3,
-            5 => 2,
-            6..=8 => 1,
+            1 => 8,
+            2 => 7,
+            3 | 4 => 4,
+            5 => 3,
+            6..=8 => 2,
+            9..=12 => 1,
             _ => 0,
         };
         let bytes = if missing > 0 {
-            owned = [bytes, &[0u8; 7][..missing]].concat();
+            owned = [bytes, &[0u8; 8][..missing]].concat();
             &owned[..]
         } else {
             bytes
@@ -587,6 +624,7 @@ mod tests {
             posix_timers: vec![PosixTimer { id: 3, clock: 1, notify: 0, signo: 14, value: 9, value_ns: 5, interval_ns: 6 }],
             advice: vec![(0x1000, 0x3000, 5)],
             guards: vec![(0x2000, 0x3000)],
+            file_contents: vec![FileContent { fd: 7, section: "crum.file.7".into() }],
         }
     }
 
@@ -687,8 +725,9 @@ mod tests {
         s.posix_timers.clear();
         s.advice.clear();
         s.guards.clear();
+        s.file_contents.clear();
         let mut b = s.encode();
-        for _ in 0..7 {
+        for _ in 0..8 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -708,8 +747,9 @@ mod tests {
         s.posix_timers.clear();
         s.advice.clear();
         s.guards.clear();
+        s.file_contents.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 6);
+        b.truncate(b.len() - 7);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -719,14 +759,15 @@ mod tests {
             let mut s = sample(vec![], vec![]);
             s.version = v;
             s.guards.clear();
-            let mut cut = 1;
+            s.file_contents.clear();
+            let mut cut = 2;
             if v < 6 {
                 s.advice.clear();
-                cut = 2;
+                cut = 3;
             }
             if v < 5 {
                 s.posix_timers.clear();
-                cut = 3;
+                cut = 4;
             }
             let mut b = s.encode();
             b.truncate(b.len() - cut);
@@ -737,6 +778,18 @@ mod tests {
     /// bincode's varint for `v`.
     fn varint(v: u64) -> Vec<u8> {
         bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap()
+    }
+
+    #[test]
+    fn version_9_to_12_sections_still_decode_without_file_contents() {
+        for v in 9..=12 {
+            let mut s = sample(vec![], vec![]);
+            s.version = v;
+            s.file_contents.clear();
+            let mut b = s.encode();
+            b.truncate(b.len() - 1);
+            assert_eq!(ProcessState::decode(&b).unwrap(), s);
+        }
     }
 
     #[test]

@@ -122,7 +122,15 @@ fn describe_job(path: &Path, json: bool, verify: bool) -> anyhow::Result<String>
     fn tree(o: &mut String, m: &crum_ckpt::job::Manifest, pid: i32, depth: usize) {
         if let Some(p) = m.member(pid) {
             let comm = if p.comm.is_empty() { String::new() } else { format!(" ({})", p.comm) };
-            let _ = writeln!(o, "  {}{}{comm}", "  ".repeat(depth), p.pid);
+            // Groups and sessions led by a process of the job (else: the launcher's).
+            let mut ids = String::new();
+            if p.sid != 0 {
+                ids.push_str(&format!(" session {}", p.sid));
+            }
+            if p.pgid != 0 {
+                ids.push_str(&format!(" group {}", p.pgid));
+            }
+            let _ = writeln!(o, "  {}{}{comm}{ids}", "  ".repeat(depth), p.pid);
         }
         for c in m.children(pid) {
             tree(o, m, c.pid, depth + 1);
@@ -327,6 +335,20 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
                 if data.is_empty() { String::new() } else { format!(", {} waiting", bytes(data.len())) }
             ),
             None,
+        ),
+        FdKind::Fifo { path, size, data, lost, .. } => (
+            "fifo",
+            format!(
+                "named pipe {path}, {}, capacity {}{}",
+                match (f.flags as i32) & libc::O_ACCMODE {
+                    libc::O_RDONLY => "read end",
+                    libc::O_WRONLY => "write end",
+                    _ => "both ends",
+                },
+                bytes(*size as usize),
+                if data.is_empty() { String::new() } else { format!(", {} waiting", bytes(data.len())) }
+            ),
+            (!lost.is_empty()).then(|| lost.clone()),
         ),
         FdKind::Dup { of } => ("dup", format!("of fd {of}"), None),
         FdKind::ControlListener => ("crum", "control socket (made again under the new pid)".into(), None),

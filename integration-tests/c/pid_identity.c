@@ -95,8 +95,14 @@ int main(int argc, char **argv) {
         if (i % 10 == 0) {
             pid_t c = fork();
             if (c == 0) _exit(getppid() == pid ? 0 : 7);
-            int st;
-            if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st) != 0) { printf("FAIL: the child saw another parent at step %d\n", i); return 1; }
+            int st = 0;
+            pid_t w = waitpid(c, &st, 0);
+            if (w != c || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                /* (exit 7: the child saw another parent; the rest says what else went wrong) */
+                printf("FAIL: the child saw another parent at step %d (fork %d, waitpid %d, status %#x, errno %d, pid %d)\n",
+                       i, (int)c, (int)w, st, errno, (int)pid);
+                return 1;
+            }
         }
         printf("step %d ok\n", i);
         struct timespec ts = { 0, ms * 1000000L };

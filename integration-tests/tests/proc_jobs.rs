@@ -288,3 +288,26 @@ fn children_made_by_vfork_after_a_restart_are_reaped_by_their_own_pids() {
     // that a child whose pid the program knows as another process's is made again).
     scenario("vfork_loop", &["60"]);
 }
+
+#[test]
+fn process_groups_and_sessions_of_a_job_come_back_with_their_ids() {
+    // A session with two groups in it, a group made by the parent for two children, a child
+    // left in the launcher's group: ids checked by every process at every step, and group
+    // signals reaching exactly each group after restarts.
+    scenario("job_groups", &["40", "40"]);
+    // Nothing is named: a --strict checkpoint takes the job.
+    let sb = Sandbox::new();
+    let prog = build_c("job_groups");
+    let mut p = run_under_crum(&sb, &prog, &["400", "40"], &[], "run.out");
+    p.wait_lines(3);
+    let out = checkpoint_output_with(&sb, p.pid(), &["--strict"]);
+    assert!(out.status.success(), "--strict refused a job with groups and sessions: {}", String::from_utf8_lossy(&out.stderr));
+    p.kill_job();
+}
+
+#[test]
+fn named_pipes_between_and_within_the_processes_of_a_job_keep_their_bytes() {
+    // Requests and answers through two FIFOs opened by path by a root and its executed
+    // worker, and the root's own FIFO with numbers in flight: every number checked in order.
+    scenario("job_pipeline", &["40", "40", "fifo"]);
+}

@@ -6,8 +6,9 @@
 //! one it has now (`real`); from then on:
 //! - `getpid`, `gettid` (the main thread's), `getppid` (a child's view of its restarted
 //!   parent), `getpgrp`, `getpgid`, `getsid` answer `virt` where the kernel says `real`;
-//! - `kill`, `tgkill`, `sigqueue`, `getpgid`, `getsid` given `virt` (or `-virt`, a process
-//!   group) act on `real`.
+//! - `kill`, `killpg`, `tgkill`, `sigqueue`, `getpgid`, `getsid`, `setpgid`, `tcsetpgrp`
+//!   given `virt` (or `-virt`, a process group) act on `real`; `setsid` and `tcgetpgrp`
+//!   answer `virt`.
 //!
 //! A child the restarted process forks has its own pid (the kernel's) and sees its parent as
 //! `virt`. What the kernel shows directly (`/proc/<pid>`, `/proc/self/status`, siginfo's
@@ -105,7 +106,7 @@ fn to_kernel(id: c_int) -> c_int {
 }
 
 fn raw(nr: libc::c_long) -> c_int {
-    // SAFETY: getpid/gettid/getppid/getpgrp take no arguments and cannot fail.
+    // SAFETY: getpid/gettid/getppid/getpgrp/setsid take no arguments.
     unsafe { libc::syscall(nr) as c_int }
 }
 
@@ -172,6 +173,56 @@ pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
 pub extern "C" fn tgkill(tgid: libc::pid_t, tid: libc::pid_t, sig: c_int) -> c_int {
     // SAFETY: a system call with integer arguments.
     unsafe { libc::syscall(libc::SYS_tgkill, to_kernel(tgid), to_kernel(tid), sig) as c_int }
+}
+
+/// The program's `killpg` (the C library's calls its own `kill`, not this library's).
+#[no_mangle]
+pub extern "C" fn killpg(pgrp: libc::pid_t, sig: c_int) -> c_int {
+    if pgrp < 0 {
+        // SAFETY: errno of this thread.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return -1;
+    }
+    kill(-pgrp, sig)
+}
+
+/// The program's `setpgid`: process and group given by the program's ids (0: itself, its
+/// own).
+#[no_mangle]
+pub extern "C" fn setpgid(pid: libc::pid_t, pgid: libc::pid_t) -> c_int {
+    let k = |id: libc::pid_t| if id > 0 { to_kernel(id) } else { id };
+    // SAFETY: a system call with integer arguments.
+    unsafe { libc::syscall(libc::SYS_setpgid, k(pid), k(pgid)) as c_int }
+}
+
+/// The program's `setsid`: the new session's id as the program knows its own pid.
+#[no_mangle]
+pub extern "C" fn setsid() -> libc::pid_t {
+    let r = raw(libc::SYS_setsid);
+    if r < 0 {
+        r
+    } else {
+        to_program(r)
+    }
+}
+
+/// The program's `tcgetpgrp`: the terminal's foreground group as the program knows it.
+#[no_mangle]
+pub extern "C" fn tcgetpgrp(fd: c_int) -> libc::pid_t {
+    let mut pg: libc::pid_t = 0;
+    // SAFETY: TIOCGPGRP writes one pid_t into the live variable.
+    if unsafe { libc::ioctl(fd, libc::TIOCGPGRP, &mut pg) } < 0 {
+        return -1;
+    }
+    to_program(pg)
+}
+
+/// The program's `tcsetpgrp`.
+#[no_mangle]
+pub extern "C" fn tcsetpgrp(fd: c_int, pgrp: libc::pid_t) -> c_int {
+    let pg: libc::pid_t = if pgrp > 0 { to_kernel(pgrp) } else { pgrp };
+    // SAFETY: TIOCSPGRP reads one pid_t from the live variable.
+    unsafe { libc::ioctl(fd, libc::TIOCSPGRP, &pg) }
 }
 
 /// The program's `sigqueue`: the `siginfo_t` the C library builds (`SI_QUEUE`, the sender's

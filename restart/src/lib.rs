@@ -157,10 +157,13 @@ fn writable(flags: u32) -> bool {
 }
 
 /// Why the file of a [`FdKind::File`] descriptor cannot be reopened as it was, if so.
-fn file_problem(f: &FdState) -> Option<&'static str> {
+/// `carried`: the image holds the file's contents ([`ProcessState::file_contents`]): a
+/// file that shrank is written back whole.
+fn file_problem(f: &FdState, carried: bool) -> Option<&'static str> {
     let FdKind::File { path, size, mtime_ns, dev, ino, dir, .. } = &f.kind else { return None };
     let Ok((s, m, d, i)) = crum_ckpt::capture::file_identity(path) else {
-        return Some("vanished");
+        // Removed after the checkpoint (a transaction's journal): made again from its bytes.
+        return (!carried).then_some("vanished");
     };
     if *dir || ((*dev, *ino) == (0, 0) && path.starts_with("/proc/self/")) {
         // A directory, or a file of the process's own /proc directory (the restarted
@@ -168,12 +171,14 @@ fn file_problem(f: &FdState) -> Option<&'static str> {
         return None;
     }
     if (d, i) != (*dev, *ino) {
-        return Some("was replaced");
+        // Carried: another file there may be one the program made after the checkpoint,
+        // which the restart removes (`crum_ckpt::writes`); checked again when reopened.
+        return (!carried).then_some("was replaced");
     }
     if writable(f.flags) {
         // The program may have written more after the checkpoint: that tail is cut off at
         // restart (it will be written again). Less is damage.
-        if s < *size {
+        if s < *size && !carried {
             return Some("shrank");
         }
     } else if s != *size || m != *mtime_ns {
@@ -182,24 +187,38 @@ fn file_problem(f: &FdState) -> Option<&'static str> {
     None
 }
 
+/// Whether the image holds the contents of the file open at `fd`.
+fn carried(st: &ProcessState, fd: i32) -> bool {
+    st.file_contents.iter().any(|c| c.fd == fd)
+}
+
 fn check_files(st: &ProcessState) -> Result<(), RestartError> {
     for f in &st.fds {
         match &f.kind {
             // stdin, stdout and stderr fall back to the restarting process's ([`restore_stdio`]).
             FdKind::File { .. } if f.fd <= 2 => {}
             FdKind::File { path, .. } => {
-                if let Some(problem) = file_problem(f) {
+                if let Some(problem) = file_problem(f, carried(st, f.fd)) {
                     return Err(RestartError::FileChanged { path: path.clone(), fd: f.fd, problem });
                 }
             }
             FdKind::CharDev { path } if !Path::new(path).exists() => {
                 return Err(RestartError::Unsupported { fd: f.fd, what: format!("device {path} does not exist here") });
             }
+            FdKind::Fifo { path, .. } if !is_fifo(path) => {
+                return Err(RestartError::Unsupported { fd: f.fd, what: format!("named pipe {path} is not there any more") });
+            }
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
             _ => {}
         }
     }
     Ok(())
+}
+
+/// Whether `path` names a named pipe.
+fn is_fifo(path: &str) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
 }
 
 /// Everything that would stop a restart of `st` here and now (descriptors crum cannot restore,
@@ -211,13 +230,14 @@ pub fn problems(st: &ProcessState) -> Vec<String> {
         match &f.kind {
             FdKind::File { .. } if f.fd <= 2 => {}
             FdKind::File { path, .. } => {
-                if let Some(problem) = file_problem(f) {
+                if let Some(problem) = file_problem(f, carried(st, f.fd)) {
                     out.push(format!("file {path} (fd {}) {problem} since the checkpoint", f.fd));
                 }
             }
             FdKind::CharDev { path } if !Path::new(path).exists() => {
                 out.push(format!("fd {}: device {path} does not exist here", f.fd))
             }
+            FdKind::Fifo { path, .. } if !is_fifo(path) => out.push(format!("fd {}: named pipe {path} is not there any more", f.fd)),
             FdKind::Unsupported { what } => out.push(format!("fd {} ({what}) cannot be restored", f.fd)),
             _ => {}
         }
@@ -254,6 +274,12 @@ pub struct Options {
     /// This process's mappings of the job's shared memory (`crum_ckpt::job::SharedSeg`),
     /// made by the root's restorer: (start, end, memfd, offset), inherited.
     pub job_shm: Vec<(u64, u64, i32, u64)>,
+    /// The slots (in the job's pid table) of the leaders of the process group and session
+    /// this process had, when another process of the job led them: it joins that group once
+    /// its leader is restored (the leader made it at its start), and checks the session it
+    /// inherited, before it fills its own slot. (program pid, slot) each.
+    pub job_group: Option<(i32, usize)>,
+    pub job_session: Option<(i32, usize)>,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -330,7 +356,17 @@ pub fn restart_job(
     };
     if std::env::var_os(JOB_SPAWNED_VAR).is_none() {
         std::env::remove_var(ATTEMPT_VAR);
-        for child in manifest.children(me) {
+        // A child keeps the group and session it got at its fork when it did not change
+        // them: the children that were not in the session or group this process leads
+        // (forked before it made them) are started before it makes them again.
+        let (own_sid, own_pgid) = (m.sid == me, m.pgid == me);
+        let mut children: Vec<&crum_ckpt::job::Member> = manifest.children(me).collect();
+        children.sort_by_key(|c| !((own_sid && c.sid != me) || (own_pgid && c.pgid == 0)));
+        let first = children.iter().take_while(|c| (own_sid && c.sid != me) || (own_pgid && c.pgid == 0)).count();
+        for (i, child) in children.iter().enumerate() {
+            if i == first {
+                lead_groups(me, own_sid, own_pgid);
+            }
             let mut argv: Vec<std::ffi::CString> = vec![c"crum".to_owned(), c"restart".to_owned()];
             for a in args {
                 argv.push(std::ffi::CString::new(a.as_str()).map_err(|_| RestartError::Invalid("NUL in an argument".into()))?);
@@ -345,6 +381,9 @@ pub fn restart_job(
             let exe_c = std::ffi::CString::new(exe.as_os_str().as_encoded_bytes())
                 .map_err(|_| RestartError::Invalid("NUL in the crum path".into()))?;
             sys::fork_exec(&exe_c, &argv).map_err(|_| sys_err(format!("cannot start the restorer of process {}", child.pid)))?;
+        }
+        if first == children.len() {
+            lead_groups(me, own_sid, own_pgid);
         }
         // Its children that had exited and were not reaped: children again, that end at
         // once the same way (their slots follow the members').
@@ -388,12 +427,50 @@ pub fn restart_job(
         job_pipes: triples(JOB_PIPES_VAR),
         job_socks: triples(JOB_SOCKS_VAR),
         job_slot: Some(index),
+        job_group: (m.pgid != 0 && m.pgid != me).then(|| (m.pgid, manifest.index(m.pgid))).and_then(|(p, i)| Some((p, i?))),
+        job_session: (m.sid != 0 && m.sid != me).then(|| (m.sid, manifest.index(m.sid))).and_then(|(p, i)| Some((p, i?))),
         ..opts.clone()
     };
     let Err(e) = restart_with(&part, &opts);
     // The other processes of the job end rather than run without this one.
     let _ = PidTable::fill(table, index, -1);
     Err(e)
+}
+
+/// Makes this restorer (process `me` of the job) the leader of a session and of a process
+/// group of its own when it was one: the processes of the job in them are forked by it or
+/// join later ([`join_job_group`]). What the kernel refuses (the restorer already leads a
+/// group: `crum restart` started by an interactive shell) is said, and the restart goes on.
+fn lead_groups(me: i32, session: bool, group: bool) {
+    if session {
+        if let Err(e) = sys::setsid() {
+            eprintln!("crum: warning: process {me} led a session, and cannot lead one again ({e}): it stays in crum restart's");
+        }
+    } else if group {
+        if let Err(e) = sys::setpgid(0, 0) {
+            eprintln!("crum: warning: process {me} led a process group, and cannot lead one again ({e}): it stays in crum restart's");
+        }
+    }
+}
+
+/// Joins the process group of the job this process was in, once its leader is restored,
+/// and checks that the session it inherited is the one it was in (else says so).
+fn join_job_group(table: i32, me: i32, opts: &Options) {
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+    if let Some((leader, slot)) = opts.job_group {
+        let now = crum_ckpt::job::PidTable::wait_slot(table, slot, LIMIT);
+        if now > 0 {
+            if let Err(e) = sys::setpgid(0, now) {
+                eprintln!("crum: warning: process {me} cannot join process group {leader} again ({e}): it stays in its parent's");
+            }
+        }
+    }
+    if let Some((leader, slot)) = opts.job_session {
+        let now = crum_ckpt::job::PidTable::wait_slot(table, slot, LIMIT);
+        if now > 0 && sys::getsid() != now {
+            eprintln!("crum: warning: process {me} was in session {leader}, and comes back in its parent's");
+        }
+    }
 }
 
 /// Makes the pipes between the job's processes (every part's [`FdKind::JobPipe`]s), with
@@ -578,7 +655,14 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         }
     }
     let device = plan.has_device();
-    let Plan { reader, state, dir } = plan;
+    let Plan { mut reader, state, dir } = plan;
+    // The contents of the files it had open for writing in place (checked with the image).
+    let mut contents: Vec<(i32, Vec<u8>)> = Vec::new();
+    for c in &state.file_contents {
+        let bytes = check::hook_section(&mut reader, &c.section, crum_ckpt::state::MAX_FILE_CONTENTS)?
+            .ok_or_else(|| RestartError::Invalid(format!("the image lacks section `{}`", c.section)))?;
+        contents.push((c.fd, bytes));
+    }
     drop(reader);
     // Files the program opened and wrote after the checkpoint (`crum_ckpt::writes`).
     for r in crum_ckpt::writes::roll_back(&dir).map_err(RestartError::Invalid)? {
@@ -602,7 +686,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     };
     let mut keep: Vec<i32> = table_fd.into_iter().collect();
     keep.extend(opts.job_pipes.iter().chain(&opts.job_socks).flat_map(|p| [p.1, p.2]).filter(|&f| f >= 0));
-    restore_fds(&state, &keep, &opts.job_pipes, &opts.job_socks)?;
+    restore_fds(&state, &keep, &opts.job_pipes, &opts.job_socks, &contents)?;
     // The job's pipes and sockets are in place wherever this process had them.
     for p in opts.job_pipes.iter().chain(&opts.job_socks) {
         sys::close(p.1);
@@ -614,6 +698,11 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         (Some((exe, dev)), true) => start_proxy(exe, dev)?,
         _ => -1,
     };
+    // Into the job's process group once its leader is restored (before this process's own
+    // slot is filled: no program of the job runs before every process is in its group).
+    if let Some(fd) = table_fd {
+        join_job_group(fd, state.pid, opts);
+    }
     sys::chdir(&state.cwd)?;
     sys::set_umask(state.umask);
     sys::set_rlimits(&state.rlimits);
@@ -650,6 +739,7 @@ fn restore_fds(
     keep: &[i32],
     job_pipes: &[(u64, i32, i32)],
     job_socks: &[(u64, i32, i32)],
+    contents: &[(i32, Vec<u8>)],
 ) -> Result<(), RestartError> {
     let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
     fds.sort_by_key(|f| f.fd);
@@ -658,9 +748,11 @@ fn restore_fds(
         fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
     passed_on.extend_from_slice(keep);
     sys::close_from_except(3, &passed_on);
-    restore_stdio(st, base, job_pipes, job_socks)?;
+    restore_stdio(st, base, job_pipes, job_socks, contents)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
+    // Named pipes' bytes: (fd, id, path, bytes), written once every descriptor is back.
+    let mut fifo_data: Vec<(i32, u64, &String, &Vec<u8>)> = Vec::new();
     // Deleted files made again: id → the program's fd that has it.
     let mut deleted: HashMap<u64, i32> = HashMap::new();
     // Interest lists are filled once every descriptor they name is back.
@@ -678,7 +770,7 @@ fn restore_fds(
         let status_flags = (f.flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32) as i32;
         let tmp = match &f.kind {
             FdKind::Stdio => continue,
-            FdKind::File { .. } => reopen(f)?,
+            FdKind::File { .. } => reopen(f, contents)?,
             FdKind::CharDev { path } => sys::open(path, (f.flags as i32) & !libc::O_CLOEXEC)?,
             FdKind::Tty => sys::tty_fd(f.flags as i32)?,
             FdKind::Pipe { id, read, data } => {
@@ -713,6 +805,16 @@ fn restore_fds(
                 sys::dup_to(if *read { r } else { w }, f.fd, cloexec)?;
                 sys::set_status_flags(f.fd, status_flags);
                 continue;
+            }
+            FdKind::Fifo { path, id, size, data, .. } => {
+                let fd = sys::open_fifo(path, (f.flags as i32) & libc::O_ACCMODE)?;
+                if *size > 0 {
+                    sys::set_pipe_size(fd, *size)?;
+                }
+                if !data.is_empty() {
+                    fifo_data.push((f.fd, *id, path, data));
+                }
+                fd
             }
             FdKind::ControlListener => sys::control_listener()?,
             FdKind::DeletedFile { path, memfd, id, pos, data, seals } => {
@@ -800,6 +902,14 @@ fn restore_fds(
             sys::write_all(w, &data)?;
         }
     }
+    // The bytes of each named pipe, through a writer of our own for the moment (this process
+    // holds a read end of it: the open does not wait).
+    for (fd, _, path, data) in fifo_data {
+        let w = sys::open(&format!("/proc/self/fd/{fd}"), libc::O_WRONLY | libc::O_NONBLOCK)?;
+        let r = sys::write_all(w, data);
+        sys::close(w);
+        r.map_err(|e| RestartError::Invalid(format!("cannot refill named pipe {path}: {e}")))?;
+    }
     for (_, (r, w)) in pipes {
         sys::close(r);
         sys::close(w);
@@ -834,13 +944,28 @@ fn restore_fds(
 /// Opens the file of a [`FdKind::File`] descriptor again as it was: same flags, cut back to
 /// its size at the checkpoint if the program wrote more since (written again after the
 /// restart), at the same offset.
-fn reopen(f: &FdState) -> Result<i32, RestartError> {
-    let FdKind::File { path, pos, size, .. } = &f.kind else {
+fn reopen(f: &FdState, contents: &[(i32, Vec<u8>)]) -> Result<i32, RestartError> {
+    let FdKind::File { path, pos, size, mtime_ns, .. } = &f.kind else {
         return Err(RestartError::Invalid(format!("fd {} is not a file", f.fd)));
     };
     let open_flags = (f.flags as i32) & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC);
-    let fd = sys::open(path, open_flags)?;
-    if writable(f.flags) && crum_ckpt::capture::file_identity(path).map(|i| i.0).unwrap_or(0) > *size {
+    let carried = contents.iter().any(|c| c.0 == f.fd);
+    let made = carried && !Path::new(path).exists();
+    let fd = if made { sys::create(path, open_flags)? } else { sys::open(path, open_flags)? };
+    let now = crum_ckpt::capture::file_identity(path).unwrap_or((0, 0, 0, 0));
+    if let (true, FdKind::File { dev, ino, .. }) = (carried, &f.kind) {
+        if (now.2, now.3) != (*dev, *ino) && !made {
+            sys::close(fd);
+            return Err(RestartError::FileChanged { path: path.clone(), fd: f.fd, problem: "was replaced" });
+        }
+    }
+    if let Some((_, bytes)) = contents.iter().find(|c| c.0 == f.fd) {
+        // Changed since the checkpoint (written in place, cut, grown): its bytes then.
+        if (now.0, now.1) != (bytes.len() as u64, *mtime_ns) {
+            sys::pwrite_all(fd, bytes, path)?;
+            sys::ftruncate(fd, bytes.len() as u64, path)?;
+        }
+    } else if writable(f.flags) && now.0 > *size {
         sys::ftruncate(fd, *size, path)?;
     }
     sys::lseek(fd, *pos, path)?;
@@ -889,6 +1014,7 @@ fn restore_stdio(
     base: i32,
     job_pipes: &[(u64, i32, i32)],
     job_socks: &[(u64, i32, i32)],
+    contents: &[(i32, Vec<u8>)],
 ) -> Result<(), RestartError> {
     const NAMES: [&str; 3] = ["stdin", "stdout", "stderr"];
     let mut stdio: Vec<&FdState> = st.fds.iter().filter(|f| (0..=2).contains(&f.fd)).collect();
@@ -898,7 +1024,7 @@ fn restore_stdio(
     for f in &stdio {
         let name = NAMES[f.fd as usize];
         match &f.kind {
-            FdKind::File { path, size, .. } => match file_problem(f) {
+            FdKind::File { path, size, .. } => match file_problem(f, false) {
                 None => restored.push(f.fd),
                 Some(problem) => eprintln!(
                     "crum: warning: the program's {name} was the file {path} ({size} bytes at the checkpoint), \
@@ -931,7 +1057,7 @@ fn restore_stdio(
             }
             FdKind::Socket(s) => place_job_socket(f, s, job_socks)?,
             _ => {
-                let hi = sys::move_high(reopen(f)?, base)?;
+                let hi = sys::move_high(reopen(f, contents)?, base)?;
                 sys::dup_to(hi, f.fd, cloexec)?;
                 sys::close(hi);
             }
@@ -974,6 +1100,7 @@ mod tests {
             posix_timers: vec![],
             advice: vec![],
             guards: vec![],
+            file_contents: vec![],
         }
     }
 

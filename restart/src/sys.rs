@@ -29,6 +29,59 @@ pub fn open(path: &str, flags: i32) -> Result<i32, RestartError> {
     Ok(fd)
 }
 
+/// Opens the named pipe `path` with access mode `acc` without waiting for its other end
+/// (non-blocking; the caller sets the program's flags after). A write end whose reader is
+/// not there (yet) is opened through a reader of our own, closed at once: it is then a
+/// write end without a reader, as before the checkpoint when the reader had gone, until a
+/// reader opens it.
+pub fn open_fifo(path: &str, acc: i32) -> Result<i32, RestartError> {
+    let c = cstr(path)?;
+    let open = |flags: i32| {
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::open(c.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC) }
+    };
+    let fd = open(acc);
+    if fd >= 0 {
+        return Ok(fd);
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) && acc == libc::O_WRONLY {
+        let helper = open(libc::O_RDWR);
+        let fd = open(acc);
+        if helper >= 0 {
+            close(helper);
+        }
+        if fd >= 0 {
+            return Ok(fd);
+        }
+    }
+    Err(sys_err(format!("opening named pipe {path}")))
+}
+
+/// Creates `path` (it must not exist; mode 0666 less the umask) and opens it with `flags`.
+pub fn create(path: &str, flags: i32) -> Result<i32, RestartError> {
+    let c = cstr(path)?;
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o666) };
+    if fd < 0 {
+        return Err(sys_err(format!("making {path} again")));
+    }
+    Ok(fd)
+}
+
+/// Writes all of `data` into `fd` from offset 0.
+pub fn pwrite_all(fd: i32, data: &[u8], path: &str) -> Result<(), RestartError> {
+    let mut at = 0usize;
+    while at < data.len() {
+        // SAFETY: pwrite from the live slice's tail.
+        let n = unsafe { libc::pwrite(fd, data[at..].as_ptr() as *const libc::c_void, data.len() - at, at as libc::off_t) };
+        if n <= 0 {
+            return Err(sys_err(format!("writing {path} back as it was at the checkpoint")));
+        }
+        at += n as usize;
+    }
+    Ok(())
+}
+
 pub fn ftruncate(fd: i32, len: u64, path: &str) -> Result<(), RestartError> {
     // SAFETY: our fd.
     if unsafe { libc::ftruncate(fd, len as i64) } != 0 {
@@ -383,6 +436,30 @@ pub fn set_cloexec(fd: i32, on: bool) {
 }
 
 /// Closes every fd from `first` on except those in `keep`.
+/// Makes this process the leader of a new session (and of a process group).
+pub fn setsid() -> std::io::Result<()> {
+    // SAFETY: setsid takes no arguments.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Puts process `pid` (0: this one) into process group `pgid` (0: its own).
+pub fn setpgid(pid: i32, pgid: i32) -> std::io::Result<()> {
+    // SAFETY: setpgid with integer arguments.
+    if unsafe { libc::setpgid(pid, pgid) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// This process's session id.
+pub fn getsid() -> i32 {
+    // SAFETY: getsid of this process.
+    unsafe { libc::getsid(0) }
+}
+
 /// Forks a child that executes `exe` with `argv` (this process's environment); its pid.
 pub fn fork_exec(exe: &std::ffi::CStr, argv: &[CString]) -> Result<i32, ()> {
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();

@@ -189,6 +189,7 @@ fn build(spec: &Spec) -> Built {
         posix_timers: vec![],
         advice: vec![],
         guards: vec![],
+        file_contents: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -673,10 +674,11 @@ fn version_1_images_still_validate() {
     st.posix_timers.clear();
     st.advice.clear();
     st.guards.clear();
+    st.file_contents.clear();
     b.process = st.encode();
     // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals`,
-    // `posix_timers`, `advice` and `guards` (empty: one 0 each).
-    for _ in 0..7 {
+    // `posix_timers`, `advice`, `guards` and `file_contents` (empty: one 0 each).
+    for _ in 0..8 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);

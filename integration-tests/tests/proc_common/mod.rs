@@ -18,7 +18,7 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"))
 }
 
@@ -57,11 +57,11 @@ pub fn build_c(name: &str) -> PathBuf {
     let dir = target_dir().join("crum-c-tests");
     fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name);
-    let fresh = match (fs::metadata(&src), fs::metadata(&out)) {
+    let fresh = || match (fs::metadata(&src), fs::metadata(&out)) {
         (Ok(s), Ok(o)) => o.modified().unwrap() >= s.modified().unwrap(),
         _ => false,
     };
-    if !fresh {
+    if !fresh() {
         let tmp = crum_integration_tests::build_tmp(&dir, name);
         let st = Command::new("cc")
             .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
@@ -70,7 +70,13 @@ pub fn build_c(name: &str) -> PathBuf {
             .status()
             .expect("run cc");
         assert!(st.success(), "compiling {name}.c failed");
-        fs::rename(&tmp, &out).unwrap();
+        // Another copy of the suite sharing this tree may have built it meanwhile, and may
+        // be running it: that one stays.
+        if fresh() {
+            let _ = fs::remove_file(&tmp);
+        } else {
+            fs::rename(&tmp, &out).unwrap();
+        }
     }
     out
 }
