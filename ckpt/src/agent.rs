@@ -1353,17 +1353,18 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
         let _ = link.send(&Msg::Failed(e.clone()));
         return Outcome::Failed(e);
     }
-    let stopped = Msg::Stopped { pid, pipes: crate::job::own_pipes(), socks: crate::job::own_sockets() };
+    let stopped =
+        Msg::Stopped { pid, pipes: crate::job::own_pipes(), socks: crate::job::own_sockets(), files: crate::job::own_files() };
     let pipes = match link.send(&stopped).ok().and(link.recv(Some(STEP_TIMEOUT))) {
-        Some(Msg::GoCut { pipes, zombies, socks }) => (pipes, zombies, socks),
+        Some(Msg::GoCut { pipes, zombies, socks, files }) => (pipes, zombies, socks, files),
         _ => {
             resume_program(&h);
             return Outcome::Failed("the job's checkpoint was given up".into());
         }
     };
     let mut device_time = Duration::ZERO;
-    let (pipes, zombies, socks) = pipes;
-    let part = Part { name: format!("p-{pid}"), others: &zombies, pipes: &pipes, socks: &socks, pid };
+    let (pipes, zombies, socks, files) = pipes;
+    let part = Part { name: format!("p-{pid}"), others: &zombies, pipes: &pipes, socks: &socks, files: &files, pid };
     let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1386,7 +1387,8 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
     }
     let log_problem = crate::writes::begin_pending(ctx.writer.final_path()).err();
     let problems: Vec<String> = ctx.problems.iter().map(|p| p.as_str().to_owned()).collect();
-    let cut = Msg::Cut { problems, shared: ctx.shared.clone() };
+    let writer = if ctx.sync { 0 } else { ctx.child as i32 };
+    let cut = Msg::Cut { problems, shared: ctx.shared.clone(), writer };
     let next = if link.send(&cut).is_ok() { link.recv(Some(STEP_TIMEOUT)) } else { None };
     if next == Some(Msg::GoExit) {
         // Nothing of the program runs again here: the part is completed, then the process ends.
@@ -1482,6 +1484,7 @@ fn job_checkpoint(
     let mut held: Vec<(i32, Vec<(u64, bool)>)> = Vec::new(); // (program pid, pipe ends)
     let mut held_socks: Vec<(i32, Vec<crate::job::SockEnd>)> = Vec::new(); // (program pid, its sockets)
     let mut held_shm: Vec<(i32, Vec<crate::job::ShmMap>)> = Vec::new(); // (program pid, its shared mappings)
+    let mut held_files: Vec<crate::job::HeldFiles> = Vec::new();
     // A process that has exited by now is not in the job (its parent's part names it if
     // it is not reaped).
     let gone = |pid: i32| {
@@ -1506,7 +1509,8 @@ fn job_checkpoint(
     while i < links.len() {
         let (pid, comm) = (links[i].0, comms[i].clone());
         match links[i].1.recv(Some(STEP_TIMEOUT)) {
-            Some(Msg::Stopped { pid: p, pipes, socks }) => {
+            Some(Msg::Stopped { pid: p, pipes, socks, files }) => {
+                held_files.push((pid, p, files));
                 known.push((pid, p));
                 held.push((p, pipes));
                 held_socks.push((p, socks));
@@ -1532,6 +1536,8 @@ fn job_checkpoint(
     held_socks.push((my_pid, crate::job::own_sockets()));
     let pipes = crate::job::job_pipes(&held);
     let socks = crate::job::job_sockets(&held_socks);
+    held_files.push((me, my_pid, crate::job::own_files()));
+    let files = crate::job::job_files(&held_files);
     // Exited children of the job's processes, made again at restart.
     let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
     let zombies = crate::job::zombie_children(&parents);
@@ -1560,29 +1566,18 @@ fn job_checkpoint(
     // The job's processes and exited children, in the image: not named as missing children
     // by any member's part (a member's children may be members too).
     let in_image: Vec<i32> = kernel_pids.iter().chain(&zombie_pids).chain(std::iter::once(&me)).copied().collect();
-    // 2. Every member cuts, then this process.
+    // 2. Every member cuts, and this process with them.
     let mut problems: Vec<String> = group_problems;
     let mut failed = None;
-    // Every member cuts at once (capture, fork of its writer), then each answer is read.
+    // Each member's image writer (kernel pids).
+    let mut writers: Vec<(i32, i32)> = Vec::new();
+    // Every member is told to cut (capture, fork of its writer); this process cuts while they
+    // do, then each answer is read.
     let vpid_of = |pid: i32| known.iter().find(|k| k.0 == pid).map_or(pid, |k| k.1);
     for (pid, l) in links.iter_mut() {
-        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: in_image.clone(), socks: socks.clone() }).is_err() {
+        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: in_image.clone(), socks: socks.clone(), files: files.clone() }).is_err() {
             failed = Some(format!("process {} of the job went away", vpid_of(*pid)));
             break;
-        }
-    }
-    for (pid, l) in links.iter_mut() {
-        if failed.is_some() {
-            break;
-        }
-        let vpid = vpid_of(*pid);
-        match l.recv(Some(STEP_TIMEOUT)) {
-            Some(Msg::Cut { problems: p, shared }) => {
-                problems.extend(p.into_iter().map(|p| format!("process {vpid}: {p}")));
-                held_shm.push((vpid, shared));
-            }
-            Some(Msg::Failed(e)) => failed = Some(format!("process {vpid} of the job: {e}")),
-            _ => failed = Some(format!("process {vpid} of the job did not answer")),
         }
     }
     if let Some(e) = failed {
@@ -1591,7 +1586,7 @@ fn job_checkpoint(
     }
     let mut device_time = Duration::ZERO;
     let others: Vec<i32> = kernel_pids.iter().chain(zombie_pids.iter()).copied().collect();
-    let part = Part { name: format!("p-{my_pid}"), others: &others, pipes: &pipes, socks: &socks, pid: my_pid };
+    let part = Part { name: format!("p-{my_pid}"), others: &others, pipes: &pipes, socks: &socks, files: &files, pid: my_pid };
     let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part)) {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1610,6 +1605,33 @@ fn job_checkpoint(
         std::mem::forget(ctx);
         std::mem::forget(links);
         return out;
+    }
+    for (pid, l) in links.iter_mut() {
+        if failed.is_some() {
+            break;
+        }
+        let vpid = vpid_of(*pid);
+        match l.recv(Some(STEP_TIMEOUT)) {
+            Some(Msg::Cut { problems: p, shared, writer }) => {
+                problems.extend(p.into_iter().map(|p| format!("process {vpid}: {p}")));
+                held_shm.push((vpid, shared));
+                writers.push((*pid, writer));
+            }
+            Some(Msg::Failed(e)) => failed = Some(format!("process {vpid} of the job: {e}")),
+            _ => failed = Some(format!("process {vpid} of the job did not answer")),
+        }
+    }
+    if let Some(e) = failed {
+        // This process's writer is stopped and its part removed with the job's directory.
+        if !ctx.sync && ctx.child > 0 {
+            // SAFETY: our own writer, not reaped yet.
+            unsafe { libc::kill(ctx.child as i32, libc::SIGKILL) };
+        }
+        let _ = finish_writer(&ctx);
+        let _ = ctx.writer.remove_partial();
+        drop(ctx);
+        resume_program(&h);
+        return give_up(&mut links, e);
     }
     // The log of files written from here on goes with the root's part (its restart rolls
     // them back), renamed with the job's directory.
@@ -1664,6 +1686,7 @@ fn job_checkpoint(
     let log_problem: Option<String> = log_problem.map(|p| p.as_str().to_owned());
     let zombies: Vec<(i32, i32, i32)> = zombies.to_vec();
     let groups: Vec<(i32, i32, i32)> = groups.to_vec();
+    let writers: Vec<(i32, i32)> = writers.to_vec();
     let shared: Vec<crate::job::SharedSeg> = shared.to_vec();
     LAST_PAUSE_US.store(t0.elapsed().as_micros() as u64, Relaxed);
     for (_, l) in links.iter_mut() {
@@ -1680,6 +1703,12 @@ fn job_checkpoint(
         match l.recv(None) {
             Some(Msg::Written) => {}
             Some(Msg::Failed(e)) => result = result.and(Err(format!("process {vpid} of the job: {e}"))),
+            // Ended after the cut (the program exited) before saying so: its writer, which
+            // outlives it, completes the part.
+            _ if crate::job::part_completed(
+                &tmp.join(format!("p-{vpid}")),
+                writers.iter().find(|w| w.0 == *pid).map_or(0, |w| w.1),
+            ) => {}
             _ => result = result.and(Err(format!("process {vpid} of the job ended before its part was written"))),
         }
     }
@@ -1770,6 +1799,8 @@ struct Part<'a> {
     others: &'a [i32],
     /// The pipes between processes of the job, with the pid whose part carries the bytes.
     pipes: &'a [(u64, i32)],
+    /// The open file descriptions the job's processes share (`crate::job::job_files`).
+    files: &'a [(u64, i32, i32)],
     /// The job's sockets (`crate::job::job_sockets`).
     socks: &'a [(u64, u64)],
     /// The pid the program knows.
@@ -1797,6 +1828,9 @@ fn prepare(
     crate::attrs::capture();
     // Before the classification: a pipe from the parent is the job's, not inherited.
     let pipe_problems = part.as_ref().map(|p| crate::job::mark_pipes(&mut fds, p.pipes, p.pid)).unwrap_or_default();
+    if let Some(p) = part.as_ref() {
+        crate::job::mark_files(&mut fds, p.files, p.pid);
+    }
     let mut problems = classify_fds(&mut fds);
     problems.extend(pipe_problems);
     // Child processes are not in a process's image (one process is): named, not dropped

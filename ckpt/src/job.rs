@@ -436,6 +436,76 @@ fn fifo_of(fd: i32) -> Option<u64> {
     (!link.as_os_str().as_encoded_bytes().starts_with(b"pipe:[")).then(|| crate::capture::fifo_id(&st))
 }
 
+/// A process's descriptors of regular files ([`own_files`]), as the root collects them:
+/// (kernel pid, program pid, (fd, device, inode) each).
+pub type HeldFiles = (i32, i32, Vec<(i32, u64, u64)>);
+
+/// The descriptors of regular files this process holds: (fd, device, inode).
+pub fn own_files() -> Vec<(i32, u64, u64)> {
+    let mut out = Vec::new();
+    for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
+        // SAFETY: fstat of a descriptor of this process into a live local.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            out.push((fd, st.st_dev, st.st_ino));
+        }
+    }
+    out
+}
+
+/// The open file descriptions of regular files that several processes of a job share (a
+/// shell's stdout redirected to a file, inherited by its children), from what each holds
+/// ((kernel pid, program pid, [`own_files`])): descriptors of the same file in two
+/// processes are the same description when `kcmp` says so. Each as (id, program pid, fd),
+/// ids from 1.
+pub fn job_files(held: &[HeldFiles]) -> Vec<(u64, i32, i32)> {
+    // (kernel pid, program pid, fd, dev, ino) of files held by more than one process.
+    let mut ends: Vec<(i32, i32, i32, u64, u64)> = Vec::new();
+    for (k, p, files) in held {
+        for &(fd, dev, ino) in files {
+            if held.iter().any(|(k2, _, f2)| k2 != k && f2.iter().any(|x| (x.1, x.2) == (dev, ino))) {
+                ends.push((*k, *p, fd, dev, ino));
+            }
+        }
+    }
+    let same = |a: &(i32, i32, i32, u64, u64), b: &(i32, i32, i32, u64, u64)| {
+        // SAFETY: kcmp compares two descriptors of two processes; no memory is passed.
+        (a.3, a.4) == (b.3, b.4) && unsafe { libc::syscall(libc::SYS_kcmp, a.0, b.0, 0 /* KCMP_FILE */, a.2, b.2) } == 0
+    };
+    let mut out: Vec<(u64, i32, i32)> = Vec::new();
+    let mut next = 1u64;
+    for (i, e) in ends.iter().enumerate() {
+        if out.iter().any(|o| o.1 == e.1 && o.2 == e.2) {
+            continue;
+        }
+        // Shared when another process holds the same description.
+        let group: Vec<&(i32, i32, i32, u64, u64)> = ends[i..].iter().filter(|o| o.0 == e.0 && o.2 == e.2 || same(e, o)).collect();
+        if group.iter().any(|o| o.0 != e.0) {
+            for o in group {
+                out.push((next, o.1, o.2));
+            }
+            next += 1;
+        }
+    }
+    out
+}
+
+/// Turns the descriptors of `fds` that are in `files` ([`job_files`]) for process `me`
+/// (program pid) into [`FdKind::JobFile`]s (a dup of one stays a dup).
+pub fn mark_files(fds: &mut [crate::state::FdState], files: &[(u64, i32, i32)], me: i32) {
+    use crate::state::FdKind;
+    for f in fds.iter_mut() {
+        if !matches!(f.kind, FdKind::File { .. }) {
+            continue;
+        }
+        if let Some(&(id, _, _)) = files.iter().find(|x| x.1 == me && x.2 == f.fd) {
+            let file = std::mem::replace(&mut f.kind, FdKind::Stdio);
+            f.kind = FdKind::JobFile { id, file: Box::new(file) };
+        }
+    }
+}
+
 /// The pipes between processes of a job, from what each holds ((program pid, its ends)):
 /// those with a read end and a write end in the job, each with the lowest pid holding a
 /// read end (its part carries the pipe's bytes).
@@ -650,6 +720,9 @@ pub enum Msg {
         pipes: Vec<(u64, bool)>,
         #[serde(default)]
         socks: Vec<SockEnd>,
+        /// Its descriptors of regular files: (fd, device, inode) ([`own_files`]).
+        #[serde(default)]
+        files: Vec<(i32, u64, u64)>,
     },
     /// Root → member: capture and fork the writer. `pipes`: the pipes between processes of
     /// the job, each with the pid of the process whose part carries its bytes; `zombies`:
@@ -662,6 +735,10 @@ pub enum Msg {
         /// The job's sockets ([`job_sockets`]).
         #[serde(default)]
         socks: Vec<(u64, u64)>,
+        /// The open file descriptions of regular files shared by several processes of the
+        /// job ([`job_files`]).
+        #[serde(default)]
+        files: Vec<(u64, i32, i32)>,
     },
     /// Member → root: the writer is forked; what a restart of its part cannot restore.
     Cut {
@@ -670,6 +747,11 @@ pub enum Msg {
         /// of the job maps the same object).
         #[serde(default)]
         shared: Vec<ShmMap>,
+        /// Its image writer's pid (0: none running): should the process end before it says
+        /// `Written` (the program exits right after the cut), the root waits for the writer
+        /// to complete the part instead of failing the checkpoint.
+        #[serde(default)]
+        writer: i32,
     },
     /// Root → member: run again.
     GoResume,
@@ -682,6 +764,21 @@ pub enum Msg {
     Abort,
     /// Member → root: this step failed.
     Failed(String),
+}
+
+/// Whether the part at `part` (a job part's final directory) is complete, once the image
+/// writer `writer` (a kernel pid; 0: none) of a process that ended without saying so has
+/// finished: it completes the part by renaming it into place, or fails and leaves none.
+pub fn part_completed(part: &Path, writer: i32) -> bool {
+    let running = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_some_and(|c| c != 'Z' && c != 'X')
+    };
+    let t0 = std::time::Instant::now();
+    while !part.is_dir() && writer > 0 && running(writer) && t0.elapsed() < Duration::from_secs(3600) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    part.is_dir()
 }
 
 /// One end of a member's connection to the root.
@@ -928,10 +1025,13 @@ mod tests {
     fn link_exchanges_steps() {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut a, mut b) = (Link::new(a), Link::new(b));
-        a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new() }).unwrap();
-        assert_eq!(b.recv(Some(Duration::from_secs(5))), Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new() }));
-        b.send(&Msg::Cut { problems: vec!["p".into()], shared: Vec::new() }).unwrap();
-        assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()], shared: Vec::new() }));
+        a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new(), files: vec![(1, 2, 3)] }).unwrap();
+        assert_eq!(
+            b.recv(Some(Duration::from_secs(5))),
+            Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new(), files: vec![(1, 2, 3)] })
+        );
+        b.send(&Msg::Cut { problems: vec!["p".into()], shared: Vec::new(), writer: 7 }).unwrap();
+        assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()], shared: Vec::new(), writer: 7 }));
         drop(b);
         assert_eq!(a.recv(None), None);
     }

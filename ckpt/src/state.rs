@@ -18,7 +18,7 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`] and [`ProcessState::file_contents`]; older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`]; older versions are still read (with none of
 /// those).
 pub const PROCESS_STATE_VERSION: u32 = 13;
 /// The oldest version a restorer still reads; it refuses any other.
@@ -334,6 +334,12 @@ pub enum FdKind {
     /// restart, with its capacity `size`; `data` (the bytes buffered in it) is carried by
     /// one read end in the whole job (version 11).
     JobPipe { id: u64, read: bool, size: u32, data: Vec<u8> },
+    /// A regular file's open file description shared by several processes of a job (one
+    /// offset and one set of status flags for all: a shell's stdout redirected to a file and
+    /// written by its children too): made once by the job's restart from `file` (the
+    /// [`FdKind::File`] of the first process holding it) and handed to each (version 13).
+    /// `id` names it in the job.
+    JobFile { id: u64, file: Box<FdKind> },
     /// A named pipe (FIFO), opened again by `path` with its access mode without waiting for
     /// the other end (version 13). `id` (device and inode at the checkpoint) pairs the ends;
     /// `size` is its capacity; `data`, the bytes buffered in it, is carried by one read end

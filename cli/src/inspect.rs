@@ -350,6 +350,13 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
             ),
             (!lost.is_empty()).then(|| lost.clone()),
         ),
+        FdKind::JobFile { id, file } => {
+            let what = match &**file {
+                FdKind::File { path, pos, .. } => format!("{path} at offset {pos}"),
+                other => format!("{other:?}"),
+            };
+            ("file", format!("{what}, shared with other processes of the job (file {id} of the job)"), None)
+        }
         FdKind::Dup { of } => ("dup", format!("of fd {of}"), None),
         FdKind::ControlListener => ("crum", "control socket (made again under the new pid)".into(), None),
         FdKind::Unsupported { what } => ("unsupported", what.clone(), Some("cannot be restored".into())),

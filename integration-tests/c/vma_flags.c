@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +71,13 @@ int main(int argc, char **argv) {
                 if (msync(w[1].p, pg, MS_ASYNC) == 0) _exit(3); /* not mapped in the child */
                 _exit(0);
             }
-            int st;
-            waitpid(c, &st, 0);
-            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) { printf("FAIL: the forked child saw %d at step %d\n", WEXITSTATUS(st), s); return 1; }
+            int st = 0;
+            pid_t r = waitpid(c, &st, 0);
+            if (r != c || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                printf("FAIL: the forked child saw %d at step %d (fork %d, waitpid %d, status %#x, errno %d)\n", WEXITSTATUS(st), s,
+                       (int)c, (int)r, st, errno);
+                return 1;
+            }
         }
         printf("step %d ok\n", s);
         struct timespec ts = { 0, ms * 1000000L };

@@ -311,3 +311,43 @@ fn named_pipes_between_and_within_the_processes_of_a_job_keep_their_bytes() {
     // worker, and the root's own FIFO with numbers in flight: every number checked in order.
     scenario("job_pipeline", &["40", "40", "fifo"]);
 }
+
+#[test]
+fn a_member_that_ends_right_after_the_cut_does_not_fail_the_checkpoint() {
+    // The worker ends as soon as it runs again after the cut, while its writer still writes
+    // its part (200 MiB): the writer completes the part, the checkpoint succeeds, and the
+    // job restarts from it (the worker too, which then runs until the root ends it).
+    let sb = Sandbox::new();
+    let prog = build_c("job_quitter");
+    let images = sb.images().to_string_lossy().into_owned();
+    let args = [images.as_str(), "200", "60", "40"];
+    let expected = expected_output(&sb, &prog, &args);
+    let mut p = run_under_crum(&sb, &prog, &args, &[], "run.out");
+    p.wait_lines(3);
+    let worker = children_of(p.pid());
+    assert_eq!(worker.len(), 1, "{worker:?}");
+    let out = checkpoint_output(&sb, p.pid());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the checkpoint failed: {err}");
+    let image = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let manifest = read(&image.join("job.json"));
+    assert!(manifest.contains(&format!("\"p-{}\"", worker[0])), "the worker is not in {manifest}");
+    // It ended after the cut (it saw the checkpoint in progress when it ran again).
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(format!("/proc/{}/stat", worker[0])).is_ok_and(|s| !s.contains(") Z")) {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the worker still runs");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    p.kill_job();
+    let before = p.output();
+    let mut r = restart(&sb, &image, "restart.out");
+    assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
+    assert_continues(&expected, 0, &before, &r.output(), true, "job restarted after its worker ended");
+}
+
+#[test]
+fn a_file_description_shared_by_the_processes_of_a_job_is_one_again() {
+    // Root and forked worker write lines through one description (one offset): each
+    // checks the offset at every step, and the root checks the whole log at the end.
+    scenario("job_shared_file", &["50", "40"]);
+}

@@ -208,6 +208,13 @@ fn check_files(st: &ProcessState) -> Result<(), RestartError> {
             FdKind::Fifo { path, .. } if !is_fifo(path) => {
                 return Err(RestartError::Unsupported { fd: f.fd, what: format!("named pipe {path} is not there any more") });
             }
+            FdKind::JobFile { file, .. } if f.fd > 2 => {
+                if let (FdKind::File { path, .. }, Some(problem)) =
+                    (&**file, file_problem(&FdState { fd: f.fd, flags: f.flags, kind: (**file).clone() }, false))
+                {
+                    return Err(RestartError::FileChanged { path: path.clone(), fd: f.fd, problem });
+                }
+            }
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
             _ => {}
         }
@@ -238,6 +245,13 @@ pub fn problems(st: &ProcessState) -> Vec<String> {
                 out.push(format!("fd {}: device {path} does not exist here", f.fd))
             }
             FdKind::Fifo { path, .. } if !is_fifo(path) => out.push(format!("fd {}: named pipe {path} is not there any more", f.fd)),
+            FdKind::JobFile { file, .. } if f.fd > 2 => {
+                if let (FdKind::File { path, .. }, Some(problem)) =
+                    (&**file, file_problem(&FdState { fd: f.fd, flags: f.flags, kind: (**file).clone() }, false))
+                {
+                    out.push(format!("file {path} (fd {}) {problem} since the checkpoint", f.fd));
+                }
+            }
             FdKind::Unsupported { what } => out.push(format!("fd {} ({what}) cannot be restored", f.fd)),
             _ => {}
         }
@@ -266,6 +280,9 @@ pub struct Options {
     /// The sockets of the job ([`SocketRole::JobPair`], [`SocketRole::JobShared`]), made by
     /// the root's restorer: (id, first end or the shared socket, second end or -1), inherited.
     pub job_socks: Vec<(u64, i32, i32)>,
+    /// The open file descriptions of regular files the job's processes share
+    /// ([`FdKind::JobFile`]), made by the root's restorer: (id, fd, -1), inherited.
+    pub job_files: Vec<(u64, i32, i32)>,
     /// This process's slot in the job's pid table: filled once its part is restored, just
     /// before it becomes the program (each restored agent waits for every slot, so no
     /// program of the job runs while another process's restore still changes shared
@@ -316,6 +333,8 @@ const JOB_TABLE_VAR: &str = "CRUM_JOB_TABLE";
 const JOB_PIPES_VAR: &str = "CRUM_JOB_PIPES";
 /// Environment of a job's restorers: its sockets (`id:a:b,…`, b = -1 for a shared one).
 const JOB_SOCKS_VAR: &str = "CRUM_JOB_SOCKS";
+/// Environment of a job's restorers: the shared file descriptions (`id:fd:-1,…`).
+const JOB_FILES_VAR: &str = "CRUM_JOB_FILES";
 /// Environment of a job's restorers: its shared memory objects (`obj:fd,…`).
 const JOB_SHM_VAR: &str = "CRUM_JOB_SHM";
 /// Set once a restorer has started the restorers of its children (a re-execution for
@@ -351,6 +370,7 @@ pub fn restart_job(
             std::env::set_var(JOB_TABLE_VAR, fd.to_string());
             std::env::set_var(JOB_PIPES_VAR, make_job_pipes(&states)?);
             std::env::set_var(JOB_SOCKS_VAR, make_job_sockets(&states)?);
+            std::env::set_var(JOB_FILES_VAR, make_job_files(&states)?);
             fd
         }
     };
@@ -426,6 +446,7 @@ pub fn restart_job(
         job_table_fd: Some(table),
         job_pipes: triples(JOB_PIPES_VAR),
         job_socks: triples(JOB_SOCKS_VAR),
+        job_files: triples(JOB_FILES_VAR),
         job_slot: Some(index),
         job_group: (m.pgid != 0 && m.pgid != me).then(|| (m.pgid, manifest.index(m.pgid))).and_then(|(p, i)| Some((p, i?))),
         job_session: (m.sid != 0 && m.sid != me).then(|| (m.sid, manifest.index(m.sid))).and_then(|(p, i)| Some((p, i?))),
@@ -540,6 +561,33 @@ fn make_job_shm(manifest: &crum_ckpt::job::Manifest, plans: &mut [Plan]) -> Resu
             Ok(())
         })?;
         out.push(format!("{obj}:{fd}"));
+    }
+    Ok(out.join(","))
+}
+
+/// Makes the open file descriptions of regular files the job's processes share (every
+/// part's [`FdKind::JobFile`]s) once, each from the first part holding it, as a file of that
+/// part is reopened ([`reopen`]: cut back to its size at the checkpoint, at its offset);
+/// `id:fd:-1,…`. One of stdin, stdout or stderr whose file vanished, was replaced or shrank
+/// is not made: each process gets `crum restart`'s stream instead, with a warning.
+fn make_job_files(parts: &[&ProcessState]) -> Result<String, RestartError> {
+    let base = job_fds_top(parts) + 64;
+    let mut made: Vec<u64> = Vec::new();
+    let mut out = Vec::new();
+    for st in parts {
+        for f in &st.fds {
+            let FdKind::JobFile { id, file } = &f.kind else { continue };
+            if made.contains(id) {
+                continue;
+            }
+            made.push(*id);
+            let one = FdState { fd: f.fd, flags: f.flags, kind: (**file).clone() };
+            if f.fd <= 2 && file_problem(&one, false).is_some() {
+                continue;
+            }
+            let fd = sys::inherited_high(reopen(&one, &[])?, base)?;
+            out.push(format!("{id}:{fd}:-1"));
+        }
     }
     Ok(out.join(","))
 }
@@ -685,10 +733,11 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         None => None,
     };
     let mut keep: Vec<i32> = table_fd.into_iter().collect();
-    keep.extend(opts.job_pipes.iter().chain(&opts.job_socks).flat_map(|p| [p.1, p.2]).filter(|&f| f >= 0));
-    restore_fds(&state, &keep, &opts.job_pipes, &opts.job_socks, &contents)?;
+    keep.extend(opts.job_pipes.iter().chain(&opts.job_socks).chain(&opts.job_files).flat_map(|p| [p.1, p.2]).filter(|&f| f >= 0));
+    let job = JobObjects { pipes: &opts.job_pipes, socks: &opts.job_socks, files: &opts.job_files };
+    restore_fds(&state, &keep, &job, &contents)?;
     // The job's pipes and sockets are in place wherever this process had them.
-    for p in opts.job_pipes.iter().chain(&opts.job_socks) {
+    for p in opts.job_pipes.iter().chain(&opts.job_socks).chain(&opts.job_files) {
         sys::close(p.1);
         if p.2 >= 0 {
             sys::close(p.2);
@@ -734,13 +783,23 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
 /// they were ([`restore_stdio`]), else the restarting process's. A descriptor the program
 /// inherited at `crum run` that crum cannot restore ([`FdKind::Inherited`]) is this process's
 /// own of the same number, or /dev/null with a warning.
-fn restore_fds(
-    st: &ProcessState,
-    keep: &[i32],
-    job_pipes: &[(u64, i32, i32)],
-    job_socks: &[(u64, i32, i32)],
-    contents: &[(i32, Vec<u8>)],
-) -> Result<(), RestartError> {
+/// The objects of a job its root's restorer made, inherited by every restorer: (id, fd, fd).
+struct JobObjects<'a> {
+    pipes: &'a [(u64, i32, i32)],
+    socks: &'a [(u64, i32, i32)],
+    files: &'a [(u64, i32, i32)],
+}
+
+/// Puts the job's shared file description `id` ([`FdKind::JobFile`]) at `f`'s descriptor.
+fn place_job_file(f: &FdState, id: u64, files: &[(u64, i32, i32)]) -> Result<(), RestartError> {
+    let Some(&(_, fd, _)) = files.iter().find(|p| p.0 == id) else {
+        return Err(RestartError::Invalid(format!("fd {}: file {id} of the job was not made", f.fd)));
+    };
+    sys::dup_to(fd, f.fd, f.flags & libc::O_CLOEXEC as u32 != 0)
+}
+
+fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i32, Vec<u8>)]) -> Result<(), RestartError> {
+    let (job_pipes, job_socks) = (job.pipes, job.socks);
     let mut fds: Vec<_> = st.fds.iter().filter(|f| f.fd > 2).collect();
     fds.sort_by_key(|f| f.fd);
     let base = fds.last().map_or(3, |f| f.fd + 1).max(3);
@@ -748,7 +807,7 @@ fn restore_fds(
         fds.iter().filter(|f| matches!(f.kind, FdKind::Inherited { .. }) && sys::is_open(f.fd)).map(|f| f.fd).collect();
     passed_on.extend_from_slice(keep);
     sys::close_from_except(3, &passed_on);
-    restore_stdio(st, base, job_pipes, job_socks, contents)?;
+    restore_stdio(st, base, job, contents)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
     // Named pipes' bytes: (fd, id, path, bytes), written once every descriptor is back.
@@ -796,6 +855,10 @@ fn restore_fds(
             }
             FdKind::Dup { of } => {
                 sys::dup_to(*of, f.fd, cloexec)?;
+                continue;
+            }
+            FdKind::JobFile { id, .. } => {
+                place_job_file(f, *id, job.files)?;
                 continue;
             }
             FdKind::JobPipe { id, read, .. } => {
@@ -1009,13 +1072,8 @@ fn place_job_socket(
     Ok(())
 }
 
-fn restore_stdio(
-    st: &ProcessState,
-    base: i32,
-    job_pipes: &[(u64, i32, i32)],
-    job_socks: &[(u64, i32, i32)],
-    contents: &[(i32, Vec<u8>)],
-) -> Result<(), RestartError> {
+fn restore_stdio(st: &ProcessState, base: i32, job: &JobObjects, contents: &[(i32, Vec<u8>)]) -> Result<(), RestartError> {
+    let (job_pipes, job_socks) = (job.pipes, job.socks);
     const NAMES: [&str; 3] = ["stdin", "stdout", "stderr"];
     let mut stdio: Vec<&FdState> = st.fds.iter().filter(|f| (0..=2).contains(&f.fd)).collect();
     stdio.sort_by_key(|f| f.fd);
@@ -1034,6 +1092,18 @@ fn restore_stdio(
             FdKind::Dup { of } if restored.contains(of) => restored.push(f.fd),
             // A pipe to another process of the job (`cmd | cat` in a shell).
             FdKind::JobPipe { .. } => restored.push(f.fd),
+            // A file shared with other processes of the job (`script > log`), if it was made.
+            FdKind::JobFile { id, file } => match job.files.iter().any(|p| p.0 == *id) {
+                true => restored.push(f.fd),
+                false => {
+                    if let FdKind::File { path, size, .. } = &**file {
+                        eprintln!(
+                            "crum: warning: the program's {name} was the file {path} ({size} bytes at the checkpoint), \
+                             shared with other processes of the job, which cannot be opened as it was: it is crum restart's {name} now"
+                        );
+                    }
+                }
+            },
             FdKind::Socket(s) if matches!(s.role, SocketRole::JobPair { .. } | SocketRole::JobShared { .. }) => {
                 restored.push(f.fd)
             }
@@ -1056,6 +1126,7 @@ fn restore_stdio(
                 sys::set_status_flags(f.fd, status_flags);
             }
             FdKind::Socket(s) => place_job_socket(f, s, job_socks)?,
+            FdKind::JobFile { id, .. } => place_job_file(f, *id, job.files)?,
             _ => {
                 let hi = sys::move_high(reopen(f, contents)?, base)?;
                 sys::dup_to(hi, f.fd, cloexec)?;
