@@ -1542,7 +1542,14 @@ fn job_checkpoint(
     let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
     let zombies = crate::job::zombie_children(&parents);
     // Groups and sessions at the cut (the program may change them when it runs again).
-    let launcher = crate::job::group_ids(&[crate::job::parent_of(me)]).first().map_or((0, 0), |x| (x.1, x.2));
+    // The launcher's group and session: the root's own where it leads neither (it was started
+    // in them; its parent may have exited since), else its parent's.
+    let root_ids = crate::job::group_ids(&[me]).first().map_or((0, 0), |x| (x.1, x.2));
+    let parent_ids = crate::job::group_ids(&[crate::job::parent_of(me)]).first().map_or((0, 0), |x| (x.1, x.2));
+    let launcher = (
+        if root_ids.0 != me { root_ids.0 } else { parent_ids.0 },
+        if root_ids.1 != me { root_ids.1 } else { parent_ids.1 },
+    );
     let (groups, group_problems) = crate::job::job_groups(&crate::job::group_ids(&parents), launcher, |k| {
         if k == me {
             my_pid
