@@ -334,11 +334,11 @@ pub enum FdKind {
     /// restart, with its capacity `size`; `data` (the bytes buffered in it) is carried by
     /// one read end in the whole job (version 11).
     JobPipe { id: u64, read: bool, size: u32, data: Vec<u8> },
-    /// A regular file's open file description shared by several processes of a job (one
-    /// offset and one set of status flags for all: a shell's stdout redirected to a file and
-    /// written by its children too): made once by the job's restart from `file` (the
-    /// [`FdKind::File`] of the first process holding it) and handed to each (version 13).
-    /// `id` names it in the job.
+    /// An open file description shared by several processes of a job — a regular file's
+    /// (one offset and one set of status flags for all: a shell's stdout redirected to a
+    /// file and written by its children too) or an eventfd's (one counter) — made once by
+    /// the job's restart from `file` (the [`FdKind::File`] or [`FdKind::EventFd`] of the
+    /// first process holding it) and handed to each (version 13). `id` names it in the job.
     JobFile { id: u64, file: Box<FdKind> },
     /// A named pipe (FIFO), opened again by `path` with its access mode without waiting for
     /// the other end (version 13). `id` (device and inode at the checkpoint) pairs the ends;

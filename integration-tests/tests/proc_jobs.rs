@@ -351,3 +351,9 @@ fn a_file_description_shared_by_the_processes_of_a_job_is_one_again() {
     // checks the offset at every step, and the root checks the whole log at the end.
     scenario("job_shared_file", &["50", "40"]);
 }
+
+#[test]
+fn an_eventfd_shared_by_the_processes_of_a_job_is_one_again() {
+    // The worker adds to the counter, the root takes it: every addition reaches the root.
+    scenario("job_eventfd", &["50", "40"]);
+}

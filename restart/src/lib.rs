@@ -565,9 +565,9 @@ fn make_job_shm(manifest: &crum_ckpt::job::Manifest, plans: &mut [Plan]) -> Resu
     Ok(out.join(","))
 }
 
-/// Makes the open file descriptions of regular files the job's processes share (every
-/// part's [`FdKind::JobFile`]s) once, each from the first part holding it, as a file of that
-/// part is reopened ([`reopen`]: cut back to its size at the checkpoint, at its offset);
+/// Makes the open file descriptions the job's processes share (every part's
+/// [`FdKind::JobFile`]s) once, each from the first part holding it: an eventfd with its
+/// counter, a regular file as a file of that part is reopened ([`reopen`]: cut back to its size at the checkpoint, at its offset);
 /// `id:fd:-1,…`. One of stdin, stdout or stderr whose file vanished, was replaced or shrank
 /// is not made: each process gets `crum restart`'s stream instead, with a warning.
 fn make_job_files(parts: &[&ProcessState]) -> Result<String, RestartError> {
@@ -585,7 +585,15 @@ fn make_job_files(parts: &[&ProcessState]) -> Result<String, RestartError> {
             if f.fd <= 2 && file_problem(&one, false).is_some() {
                 continue;
             }
-            let fd = sys::inherited_high(reopen(&one, &[])?, base)?;
+            let made = match &one.kind {
+                FdKind::EventFd { count, semaphore } => {
+                    let fd = sys::eventfd(*count, *semaphore)?;
+                    sys::set_status_flags(fd, (f.flags & libc::O_NONBLOCK as u32) as i32);
+                    fd
+                }
+                _ => reopen(&one, &[])?,
+            };
+            let fd = sys::inherited_high(made, base)?;
             out.push(format!("{id}:{fd}:-1"));
         }
     }
