@@ -440,8 +440,9 @@ fn fifo_of(fd: i32) -> Option<u64> {
 /// (kernel pid, program pid, (fd, device, inode) each).
 pub type HeldFiles = (i32, i32, Vec<(i32, u64, u64)>);
 
-/// The descriptors of regular files and eventfds this process holds: (fd, device, inode)
-/// (every eventfd has the one inode of anonymous inodes: `kcmp` tells them apart).
+/// The descriptors of regular files, eventfds and timerfds this process holds: (fd, device,
+/// inode) (every eventfd and timerfd has the one inode of anonymous inodes: `kcmp` tells
+/// them apart).
 pub fn own_files() -> Vec<(i32, u64, u64)> {
     let mut out = Vec::new();
     for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
@@ -453,7 +454,9 @@ pub fn own_files() -> Vec<(i32, u64, u64)> {
         }
         let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG
             && !std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"anon_inode:"));
-        if regular || std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]") {
+        let counter = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]" || l.as_os_str() == "anon_inode:[timerfd]");
+        if regular || counter {
             out.push((fd, st.st_dev, st.st_ino));
         }
     }
@@ -498,12 +501,12 @@ pub fn job_files(held: &[HeldFiles]) -> Vec<(u64, i32, i32)> {
 }
 
 /// Turns the descriptors of `fds` that are in `files` ([`job_files`]) for process `me`
-/// (program pid) into [`FdKind::JobFile`]s (a dup of one stays a dup): regular files and
-/// eventfds.
+/// (program pid) into [`FdKind::JobFile`]s (a dup of one stays a dup): regular files,
+/// eventfds and timerfds.
 pub fn mark_files(fds: &mut [crate::state::FdState], files: &[(u64, i32, i32)], me: i32) {
     use crate::state::FdKind;
     for f in fds.iter_mut() {
-        if !matches!(f.kind, FdKind::File { .. } | FdKind::EventFd { .. }) {
+        if !matches!(f.kind, FdKind::File { .. } | FdKind::EventFd { .. } | FdKind::TimerFd { .. }) {
             continue;
         }
         if let Some(&(id, _, _)) = files.iter().find(|x| x.1 == me && x.2 == f.fd) {

@@ -336,9 +336,10 @@ pub enum FdKind {
     JobPipe { id: u64, read: bool, size: u32, data: Vec<u8> },
     /// An open file description shared by several processes of a job — a regular file's
     /// (one offset and one set of status flags for all: a shell's stdout redirected to a
-    /// file and written by its children too) or an eventfd's (one counter) — made once by
-    /// the job's restart from `file` (the [`FdKind::File`] or [`FdKind::EventFd`] of the
-    /// first process holding it) and handed to each (version 13). `id` names it in the job.
+    /// file and written by its children too), an eventfd's (one counter) or a timerfd's (one
+    /// timer) — made once by the job's restart from `file` (the [`FdKind::File`],
+    /// [`FdKind::EventFd`] or [`FdKind::TimerFd`] of the first process holding it) and
+    /// handed to each (version 13). `id` names it in the job.
     JobFile { id: u64, file: Box<FdKind> },
     /// A named pipe (FIFO), opened again by `path` with its access mode without waiting for
     /// the other end (version 13). `id` (device and inode at the checkpoint) pairs the ends;

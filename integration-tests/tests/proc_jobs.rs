@@ -357,3 +357,9 @@ fn an_eventfd_shared_by_the_processes_of_a_job_is_one_again() {
     // The worker adds to the counter, the root takes it: every addition reaches the root.
     scenario("job_eventfd", &["50", "40"]);
 }
+
+#[test]
+fn a_timerfd_shared_by_the_processes_of_a_job_is_one_again() {
+    // The worker disarms the timer the root armed: the root finds it disarmed.
+    scenario("job_timerfd", &["50", "40"]);
+}

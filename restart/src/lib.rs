@@ -567,7 +567,7 @@ fn make_job_shm(manifest: &crum_ckpt::job::Manifest, plans: &mut [Plan]) -> Resu
 
 /// Makes the open file descriptions the job's processes share (every part's
 /// [`FdKind::JobFile`]s) once, each from the first part holding it: an eventfd with its
-/// counter, a regular file as a file of that part is reopened ([`reopen`]: cut back to its size at the checkpoint, at its offset);
+/// counter, a timerfd armed as it was, a regular file as a file of that part is reopened ([`reopen`]: cut back to its size at the checkpoint, at its offset);
 /// `id:fd:-1,…`. One of stdin, stdout or stderr whose file vanished, was replaced or shrank
 /// is not made: each process gets `crum restart`'s stream instead, with a warning.
 fn make_job_files(parts: &[&ProcessState]) -> Result<String, RestartError> {
@@ -588,6 +588,11 @@ fn make_job_files(parts: &[&ProcessState]) -> Result<String, RestartError> {
             let made = match &one.kind {
                 FdKind::EventFd { count, semaphore } => {
                     let fd = sys::eventfd(*count, *semaphore)?;
+                    sys::set_status_flags(fd, (f.flags & libc::O_NONBLOCK as u32) as i32);
+                    fd
+                }
+                FdKind::TimerFd { .. } => {
+                    let fd = sys::timerfd(&one.kind)?;
                     sys::set_status_flags(fd, (f.flags & libc::O_NONBLOCK as u32) as i32);
                     fd
                 }
