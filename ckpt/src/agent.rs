@@ -1157,11 +1157,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
         tracing::warn!("cannot remove partial images: {e}");
     }
     {
-        let members: Vec<(i32, i32, String)> = crate::job::descendants()
-            .into_iter()
-            .filter(|d| d.3 != 'Z' && crate::job::has_agent(d.0))
-            .map(|d| (d.0, d.1, d.2))
-            .collect();
+        let members = job_members();
         if !members.is_empty() {
             return job_checkpoint(cfg, dir, strict, exit_after, &members, 0);
         }
@@ -1497,6 +1493,12 @@ fn job_checkpoint(
         let stream = match crate::control::connect_member(*pid as u32, &tmp, strict) {
             Ok(s) => s,
             Err(_) if gone(*pid) => continue,
+            // Executing another program (its agent is starting): the cut is made again.
+            Err(_) if attempt < JOB_EXEC_RETRIES && crate::job::may_get_agent(*pid) => {
+                let _ = give_up(&mut links, String::new());
+                std::thread::sleep(Duration::from_millis(5 << attempt.min(4)));
+                return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
+            }
             Err(e) => return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}")),
         };
         // Above the program's range, and not part of its image.
@@ -1521,6 +1523,14 @@ fn job_checkpoint(
                 let (_, l) = links.remove(i);
                 comms.remove(i);
                 include_fd(l.fd());
+            }
+            // Its agent went away with the process still there: it executed another program
+            // (a shell's child becoming `sleep`), whose agent is starting. The cut is made
+            // again, a few times.
+            None if attempt < JOB_EXEC_RETRIES => {
+                let _ = give_up(&mut links, String::new());
+                std::thread::sleep(Duration::from_millis(5 << attempt.min(4)));
+                return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
             }
             _ => return give_up(&mut links, format!("process {pid} ({comm}) of the job did not stop")),
         }
@@ -1562,12 +1572,7 @@ fn job_checkpoint(
         resume_program(&h);
         let _ = give_up(&mut links, String::new());
         std::thread::sleep(Duration::from_millis(20 << attempt.min(4)));
-        let members: Vec<(i32, i32, String)> = crate::job::descendants()
-            .into_iter()
-            .filter(|d| d.3 != 'Z' && crate::job::has_agent(d.0))
-            .map(|d| (d.0, d.1, d.2))
-            .collect();
-        return job_checkpoint(cfg, dir, strict, exit_after, &members, attempt + 1);
+        return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
     }
     let zombie_pids: Vec<i32> = zombies.iter().map(|z| z.0).collect();
     // The job's processes and exited children, in the image: not named as missing children
@@ -1773,6 +1778,15 @@ fn job_manifest(
     let zombies = zombies.iter().map(|&(pid, ppid, status)| Zombie { pid, ppid: program(ppid), status }).collect();
     crate::job::Manifest { version: crate::job::VERSION, root: my_pid, members: list, zombies, shared }
 }
+
+/// The descendants of this process running crum's agent: (pid, parent pid, command name).
+fn job_members() -> Vec<(i32, i32, String)> {
+    crate::job::descendants().into_iter().filter(|d| d.3 != 'Z' && crate::job::has_agent(d.0)).map(|d| (d.0, d.1, d.2)).collect()
+}
+
+/// How many times a job's cut is made again for a member that executed another program
+/// while it was asked to stop.
+const JOB_EXEC_RETRIES: u32 = 4;
 
 /// How many times a job's cut is made again for a child whose agent is not up yet.
 /// (One: a program forking without pause always has a child just forked, and every retry

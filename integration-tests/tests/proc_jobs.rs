@@ -363,3 +363,15 @@ fn a_timerfd_shared_by_the_processes_of_a_job_is_one_again() {
     // The worker disarms the timer the root armed: the root finds it disarmed.
     scenario("job_timerfd", &["50", "40"]);
 }
+
+#[test]
+fn a_bash_script_and_its_background_job_writing_one_file_keep_every_line() {
+    // `exec 3> log`: one description (one offset) for the script and its background subshell;
+    // before, a restart gave each its own and their lines overwrote each other.
+    let script = "exec 3> log\n\
+                  ( for i in $(seq 1 40); do echo \"bg $i\" >&3; sleep 0.04; done ) &\n\
+                  for i in $(seq 1 40); do echo \"fg $i\" >&3; echo \"step $i\"; sleep 0.04; done\n\
+                  wait\n\
+                  echo \"lines $(wc -l < log) bg $(grep -c ^bg log) fg $(grep -c ^fg log)\"\n";
+    scenario_prog(std::path::Path::new("/bin/bash"), "bash with a shared log", &["-c", script], &[], |_| {});
+}
