@@ -375,3 +375,9 @@ fn a_bash_script_and_its_background_job_writing_one_file_keep_every_line() {
                   echo \"lines $(wc -l < log) bg $(grep -c ^bg log) fg $(grep -c ^fg log)\"\n";
     scenario_prog(std::path::Path::new("/bin/bash"), "bash with a shared log", &["-c", script], &[], |_| {});
 }
+
+#[test]
+fn a_parent_waiting_for_its_child_at_the_cut_gets_its_status_after_a_restart() {
+    // The root is blocked in waitpid (then waitid) for its worker at every checkpoint.
+    scenario("job_wait", &["40", "40"]);
+}

@@ -30,12 +30,18 @@ static N_MEMBERS: AtomicI32 = AtomicI32::new(0);
 /// Set by the agent after a restart (not after one of a child: `real` is checked).
 #[no_mangle]
 pub extern "C" fn crum_set_pid_identity(virt: c_int, real: c_int) {
+    GENERATION.fetch_add(1, Relaxed);
     REAL.store(real, Relaxed);
     VIRT.store(if virt == real { 0 } else { virt }, Relaxed);
     if virt != real {
         RESTARTED.store(1, Relaxed);
     }
 }
+
+/// Counts the restarts that changed the translation (each call of [`crum_set_pid_identity`]
+/// or [`crum_set_pid_table`]): a wait that began before one, with the kernel's pid of that
+/// time in its registers, is made again with the pid the kernel gives the process now.
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
 
 /// Non-zero once the process was restarted with pids to translate: `vfork` then makes its
 /// children as `fork` does (see [`vfork_remade`]).
@@ -50,6 +56,7 @@ pub static RESTARTED: AtomicUsize = AtomicUsize::new(0);
 #[no_mangle]
 pub unsafe extern "C" fn crum_set_pid_table(pairs: *const c_int, n: c_int) {
     let n = (n.max(0) as usize).min(MAX_MEMBERS);
+    GENERATION.fetch_add(1, Relaxed);
     N_MEMBERS.store(0, Relaxed);
     let mut k = 0;
     for i in 0..n {
@@ -400,13 +407,27 @@ pub extern "C" fn vfork_remade() -> libc::pid_t {
     -1
 }
 
+fn errno() -> c_int {
+    // SAFETY: this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
 /// The program's `wait4`: the child it names (or the group `-pgid`) is the kernel's; the
 /// pid returned is the program's.
 #[no_mangle]
 pub extern "C" fn wait4(pid: libc::pid_t, status: *mut c_int, options: c_int, usage: *mut libc::rusage) -> libc::pid_t {
-    // SAFETY: the kernel writes the caller's status and usage (either may be null). A
-    // cancellation point in the C library: a thread blocked here is not cancelled by crum.
-    let r = unsafe { libc::syscall(libc::SYS_wait4, to_kernel(pid), status, options, usage) };
+    let r = loop {
+        let generation = GENERATION.load(Relaxed);
+        // SAFETY: the kernel writes the caller's status and usage (either may be null). A
+        // cancellation point in the C library: a thread blocked here is not cancelled by crum.
+        let r = unsafe { libc::syscall(libc::SYS_wait4, to_kernel(pid), status, options, usage) };
+        // Waiting when the image was cut, then restarted: the system call came back with
+        // the kernel pid of before (no such child now); made again with today's.
+        if r < 0 && pid != -1 && pid != 0 && errno() == libc::ECHILD && GENERATION.load(Relaxed) != generation {
+            continue;
+        }
+        break r;
+    };
     // (`syscall` returns -1 and sets errno on failure.)
     if r < 0 {
         -1
@@ -431,9 +452,18 @@ pub extern "C" fn wait(status: *mut c_int) -> libc::pid_t {
 /// in `info` is the program's.
 #[no_mangle]
 pub extern "C" fn waitid(idtype: libc::idtype_t, id: libc::id_t, info: *mut libc::siginfo_t, options: c_int) -> c_int {
-    let id = if idtype == libc::P_PID || idtype == libc::P_PGID { to_kernel(id as c_int) as libc::id_t } else { id };
-    // SAFETY: the kernel writes the caller's siginfo; no rusage.
-    let r = unsafe { libc::syscall(libc::SYS_waitid, idtype, id, info, options, std::ptr::null_mut::<libc::rusage>()) };
+    let by_id = idtype == libc::P_PID || idtype == libc::P_PGID;
+    let r = loop {
+        let generation = GENERATION.load(Relaxed);
+        let kid = if by_id { to_kernel(id as c_int) as libc::id_t } else { id };
+        // SAFETY: the kernel writes the caller's siginfo; no rusage.
+        let r = unsafe { libc::syscall(libc::SYS_waitid, idtype, kid, info, options, std::ptr::null_mut::<libc::rusage>()) };
+        // As in `wait4`: a wait the restart caught is made again with today's pid.
+        if r < 0 && by_id && errno() == libc::ECHILD && GENERATION.load(Relaxed) != generation {
+            continue;
+        }
+        break r;
+    };
     if r < 0 {
         return -1;
     }
