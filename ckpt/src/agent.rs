@@ -228,6 +228,8 @@ pub struct RestartInfo {
 /// The directory for new images named by `crum restart --dir` (None: the one `crum run`
 /// gave).
 static NEW_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Where checkpoints go when no directory is asked for (`crum run --dir`), for `crum ps`.
+static DEFAULT_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Value of [`RestartInfo::magic`] once the restorer has filled it.
 pub const RESTART_MAGIC: u64 = 0x4352_554d_5253_5452;
@@ -729,6 +731,7 @@ fn start(cfg: Result<Config, String>) -> Result<(), String> {
         cfg.interval = None;
         cfg.signal = None;
     }
+    *DEFAULT_DIR.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg.dir.clone());
     // The proxy channel (`crum run`'s, moved above the program's fds by the interposer's
     // constructor) belongs to the interposer, whose restore hook builds a new one: it is
     // excluded there (never saved or restored).
@@ -888,6 +891,7 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
             let mut st = STATUS.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
             st.checkpoints = CHECKPOINTS.load(Relaxed);
             st.lineage = Some(crate::lineage::current().id);
+            st.dir = NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone().or_else(|| DEFAULT_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone());
             let _ = responder.reply_status(st);
         }
         Request::JobMember { parent, strict } => {
@@ -1034,7 +1038,7 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
             Outcome::Written(p, problems) => {
                 CHECKPOINTS.fetch_add(1, Relaxed);
                 *STATUS.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(StatusReply { checkpoints: 0, last_image: Some(p.clone()), lineage: None });
+                    Some(StatusReply { checkpoints: 0, last_image: Some(p.clone()), lineage: None, dir: None });
                 if reply.is_none() {
                     // Nobody asked: say it on the program's stderr, once per change.
                     let mut last = LAST_WARNED.lock().unwrap_or_else(|e| e.into_inner());

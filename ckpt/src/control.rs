@@ -101,6 +101,9 @@ pub struct StatusReply {
     /// The program's lineage (`crate::lineage`): a new one after every restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage: Option<String>,
+    /// Where its checkpoints go (`crum run --dir`, `crum restart --dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]

@@ -58,6 +58,7 @@ fn checkpoint_request_round_trips_and_socket_is_private() {
             checkpoints: 2,
             last_image: None,
             lineage: None,
+            dir: None,
         })
         .unwrap();
         server
