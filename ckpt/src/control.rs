@@ -35,8 +35,13 @@ pub enum ControlError {
     NoProcess { pid: u32 },
     #[error("process {pid} belongs to another user")]
     OtherUser { pid: u32 },
-    #[error("process {pid} is not running under crum (no control socket at {path})")]
-    NotUnderCrum { pid: u32, path: PathBuf },
+    #[error("process {pid} is not running under crum (no control socket at {path}){waited}")]
+    NotUnderCrum {
+        pid: u32,
+        path: PathBuf,
+        /// Empty, or how long the client waited for an agent that is loaded in the process.
+        waited: String,
+    },
     #[error(
         "control directory {path} is not private to this user (owner uid {owner}, mode {mode:o}); \
          refusing to use it: remove it, or set XDG_RUNTIME_DIR or CRUM_CONTROL_DIR to a private directory"
@@ -485,11 +490,21 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
         match UnixStream::connect(&path) {
             Ok(s) => break s,
             Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {
-                if t0.elapsed() < AGENT_START_WAIT && agent_loaded(pid) {
+                let loaded = agent_loaded(pid);
+                if t0.elapsed() < AGENT_START_WAIT && loaded {
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
-                return Err(ControlError::NotUnderCrum { pid, path });
+                let waited = if loaded {
+                    format!(
+                        "; crum's library is loaded in it, and its agent did not listen within {} s ({})",
+                        t0.elapsed().as_secs(),
+                        io::Error::from(e.kind())
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(ControlError::NotUnderCrum { pid, path, waited });
             }
             Err(e) => return Err(io_err(&path)(e)),
         }
