@@ -1487,10 +1487,7 @@ fn job_checkpoint(
     let mut held_files: Vec<crate::job::HeldFiles> = Vec::new();
     // A process that has exited by now is not in the job (its parent's part names it if
     // it is not reaped).
-    let gone = |pid: i32| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_none_or(|c| c == 'Z' || c == 'X')
-    };
+    let gone = |pid: i32| !crate::job::alive(pid);
     // Every member is asked at once, then each answer read: they stop side by side.
     let mut comms: Vec<String> = Vec::new();
     for (pid, _, comm) in members {

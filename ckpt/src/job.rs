@@ -452,10 +452,10 @@ pub fn own_files() -> Vec<(i32, u64, u64)> {
         if unsafe { libc::fstat(fd, &mut st) } != 0 {
             continue;
         }
-        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG
-            && !std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"anon_inode:"));
-        let counter = std::fs::read_link(format!("/proc/self/fd/{fd}"))
-            .is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]" || l.as_os_str() == "anon_inode:[timerfd]");
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+        let link = link.as_os_str();
+        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG && !link.as_encoded_bytes().starts_with(b"anon_inode:");
+        let counter = link == "anon_inode:[eventfd]" || link == "anon_inode:[timerfd]";
         if regular || counter {
             out.push((fd, st.st_dev, st.st_ino));
         }
@@ -776,16 +776,18 @@ pub enum Msg {
     Failed(String),
 }
 
+/// Whether process `pid` exists and has not exited (not a zombie).
+pub fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_some_and(|c| c != 'Z' && c != 'X')
+}
+
 /// Whether the part at `part` (a job part's final directory) is complete, once the image
 /// writer `writer` (a kernel pid; 0: none) of a process that ended without saying so has
 /// finished: it completes the part by renaming it into place, or fails and leaves none.
 pub fn part_completed(part: &Path, writer: i32) -> bool {
-    let running = |pid: i32| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).is_some_and(|c| c != 'Z' && c != 'X')
-    };
     let t0 = std::time::Instant::now();
-    while !part.is_dir() && writer > 0 && running(writer) && t0.elapsed() < Duration::from_secs(3600) {
+    while !part.is_dir() && writer > 0 && alive(writer) && t0.elapsed() < Duration::from_secs(3600) {
         std::thread::sleep(Duration::from_millis(5));
     }
     part.is_dir()

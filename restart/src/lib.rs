@@ -187,6 +187,13 @@ fn file_problem(f: &FdState, carried: bool) -> Option<&'static str> {
     None
 }
 
+/// What stops a job's shared file description `f` (its `file`, a regular file's) from being
+/// opened again as it was: (path, problem).
+fn job_file_problem(f: &FdState, file: &FdKind) -> Option<(String, &'static str)> {
+    let FdKind::File { path, .. } = file else { return None };
+    file_problem(&FdState { fd: f.fd, flags: f.flags, kind: file.clone() }, false).map(|p| (path.clone(), p))
+}
+
 /// Whether the image holds the contents of the file open at `fd`.
 fn carried(st: &ProcessState, fd: i32) -> bool {
     st.file_contents.iter().any(|c| c.fd == fd)
@@ -209,10 +216,8 @@ fn check_files(st: &ProcessState) -> Result<(), RestartError> {
                 return Err(RestartError::Unsupported { fd: f.fd, what: format!("named pipe {path} is not there any more") });
             }
             FdKind::JobFile { file, .. } if f.fd > 2 => {
-                if let (FdKind::File { path, .. }, Some(problem)) =
-                    (&**file, file_problem(&FdState { fd: f.fd, flags: f.flags, kind: (**file).clone() }, false))
-                {
-                    return Err(RestartError::FileChanged { path: path.clone(), fd: f.fd, problem });
+                if let Some((path, problem)) = job_file_problem(f, file) {
+                    return Err(RestartError::FileChanged { path, fd: f.fd, problem });
                 }
             }
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
@@ -246,9 +251,7 @@ pub fn problems(st: &ProcessState) -> Vec<String> {
             }
             FdKind::Fifo { path, .. } if !is_fifo(path) => out.push(format!("fd {}: named pipe {path} is not there any more", f.fd)),
             FdKind::JobFile { file, .. } if f.fd > 2 => {
-                if let (FdKind::File { path, .. }, Some(problem)) =
-                    (&**file, file_problem(&FdState { fd: f.fd, flags: f.flags, kind: (**file).clone() }, false))
-                {
+                if let Some((path, problem)) = job_file_problem(f, file) {
                     out.push(format!("file {path} (fd {}) {problem} since the checkpoint", f.fd));
                 }
             }
