@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
-# Checkpoint pause of a CUDA program against its device footprint (issue 6).
+# Checkpoint pause of a CUDA program against its device footprint (issues 6 and 15).
 #
 # For each footprint, integration-tests/cuda/bench_footprint.cu runs under `crum run` (default
-# device) with that much device memory plus 1/8 of it in managed memory, all holding
-# incompressible data, and a small kernel looping. One `crum checkpoint` is taken; its
-# `checkpoint pause` log line (CRUM_LOG=crum_ckpt=info) gives the program-visible pause broken
-# into phases:
+# device) with that much device memory plus managed memory (MANAGED_MIB, default 1/8 of the
+# device footprint), all holding incompressible data, and a small kernel looping. One
+# `crum checkpoint` is taken in each mode (MODES, default "snapshot copy"):
+#   snapshot  device memory is read by the image writer from the proxy's copy-on-write
+#             snapshot after the program runs again (the default);
+#   copy      all device memory is copied out of the proxy during the pause
+#             (CRUM_CKPT_DEVICE=copy, the design before issue 15).
+# Its `checkpoint pause` log line (CRUM_LOG=crum_ckpt=info) gives the program-visible pause
+# broken into phases:
 #   quiesce   new CUDA calls held, calls in flight finished (less the device drain)
 #   drain     the proxy finishing all queued device work
 #   stop      stopping the program's threads
-#   device    device and managed memory copied out of the proxy for the image
+#   device    device data copied out of the proxy in the pause (copied: how many bytes; with a
+#             snapshot only managed and pinned memory), and the proxy's fork
 #   fork      capture, writer preparation and fork
 #   pause     all of it: what the program's threads see
 # plus the time `crum checkpoint` took until the image was complete (the forked child writes
-# it while the program runs on), the image's size on disk, and the time `crum restart` takes
-# until the restarted program's first heartbeat (a fresh proxy, device memory re-created at
-# its addresses and uploaded; page cache warm).
+# it while the program runs on), the program's largest gap between two heartbeats (16 loop
+# iterations) while the image was written, against its median gap before (copy-on-write
+# faults slow it), the image's size on disk, and the time `crum restart` takes until the
+# restarted program's first heartbeat (a fresh proxy, device memory re-created at its
+# addresses and uploaded; page cache warm). Last, each mode's pause against its pause at the
+# smallest footprint.
 #
 # Usage: scripts/bench-cuda-ckpt.sh [FOOTPRINTS_MIB...]   (default: 64 256 1024 2048)
-# Env: CRUM_BIN (default target/release/crum, built with libcrum.so if missing),
+# Env: MODES, MANAGED_MIB, CRUM_BIN (default target/release/crum, built with libcrum.so if missing),
 #      BENCH_DIR (default a temporary directory under ./target, removed at the end unless set).
 # Output: a table on stdout; bench-cuda-ckpt.tsv in BENCH_DIR.
 set -euo pipefail
@@ -60,13 +69,25 @@ field() { # line name -> value
 ms() { awk -v us="$1" 'BEGIN { printf "%.1f", us / 1000 }'; }
 
 TSV=$BENCH_DIR/bench-cuda-ckpt.tsv
-printf "footprint\tdevice_data\tquiesce_ms\tdrain_ms\tstop_ms\tdevice_ms\tfork_ms\tpause_ms\twritten_s\timage\trestart_s\n" > "$TSV"
+MODES=${MODES:-snapshot copy}
+printf "footprint\tmode\tdevice_data\tcopied\tquiesce_ms\tdrain_ms\tstop_ms\tdevice_ms\tfork_ms\tpause_ms\twritten_s\tgap_ms\tgap_before_ms\timage\trestart_s\n" > "$TSV"
+# Largest and median gap (ms) between heartbeats in $1 with times in [$2, $3] (seconds).
+gaps() {
+    awk -v a="$2" -v b="$3" '$1 == "hb" { t = $3 / 1e6; if (t >= a && t <= b && p) { g = (t - p) * 1000; if (g > m) m = g }; p = t }
+        END { printf "%.1f", m }' "$1"
+}
+median_gap() {
+    awk -v a="$2" '$1 == "hb" { t = $3 / 1e6; if (t < a && p) g[n++] = (t - p) * 1000; p = t }
+        END { if (!n) { print "-"; exit } asort(g); printf "%.1f", g[int((n + 1) / 2)] }' "$1"
+}
 for S in "${SIZES[@]}"; do
+  for MODE in $MODES; do
+    case $MODE in snapshot) dev_env=snapshot ;; copy) dev_env=copy ;; *) echo "unknown mode $MODE" >&2; exit 2 ;; esac
     imgs=$BENCH_DIR/imgs-$S; rm -rf "$imgs"
-    out=$BENCH_DIR/run-$S.out; log=$BENCH_DIR/ckpt-$S.log; rm -f "$log"
+    out=$BENCH_DIR/run-$S-$MODE.out; log=$BENCH_DIR/ckpt-$S-$MODE.log; rm -f "$log"
     # Descriptors inherited from whatever runs us stay out of the program.
     ( for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null; done
-      CRUM_LOG=crum_ckpt=info CRUM_LOG_FILE=$log exec "$CRUM" run -- "$PROG" "$S" ) > "$out" 2> "$out.err" &
+      CRUM_CKPT_DEVICE=$dev_env CRUM_LOG=crum_ckpt=info CRUM_LOG_FILE=$log exec "$CRUM" run -- "$PROG" "$S" ${MANAGED_MIB:+"$MANAGED_MIB"} ) > "$out" 2> "$out.err" &
     runpid=$!
     wait_line "$out" '^ready' "$runpid"
     app=$(pgrep -P "$runpid" -f "^$PROG" | head -n 1)
@@ -74,11 +95,13 @@ for S in "${SIZES[@]}"; do
     t0=$(now)
     img=$("$CRUM" checkpoint "$app" --dir "$imgs" | tail -n 1)
     t1=$(now)
+    sleep 0.2   # a heartbeat after the image is complete
     kill -9 "$app"; wait "$runpid" 2>/dev/null || true; runpid=""
     line=$(grep 'checkpoint pause' "$log" | tail -n 1)
     [ -n "$line" ] || { echo "no 'checkpoint pause' line in $log" >&2; exit 1; }
+    resumed=$(awk -v a="$t0" -v p="$(field "$line" pause_us)" 'BEGIN { printf "%.6f", a + p / 1e6 }')
     bytes=$(du -sb "$img" | awk '{print $1}')
-    rout=$BENCH_DIR/restart-$S.out
+    rout=$BENCH_DIR/restart-$S-$MODE.out
     r0=$(now)
     ( for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null; done
       exec "$CRUM" restart "$img" ) > "$rout" 2> "$rout.err" &
@@ -86,21 +109,30 @@ for S in "${SIZES[@]}"; do
     wait_line "$rout" '^hb' "$runpid"
     r1=$(now)
     kill -9 "$runpid"; wait "$runpid" 2>/dev/null || true; runpid=""
-    printf "%s MiB\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.2f\n" "$S" \
+    copied=$(field "$line" device_copied_bytes); copied=${copied:-$(field "$line" device_bytes)}
+    printf "%s MiB\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%.2f\n" "$S" "$MODE" \
         "$(numfmt --to=iec-i --suffix=B "$(field "$line" device_bytes)")" \
+        "$(numfmt --to=iec-i --suffix=B "$copied")" \
         "$(ms "$(field "$line" quiesce_us)")" "$(ms "$(field "$line" drain_us)")" \
         "$(ms "$(field "$line" stop_us)")" "$(ms "$(field "$line" device_us)")" \
         "$(ms "$(field "$line" fork_us)")" "$(ms "$(field "$line" pause_us)")" \
         "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
+        "$(gaps "$out" "$resumed" "$t1")" "$(median_gap "$out" "$t0")" \
         "$(numfmt --to=iec-i --suffix=B "$bytes")" \
         "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" >> "$TSV"
     rm -rf "$imgs"
+  done
 done
 
-echo "CUDA checkpoint pause by phase ($(uname -r), $(nproc) cores, $("$CRUM" --version 2>/dev/null || echo crum); default device; managed = 1/8 of the device footprint on top)"
+managed_desc="1/8 of the device footprint"; [ -n "${MANAGED_MIB:-}" ] && managed_desc="$MANAGED_MIB MiB"
+echo "CUDA checkpoint pause by phase ($(uname -r), $(nproc) cores, $("$CRUM" --version 2>/dev/null || echo crum); default device; managed = $managed_desc on top)"
 echo
 column -t -s $'\t' "$TSV"
 echo
+echo "pause against the smallest footprint's pause, per mode:"
+awk -F'\t' 'NR > 1 { if (!($2 in base)) base[$2] = $10; printf "  %-9s %-10s pause %8.1f ms  %.2fx\n", $2, $1, $10, (base[$2] > 0 ? $10 / base[$2] : 0) }' "$TSV"
+echo
 echo "pause = quiesce + drain + stop + device + fork (ms, what the program sees); written_s = until"
 echo "\`crum checkpoint\` returned with the complete image; image = its size on disk (data is random);"
-echo "restart_s = \`crum restart\` to the restarted program's first heartbeat."
+echo "restart_s = \`crum restart\` to the restarted program's first heartbeat; gap_ms = the program's"
+echo "largest time for 16 loop iterations while the image was written (gap_before_ms: median before)."

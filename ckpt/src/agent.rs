@@ -51,13 +51,80 @@ pub struct Hooks {
     /// state's `hook_sections`; a restorer must name them as understood.
     /// Runs while the program's threads are stopped: its Rust allocations come from the
     /// agent's arena (`crate::alloc`); it must not call C library functions that `malloc`.
-    pub collect: fn() -> Result<Vec<(String, Vec<u8>)>, String>,
+    pub collect: fn() -> Result<Vec<(String, SectionData)>, String>,
     /// In the parent after fork (and after a failed checkpoint): release the gate.
     pub resume: fn(),
     /// In a restarted process, before app threads run: rebuild external state from the sections.
     /// Like `collect`, its Rust allocations come from the agent's arena (they stay) and it must
     /// not call C library functions that `malloc`; the sections it reads are given back after.
     pub restore: fn(&dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String>,
+}
+
+/// The contents of a hook section.
+#[derive(Debug)]
+pub enum SectionData {
+    /// Bytes in this process's memory.
+    Bytes(Vec<u8>),
+    /// Bytes the image writer gathers piece by piece, in order, after the program runs again:
+    /// from `local`, or from another process's memory by cross-memory attach (a snapshot that
+    /// process holds for the writer, e.g. the device proxy's copy-on-write fork of device
+    /// memory). Stored as a [`REGION_BLOB`] region, read back by [`read_hook_section`].
+    Gathered { local: Vec<u8>, pieces: Vec<Piece>, hold: Hold },
+}
+
+impl SectionData {
+    /// The section's length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            SectionData::Bytes(b) => b.len() as u64,
+            SectionData::Gathered { pieces, .. } => pieces.iter().map(|p| p.len).sum(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One piece of a [`SectionData::Gathered`] section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub len: u64,
+    pub from: PieceFrom,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceFrom {
+    /// At this offset of the section's `local` bytes.
+    Local(u64),
+    /// At this address in process `pid`'s memory.
+    Remote { pid: i32, addr: u64 },
+}
+
+/// A descriptor whose open copies keep a remote snapshot alive: the holder lets the snapshot
+/// go when the last one closes. The image writer keeps its copy until it has written the
+/// section; the agent closes its own as soon as the writer runs (so no process the program
+/// starts later inherits it), or when the checkpoint fails (drop).
+#[derive(Debug)]
+pub struct Hold(i32);
+
+impl Hold {
+    pub fn new(fd: i32) -> Hold {
+        Hold(fd)
+    }
+    /// Closes this process's copy (raw system call: callable while threads are stopped).
+    pub fn close(&mut self) {
+        if self.0 >= 0 {
+            // SAFETY: our own descriptor, closed once.
+            unsafe { libc::close(self.0) };
+            self.0 = -1;
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.close();
+    }
 }
 
 impl std::fmt::Debug for Hooks {
@@ -174,6 +241,9 @@ pub static LAST_PAUSE_US: AtomicU64 = AtomicU64::new(0);
 pub static PHASE_DRAIN_US: AtomicU64 = AtomicU64::new(0);
 /// Set by the collect hook: bytes of device memory it saved (for the log).
 pub static PHASE_DEVICE_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Set by the collect hook: of those, the bytes copied while the program was stopped (the
+/// rest is read from a snapshot by the writer).
+pub static PHASE_DEVICE_COPIED: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the hooks used by every later checkpoint and restart.
 pub fn set_hooks(h: Hooks) {
@@ -1084,7 +1154,10 @@ struct ForkCtx {
     state_bytes: Vec<u8>,
     /// The optional `crum.lineage` section (`crate::lineage`).
     lineage: Vec<u8>,
-    sections: Vec<(String, Vec<u8>)>,
+    sections: Vec<(String, SectionData)>,
+    /// One chunk of room for the writer to gather [`SectionData::Gathered`] sections in
+    /// (empty when there are none).
+    gather_buf: Vec<u8>,
     regions: Vec<Region>,
     sync: bool,
     /// The writer's pid (sync: its exit code; negative: the fork's errno).
@@ -1162,7 +1235,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     }
     {
         let members = job_members();
-        if !members.is_empty() {
+        if !members.is_empty() || wants_job() {
             return job_checkpoint(cfg, dir, strict, exit_after, &members, 0);
         }
     }
@@ -1172,11 +1245,18 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     let tq = Instant::now();
     PHASE_DRAIN_US.store(0, Relaxed);
     PHASE_DEVICE_BYTES.store(0, Relaxed);
+    PHASE_DEVICE_COPIED.store(0, Relaxed);
     // From here until the threads run again the agent allocates only from its own arena.
     let t0 = match stop_program(&h) {
         Ok(t) => t,
         Err(e) => return Outcome::Failed(e),
     };
+    // A child forked (or ended) since the look above: the job's cut takes it (its image, or
+    // the exit status of one not reaped yet) instead of naming it lost.
+    if wants_job() {
+        resume_program(&h);
+        return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), 0);
+    }
     let t_stopped = Instant::now();
     let mut device_time = Duration::ZERO;
     let prepared = prepare(cfg, dir, &h, &mut device_time, strict, None);
@@ -1244,6 +1324,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
         pause_us = us(tq.elapsed()),
         threads_stopped_us = us(pause),
         device_bytes = PHASE_DEVICE_BYTES.load(Relaxed),
+        device_copied_bytes = PHASE_DEVICE_COPIED.load(Relaxed),
         "checkpoint pause"
     );
     let result = finish_writer(&ctx);
@@ -1781,6 +1862,16 @@ fn job_manifest(
 }
 
 /// The descendants of this process running crum's agent: (pid, parent pid, command name).
+/// Whether this process's checkpoint must be a job's although no child runs crum's agent:
+/// a child has exited and is not reaped yet (the job's manifest brings its exit status back,
+/// so that the program's `waitpid` finds it after a restart), or one is about to get an agent
+/// (just forked).
+fn wants_job() -> bool {
+    let me = threads::real_pid();
+    !crate::job::zombie_children(&[me]).is_empty()
+        || crate::job::other_children(&[me], &[]).into_iter().any(crate::job::may_get_agent)
+}
+
 fn job_members() -> Vec<(i32, i32, String)> {
     crate::job::descendants().into_iter().filter(|d| d.3 != 'Z' && crate::job::has_agent(d.0)).map(|d| (d.0, d.1, d.2)).collect()
 }
@@ -1846,6 +1937,11 @@ fn prepare(
     let control_path = crate::control::socket_path_in(&crate::control::socket_dir(), pid as u32);
     let mut skip = EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     skip.extend(crate::writes::own_fds());
+    // Hold descriptors of gathered sections are crum's, closed once the writer runs.
+    skip.extend(sections.iter().filter_map(|(_, d)| match d {
+        SectionData::Gathered { hold, .. } => Some(hold.0),
+        SectionData::Bytes(_) => None,
+    }));
     let mut fds = capture::fds(&skip, Some(&control_path), &mut own, part.as_ref().map_or(&[], |p| p.socks));
     crate::attrs::capture();
     // Before the classification: a pipe from the parent is the job's, not inherited.
@@ -1870,7 +1966,7 @@ fn prepare(
     // it writes into them from here on.
     let (locks, lock_problems) = capture::locks(&fds);
     let (file_contents, file_sections, content_problems) = capture::file_contents(&fds, &locks, FILE_CONTENTS_MAX);
-    sections.extend(file_sections);
+    sections.extend(file_sections.into_iter().map(|(n, b)| (n, SectionData::Bytes(b))));
     problems.extend(content_problems);
     problems.extend(lock_problems);
     let pipe_sizes = capture::pipe_sizes(&fds);
@@ -1999,7 +2095,10 @@ fn prepare(
     let state_bytes = state.encode();
     let fork_advice = state.advice.iter().filter(|a| a.2 & FORK_ADVICE != 0).copied().collect();
     let shared_copies = snapshot_shared(&state.regions)?;
+    let gathers = sections.iter().any(|(_, d)| matches!(d, SectionData::Gathered { .. }));
+    let gather_buf = if gathers { vec![0u8; writer.chunk_size()] } else { Vec::new() };
     Ok(Box::new(ForkCtx {
+        gather_buf,
         shared_copies,
         shared,
         fork_advice,
@@ -2065,6 +2164,7 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
     if ctx.sync {
         ctx.child = child_write(ctx) as i64;
         release_shared_copies(ctx);
+        release_holds(ctx);
         return 0;
     }
     let mut pidfd: libc::c_int = -1;
@@ -2088,6 +2188,7 @@ extern "C" fn fork_and_write(arg: u64) -> u64 {
     }
     fork_advice(ctx, false);
     release_shared_copies(ctx);
+    release_holds(ctx);
     // Above the program's fd range before its threads run again (`crate::highfd`: raw
     // system calls, no allocation).
     ctx.pidfd = if pid > 0 { crate::highfd::move_high_raw(pidfd) } else { -1 };
@@ -2503,6 +2604,60 @@ fn resident_mask(pm: i32, addr: u64, n: usize, mask: &mut [u8]) {
     }
 }
 
+/// Fills `out` with the bytes at offset `at` of a gathered section: copies of `local`, and
+/// cross-memory reads of the remote pieces. No allocation (the image writer's child).
+fn gather(local: &[u8], pieces: &[Piece], at: u64, out: &mut [u8]) -> Result<(), ImageError> {
+    let end = at + out.len() as u64;
+    let mut base = 0u64;
+    for p in pieces {
+        let (ps, pe) = (base, base + p.len);
+        base = pe;
+        if pe <= at || ps >= end {
+            continue;
+        }
+        let (s, e) = (ps.max(at), pe.min(end));
+        let dst = &mut out[(s - at) as usize..(e - at) as usize];
+        let off = s - ps;
+        match p.from {
+            PieceFrom::Local(o) => {
+                let from = (o + off) as usize;
+                let src = local.get(from..from + dst.len()).ok_or(ImageError::Invalid("gathered piece outside its bytes"))?;
+                dst.copy_from_slice(src);
+            }
+            PieceFrom::Remote { pid, addr } => {
+                let mut done = 0usize;
+                while done < dst.len() {
+                    let local_iov = libc::iovec { iov_base: dst[done..].as_mut_ptr().cast(), iov_len: dst.len() - done };
+                    let remote_iov =
+                        libc::iovec { iov_base: (addr + off + done as u64) as *mut libc::c_void, iov_len: dst.len() - done };
+                    // SAFETY: reads another process's memory into our live buffer (the kernel
+                    // checks the remote range and our right to read it).
+                    let n = unsafe { libc::process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0) };
+                    if n <= 0 {
+                        let errno = if n == 0 { libc::EIO } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) };
+                        return Err(ImageError::Write {
+                            op: "read a snapshot held by another process (the device proxy)",
+                            source: std::io::Error::from_raw_os_error(errno),
+                        });
+                    }
+                    done += n as usize;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Closes the agent's copies of the hold descriptors of gathered sections (the forked writer
+/// has its own; a synchronous one has written them): raw system calls only.
+fn release_holds(ctx: &mut ForkCtx) {
+    for (_, d) in ctx.sections.iter_mut() {
+        if let SectionData::Gathered { hold, .. } = d {
+            hold.close();
+        }
+    }
+}
+
 /// Writes the image. In the forked child: no allocation, no locks.
 fn child_write(ctx: &mut ForkCtx) -> i32 {
     if !child_read_ranges(ctx) {
@@ -2523,15 +2678,22 @@ fn child_write(ctx: &mut ForkCtx) -> i32 {
         unsafe { libc::syscall(libc::SYS_kill, libc::syscall(libc::SYS_getpid), libc::SIGSTOP) };
     }
     for i in 0..ctx.sections.len() {
-        let (name, data) = (&ctx.sections[i].0, &ctx.sections[i].1);
         // Large sections go through the memory path: chunked, zero chunks skipped, compressed.
         // Hook sections are required: a restart without them would be wrong (the process
         // state lists them too, so that one missing from the inventory is noticed as well).
-        let r = if data.len() >= BLOB_MIN {
-            let meta = RegionMeta { start: 0, len: data.len() as u64, prot: 0, flags: REGION_BLOB, offset: 0, name: name.as_bytes() };
-            ctx.writer.add_region(&meta, data)
-        } else {
-            ctx.writer.add_section(name, true, data)
+        let r = match &ctx.sections[i].1 {
+            SectionData::Bytes(data) if data.len() >= BLOB_MIN => {
+                let name = ctx.sections[i].0.as_bytes();
+                let meta = RegionMeta { start: 0, len: data.len() as u64, prot: 0, flags: REGION_BLOB, offset: 0, name };
+                ctx.writer.add_region(&meta, data)
+            }
+            SectionData::Bytes(data) => ctx.writer.add_section(&ctx.sections[i].0, true, data),
+            SectionData::Gathered { local, pieces, .. } => {
+                let name = ctx.sections[i].0.as_bytes();
+                let len = pieces.iter().map(|p| p.len).sum();
+                let meta = RegionMeta { start: 0, len, prot: 0, flags: REGION_BLOB, offset: 0, name };
+                ctx.writer.add_region_filled(&meta, &mut ctx.gather_buf, &mut |at, out| gather(local, pieces, at, out))
+            }
         };
         if let Err(e) = r {
             return child_fail(ctx, b"writing a hook section: ", Some(&e));

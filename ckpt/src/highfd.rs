@@ -52,6 +52,17 @@ pub fn move_high_raw(fd: RawFd) -> RawFd {
     hi
 }
 
+/// A close-on-exec pipe, both ends moved above the program's range ([`move_high_raw`]):
+/// (read end, write end), owned by the caller. Raw system calls only.
+pub fn pipe_high() -> std::io::Result<(RawFd, RawFd)> {
+    let mut p = [-1; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((move_high_raw(p[0]), move_high_raw(p[1])))
+}
+
 /// Waits until `fd` is readable (a listening socket: a connection is waiting). Used instead of
 /// blocking in `accept`, which reserves the lowest free descriptor number while it waits.
 pub fn wait_readable(fd: &impl std::os::fd::AsRawFd) {

@@ -2,11 +2,18 @@
 // (in 256 MiB allocations) and MIB/8 MiB of managed memory, fills them with incompressible
 // pseudo-random data (device memory through cudaMemcpy from a host buffer: a CPU-emulated
 // device would take minutes to fill it from kernels), prints "ready", then loops a small kernel
-// over the first MiB until killed, printing a heartbeat line every 16 iterations.
-// Usage: bench_footprint MIB
+// over the first MiB until killed, printing a heartbeat line every 16 iterations with the
+// wall-clock time in microseconds (the benchmark reads the loop's gaps while an image is written).
+// Usage: bench_footprint MIB [MANAGED_MIB]   (managed memory: MIB/8 by default)
 #include "common.h"
 #include <stdint.h>
 #include <vector>
+#include <time.h>
+static unsigned long long now_us() {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (unsigned long long)t.tv_sec * 1000000ull + t.tv_nsec / 1000;
+}
 __global__ void touch(uint32_t *x, int n, uint32_t k) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = x[i] * 2654435761u + k;
@@ -20,7 +27,8 @@ static void fill(uint64_t *p, size_t words, uint64_t seed) {
 }
 int main(int argc, char **argv) {
     const size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 64, chunk = (size_t)256 << 20;
-    size_t dev = mib << 20, man = dev / 8;
+    size_t dev = mib << 20, man = argc > 2 ? (size_t)atol(argv[2]) << 20 : dev / 8;
+    if (man < 4096) man = 4096;
     std::vector<char *> bufs;
     const size_t stage_len = (size_t)64 << 20;
     uint64_t *stage = (uint64_t *)malloc(stage_len);
@@ -47,6 +55,6 @@ int main(int argc, char **argv) {
         touch<<<n / 256, 256>>>((uint32_t *)bufs[0], n, k);
         CK(cudaDeviceSynchronize());
         m[k % (man / 8)] += 1;  // the CPU touches managed memory between kernels
-        if (k % 16 == 0) { printf("hb %u\n", k); fflush(stdout); }  // restart: first heartbeat
+        if (k % 16 == 0) { printf("hb %u %llu\n", k, now_us()); fflush(stdout); }  // restart: first heartbeat
     }
 }

@@ -214,11 +214,15 @@ fn checkpoint_log_names_pause_phases_and_device_bytes() {
             "fork_us",
             "pause_us",
             "device_bytes",
+            "device_copied_bytes",
         ] {
             assert!(l.contains_key(f), "no {f} in {l:?}\n{text}");
         }
         // 8 device buffers of 16 KiB at least (plus pinned memory).
         assert!(l["device_bytes"] >= 8 * 16384, "{l:?}");
+        // Device memory comes from the proxy's copy-on-write snapshot, not copied in the
+        // pause: only pinned memory is.
+        assert!(l["device_copied_bytes"] + 8 * 16384 <= l["device_bytes"], "{l:?}");
         assert!(l["pause_us"] >= l["fork_us"], "{l:?}");
     }
 }
@@ -445,4 +449,97 @@ fn restart_on_device_cuda_runs_or_fails_cleanly_without_a_gpu() {
         assert!(r.stdout().is_empty(), "the program ran: {}", r.report());
         assert!(r.stderr().contains("no usable GPU"), "{}", r.report());
     }
+}
+
+/// State letter of a process (`/proc/<pid>/stat`), None once it is gone.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next())
+}
+
+/// Checkpoints the program `p` (at gate `at`) with its image writer held before it writes the
+/// device data (`CRUM_TEST_STOP_WRITER`, set in the program's environment): lets the program
+/// go on to gate `at + 1` (changing its device memory), then lets the writer finish. Returns
+/// the image; checks that the proxy's snapshot process is gone once the image is complete.
+fn checkpoint_while_device_memory_changes(p: &mut Proc, gate: &Gate, at: i64, images: &std::path::Path) -> std::path::PathBuf {
+    gate.wait_at(at, p).unwrap();
+    let pid = p.app_pid().unwrap();
+    let dir = images.to_path_buf();
+    let ckpt = std::thread::spawn(move || crum_integration_tests::checkpoint(pid, &dir));
+    let t0 = Instant::now();
+    let writer = loop {
+        if let Some(w) = crum_integration_tests::children(pid).into_iter().find(|&c| proc_state(c) == Some('T')) {
+            break w;
+        }
+        assert!(!ckpt.is_finished(), "the checkpoint ended before its writer stopped: {:?}", ckpt.join());
+        assert!(t0.elapsed() < Duration::from_secs(120), "the image writer never stopped: {}", p.report());
+        std::thread::sleep(Duration::from_millis(3));
+    };
+    // The proxy's snapshot of device memory is its child while the writer needs it.
+    let proxy = proxy_of(p, pid);
+    assert!(!crum_integration_tests::children(proxy).is_empty(), "no snapshot process under the proxy {proxy}");
+    gate.open_to(at).unwrap();
+    gate.wait_at(at + 1, p).unwrap();
+    assert!(p.stdout().ends_with("device memory changed\n"), "{}", p.report());
+    let st = Command::new("kill").args(["-CONT", &writer.to_string()]).status().unwrap();
+    assert!(st.success());
+    let image = ckpt.join().unwrap().unwrap_or_else(|e| panic!("{e:#}"));
+    // Let go with the writer's end.
+    let t0 = Instant::now();
+    while !crum_integration_tests::children(proxy).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the proxy's snapshot outlived the image writer");
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    image
+}
+
+/// The proxy serving program `app` run by `p`: `crum run`'s `crum proxy` child, or the
+/// `crum proxy --watch-pid <app>` a restart started.
+fn proxy_of(p: &Proc, app: u32) -> u32 {
+    let cmdline = |q: u32| fs::read(format!("/proc/{q}/cmdline")).unwrap_or_default();
+    let is_proxy = |c: &[u8]| c.split(|&b| b == 0).nth(1) == Some(b"proxy");
+    if let Some(q) = crum_integration_tests::children(p.child.id()).into_iter().find(|&q| q != app && is_proxy(&cmdline(q))) {
+        return q;
+    }
+    let watch = app.to_string();
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&q| {
+            let c = cmdline(q);
+            is_proxy(&c) && c.split(|&b| b == 0).skip_while(|a| *a != b"--watch-pid").nth(1) == Some(watch.as_bytes())
+        })
+        .unwrap_or_else(|| panic!("no proxy for program {app}"))
+}
+
+/// Device memory leaves the checkpoint's pause (issue 15): the proxy keeps a copy-on-write
+/// snapshot of it for the image writer. The writer is held before it writes the device data
+/// while the program rewrites every byte of its device memory (kernel, memset, copy); the
+/// image still holds memory as it was at the cut — the restarted program checks that itself —
+/// in a restart and in a restart of that restart; the snapshot ends with the writer.
+#[test]
+fn device_memory_changed_while_the_image_is_written_restarts_as_at_the_cut() {
+    let exe = build_cuda("ckpt_cow").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let images = tmp.path().join("images");
+    let env = [gate.env(), ("CRUM_TEST_STOP_WRITER", OsStr::new("1"))];
+    let mut p = Proc::run(&exe, &[], &[], &env, &tmp.path().join("out")).unwrap();
+    let first = checkpoint_while_device_memory_changes(&mut p, &gate, 1, &images);
+    p.kill9().unwrap();
+
+    // The restart is held in gate 1 again (it was saved waiting there): checkpoint it there
+    // the same way.
+    gate.reset(0).unwrap();
+    fs::write(gate.dir.join("at"), "1\n").unwrap();
+    let mut r1 = Proc::restart(&first, None, &tmp.path().join("out1")).unwrap();
+    let second = checkpoint_while_device_memory_changes(&mut r1, &gate, 1, &images);
+    r1.kill9().unwrap();
+    assert_eq!(r1.stdout(), "device memory as at the cut\ndevice memory changed\n");
+
+    gate.reset(i64::MAX).unwrap();
+    let mut r2 = Proc::restart(&second, None, &tmp.path().join("out2")).unwrap();
+    let out = r2.success(Duration::from_secs(120)).unwrap();
+    assert_eq!(out, "device memory as at the cut\ndevice memory changed\nPASS\n");
 }

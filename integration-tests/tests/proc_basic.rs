@@ -23,11 +23,14 @@ fn heap_shrinks_and_grows_again_after_restart() {
 
 /// The same where the kernel's break stays the restorer's (a kernel without PR_SET_MM_MAP;
 /// forced here): glibc must neither shrink its heap to the kernel's break (a corrupt heap:
-/// "double free or corruption") nor grow into memory that is not there.
+/// "double free or corruption") nor grow into memory that is not there. Long sleeps between
+/// steps: the checkpoints catch the program asleep, not between two of malloc's `brk` calls,
+/// which this fallback cannot restore (named at restart; docs/checkpoint.md, limits). With
+/// 10 ms sleeps, 1 run in 3 of the suite under load caught one there.
 #[test]
 fn heap_shrinks_and_grows_again_after_restart_where_the_break_cannot_be_moved() {
     for _ in 0..3 {
-        scenario_full("heap_trim", &["40", "10"], &[("CRUM_TEST_KEEP_BRK", "1")], |_| {});
+        scenario_full("heap_trim", &["24", "150"], &[("CRUM_TEST_KEEP_BRK", "1")], |_| {});
     }
 }
 

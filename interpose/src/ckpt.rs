@@ -6,8 +6,12 @@
 //!   the log says so); ask the proxy for the device state (`CheckpointState`: every lane drained, the device idle). The device cannot
 //!   change after this: nothing reaches the proxy until the gate opens.
 //! - `collect` (threads stopped): bring managed memory up to date in the proxy (dirty shadow
-//!   pages), allocate the two image sections and let the proxy write the encoded state and
-//!   all device memory straight into them (`CheckpointData`).
+//!   pages), allocate the state and the bytes copied at the cut and let the proxy write them
+//!   straight into them (`CheckpointData`). Where the proxy takes a copy-on-write snapshot of
+//!   device memory (emu), only managed and pinned memory is copied now: the device data
+//!   section is gathered by the image writer after the program runs again, device memory
+//!   read from the proxy's snapshot (`crum_ckpt::agent::SectionData::Gathered`), which lives
+//!   until the writer closes its copy of a hold pipe.
 //! - `resume`: open the gate (in the program that goes on after the fork).
 //! - `restore` (in a restarted process, threads stopped): connect to the fresh proxy that
 //!   `crum restart` started (its channel descriptor is in the restart information), replay the
@@ -18,7 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crum_wire::ckpt::{DeviceState, SECTION_DEVICE, SECTION_DEVICE_DATA};
+use crum_ckpt::agent::{Piece, PieceFrom, SectionData};
+use crum_wire::ckpt::{copied_at_cut, DeviceState, SECTION_DEVICE, SECTION_DEVICE_DATA};
 use crum_wire::{AllocKind, Body, Request};
 
 use crate::client;
@@ -34,8 +39,9 @@ thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Sizes from `CheckpointState`, used by `collect`.
-static SIZES: Mutex<Option<(u64, u64)>> = Mutex::new(None);
+/// The plan from `CheckpointState`, used by `collect`: (state bytes, bytes copied at the cut,
+/// snapshot).
+static SIZES: Mutex<Option<(u64, u64, bool)>> = Mutex::new(None);
 
 /// Entry of a runtime API call: waits while a checkpoint holds the gate. Returns whether the
 /// call was counted (the outermost entry of this thread); pass it to [`leave`].
@@ -119,7 +125,7 @@ fn quiesce() -> Result<(), String> {
     }
     let td = Instant::now();
     let sizes = match client::agent_call(&Request::CheckpointState)? {
-        Body::Pair(s, d) => (s, d),
+        Body::CkptPlan { state_len, copied_len, snapshot } => (state_len, copied_len, snapshot),
         other => return Err(format!("unexpected reply to a device checkpoint: {other:?}")),
     };
     let drain = td.elapsed();
@@ -133,30 +139,84 @@ fn quiesce() -> Result<(), String> {
 
 /// Runs while the program's threads are stopped: allocations come from the agent's arena;
 /// no logging, no C stdio.
-fn collect() -> Result<Vec<(String, Vec<u8>)>, String> {
+fn collect() -> Result<Vec<(String, SectionData)>, String> {
     if !is_cuda_program() {
         return Ok(Vec::new());
     }
     let sizes = *SIZES.try_lock().map_err(|_| "checkpoint state busy".to_string())?;
-    let Some((state_len, data_len)) = sizes else {
+    let Some((state_len, copied_len, snapshot)) = sizes else {
         // A CUDA program that has not used the device yet: an empty state still tells the
         // restart to start a proxy.
         let empty = DeviceState::empty();
-        return Ok(vec![(SECTION_DEVICE.to_string(), empty.encode()), (SECTION_DEVICE_DATA.to_string(), Vec::new())]);
+        return Ok(vec![
+            (SECTION_DEVICE.to_string(), SectionData::Bytes(empty.encode())),
+            (SECTION_DEVICE_DATA.to_string(), SectionData::Bytes(Vec::new())),
+        ]);
     };
     // The program's threads are stopped: the proxy's managed memory gets every page they
     // wrote, and nothing changes it until they run again.
     crate::managed::checkpoint_flush()?;
     let mut state = vec![0u8; state_len as usize];
-    let mut data = vec![0u8; data_len as usize];
-    client::agent_call(&Request::CheckpointData {
+    let mut data = vec![0u8; copied_len as usize];
+    // The snapshot's hold pipe: the proxy opens the read end through /proc; the write end
+    // goes to the image writer (the agent closes its own copy once the writer runs).
+    let mut hold = [-1i32; 2];
+    if snapshot {
+        // Above the program's descriptors: the program runs while the writer holds it.
+        let (r, w) = crum_ckpt::highfd::pipe_high().map_err(|e| format!("cannot create the device snapshot's pipe: {e}"))?;
+        hold = [r, w];
+    }
+    let (read_end, write_end) = (crum_ckpt::agent::Hold::new(hold[0]), crum_ckpt::agent::Hold::new(hold[1]));
+    let reply = client::agent_call(&Request::CheckpointData {
         state_addr: state.as_mut_ptr() as u64,
         state_len,
         data_addr: data.as_mut_ptr() as u64,
-        data_len,
+        data_len: copied_len,
+        hold_fd: hold[0],
     })?;
-    crum_ckpt::agent::PHASE_DEVICE_BYTES.store(data_len, Ordering::Relaxed);
-    Ok(vec![(SECTION_DEVICE.to_string(), state), (SECTION_DEVICE_DATA.to_string(), data)])
+    drop(read_end);
+    crum_ckpt::agent::PHASE_DEVICE_COPIED.store(copied_len, Ordering::Relaxed);
+    let holder = match reply {
+        Body::Value(pid) => pid as i32,
+        other => return Err(format!("unexpected reply to the device checkpoint data: {other:?}")),
+    };
+    if !snapshot {
+        crum_ckpt::agent::PHASE_DEVICE_BYTES.store(copied_len, Ordering::Relaxed);
+        return Ok(vec![
+            (SECTION_DEVICE.to_string(), SectionData::Bytes(state)),
+            (SECTION_DEVICE_DATA.to_string(), SectionData::Bytes(data)),
+        ]);
+    }
+    if holder <= 0 {
+        return Err("the proxy took no device snapshot".into());
+    }
+    let decoded = DeviceState::decode(&state)?;
+    let mut pieces = Vec::with_capacity(decoded.regions.len());
+    let mut copied = 0u64;
+    let mut regions: Vec<_> = decoded.regions.iter().collect();
+    regions.sort_by_key(|r| r.data_offset);
+    let mut at = 0u64;
+    for r in regions {
+        if r.data_offset != at {
+            return Err(format!("the device state's region at {:#x} is not where the data continues", r.addr));
+        }
+        at += r.len;
+        let from = if copied_at_cut(r.kind, true) {
+            copied += r.len;
+            PieceFrom::Local(copied - r.len)
+        } else {
+            PieceFrom::Remote { pid: holder, addr: r.addr }
+        };
+        pieces.push(Piece { len: r.len, from });
+    }
+    if copied != copied_len || at != decoded.data_len {
+        return Err("the device state does not match the data the proxy copied".into());
+    }
+    crum_ckpt::agent::PHASE_DEVICE_BYTES.store(at, Ordering::Relaxed);
+    Ok(vec![
+        (SECTION_DEVICE.to_string(), SectionData::Bytes(state)),
+        (SECTION_DEVICE_DATA.to_string(), SectionData::Gathered { local: data, pieces, hold: write_end }),
+    ])
 }
 
 fn resume() {

@@ -66,6 +66,10 @@ pub struct Capabilities {
     pub textures: bool,
     /// Device allocations can be re-created at chosen addresses (restart).
     pub fixed_addresses: bool,
+    /// Device memory is private memory of the proxy at its device addresses, so a fork of
+    /// the proxy is a copy-on-write snapshot of it (checkpoints without copying it in the
+    /// pause).
+    pub fork_snapshot: bool,
 }
 
 /// Launch geometry.

@@ -10,6 +10,8 @@
 #![allow(unsafe_code)]
 
 use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 
 /// The application process.
 #[derive(Debug)]
@@ -148,6 +150,58 @@ impl AppMemory {
     }
 }
 
+/// Forks a copy-on-write snapshot of this process's memory (device memory of the emulated
+/// device lives here at its device addresses): the child keeps memory as it is at the cut
+/// while this process serves the program again, and the program's image writer reads device
+/// memory from it by cross-memory attach. The child names the program as its tracer (Yama:
+/// the writer is the program's child), closes every descriptor but its hold pipe (so nothing
+/// waiting for another descriptor's end waits for it), and exits when the pipe's last writer
+/// is gone: the program's image writer when done, or the program (or its writer) dying.
+/// Returns the child's pid; a thread reaps it.
+pub fn snapshot_holder(app_pid: u32, hold_fd: i32) -> std::result::Result<i32, String> {
+    let path = format!("/proc/{app_pid}/fd/{hold_fd}");
+    let hold = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot open the program's hold pipe {path}: {e}"))?;
+    let fd = hold.as_raw_fd();
+    // SAFETY: the child makes raw system calls only (prctl, close_range, read, _exit), which
+    // are async-signal-safe, so the other threads' locks do not matter to it.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: as above; our own descriptors, a stack buffer.
+        unsafe {
+            libc::prctl(libc::PR_SET_PTRACER, app_pid as libc::c_ulong, 0, 0, 0);
+            if fd > 0 {
+                libc::syscall(libc::SYS_close_range, 0u32, (fd - 1) as u32, 0u32);
+            }
+            libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
+            let mut b = [0u8; 64];
+            loop {
+                let n = libc::read(fd, b.as_mut_ptr().cast(), b.len());
+                if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
+                    break;
+                }
+            }
+            libc::_exit(0);
+        }
+    }
+    drop(hold);
+    std::thread::Builder::new()
+        .name("crum-snapshot-reaper".into())
+        .spawn(move || {
+            let mut status = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        })
+        .map_err(|e| format!("cannot start the snapshot's reaper thread: {e}"))?;
+    Ok(pid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,3 +247,4 @@ mod tests {
         assert!(app.read(8, &mut dst).is_err());
     }
 }
+

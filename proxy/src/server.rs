@@ -524,8 +524,8 @@ impl Server {
                 code(b.device_sync()).map(|_| Body::None)
             }
             Request::CheckpointState => self.checkpoint_state(lane),
-            Request::CheckpointData { state_addr, state_len, data_addr, data_len } => {
-                self.checkpoint_data(state_addr, state_len, data_addr, data_len)
+            Request::CheckpointData { state_addr, state_len, data_addr, data_len, hold_fd } => {
+                self.checkpoint_data(state_addr, state_len, data_addr, data_len, hold_fd)
             }
             Request::RestoreDevice { state_addr, state_len, data_addr, data_len } => {
                 self.restore_device(state_addr, state_len, data_addr, data_len)

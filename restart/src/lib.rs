@@ -790,7 +790,14 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     if let (Some(fd), Some(slot)) = (table_fd, opts.job_slot) {
         crum_ckpt::job::PidTable::fill(fd, slot, std::process::id() as i32).map_err(RestartError::Invalid)?;
     }
-    sys::set_brk(state.start_brk, state.brk);
+    if !sys::set_brk(state.start_brk, state.brk) && state.brk > state.start_brk && state.start_brk != 0 {
+        // Named, not silent: glibc is reconciled with the kernel's break (`agent::fix_curbrk`),
+        // which is safe unless the image caught a thread between two of malloc's `brk` calls.
+        eprintln!(
+            "crum: warning: the kernel did not take the program's heap break (PR_SET_MM_MAP); malloc no longer \
+             returns heap memory to the system, and a heap caught inside malloc's brk handling at the checkpoint may be corrupt"
+        );
+    }
     let fs = state.threads.iter().find(|t| t.slot == state.main_slot).map(|t| t.fs_base).unwrap_or(0);
     sys::enter(fs, state.main_stack, state.entry, state.main_slot as u64)
 }

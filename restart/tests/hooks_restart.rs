@@ -29,7 +29,7 @@ fn self_cmd() -> Command {
 fn child(dir: &str) {
     set_hooks(Hooks {
         quiesce: || Ok(()),
-        collect: || Ok(vec![("test-device".into(), b"device state 42".to_vec())]),
+        collect: || Ok(vec![("test-device".into(), crum_ckpt::agent::SectionData::Bytes(b"device state 42".to_vec()))]),
         resume: || {},
         restore: |get| {
             let s = get("test-device").ok_or("no test-device section")?;

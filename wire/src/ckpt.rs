@@ -75,6 +75,14 @@ pub struct SavedFunction {
     pub max_dynamic_shared: Option<i32>,
 }
 
+/// Whether a region's bytes are copied into the program at the checkpoint's cut (while it is
+/// stopped) rather than read later from the proxy's copy-on-write snapshot: everything when
+/// there is no snapshot; with one, managed and pinned memory, which are shared mappings the
+/// program changes too (a fork of the proxy does not copy them on write).
+pub fn copied_at_cut(kind: AllocKind, snapshot: bool) -> bool {
+    !snapshot || kind != AllocKind::Device
+}
+
 /// One region of memory the device side owns.
 #[derive(Debug, Clone, PartialEq, Eq, Encode)]
 pub struct SavedMemory {

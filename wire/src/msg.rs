@@ -189,15 +189,21 @@ pub enum Request {
     /// output.
     Flush,
     /// Checkpoint, step 1 (program quiesced): drain every lane and the device, build the
-    /// device state; replies `Pair(state bytes, data bytes)`.
+    /// device state; replies `CkptPlan`.
     CheckpointState,
-    /// Checkpoint, step 2: write the encoded [`crate::ckpt::DeviceState`] of step 1 at
-    /// `state_addr` and the saved device memory at `data_addr` in the program.
+    /// Checkpoint, step 2 (the program's threads stopped): write the encoded
+    /// [`crate::ckpt::DeviceState`] of step 1 at `state_addr` and the regions copied at the cut
+    /// ([`crate::ckpt::copied_at_cut`]) at `data_addr` in the program, one after the other in
+    /// the state's order. With a snapshot, the proxy then forks a copy-on-write holder of device
+    /// memory, which lives until every copy of the program's descriptor `hold_fd` (the write
+    /// end of a pipe whose read end the proxy opens through `/proc`) is closed; replies
+    /// `Value(holder pid)`, 0 without a snapshot.
     CheckpointData {
         state_addr: u64,
         state_len: u64,
         data_addr: u64,
         data_len: u64,
+        hold_fd: i32,
     },
     /// Restart: re-create the device state encoded at `state_addr` (in the program), filling
     /// memory from `data_addr`. Replies `Restored`.
@@ -301,6 +307,13 @@ pub enum Body {
     Restored(Vec<(u64, u64, AllocKind, i32)>),
     /// A checkpoint or restore step failed; the message names the problem.
     Failed(String),
+    /// Reply to `CheckpointState`: the encoded state's length, the bytes copied at the cut
+    /// (step 2's `data_len`) and whether the rest comes from a copy-on-write snapshot.
+    CkptPlan {
+        state_len: u64,
+        copied_len: u64,
+        snapshot: bool,
+    },
 }
 
 /// A reply to a synchronous request.

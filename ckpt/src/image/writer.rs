@@ -112,6 +112,9 @@ const REGIONS_BUF: usize = 256 * 1024;
 const SAMPLE_THRESHOLD: usize = 256 * 1024;
 const SAMPLE_LEN: usize = 64 * 1024;
 
+/// Fills a piece of a region with its bytes at an offset ([`ImageWriter::add_region_filled`]).
+pub type Fill<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), ImageError> + 'a;
+
 /// Writes one image; see the module documentation for the fork protocol.
 pub struct ImageWriter {
     final_path: PathBuf,
@@ -428,6 +431,10 @@ impl ImageWriter {
 
     /// Where the image will be once [`commit`](Self::commit) succeeds (known before the fork,
     /// so the parent can report it when the child exits successfully).
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size as usize
+    }
+
     pub fn final_path(&self) -> &Path {
         &self.final_path
     }
@@ -623,7 +630,38 @@ impl ImageWriter {
             return Err(ImageError::Capacity("too many regions"));
         }
         self.begin()?;
-        let r = self.add_region_inner(meta, data, resident);
+        let r = self.add_region_inner(meta, data, resident, None);
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    /// Writes one memory region whose bytes are not in this process's memory as one slice:
+    /// `fill(offset, piece)` fills `piece` with the region's bytes at `offset`, one chunk at a
+    /// time, into `buf` (at least one chunk long, owned by the caller so that nothing is
+    /// allocated here). Zero pages are skipped, chunks compressed and checksummed, as
+    /// [`ImageWriter::add_region`]. An error of `fill` fails the image.
+    pub fn add_region_filled(
+        &mut self,
+        meta: &RegionMeta<'_>,
+        buf: &mut [u8],
+        fill: &mut Fill<'_>,
+    ) -> Result<(), ImageError> {
+        if meta.name.len() > MAX_NAME_LEN {
+            return Err(ImageError::Invalid("region name longer than 4096 bytes"));
+        }
+        if buf.len() < self.chunk_size as usize {
+            return Err(ImageError::Invalid("fill buffer shorter than a chunk"));
+        }
+        if meta.start.checked_add(meta.len).is_none() {
+            return Err(ImageError::Invalid("region wraps around the address space"));
+        }
+        if self.region_count >= MAX_REGIONS {
+            return Err(ImageError::Capacity("too many regions"));
+        }
+        self.begin()?;
+        let r = self.add_region_inner(meta, &[], None, Some((buf, fill)));
         if r.is_err() {
             self.failed = true;
         }
@@ -635,10 +673,11 @@ impl ImageWriter {
         meta: &RegionMeta<'_>,
         data: &[u8],
         mut resident: Option<&mut Resident<'_>>,
+        filled: Option<(&mut [u8], &mut Fill<'_>)>,
     ) -> Result<(), ImageError> {
-        let has_data = !data.is_empty();
+        let has_data = !data.is_empty() || (filled.is_some() && meta.len > 0);
         let chunk_count = if has_data {
-            data.len().div_ceil(self.chunk_size as usize)
+            (meta.len as usize).div_ceil(self.chunk_size as usize)
         } else {
             0
         };
@@ -659,6 +698,18 @@ impl ImageWriter {
         self.regions_write(meta.name)?;
         let pad = meta.name.len().next_multiple_of(8) - meta.name.len();
         self.regions_write(&[0u8; 8][..pad])?;
+        if let Some((buf, fill)) = filled {
+            let cs = self.chunk_size as u64;
+            let mut at = 0u64;
+            while at < meta.len {
+                let n = cs.min(meta.len - at) as usize;
+                fill(at, &mut buf[..n])?;
+                self.write_chunk(&buf[..n], None)?;
+                at += n as u64;
+            }
+            self.region_count += 1;
+            return Ok(());
+        }
         for chunk in data.chunks(self.chunk_size as usize) {
             match resident.as_mut() {
                 Some(f) => {

@@ -280,6 +280,7 @@ impl Backend for Emu {
             cooperative_launch: true,
             textures: true,
             fixed_addresses: true,
+            fork_snapshot: true,
         }
     }
 

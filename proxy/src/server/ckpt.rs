@@ -5,9 +5,15 @@
 //!
 //! Checkpoint, in two requests while the program is quiesced (no CUDA call in flight, new
 //! ones held at the interposer's gate): `CheckpointState` lets every lane drain, waits for the
-//! device, and builds the state (its size and the data size go back); `CheckpointData` writes
-//! the encoded state and every region's bytes straight into the buffers the program allocated
-//! for them (one copy, by cross-memory attach). Restart: `RestoreDevice` reads the state from
+//! device, and builds the state (its size and the size of what is copied at the cut go back);
+//! `CheckpointData` (the program's threads stopped) writes the encoded state and the bytes of
+//! the regions copied at the cut straight into the buffers the program allocated for them
+//! (one copy, by cross-memory attach). Where device memory is the proxy's own private memory
+//! (emu), that is only managed and pinned memory (shared with the program): device memory
+//! stays out of the pause, held by a forked copy-on-write **snapshot** of the proxy that the
+//! program's image writer reads by cross-memory attach while the program runs on
+//! ([`crate::hostmem::snapshot_holder`]). `CRUM_CKPT_DEVICE=copy` copies everything at the cut instead (for
+//! comparison). Restart: `RestoreDevice` reads the state from
 //! the restored program, re-creates modules (variables at their addresses), allocations at
 //! their addresses, kernels, streams, events and textures behind their handle values, fills
 //! memory, and answers with the shared mappings the program must map again.
@@ -16,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crum_wire::ckpt::{
-    DeviceState, SavedEvent, SavedFunction, SavedMemory, SavedModule, SavedStream, DEVICE_STATE_VERSION,
+    copied_at_cut, DeviceState, SavedEvent, SavedFunction, SavedMemory, SavedModule, SavedStream, DEVICE_STATE_VERSION,
 };
 use crum_wire::{cuda, Body, TexDesc};
 
@@ -50,8 +56,17 @@ pub(crate) struct Objects {
 pub(crate) struct Pending {
     state: Vec<u8>,
     regions: Vec<SavedRegion>,
+    /// Offset of each region copied at the cut in the program's buffer.
     offsets: HashMap<u64, u64>,
-    data_len: u64,
+    /// Bytes copied at the cut.
+    copied_len: u64,
+    /// Device memory comes from a snapshot of this process.
+    snapshot: bool,
+}
+
+/// Whether checkpoints of this backend take device memory from a copy-on-write snapshot.
+fn use_snapshot(caps: &Capabilities) -> bool {
+    caps.fork_snapshot && std::env::var("CRUM_CKPT_DEVICE").map_or(true, |v| v != "copy")
 }
 
 fn failed(msg: String) -> std::result::Result<Body, u32> {
@@ -70,11 +85,16 @@ impl Server {
             Ok(r) => r,
             Err(e) => return failed(format!("the {} device cannot save its memory: {e}", b.name())),
         };
+        let snapshot = use_snapshot(&b.capabilities());
         let mut offsets = HashMap::new();
         let mut data_len = 0u64;
+        let mut copied_len = 0u64;
         let mut saved = Vec::new();
         for r in &regions {
-            offsets.insert(r.addr, data_len);
+            if copied_at_cut(r.kind, snapshot) {
+                offsets.insert(r.addr, copied_len);
+                copied_len += r.len;
+            }
             saved.push(SavedMemory {
                 addr: r.addr,
                 len: r.len,
@@ -138,21 +158,31 @@ impl Server {
         };
         drop(o);
         let state = state.encode();
-        let reply = Body::Pair(state.len() as u64, data_len);
-        *self.pending_ckpt.lock().unwrap() = Some(Pending { state, regions, offsets, data_len });
+        let reply = Body::CkptPlan { state_len: state.len() as u64, copied_len, snapshot };
+        *self.pending_ckpt.lock().unwrap() = Some(Pending { state, regions, offsets, copied_len, snapshot });
         Ok(reply)
     }
 
-    pub(super) fn checkpoint_data(&self, state_addr: u64, state_len: u64, data_addr: u64, data_len: u64) -> std::result::Result<Body, u32> {
+    pub(super) fn checkpoint_data(
+        &self,
+        state_addr: u64,
+        state_len: u64,
+        data_addr: u64,
+        data_len: u64,
+        hold_fd: i32,
+    ) -> std::result::Result<Body, u32> {
         let Some(p) = self.pending_ckpt.lock().unwrap().take() else {
             return failed("device checkpoint data requested without its state".into());
         };
-        if state_len != p.state.len() as u64 || data_len != p.data_len {
+        if state_len != p.state.len() as u64 || data_len != p.copied_len {
             return failed("device checkpoint buffers do not match the state's sizes".into());
         }
         let app = self.app()?;
         app.write(state_addr, &p.state).map_err(|_| cuda::ERROR_INVALID_VALUE)?;
         let mut sink = |r: &SavedRegion, off: u64, bytes: &[u8]| -> std::io::Result<()> {
+            if !copied_at_cut(r.kind, p.snapshot) {
+                return Ok(());
+            }
             let base = p.offsets.get(&r.addr).copied().ok_or_else(|| std::io::Error::other("region changed"))?;
             app.write(data_addr + base + off, bytes)
         };
@@ -163,7 +193,13 @@ impl Server {
         if regions != p.regions {
             return failed("device memory changed between the two checkpoint steps".into());
         }
-        Ok(Body::None)
+        if !p.snapshot {
+            return Ok(Body::Value(0));
+        }
+        match crate::hostmem::snapshot_holder(app.pid(), hold_fd) {
+            Ok(pid) => Ok(Body::Value(pid as u64)),
+            Err(e) => failed(format!("cannot take a copy-on-write snapshot of device memory: {e}")),
+        }
     }
 
     pub(super) fn restore_device(&self, state_addr: u64, state_len: u64, data_addr: u64, data_len: u64) -> std::result::Result<Body, u32> {
@@ -299,3 +335,4 @@ impl Server {
         Ok(shared)
     }
 }
+
