@@ -19,7 +19,7 @@
 #   fork      capture, writer preparation and fork
 #   pause     all of it: what the program's threads see
 # plus the time `crum checkpoint` took until the image was complete (the forked child writes
-# it while the program runs on), the program's largest gap between two heartbeats (16 loop
+# it while the program runs on), the program's largest gap between two heartbeats (loop
 # iterations) while the image was written, against its median gap before (copy-on-write
 # faults slow it), the image's size on disk, and the time `crum restart` takes until the
 # restarted program's first heartbeat (a fresh proxy, device memory re-created at its
@@ -55,6 +55,14 @@ cleanup() {
 trap cleanup EXIT
 
 now() { date +%s.%N; }
+more_lines() { # file pattern count pid: wait until more than count lines match
+    local t=0
+    while [ "$(grep -c "$2" "$1" 2>/dev/null)" -le "$3" ]; do
+        kill -0 "$4" 2>/dev/null || { echo "the program ended: $(tail -n 3 "$1")" >&2; return 1; }
+        sleep 0.02; t=$((t+1))
+        if [ $t -gt 30000 ]; then echo "timeout waiting for $2 in $1" >&2; return 1; fi
+    done
+}
 wait_line() { # file pattern pid [timeout_s]
     local t=0
     while ! grep -q "$2" "$1" 2>/dev/null; do
@@ -77,8 +85,8 @@ gaps() {
         END { printf "%.1f", m }' "$1"
 }
 median_gap() {
-    awk -v a="$2" '$1 == "hb" { t = $3 / 1e6; if (t < a && p) g[n++] = (t - p) * 1000; p = t }
-        END { if (!n) { print "-"; exit } asort(g); printf "%.1f", g[int((n + 1) / 2)] }' "$1"
+    awk -v a="$2" '$1 == "hb" { t = $3 / 1e6; if (t < a && p) printf "%.3f\n", (t - p) * 1000; p = t }' "$1" |
+        sort -n | awk '{ g[NR] = $1 } END { if (NR) printf "%.1f", g[int((NR + 1) / 2)]; else printf "-" }'
 }
 for S in "${SIZES[@]}"; do
   for MODE in $MODES; do
@@ -101,12 +109,16 @@ for S in "${SIZES[@]}"; do
     [ -n "$line" ] || { echo "no 'checkpoint pause' line in $log" >&2; exit 1; }
     resumed=$(awk -v a="$t0" -v p="$(field "$line" pause_us)" 'BEGIN { printf "%.6f", a + p / 1e6 }')
     bytes=$(du -sb "$img" | awk '{print $1}')
+    # Before the restart, which cuts the output file back to where the image has it.
+    gap=$(gaps "$out" "$resumed" "$t1"); gap_before=$(median_gap "$out" "$t0")
     rout=$BENCH_DIR/restart-$S-$MODE.out
+    # The restarted program writes on in the file its stdout was (crum restores it).
+    hbs=$(grep -c '^hb' "$out")
     r0=$(now)
     ( for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null; done
       exec "$CRUM" restart "$img" ) > "$rout" 2> "$rout.err" &
     runpid=$!
-    wait_line "$rout" '^hb' "$runpid"
+    more_lines "$out" '^hb' "$hbs" "$runpid"
     r1=$(now)
     kill -9 "$runpid"; wait "$runpid" 2>/dev/null || true; runpid=""
     copied=$(field "$line" device_copied_bytes); copied=${copied:-$(field "$line" device_bytes)}
@@ -117,7 +129,7 @@ for S in "${SIZES[@]}"; do
         "$(ms "$(field "$line" stop_us)")" "$(ms "$(field "$line" device_us)")" \
         "$(ms "$(field "$line" fork_us)")" "$(ms "$(field "$line" pause_us)")" \
         "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
-        "$(gaps "$out" "$resumed" "$t1")" "$(median_gap "$out" "$t0")" \
+        "$gap" "$gap_before" \
         "$(numfmt --to=iec-i --suffix=B "$bytes")" \
         "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" >> "$TSV"
     rm -rf "$imgs"
@@ -135,4 +147,4 @@ echo
 echo "pause = quiesce + drain + stop + device + fork (ms, what the program sees); written_s = until"
 echo "\`crum checkpoint\` returned with the complete image; image = its size on disk (data is random);"
 echo "restart_s = \`crum restart\` to the restarted program's first heartbeat; gap_ms = the program's"
-echo "largest time for 16 loop iterations while the image was written (gap_before_ms: median before)."
+echo "largest time for one loop iteration from the pause to the complete image, the pause included (gap_before_ms: median before)."

@@ -1966,6 +1966,7 @@ fn prepare(
     // it writes into them from here on.
     let (locks, lock_problems) = capture::locks(&fds);
     let (file_contents, file_sections, content_problems) = capture::file_contents(&fds, &locks, FILE_CONTENTS_MAX);
+    let fd_attrs = capture::fd_attrs(&fds);
     sections.extend(file_sections.into_iter().map(|(n, b)| (n, SectionData::Bytes(b))));
     problems.extend(content_problems);
     problems.extend(lock_problems);
@@ -2025,6 +2026,7 @@ fn prepare(
         posix_timers,
         advice: Vec::new(),
         guards: Vec::new(),
+        fd_attrs,
         file_contents,
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when

@@ -6,10 +6,11 @@
 //! `getrlimit`, `umask`, `brk(0)`), each documented at its use.
 #![allow(unsafe_code)]
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use crate::state::{EpollWatch, FdKind, FdState, FileLock, LockKind, PendingSignal, PosixTimer, Region, RegionKind, SigAction, Special, ADVICE};
+use crate::state::{EpollWatch, FdAttr, FdKind, FdState, FileLock, LockKind, PendingSignal, PosixTimer, Region, RegionKind, SigAction, Special, ADVICE};
 
 /// Names of the kernel special mappings that must follow the program to the same address.
 pub const SPECIAL_NAMES: [&str; 3] = ["[vvar]", "[vvar_vclock]", "[vdso]"];
@@ -846,13 +847,30 @@ fn deleted_file(fd: i32, link: &str, st: &libc::stat, pos: u64, carried: &mut Ve
     } else {
         let mut buf = vec![0u8; size as usize];
         let mut off = 0usize;
+        // Read through a descriptor of our own with O_NOATIME (the owner's right), so that the
+        // checkpoint does not change the file's access time; else through the program's.
+        let own = format!("/proc/self/fd/{fd}\0");
+        // SAFETY: opens a NUL-terminated path; the descriptor is closed below.
+        let mut rfd = unsafe { libc::open(own.as_ptr().cast(), libc::O_RDONLY | libc::O_NOATIME | libc::O_CLOEXEC) };
+        if rfd < 0 {
+            // SAFETY: as above.
+            rfd = unsafe { libc::open(own.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        }
+        let from = if rfd >= 0 { rfd } else { fd };
         while off < buf.len() {
             // SAFETY: pread into the live buffer's remaining bytes (the offset is kept).
-            let n = unsafe { libc::pread(fd, buf[off..].as_mut_ptr() as *mut libc::c_void, buf.len() - off, off as libc::off_t) };
+            let n = unsafe { libc::pread(from, buf[off..].as_mut_ptr() as *mut libc::c_void, buf.len() - off, off as libc::off_t) };
             if n <= 0 {
-                return FdKind::Unsupported { what: format!("{link} (its contents cannot be read)") };
+                break;
             }
             off += n as usize;
+        }
+        if rfd >= 0 {
+            // SAFETY: our own descriptor.
+            unsafe { libc::close(rfd) };
+        }
+        if off < buf.len() {
+            return FdKind::Unsupported { what: format!("{link} (its contents cannot be read)") };
         }
         carried.push(id);
         Some(buf)
@@ -1010,6 +1028,42 @@ fn drain_pipe(rfd: i32, pipes: &[(i32, u64, bool)], id: u64) -> Vec<u8> {
 pub fn file_identity(path: &str) -> std::io::Result<(u64, i128, u64, u64)> {
     let m = std::fs::metadata(path)?;
     Ok((m.size(), m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128, m.dev(), m.ino()))
+}
+
+/// The mode, times and owner of the files a restart creates anew for the descriptors in `fds`
+/// ([`crate::state::ProcessState::fd_attrs`]): deleted files and memfds (`fstat` of the
+/// descriptor), and the socket file of a Unix socket bound to a path (`stat` of the path,
+/// from this process's working directory as the program's is; only while it is a socket).
+pub fn fd_attrs(fds: &[FdState]) -> Vec<FdAttr> {
+    let mut out = Vec::new();
+    for f in fds {
+        match &f.kind {
+            FdKind::DeletedFile { .. } => {
+                // SAFETY: a plain C struct, all zeroes is a valid value.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: fstat into the live local, on the program's descriptor.
+                if unsafe { libc::fstat(f.fd, &mut st) } == 0 {
+                    out.push(FdAttr {
+                        fd: f.fd,
+                        mode: st.st_mode & 0o7777,
+                        times: Some([(st.st_atime, st.st_atime_nsec), (st.st_mtime, st.st_mtime_nsec)]),
+                        owner: (st.st_uid, st.st_gid),
+                    });
+                }
+            }
+            FdKind::Socket(s) if s.domain == libc::AF_UNIX && s.local.len() > 2 && s.local[2] != 0 => {
+                let path: Vec<u8> = s.local[2..].split(|&c| c == 0).next().unwrap_or(&[]).to_vec();
+                let path = std::path::PathBuf::from(std::ffi::OsString::from_vec(path));
+                if let Ok(m) = std::fs::symlink_metadata(&path) {
+                    if m.file_type().is_socket() {
+                        out.push(FdAttr { fd: f.fd, mode: m.mode() & 0o7777, times: None, owner: (m.uid(), m.gid()) });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1305,3 +1359,4 @@ mod tests {
         assert_eq!(carried.iter().sum::<usize>(), 4, "{carried:?}");
     }
 }
+

@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`]; older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`]; older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 13;
+pub const PROCESS_STATE_VERSION: u32 = 14;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -87,6 +87,22 @@ pub struct ProcessState {
     /// The contents of the regular files open for writing in place at the checkpoint
     /// (version 13; none before).
     pub file_contents: Vec<FileContent>,
+    /// Attributes of the files behind descriptors that a restart creates anew (version 14;
+    /// none before): deleted files and memfds, and the socket files of bound Unix sockets.
+    pub fd_attrs: Vec<FdAttr>,
+}
+
+/// The mode and times of a file a restart creates anew for descriptor `fd`
+/// ([`ProcessState::fd_attrs`]): given back after it is made (`fchmod`/`chmod`, `futimens`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FdAttr {
+    pub fd: i32,
+    /// Permission bits (`st_mode & 07777`).
+    pub mode: u32,
+    /// (seconds, nanoseconds) of the last access and modification; None for a socket file.
+    pub times: Option<[(i64, i64); 2]>,
+    /// Owner (uid, gid).
+    pub owner: (u32, u32),
 }
 
 /// Largest file contents a restart reads from an image ([`FileContent`]).
@@ -542,20 +558,21 @@ impl ProcessState {
         // Each older version is the next one without its last fields (version 1 lacks
         // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
         // and 4 `posix_timers`, version 5 `advice`, versions 6 and 7 `guards`, versions 9 to
-        // 12 `file_contents`): an empty list
+        // 12 `file_contents`, versions 9 to 13 `fd_attrs`): an empty list
         // is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 8,
-            2 => 7,
-            3 | 4 => 4,
-            5 => 3,
-            6..=8 => 2,
-            9..=12 => 1,
+            1 => 9,
+            2 => 8,
+            3 | 4 => 5,
+            5 => 4,
+            6..=8 => 3,
+            9..=12 => 2,
+            13 => 1,
             _ => 0,
         };
         let bytes = if missing > 0 {
-            owned = [bytes, &[0u8; 8][..missing]].concat();
+            owned = [bytes, &[0u8; 16][..missing]].concat();
             &owned[..]
         } else {
             bytes
@@ -632,6 +649,7 @@ mod tests {
             advice: vec![(0x1000, 0x3000, 5)],
             guards: vec![(0x2000, 0x3000)],
             file_contents: vec![FileContent { fd: 7, section: "crum.file.7".into() }],
+            fd_attrs: vec![FdAttr { fd: 4, mode: 0o645, times: Some([(1, 2), (3, 4)]), owner: (5, 6) }],
         }
     }
 
@@ -733,8 +751,9 @@ mod tests {
         s.advice.clear();
         s.guards.clear();
         s.file_contents.clear();
+        s.fd_attrs.clear();
         let mut b = s.encode();
-        for _ in 0..8 {
+        for _ in 0..9 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -755,8 +774,9 @@ mod tests {
         s.advice.clear();
         s.guards.clear();
         s.file_contents.clear();
+        s.fd_attrs.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 7);
+        b.truncate(b.len() - 8);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -767,14 +787,15 @@ mod tests {
             s.version = v;
             s.guards.clear();
             s.file_contents.clear();
-            let mut cut = 2;
+            s.fd_attrs.clear();
+            let mut cut = 3;
             if v < 6 {
                 s.advice.clear();
-                cut = 3;
+                cut = 4;
             }
             if v < 5 {
                 s.posix_timers.clear();
-                cut = 4;
+                cut = 5;
             }
             let mut b = s.encode();
             b.truncate(b.len() - cut);
@@ -793,10 +814,21 @@ mod tests {
             let mut s = sample(vec![], vec![]);
             s.version = v;
             s.file_contents.clear();
+            s.fd_attrs.clear();
             let mut b = s.encode();
-            b.truncate(b.len() - 1);
+            b.truncate(b.len() - 2);
             assert_eq!(ProcessState::decode(&b).unwrap(), s);
         }
+    }
+
+    #[test]
+    fn version_13_sections_still_decode_without_fd_attrs() {
+        let mut s = sample(vec![], vec![]);
+        s.version = 13;
+        s.fd_attrs.clear();
+        let mut b = s.encode();
+        b.truncate(b.len() - 1);
+        assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
     #[test]

@@ -872,7 +872,18 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
                     pending_data.push((*id, data.clone()));
                 }
                 let end = if *read { r } else { w };
-                sys::dup_to(end, f.fd, cloexec)?;
+                // A second descriptor of the same end that is not a dup (those are
+                // `FdKind::Dup`) had an open file description of its own (opened again through
+                // /proc/self/fd): so has it now, with its own status flags.
+                let again = fds.iter().take_while(|g| g.fd != f.fd).any(|g| matches!(&g.kind, FdKind::Pipe { id: i, read: rd, .. } if i == id && rd == read));
+                if again {
+                    let own = sys::open(&format!("/proc/self/fd/{end}"), if *read { libc::O_RDONLY } else { libc::O_WRONLY })?;
+                    let hi = sys::move_high(own, base)?;
+                    sys::dup_to(hi, f.fd, cloexec)?;
+                    sys::close(hi);
+                } else {
+                    sys::dup_to(end, f.fd, cloexec)?;
+                }
                 sys::set_status_flags(f.fd, status_flags);
                 continue;
             }
@@ -982,6 +993,14 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
         sys::dup_to(hi, f.fd, cloexec)?;
         sys::close(hi);
         sys::set_status_flags(f.fd, status_flags);
+    }
+    // Modes and times of the files made anew: deleted files, memfds, socket files.
+    for a in &st.fd_attrs {
+        match st.fds.iter().find(|f| f.fd == a.fd).map(|f| &f.kind) {
+            Some(FdKind::DeletedFile { path, .. }) => sys::set_file_attrs(a.fd, a.mode, a.times, a.owner, path)?,
+            Some(FdKind::Socket(s)) => sys::chmod_socket_file(s, &st.cwd, a.mode, a.owner),
+            _ => {}
+        }
     }
     for (id, data) in pending_data {
         if let Some(&(_, w)) = pipes.get(&id) {
@@ -1195,6 +1214,7 @@ mod tests {
             advice: vec![],
             guards: vec![],
             file_contents: vec![],
+            fd_attrs: vec![],
         }
     }
 

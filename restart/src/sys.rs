@@ -194,6 +194,58 @@ pub fn deleted_file(path: &str, memfd: bool, data: &[u8], seals: u32, acc: i32) 
     again
 }
 
+/// Gives the file open at `fd` (made anew: a deleted file, a memfd) its owner, permission
+/// bits and access and modification times as they were. An owner this user cannot give
+/// (not root) is a warning naming the file.
+pub fn set_file_attrs(fd: i32, mode: u32, times: Option<[(i64, i64); 2]>, owner: (u32, u32), path: &str) -> Result<(), RestartError> {
+    // SAFETY: fstat into a live local; fchown of our own descriptor.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 && (st.st_uid, st.st_gid) != owner && libc::fchown(fd, owner.0, owner.1) != 0 {
+            eprintln!(
+                "crum: warning: deleted file {path} comes back owned by {}:{}, not {}:{} ({})",
+                st.st_uid,
+                st.st_gid,
+                owner.0,
+                owner.1,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    // SAFETY: fchmod of our own descriptor.
+    if unsafe { libc::fchmod(fd, mode as libc::mode_t) } != 0 {
+        return Err(sys_err(format!("giving deleted file {path} its mode {mode:o} back")));
+    }
+    if let Some(t) = times {
+        let ts = t.map(|(s, ns)| libc::timespec { tv_sec: s as libc::time_t, tv_nsec: ns as libc::c_long });
+        // SAFETY: futimens reads the two live timespecs.
+        if unsafe { libc::futimens(fd, ts.as_ptr()) } != 0 {
+            return Err(sys_err(format!("giving deleted file {path} its times back")));
+        }
+    }
+    Ok(())
+}
+
+/// Gives the socket file of a Unix socket bound to a path (bound again by this restart, with
+/// the umask's mode and this user's ids) its owner (where this user may) and permission bits
+/// as they were.
+pub fn chmod_socket_file(s: &SocketState, cwd: &str, mode: u32, owner: (u32, u32)) {
+    let path: Vec<u8> = s.local.get(2..).unwrap_or(&[]).split(|&c| c == 0).next().unwrap_or(&[]).to_vec();
+    let Ok(c) = CString::new(path) else { return };
+    in_cwd_for(&s.local, cwd, || {
+        // SAFETY: stat and chmod of a NUL-terminated path; stat into a live local.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::lstat(c.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK {
+                if (st.st_uid, st.st_gid) != owner {
+                    libc::lchown(c.as_ptr(), owner.0, owner.1);
+                }
+                libc::chmod(c.as_ptr(), mode as libc::mode_t);
+            }
+        }
+    });
+}
+
 /// A new eventfd holding `count`.
 pub fn eventfd(count: u64, semaphore: bool) -> Result<i32, RestartError> {
     let flags = if semaphore { libc::EFD_SEMAPHORE } else { 0 };

@@ -190,6 +190,7 @@ fn build(spec: &Spec) -> Built {
         advice: vec![],
         guards: vec![],
         file_contents: vec![],
+        fd_attrs: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -675,10 +676,11 @@ fn version_1_images_still_validate() {
     st.advice.clear();
     st.guards.clear();
     st.file_contents.clear();
+    st.fd_attrs.clear();
     b.process = st.encode();
     // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals`,
-    // `posix_timers`, `advice`, `guards` and `file_contents` (empty: one 0 each).
-    for _ in 0..8 {
+    // `posix_timers`, `advice`, `guards`, `file_contents` and `fd_attrs` (empty: one 0 each).
+    for _ in 0..9 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
