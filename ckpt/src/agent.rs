@@ -275,6 +275,17 @@ pub fn exclude_region(start: u64, len: u64) {
     EXCLUDED_REGIONS.lock().unwrap_or_else(|e| e.into_inner()).push((start, start.saturating_add(len)));
 }
 
+static SCRATCH_REGIONS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// Marks the mappings inside `[start, start+len)` as crum's scratch memory (the proxy
+/// channel, which a restart replaces): saved without contents and restored as private
+/// memory of zeros at the same place (so nothing else is mapped there after a restart while
+/// stale references into it may remain). Shared memory so marked is not copied during the
+/// pause either.
+pub fn scratch_region(start: u64, len: u64) {
+    SCRATCH_REGIONS.lock().unwrap_or_else(|e| e.into_inner()).push((start, start.saturating_add(len)));
+}
+
 /// Takes back an [`exclude_region`].
 pub fn include_region(start: u64) {
     EXCLUDED_REGIONS.lock().unwrap_or_else(|e| e.into_inner()).retain(|r| r.0 != start);
@@ -2037,6 +2048,11 @@ fn prepare(
     {
         let ex = EXCLUDED_REGIONS.lock().unwrap_or_else(|e| e.into_inner());
         regions.retain(|r| !ex.iter().any(|&(a, b)| r.start >= a && r.end <= b));
+        let scratch = SCRATCH_REGIONS.lock().unwrap_or_else(|e| e.into_inner());
+        for r in regions.iter_mut().filter(|r| scratch.iter().any(|&(a, b)| r.start >= a && r.end <= b)) {
+            r.kind = RegionKind::Private;
+            r.has_data = false;
+        }
     }
     // Shared memory with an identity beyond its bytes comes back as new shared memory with
     // the same bytes: said, where the program could notice.
@@ -2372,7 +2388,7 @@ fn child_add_piece(
         let data = unsafe { std::slice::from_raw_parts((base + (start - r.start)) as *const u8, len as usize) };
         return writer.add_region(&meta, data);
     }
-    if scratch || matches!(r.kind, RegionKind::SharedFile { .. }) {
+    if scratch || !r.has_data || matches!(r.kind, RegionKind::SharedFile { .. }) {
         return writer.add_region(&meta, &[]);
     }
     // A private PROT_NONE piece (memory a program or allocator made inaccessible, perhaps

@@ -225,6 +225,16 @@ fn checkpoint_log_names_pause_phases_and_device_bytes() {
         assert!(l["device_copied_bytes"] + 8 * 16384 <= l["device_bytes"], "{l:?}");
         assert!(l["pause_us"] >= l["fork_us"], "{l:?}");
     }
+    // The proxy channel (80 MiB of shared memory) is in each image without its bytes: it
+    // is neither copied during the pause nor written.
+    for (_, img) in images_in(&tmp.path().join("images")) {
+        let r = crum_ckpt::image::ImageReader::open(&img).unwrap();
+        let chan: Vec<_> = r.regions().iter().filter(|g| g.name_lossy().contains("crum-channel")).collect();
+        assert!(!chan.is_empty(), "no channel mapping in {}", img.display());
+        for g in chan {
+            assert!(!g.has_data, "the channel mapping {:#x} (+{}) is saved with its bytes", g.start, g.len);
+        }
+    }
 }
 
 /// `crum run --interval 1s --keep 2` on a long managed-memory solver (CPU reads and writes
@@ -464,6 +474,14 @@ fn proc_state(pid: u32) -> Option<char> {
 fn checkpoint_while_device_memory_changes(p: &mut Proc, gate: &Gate, at: i64, images: &std::path::Path) -> std::path::PathBuf {
     gate.wait_at(at, p).unwrap();
     let pid = p.app_pid().unwrap();
+    // A restarted program waiting in the gate since before its image: its agent answers once
+    // the restart is complete.
+    let t0 = Instant::now();
+    while !crum_ckpt::control::agent_running(&crum_ckpt::control::socket_dir(), pid) {
+        assert!(!p.exited(), "{}", p.report());
+        assert!(t0.elapsed() < Duration::from_secs(120), "the program's agent never answered: {}", p.report());
+        std::thread::sleep(Duration::from_millis(3));
+    }
     let dir = images.to_path_buf();
     let ckpt = std::thread::spawn(move || crum_integration_tests::checkpoint(pid, &dir));
     let t0 = Instant::now();

@@ -102,6 +102,11 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
         tracing::error!("cannot open the crum channel: {e}");
         cuda::ERROR_INITIALIZATION
     })?);
+    // Its bytes mean nothing after a restart (the restore hook maps a new channel and
+    // retires this one to zeros): images keep the place, not the 80 MiB (which a checkpoint
+    // used to copy, touching every page, during the pause).
+    let (at, len) = ch.mapping();
+    crum_ckpt::agent::scratch_region(at, len);
     ch.wait_ready(Duration::from_secs(60))
         .map_err(|_| cuda::ERROR_DEVICES_UNAVAILABLE)?;
     // The proxy's death must be seen even while it is a zombie that its parent has not
