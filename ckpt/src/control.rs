@@ -39,7 +39,8 @@ pub enum ControlError {
     NotUnderCrum {
         pid: u32,
         path: PathBuf,
-        /// Empty, or how long the client waited for an agent that is loaded in the process.
+        /// How long the client waited for an agent that is loaded in the process, or what the
+        /// process runs.
         waited: String,
     },
     #[error(
@@ -458,8 +459,21 @@ fn agent_loaded(pid: u32) -> bool {
     // A restarted program runs in the `crum restart` process, its libraries' mappings
     // anonymous copies: its agent is there too (its control socket comes back a moment later).
     let restarted = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.file_name().is_some_and(|n| n == "crum"));
+    // (A library rebuilt or upgraded while the program runs shows as "… (deleted)".)
     restarted
-        || std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.ends_with("/libcrum.so")))
+        || std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .is_ok_and(|m| m.lines().any(|l| l.trim_end_matches(" (deleted)").ends_with("/libcrum.so")))
+}
+
+/// What a process runs, for an error that says it is not under crum: its executable, and
+/// why its memory map could not be read if it could not (the load check's rare "no control
+/// socket" failures name it).
+fn not_loaded_detail(pid: u32) -> String {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_or_else(|e| format!("unknown ({e})"), |p| p.display().to_string());
+    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(_) => format!("; it runs {exe} without crum's library"),
+        Err(e) => format!("; it runs {exe}, its memory map cannot be read ({e})"),
+    }
 }
 
 /// Whether `pid` exists, and whether it is ours (by the owner of `/proc/<pid>`).
@@ -502,7 +516,7 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
                         io::Error::from(e.kind())
                     )
                 } else {
-                    String::new()
+                    not_loaded_detail(pid)
                 };
                 return Err(ControlError::NotUnderCrum { pid, path, waited });
             }
