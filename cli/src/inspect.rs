@@ -582,7 +582,45 @@ fn device_json(d: &DeviceState, data_size: u64) -> serde_json::Value {
         "textures": d.textures.iter().map(|(h, t)| json!({
             "handle": h, "base": t.base, "width": t.width, "height": t.height, "depth": t.depth,
         })).collect::<Vec<_>>(),
+        "queue": d.queue.iter().map(|w| json!({
+            "stream": w.stream, "seq": w.seq, "op": w.op.name(), "detail": queued_detail(&w.op),
+        })).collect::<Vec<_>>(),
+        "carried_calls": d.carried.iter().map(|c| json!({
+            "lane": c.lane, "seq": c.seq, "what": carried_detail(&c.what),
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// One line about a unit of saved stream work.
+fn queued_detail(op: &crum_wire::ckpt::QueuedOp) -> String {
+    use crum_wire::ckpt::QueuedOp as Q;
+    match op {
+        Q::Launch { func, grid, block, shared, params, .. } => format!(
+            "kernel {func:#x} grid {}x{}x{} block {}x{}x{} shared {shared} params {} B",
+            grid[0], grid[1], grid[2], block[0], block[1], block[2], params.len()
+        ),
+        Q::Copy { dst, src, width, height, staged, .. } => match staged {
+            Some(b) => format!("{width}x{height} B to {dst:#x} from {} staged bytes", b.len()),
+            None => format!("{width}x{height} B to {dst:#x} from {src:#x}"),
+        },
+        Q::Memset { dst, value, width, height, .. } => format!("{width}x{height} B at {dst:#x} to {value:#04x}"),
+        Q::EventRecord { event } => format!("event {event:#x}"),
+        Q::WaitFor { on_stream, on_seq } if *on_seq == 0 => format!("stream {on_stream:#x} (done)"),
+        Q::WaitFor { on_stream, on_seq } => format!("stream {on_stream:#x} work {on_seq}"),
+        Q::HostFunc { func, data } => format!("{func:#x}({data:#x})"),
+        Q::Marker => "synchronize".into(),
+    }
+}
+
+fn carried_detail(c: &crum_wire::ckpt::Carried) -> String {
+    match c {
+        crum_wire::ckpt::Carried::Reply(b) => format!("answered, reply not read yet ({} B)", b.len()),
+        crum_wire::ckpt::Carried::Wait { points, .. } if points.is_empty() => "waiting, its work done".into(),
+        crum_wire::ckpt::Carried::Wait { points, .. } => format!(
+            "waiting for {}",
+            points.iter().map(|(s, q)| format!("stream {s:#x} work {q}")).collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 /// The human description of the device part, appended to the process part.
@@ -706,6 +744,20 @@ fn describe_device(o: &mut String, d: &DeviceState, data_size: u64) -> anyhow::R
                 "  {:>#8x}  base {:#x} {}x{}x{} pitch {}",
                 h, t.base, t.width, t.height, t.depth, t.pitch
             )?;
+        }
+    }
+    if !d.queue.is_empty() {
+        writeln!(o, "\nqueued device work (not started at the checkpoint; runs again after a restart)")?;
+        writeln!(o, "  {} operations", d.queue.len())?;
+        writeln!(o, "  {:>8} {:>8}  {:<14} detail", "stream", "work", "operation")?;
+        for w in &d.queue {
+            writeln!(o, "  {:>#8x} {:>8}  {:<14} {}", w.stream, w.seq, w.op.name(), queued_detail(&w.op))?;
+        }
+    }
+    if !d.carried.is_empty() {
+        writeln!(o, "\ncalls cut by the checkpoint (resumed after a restart)")?;
+        for c in &d.carried {
+            writeln!(o, "  lane {:>2} call {:>6}  {}", c.lane, c.seq, carried_detail(&c.what))?;
         }
     }
     Ok(())
@@ -859,6 +911,12 @@ mod tests {
             pending_error: 0,
             sticky_error: 0,
             printf: Vec::new(),
+            queue: vec![QueuedWork {
+                stream: 0x6,
+                seq: 12,
+                op: QueuedOp::Launch { func: 0x4, grid: [8, 1, 1], block: [256, 1, 1], shared: 0, cooperative: false, params: vec![0; 20] },
+            }],
+            carried: vec![CarriedCall { channel: 1, lane: 2, seq: 9, what: Carried::Wait { points: vec![(0x6, 12)], syncing: true } }],
         }
     }
 
@@ -910,6 +968,9 @@ mod tests {
             "non-blocking",
             "disable-timing",
             "12.06 KiB",
+            "1 operations",
+            "launch         kernel 0x4 grid 8x1x1 block 256x1x1 shared 0 params 20 B",
+            "lane  2 call      9  waiting for stream 0x6 work 12",
         ] {
             assert!(text.contains(want), "`{want}` missing from:\n{text}");
         }
@@ -972,7 +1033,7 @@ mod tests {
         let mut outside = d.clone();
         outside.regions[0].data_offset = d.data_len;
         let mut huge_list = DeviceState::empty().encode();
-        assert_eq!(&huge_list[..5], &[1, 0, 0, 0, 0], "version, backend, device, next handle, modules");
+        assert_eq!(&huge_list[..5], &[2, 0, 0, 0, 0], "version, backend, device, next handle, modules");
         huge_list.splice(4..5, [253, 0, 0, 0, 0, 0, 1, 0, 0]);
         let cases: Vec<(&str, Vec<u8>, &str)> = vec![
             ("garbage", vec![0xff; 7], "cannot be decoded"),

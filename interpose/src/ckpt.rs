@@ -2,9 +2,15 @@
 //! hooks the checkpoint agent (`crum_ckpt::agent`) calls.
 //!
 //! - `quiesce` (the program's threads still run): close the gate, so that new CUDA calls wait
-//!   at their entry; wait for the calls in flight to return (a long kernel is waited for, and
-//!   the log says so); ask the proxy for the device state (`CheckpointState`: every lane drained, the device idle). The device cannot
-//!   change after this: nothing reaches the proxy until the gate opens.
+//!   at their entry; wait until every call in flight either waits for the proxy's answer or
+//!   has it (a thread that gets its answer now waits at the gate on its way out, having sent
+//!   nothing more); ask the proxy for the device state (`CheckpointState`). The proxy cuts
+//!   the device there: on the emulated device the streams are held (the jobs running finish,
+//!   the rest is saved unstarted) and calls waiting for the device are saved as waiting;
+//!   elsewhere the device is drained. Calls that reach the proxy during the cut wait there
+//!   unstarted. After a restart, a thread that waited for an answer asks the new proxy for it
+//!   by the call's name (`client::call`). The device cannot change after this: nothing
+//!   reaches the proxy until the gate opens, and `resume` ends the cut (`CheckpointEnd`).
 //! - `collect` (threads stopped): bring managed memory up to date in the proxy (dirty shadow
 //!   pages), allocate the state and the bytes copied at the cut and let the proxy write them
 //!   straight into them (`CheckpointData`). Where the proxy takes a copy-on-write snapshot of
@@ -30,6 +36,12 @@ use crate::client;
 
 static CLOSED: AtomicBool = AtomicBool::new(false);
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Threads in flight that wait inside a call to the proxy.
+static IN_CALL: AtomicUsize = AtomicUsize::new(0);
+/// Threads in flight that got their answer while the gate was closed and wait at it.
+static AT_GATE: AtomicUsize = AtomicUsize::new(0);
+/// The proxy holds a cut (`CheckpointState` answered) until `resume` ends it.
+static CUT: AtomicBool = AtomicBool::new(false);
 static GATE: Mutex<()> = Mutex::new(());
 static OPENED: Condvar = Condvar::new();
 /// Longest a checkpoint waits for CUDA calls in flight (a long kernel, a long copy).
@@ -77,6 +89,42 @@ pub fn leave(counted: bool) {
     }
 }
 
+/// A thread starts waiting for the proxy's answer. Returns whether it counts (it is a
+/// program thread inside a CUDA call); pass it to [`call_end`].
+pub fn call_begin() -> bool {
+    let inside = DEPTH.try_with(|d| d.get() > 0).unwrap_or(false);
+    if inside {
+        IN_CALL.fetch_add(1, Ordering::SeqCst);
+    }
+    inside
+}
+
+/// The answer came. While a checkpoint holds the gate, the thread waits here: it sends
+/// nothing more until the checkpoint is over (the cut saved what it had sent).
+pub fn call_end(counted: bool) {
+    if !counted {
+        return;
+    }
+    if !CLOSED.load(Ordering::SeqCst) {
+        IN_CALL.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    AT_GATE.fetch_add(1, Ordering::SeqCst);
+    IN_CALL.fetch_sub(1, Ordering::SeqCst);
+    let mut g = GATE.lock().unwrap_or_else(|p| p.into_inner());
+    while CLOSED.load(Ordering::SeqCst) {
+        g = OPENED.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+    }
+    drop(g);
+    AT_GATE.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Calls in flight that are neither waiting for the proxy nor waiting at the gate.
+fn running_calls() -> usize {
+    let waiting = IN_CALL.load(Ordering::SeqCst) + AT_GATE.load(Ordering::SeqCst);
+    IN_FLIGHT.load(Ordering::SeqCst).saturating_sub(waiting)
+}
+
 /// Opens the gate without taking `GATE`: after a restart, a thread the checkpoint stopped
 /// while it held the lock (between two waits in [`enter`]) is released only once the restore
 /// is done, so taking the lock here could wait forever. A waiter that misses the notification
@@ -105,12 +153,12 @@ fn quiesce() -> Result<(), String> {
     CLOSED.store(true, Ordering::SeqCst);
     let t0 = Instant::now();
     let mut said = false;
-    while IN_FLIGHT.load(Ordering::SeqCst) != 0 {
+    while running_calls() != 0 {
         if !said && t0.elapsed() > Duration::from_secs(1) {
             client::init_logging();
             tracing::warn!(
-                calls = IN_FLIGHT.load(Ordering::SeqCst),
-                "checkpoint waits for CUDA calls in flight to finish (a long kernel or copy)"
+                calls = running_calls(),
+                "checkpoint waits for CUDA calls in flight to reach the device proxy"
             );
             said = true;
         }
@@ -125,7 +173,10 @@ fn quiesce() -> Result<(), String> {
     }
     let td = Instant::now();
     let sizes = match client::agent_call(&Request::CheckpointState)? {
-        Body::CkptPlan { state_len, copied_len, snapshot } => (state_len, copied_len, snapshot),
+        Body::CkptPlan { state_len, copied_len, snapshot } => {
+            CUT.store(true, Ordering::SeqCst);
+            (state_len, copied_len, snapshot)
+        }
         other => return Err(format!("unexpected reply to a device checkpoint: {other:?}")),
     };
     let drain = td.elapsed();
@@ -220,12 +271,20 @@ fn collect() -> Result<Vec<(String, SectionData)>, String> {
 }
 
 fn resume() {
+    if CUT.swap(false, Ordering::SeqCst) {
+        if let Err(e) = client::agent_call(&Request::CheckpointEnd) {
+            client::init_logging();
+            tracing::error!("ending the device checkpoint: {e}");
+        }
+    }
     if CLOSED.load(Ordering::SeqCst) {
         open_gate();
     }
 }
 
 fn restore(read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {
+    // The cut belonged to the proxy of before the restart.
+    CUT.store(false, Ordering::SeqCst);
     let Some(state) = read(SECTION_DEVICE) else {
         // Not a CUDA program when it was saved.
         open_gate();

@@ -315,9 +315,39 @@ fn forward_printf(bytes: &[u8]) {
 /// A synchronous call: the reply's body, or its `cudaError_t`.
 pub fn call(req: &Request) -> CudaResult<Body> {
     crate::managed::before_request(req);
-    let reply = with_lane(&mut |l| l.call(req))?.map_err(chan_err)?;
+    let counted = crate::ckpt::call_begin();
+    let reply = call_resumable(req);
+    crate::ckpt::call_end(counted);
+    let reply = reply?;
     crate::managed::after_request(req);
     finish(reply)
+}
+
+/// Send `req` and wait for its reply. A call that a checkpoint cut (the restart retired the
+/// channel it waited on) is resumed by name on the new proxy: `Resume` answers with the
+/// call's reply, or `NotCarried` when the checkpoint had not started it, and then it is sent
+/// again. A `Resume` cut by a later checkpoint is itself resumed the same way.
+fn call_resumable(req: &Request) -> CudaResult<crum_wire::Reply> {
+    let mut stack: Vec<Request> = Vec::new();
+    let mut resume: Option<Request> = None;
+    loop {
+        let cur = resume.as_ref().unwrap_or(req);
+        let (name, r) = with_lane(&mut |l| (l.next_call(), l.call(cur)))?;
+        match r {
+            Ok(reply) if reply.body == Body::NotCarried && resume.is_some() => {
+                resume = stack.pop();
+            }
+            Ok(reply) => return Ok(reply),
+            Err(ChannelError::Retired) => {
+                if let Some(r) = resume.take() {
+                    stack.push(r);
+                }
+                let (channel, lane, seq) = name;
+                resume = Some(Request::Resume { channel, lane, seq });
+            }
+            Err(e) => return Err(chan_err(e)),
+        }
+    }
 }
 
 fn finish(reply: crum_wire::Reply) -> CudaResult<Body> {

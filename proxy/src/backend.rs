@@ -38,6 +38,9 @@ pub enum BackendError {
     },
     #[error("{}", cuda::description(*.0))]
     Cuda(u32),
+    /// A failure that is not a CUDA error code (a checkpoint or restart step).
+    #[error("{0}")]
+    Other(String),
 }
 
 impl BackendError {
@@ -46,6 +49,7 @@ impl BackendError {
         match self {
             BackendError::Unsupported { .. } => cuda::ERROR_NOT_SUPPORTED,
             BackendError::Cuda(c) => *c,
+            BackendError::Other(_) => cuda::ERROR_UNKNOWN,
         }
     }
 }
@@ -70,6 +74,18 @@ pub struct Capabilities {
     /// the proxy is a copy-on-write snapshot of it (checkpoints without copying it in the
     /// pause).
     pub fork_snapshot: bool,
+    /// A checkpoint can hold the streams at job boundaries and save the work not started
+    /// (instead of waiting for it), and synchronizing calls wait for points a restart can
+    /// name ([`Backend::sync_points`]).
+    pub queue_cut: bool,
+}
+
+/// What a synchronizing call waits for.
+#[derive(Debug, Clone, Copy)]
+pub enum SyncOn {
+    Device,
+    Stream(StreamId),
+    Event(EventId),
 }
 
 /// Launch geometry.
@@ -246,6 +262,47 @@ pub trait Backend: Send + Sync {
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
         let _ = (stream, call);
         unsupported(self.name(), "cudaLaunchHostFunc")
+    }
+    /// [`Backend::host_func`] of the program's function `func(data)` (named so that a
+    /// checkpoint can save it unstarted).
+    fn host_func_named(&self, stream: StreamId, call: HostCall, func: u64, data: u64) -> Result<()> {
+        let _ = (func, data);
+        self.host_func(stream, call)
+    }
+
+    /// Non-draining checkpoints (`Capabilities::queue_cut`): the (stream, sequence) points a
+    /// synchronizing call waits for (a legacy-stream synchronize enqueues a marker).
+    fn sync_points(&self, on: SyncOn) -> Result<Vec<(u64, u64)>> {
+        let _ = on;
+        unsupported(self.name(), "synchronization points")
+    }
+    /// Block until every point is reached (points of streams destroyed since count as
+    /// reached once their work is done).
+    fn wait_points(&self, points: &[(u64, u64)]) -> Result<()> {
+        let _ = points;
+        unsupported(self.name(), "synchronization points")
+    }
+    /// Hold every stream: the jobs running finish, none starts until
+    /// [`Backend::release_queues`].
+    fn hold_queues(&self) -> Result<()> {
+        unsupported(self.name(), "holding the queues")
+    }
+    /// The work not started on the held streams, in submission order.
+    fn queued_work(&self) -> Result<Vec<crum_wire::ckpt::QueuedWork>> {
+        unsupported(self.name(), "holding the queues")
+    }
+    fn release_queues(&self) {}
+    /// After a restart: enqueue saved work again; `map` turns a saved (stream, seq) into this
+    /// proxy's sequence number on that stream (None: complete before the cut). `host` runs a
+    /// host function. Returns the new sequence number.
+    fn replay_work(
+        &self,
+        w: &crum_wire::ckpt::QueuedWork,
+        map: &dyn Fn(u64, u64) -> Option<u64>,
+        host: Option<HostCall>,
+    ) -> Result<u64> {
+        let _ = (w, map, host);
+        unsupported(self.name(), "replaying saved work")
     }
 
     fn event_create(&self, flags: u32) -> Result<EventId> {

@@ -46,8 +46,6 @@ pub struct Server {
     app: Mutex<Option<Arc<AppMemory>>>,
     deferred: AtomicU32,
     callbacks: Callbacks,
-    /// Requests being handled right now (all lanes; not counting host-callback waits).
-    busy: AtomicUsize,
     /// What a checkpoint must re-create (modules, kernels, streams, events, ...).
     objects: Mutex<ckpt::Objects>,
     /// The device state built by `CheckpointState`, written out by `CheckpointData`.
@@ -61,6 +59,19 @@ pub struct Server {
     serving: [std::sync::atomic::AtomicBool; LANES],
     /// Lanes of a program image that an exec replaced: their threads release them.
     stale: [std::sync::atomic::AtomicBool; LANES],
+    /// Requests taken from each lane and not yet handled (see `recv_counting`; host-callback
+    /// waits are not counted).
+    taken: [AtomicUsize; LANES],
+    /// A checkpoint's cut: what each lane does while the device is held.
+    cut: Mutex<ckpt::Cut>,
+    cut_changed: Condvar,
+    /// `cut.active`, readable without the lock (set under it).
+    cut_on: std::sync::atomic::AtomicBool,
+    /// After a restart: calls the checkpoint cut, by (channel, lane, reply number), until
+    /// the program resumes them (`Request::Resume`); unclaimed ones go into the next image.
+    carried: Mutex<HashMap<(u64, u32, u32), crum_wire::ckpt::Carried>>,
+    /// The backend holds queues at a cut (non-draining checkpoints).
+    queue_cut: bool,
 }
 
 fn code<T>(r: Result<T>) -> std::result::Result<T, u32> {
@@ -76,17 +87,25 @@ impl Server {
     pub fn new(channel: Arc<Channel>, backend: Arc<dyn Backend>) -> Arc<Server> {
         Arc::new(Server {
             channel,
-            backend,
             app: Mutex::new(None),
             deferred: AtomicU32::new(0),
             callbacks: Callbacks::default(),
-            busy: AtomicUsize::new(0),
             objects: Mutex::default(),
             pending_ckpt: Mutex::default(),
             restored_sticky: AtomicU32::new(0),
             restored_printf: Mutex::default(),
             serving: std::array::from_fn(|_| Default::default()),
             stale: std::array::from_fn(|_| Default::default()),
+            taken: std::array::from_fn(|_| Default::default()),
+            cut: Mutex::default(),
+            cut_changed: Condvar::new(),
+            cut_on: Default::default(),
+            carried: Mutex::default(),
+            // `CRUM_CKPT_QUEUE=drain`: checkpoints wait for the device as before issue 16 (for
+            // comparison, and as a way out).
+            queue_cut: backend.capabilities().queue_cut
+                && std::env::var("CRUM_CKPT_QUEUE").map_or(true, |v| v != "drain"),
+            backend,
         })
     }
 
@@ -112,11 +131,11 @@ impl Server {
         self.serving[lane_index].store(true, Ordering::SeqCst);
         let alive = || !self.stale[lane_index].load(Ordering::SeqCst);
         loop {
-            // `busy` counts the request from the moment it leaves the ring: a drain
+            // `taken` counts the request from the moment it leaves the ring: a drain
             // (`wait_quiet`) never sees a lane empty and idle while a request it took is not
             // yet handled (a lane thread descheduled between the two used to let a
             // checkpoint save device memory without a launch it had already taken).
-            let inc = match lane.recv_counting(&alive, Some(&self.busy)) {
+            let inc = match lane.recv_counting(&alive, Some(&self.taken[lane_index])) {
                 Ok(i) => i,
                 Err(_) if !alive() => {
                     // The thread that used it belonged to a program image an exec replaced.
@@ -134,14 +153,14 @@ impl Server {
             };
             let req = match inc.request {
                 Ok(Request::Close) => {
-                    self.busy.fetch_sub(1, Ordering::SeqCst);
+                    self.taken[lane_index].fetch_sub(1, Ordering::SeqCst);
                     self.serving[lane_index].store(false, Ordering::SeqCst);
                     lane.release();
                     return;
                 }
                 Ok(r) => r,
                 Err(e) => {
-                    self.busy.fetch_sub(1, Ordering::SeqCst);
+                    self.taken[lane_index].fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!("malformed request: {e}");
                     if inc.wants_reply {
                         lane.reply(&Reply::err(cuda::ERROR_INVALID_VALUE));
@@ -157,10 +176,28 @@ impl Server {
             let counted = !matches!(req, Request::WaitCallback);
             let raw = matches!(
                 req,
-                Request::CheckpointState | Request::CheckpointData { .. } | Request::RestoreDevice { .. }
+                Request::CheckpointState
+                    | Request::CheckpointData { .. }
+                    | Request::CheckpointEnd
+                    | Request::RestoreDevice { .. }
             );
             if !counted {
-                self.busy.fetch_sub(1, Ordering::SeqCst);
+                self.taken[lane_index].fetch_sub(1, Ordering::SeqCst);
+            }
+            // While a checkpoint holds the device, a call waits here unstarted (after a
+            // restart the program sends it again); the checkpoint's own requests and the
+            // host-callback traffic it may need pass.
+            if inc.wants_reply && self.cut_on.load(Ordering::SeqCst) && !passes_cut(&req) {
+                self.wait_cut_over(lane_index);
+            }
+            if let Request::Resume { channel, lane: l, seq } = req {
+                let r = self.resume(lane_index, (channel, l, seq));
+                self.taken[lane_index].fetch_sub(1, Ordering::SeqCst);
+                match r {
+                    Ok(reply) => lane.reply(&reply),
+                    Err(raw) => lane.reply_raw(&raw),
+                }
+                continue;
             }
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req, lane_index)))
@@ -169,7 +206,7 @@ impl Server {
                         Err(cuda::ERROR_UNKNOWN)
                     });
             if counted {
-                self.busy.fetch_sub(1, Ordering::SeqCst);
+                self.taken[lane_index].fetch_sub(1, Ordering::SeqCst);
             }
             if inc.wants_reply {
                 if raw {
@@ -347,7 +384,7 @@ impl Server {
                 kind,
                 stream,
                 sync,
-            } => self.copy(CopyArgs {
+            } => self.copy(lane, CopyArgs {
                 dst,
                 dpitch: len,
                 src,
@@ -372,7 +409,7 @@ impl Server {
                 if dpitch < width || spitch < width {
                     return Err(cuda::ERROR_INVALID_PITCH_VALUE);
                 }
-                self.copy(CopyArgs {
+                self.copy(lane, CopyArgs {
                     dst,
                     dpitch,
                     src,
@@ -392,7 +429,7 @@ impl Server {
                 sync,
             } => {
                 code(b.memset(StreamId(stream), dst, len, value, len, 1))?;
-                self.sync_if(sync, stream)
+                self.sync_if(lane, sync, stream)
             }
             Request::Memset2D {
                 dst,
@@ -407,7 +444,7 @@ impl Server {
                     return Err(cuda::ERROR_INVALID_PITCH_VALUE);
                 }
                 code(b.memset(StreamId(stream), dst, pitch, value, width, height))?;
-                self.sync_if(sync, stream)
+                self.sync_if(lane, sync, stream)
             }
             Request::StreamCreate { flags, priority } => {
                 let s = code(b.stream_create(flags, priority))?;
@@ -427,7 +464,7 @@ impl Server {
                 }
             }
             Request::StreamSync { stream } => {
-                code(b.stream_sync(StreamId(stream))).map(|_| Body::None)
+                self.block_on(lane, SyncOn::Stream(StreamId(stream))).map(|_| Body::None)
             }
             Request::StreamWaitEvent { stream, event } => {
                 code(b.stream_wait_event(StreamId(stream), EventId(event))).map(|_| Body::None)
@@ -452,18 +489,12 @@ impl Server {
                     Err(cuda::ERROR_NOT_READY)
                 }
             }
-            Request::EventSync { event } => code(b.event_sync(EventId(event))).map(|_| Body::None),
+            Request::EventSync { event } => self.block_on(lane, SyncOn::Event(EventId(event))).map(|_| Body::None),
             Request::EventElapsed { start, end } => {
                 code(b.event_elapsed(EventId(start), EventId(end))).map(Body::Float)
             }
             Request::HostFunc { stream, func, data } => {
-                let id = self.callbacks.next.fetch_add(1, Ordering::Relaxed) + 1;
-                let me = self.clone();
-                code(b.host_func(
-                    StreamId(stream),
-                    Box::new(move || me.run_callback(id, func, data)),
-                ))
-                .map(|_| Body::None)
+                code(b.host_func_named(StreamId(stream), self.host_call(func, data), func, data)).map(|_| Body::None)
             }
             Request::WaitCallback => {
                 let mut q = self.callbacks.queue.lock().unwrap();
@@ -497,7 +528,7 @@ impl Server {
                     None => Err(cuda::ERROR_INVALID_VALUE),
                 }
             }
-            Request::DeviceSync => code(b.device_sync()).map(|_| Body::None),
+            Request::DeviceSync => self.block_on(lane, SyncOn::Device).map(|_| Body::None),
             Request::DeviceReset => {
                 code(b.device_reset())?;
                 let mut o = self.objects.lock().unwrap();
@@ -521,9 +552,15 @@ impl Server {
             // finish device work so its printf output and errors are delivered.
             Request::Flush => {
                 self.wait_quiet(lane, Duration::from_secs(2));
-                code(b.device_sync()).map(|_| Body::None)
+                self.block_on(lane, SyncOn::Device).map(|_| Body::None)
             }
             Request::CheckpointState => self.checkpoint_state(lane),
+            Request::CheckpointEnd => {
+                self.checkpoint_end();
+                Ok(Body::None)
+            }
+            // Answered by `serve_lane` before it gets here.
+            Request::Resume { .. } => Err(cuda::ERROR_UNKNOWN),
             Request::CheckpointData { state_addr, state_len, data_addr, data_len, hold_fd } => {
                 self.checkpoint_data(state_addr, state_len, data_addr, data_len, hold_fd)
             }
@@ -533,11 +570,16 @@ impl Server {
         }
     }
 
+    /// Requests being handled right now (all lanes; not counting host-callback waits).
+    fn busy(&self) -> usize {
+        self.taken.iter().map(|t| t.load(Ordering::SeqCst)).sum()
+    }
+
     /// Wait (at most `limit`) until no other lane holds unread requests and no request is
     /// being handled but the caller's; true if that happened.
     fn wait_quiet(&self, lane: usize, limit: Duration) -> bool {
         let t0 = std::time::Instant::now();
-        let quiet = || !self.channel.any_pending(lane) && self.busy.load(Ordering::SeqCst) <= 1;
+        let quiet = || !self.channel.any_pending(lane) && self.busy() <= 1;
         // A request counts as busy from before it leaves its ring (`recv_counting`), so one
         // look suffices: no request is ever neither pending nor busy.
         while t0.elapsed() < limit {
@@ -549,14 +591,21 @@ impl Server {
         false
     }
 
-    fn sync_if(&self, sync: bool, stream: u64) -> std::result::Result<Body, u32> {
+    fn sync_if(&self, lane: usize, sync: bool, stream: u64) -> std::result::Result<Body, u32> {
         if sync {
-            code(self.backend.stream_sync(StreamId(stream)))?;
+            self.block_on(lane, SyncOn::Stream(StreamId(stream)))?;
         }
         Ok(Body::None)
     }
 
-    fn copy(&self, a: CopyArgs) -> std::result::Result<Body, u32> {
+    /// The program's host function `func(data)`, run when its stream reaches it.
+    fn host_call(self: &Arc<Self>, func: u64, data: u64) -> HostCall {
+        let id = self.callbacks.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let me = self.clone();
+        Box::new(move || me.run_callback(id, func, data))
+    }
+
+    fn copy(&self, lane: usize, a: CopyArgs) -> std::result::Result<Body, u32> {
         let b = &*self.backend;
         if a.width == 0 || a.height == 0 {
             return Ok(Body::None);
@@ -608,7 +657,7 @@ impl Server {
             height: a.height,
         };
         code(b.memcpy(StreamId(a.stream), op))?;
-        self.sync_if(sync, a.stream)
+        self.sync_if(lane, sync, a.stream)
     }
 
     /// The program's process executed a new program, which connects on `lane`: the old
@@ -681,6 +730,22 @@ struct CopyArgs {
 
 /// Calls after which device work is complete (their status carries asynchronous errors and
 /// their reply carries device printf output).
+/// Requests a checkpoint's cut lets through: its own steps and the host-callback traffic a
+/// running host function needs.
+fn passes_cut(r: &Request) -> bool {
+    matches!(
+        r,
+        Request::CheckpointState
+            | Request::CheckpointData { .. }
+            | Request::CheckpointEnd
+            | Request::RestoreDevice { .. }
+            | Request::WaitCallback
+            | Request::CallbackDone { .. }
+            | Request::Hello { .. }
+            | Request::Close
+    )
+}
+
 fn is_syncing(r: &Request) -> bool {
     match r {
         Request::DeviceSync

@@ -64,6 +64,10 @@ const FLAG_REPLY: u32 = 1;
 const STARTING: u32 = 0;
 const READY: u32 = 1;
 const DEAD: u32 = 2;
+/// A restarted process's view of the channel of the proxy its image was taken with (zero
+/// pages now): a thread still waiting on one of its lanes learns that its call was cut by a
+/// checkpoint ([`ChannelError::Retired`]).
+const RETIRED: u32 = 3;
 
 #[repr(C)]
 struct Header {
@@ -75,6 +79,8 @@ struct Header {
     /// Bumped (and futex-woken) when a lane is claimed.
     epoch: AtomicU32,
     app_pid: AtomicU32,
+    /// Random identity of this channel: names a lane's calls across a checkpoint and restart.
+    id: AtomicU64,
 }
 
 #[repr(C)]
@@ -96,6 +102,8 @@ struct LaneCtl {
     resp_len: AtomicU32,
     /// 1 while the client sleeps.
     client_sleep: AtomicU32,
+    /// Replies the client has read (a checkpoint saves a reply written and not yet read).
+    consumed: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
@@ -187,6 +195,7 @@ impl Channel {
         let h = ch.header();
         h.magic.store(MAGIC, Relaxed);
         h.version.store(VERSION, Relaxed);
+        h.id.store(random_id(), Relaxed);
         h.lanes.store(LANES as u32, Release);
         Ok(ch)
     }
@@ -260,11 +269,21 @@ impl Channel {
             )
         };
         if p != libc::MAP_FAILED {
-            self.header().state.store(DEAD, Release);
+            self.header().state.store(RETIRED, Release);
         }
         // Its pidfd, too, belonged to the process the image was taken of: the number is not
         // ours here (it may be another descriptor now); forget it without closing it.
         self.watch.store(-1, Release);
+    }
+
+    /// Whether this is the retired channel of a proxy from before a restart.
+    pub fn retired(&self) -> bool {
+        self.header().state.load(Acquire) == RETIRED
+    }
+
+    /// The channel's random identity.
+    pub fn id(&self) -> u64 {
+        self.header().id.load(Relaxed)
     }
 
     /// Where the channel is mapped in this process: (address, length).
@@ -337,6 +356,27 @@ impl Channel {
         })
     }
 
+    /// Proxy side: replies written on `lane` so far and replies its client has read.
+    pub fn replies(&self, lane: usize) -> (u32, u32) {
+        let c = self.ctl(lane);
+        (c.resp_seq.load(Acquire), c.consumed.load(Acquire))
+    }
+
+    /// Proxy side: the encoded bytes of the last reply written on `lane` (a checkpoint saves
+    /// a reply its client has not read yet). Only while that lane's thread writes no reply.
+    pub fn last_reply(&self, lane: usize) -> Vec<u8> {
+        let c = self.ctl(lane);
+        let len = (c.resp_len.load(Acquire) as usize).min(REPLY);
+        // SAFETY: in bounds (len <= REPLY); the server writes the slot only when it replies.
+        unsafe { std::slice::from_raw_parts(self.reply_area(lane), len) }.to_vec()
+    }
+
+    /// Whether claimed lane `lane` holds requests not yet read.
+    pub fn pending(&self, lane: usize) -> bool {
+        let c = self.ctl(lane);
+        c.claimed.load(Acquire) == 1 && c.head.load(Acquire) != c.tail.load(Acquire)
+    }
+
     pub fn proxy_pid(&self) -> u32 {
         self.header().proxy_pid.load(Acquire)
     }
@@ -347,7 +387,7 @@ impl Channel {
         loop {
             match self.header().state.load(Acquire) {
                 READY => return Ok(()),
-                DEAD => return Err(ChannelError::ProxyGone),
+                DEAD | RETIRED => return Err(ChannelError::ProxyGone),
                 _ if t0.elapsed() > timeout => return Err(ChannelError::ProxyGone),
                 _ => std::thread::sleep(Duration::from_millis(1)),
             }
@@ -387,7 +427,7 @@ impl Channel {
     fn proxy_alive(&self) -> bool {
         let h = self.header();
         match h.state.load(Acquire) {
-            DEAD => false,
+            DEAD | RETIRED => false,
             STARTING => true,
             _ => {
                 let w = self.watch.load(Acquire);
@@ -468,6 +508,21 @@ impl Channel {
 }
 
 /// `pidfd_open(pid, 0)`: a descriptor that becomes readable when the process exits.
+/// A random 64-bit value (the channel's identity); the time and pid if the kernel has no
+/// randomness to give.
+fn random_id() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into the local.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if n != 8 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        v = t ^ ((std::process::id() as u64) << 40);
+    }
+    v
+}
+
 fn pidfd_open(pid: libc::pid_t) -> io::Result<RawFd> {
     if pid <= 0 {
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
@@ -533,8 +588,17 @@ impl ClientLane {
         &self.ch
     }
 
+    /// Identity of the call the next `call` makes: (channel, lane, reply number). A call cut
+    /// by a checkpoint is resumed after the restart under this name.
+    pub fn next_call(&self) -> (u64, u32, u32) {
+        (self.ch.id(), self.lane as u32, self.want.wrapping_add(1))
+    }
+
     fn push(&mut self, req: &Request, flags: u32) -> Result<(), ChannelError> {
         let c = self.ch.ctl(self.lane);
+        if self.ch.retired() {
+            return Err(ChannelError::Retired);
+        }
         if c.broken.load(Acquire) != 0 {
             return Err(ChannelError::Broken);
         }
@@ -614,18 +678,36 @@ impl ClientLane {
             }
             c.client_sleep.store(0, SeqCst);
             if c.resp_seq.load(Acquire) != want && !self.ch.proxy_alive() {
+                if self.ch.retired() {
+                    return Err(ChannelError::Retired);
+                }
                 return Err(ChannelError::ProxyGone);
             }
         }
-        self.want = want;
         let len = c.resp_len.load(Acquire) as usize;
         if len > MAX_REPLY {
-            return Err(ChannelError::Malformed("reply length".into()));
+            return Err(self.retired_or(ChannelError::Malformed("reply length".into())));
         }
         // SAFETY: the server finished writing `len` (<= REPLY) bytes before bumping resp_seq,
         // which we observed with Acquire; it will not write again until our next request.
         let src = unsafe { std::slice::from_raw_parts(self.ch.reply_area(self.lane), len) };
-        msg::decode(src)
+        let r = msg::decode(src);
+        // A thread a checkpoint stopped while it read the reply finds zero pages after the
+        // restart: its call is resumed by name instead (the checkpoint saved unread replies).
+        if self.ch.retired() {
+            return Err(ChannelError::Retired);
+        }
+        self.want = want;
+        c.consumed.store(want, Release);
+        r
+    }
+
+    fn retired_or(&self, e: ChannelError) -> ChannelError {
+        if self.ch.retired() {
+            ChannelError::Retired
+        } else {
+            e
+        }
     }
 }
 
@@ -739,6 +821,20 @@ impl ServerLane {
             request,
             wants_reply: flags & FLAG_REPLY != 0,
         })
+    }
+
+    /// Write an already encoded reply (one a checkpoint saved).
+    pub fn reply_raw(&mut self, bytes: &[u8]) {
+        let c = self.ch.ctl(self.lane);
+        let n = bytes.len().min(REPLY);
+        // SAFETY: the reply slot belongs to the server until it bumps resp_seq.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.ch.reply_area(self.lane), REPLY) };
+        dst[..n].copy_from_slice(&bytes[..n]);
+        c.resp_len.store(n as u32, Release);
+        c.resp_seq.fetch_add(1, SeqCst);
+        if c.client_sleep.load(SeqCst) == 1 {
+            futex_wake(&c.resp_seq);
+        }
     }
 
     /// Write the reply to the last request that wanted one.

@@ -30,6 +30,10 @@ pub enum ChannelError {
     TooLarge,
     #[error("malformed message: {0}")]
     Malformed(String),
+    /// The channel belongs to the proxy of before a restart: the call was cut by the
+    /// checkpoint and is resumed on the new channel.
+    #[error("the call was cut by a checkpoint (channel retired by the restart)")]
+    Retired,
     #[error("channel setup: {0}")]
     Setup(String),
 }

@@ -205,6 +205,18 @@ pub enum Request {
         data_len: u64,
         hold_fd: i32,
     },
+    /// Checkpoint, end (in the program that goes on): the device's queues run again and the
+    /// calls the checkpoint held go on.
+    CheckpointEnd,
+    /// After a restart: the answer to call `seq` on `lane` of channel `channel` (the proxy of
+    /// before the restart), which a checkpoint cut while the program waited for it. Replies
+    /// with that call's reply once due, or `NotCarried` when the checkpoint had not started
+    /// it (the program sends it again).
+    Resume {
+        channel: u64,
+        lane: u32,
+        seq: u32,
+    },
     /// Restart: re-create the device state encoded at `state_addr` (in the program), filling
     /// memory from `data_addr`. Replies `Restored`.
     RestoreDevice {
@@ -314,6 +326,8 @@ pub enum Body {
         copied_len: u64,
         snapshot: bool,
     },
+    /// Reply to `Resume`: the checkpoint had not started that call.
+    NotCarried,
 }
 
 /// A reply to a synchronous request.

@@ -914,7 +914,7 @@ impl Backend for Cuda {
     fn capabilities(&self) -> Capabilities {
         // Pinned and managed memory are memfds the application maps (managed: behind its
         // shadow pages), but device memory is not: no shared host mappings in general.
-        Capabilities { name: "cuda", shared_host_mappings: false, cooperative_launch: self.props.cooperative_launch, textures: false, fixed_addresses: true, fork_snapshot: false }
+        Capabilities { name: "cuda", shared_host_mappings: false, cooperative_launch: self.props.cooperative_launch, textures: false, fixed_addresses: true, fork_snapshot: false, queue_cut: false }
     }
 
     fn device_props(&self) -> DeviceProps {

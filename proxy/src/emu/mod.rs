@@ -15,16 +15,17 @@ pub mod memory;
 pub mod stream;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use crum_wire::ckpt::{QueuedOp, QueuedWork};
 use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo, TexDesc};
 
 use crate::backend::*;
 use crate::hostmem::AppMemory;
 use memory::Vram;
-use stream::{JobFn, Stream};
+use stream::{Desc, JobFn, Order, Stream};
 
 /// Memory the emulated device reports (allocations beyond it fail like a full GPU).
 const CAPACITY: u64 = 16 << 30;
@@ -138,6 +139,12 @@ pub struct Emu {
     textures: Mutex<HashMap<u64, TexDesc>>,
     next_handle: AtomicU64,
     props: DeviceProps,
+    /// Submission order over all streams (a checkpoint saves unstarted work in it).
+    order: Order,
+    /// Destroyed streams whose work had not finished (it still runs, as on a GPU).
+    retiring: Mutex<Vec<Arc<Stream>>>,
+    /// A checkpoint holds the queues (streams created meanwhile start held).
+    held: AtomicBool,
 }
 
 impl Emu {
@@ -163,8 +170,11 @@ impl Emu {
             textures: Mutex::default(),
             next_handle: AtomicU64::new(0x100),
             props: emu_props(),
+            order: Order::default(),
+            retiring: Mutex::default(),
+            held: AtomicBool::new(false),
         };
-        let legacy = Stream::spawn(0, false, 0, emu.on_error());
+        let legacy = Stream::spawn(0, false, 0, emu.order.clone(), emu.on_error());
         emu.streams.lock().unwrap().insert(0, legacy);
         Ok(emu)
     }
@@ -202,7 +212,7 @@ impl Emu {
 
     /// Enqueue on a stream with the implicit dependencies of the legacy default stream:
     /// legacy work waits for every blocking stream, blocking-stream work waits for legacy work.
-    fn submit(&self, id: StreamId, run: JobFn) -> Result<(Arc<Stream>, u64)> {
+    fn submit(&self, id: StreamId, desc: Desc, run: JobFn) -> Result<(Arc<Stream>, u64)> {
         let streams = self.streams.lock().unwrap();
         let s = streams
             .get(&id.0)
@@ -218,7 +228,7 @@ impl Emu {
             deps.push((legacy.clone(), legacy.submitted()));
         }
         drop(streams);
-        let seq = s.submit(deps, run);
+        let seq = s.submit(deps, desc, run);
         Ok((s, seq))
     }
 
@@ -281,6 +291,7 @@ impl Backend for Emu {
             textures: true,
             fixed_addresses: true,
             fork_snapshot: true,
+            queue_cut: true,
         }
     }
 
@@ -410,12 +421,14 @@ impl Backend for Emu {
     }
 
     fn snapshot(&self, sink: SaveSink<'_>) -> Result<Vec<SavedRegion>> {
-        self.device_sync_inner();
+        if !self.held.load(Ordering::SeqCst) {
+            self.device_sync_inner();
+        }
         let regions = self.saved_regions()?;
         for r in &regions {
             // SAFETY: a live allocation of `len` bytes mapped readable at its device address
-            // in this process; the device is idle (drained above, and the server holds every
-            // lane quiet while it snapshots).
+            // in this process; the device is idle (drained above, or its queues held, and the
+            // server holds every lane quiet while it snapshots).
             let bytes = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len as usize) };
             for (i, chunk) in bytes.chunks(64 << 20).enumerate() {
                 sink(r, (i as u64) << 26, chunk).map_err(|e| {
@@ -497,6 +510,14 @@ impl Backend for Emu {
         dims: LaunchDims,
         params: Vec<u8>,
     ) -> Result<()> {
+        let desc = Desc::op(QueuedOp::Launch {
+            func: func.0,
+            grid: dims.grid,
+            block: dims.block,
+            shared: dims.shared,
+            cooperative: dims.cooperative,
+            params: params.clone(),
+        });
         let job = self
             .shared
             .kernels
@@ -505,6 +526,7 @@ impl Backend for Emu {
         let textures: Arc<HashMap<u64, TexDesc>> = Arc::new(self.textures.lock().unwrap().clone());
         self.submit(
             stream,
+            desc,
             Box::new(move || kernels::run(&shared, job, &textures)),
         )?;
         Ok(())
@@ -533,8 +555,24 @@ impl Backend for Emu {
                 self.check_device(s, sspan)?;
             }
         }
+        let (src, staged) = match &op.src {
+            Endpoint::Addr(a) => (*a, None),
+            Endpoint::Staged(b) => (0, Some(b.clone())),
+        };
+        let desc = Desc {
+            op: QueuedOp::Copy {
+                dst: op.dst,
+                dpitch: op.dpitch,
+                src,
+                spitch: op.spitch,
+                width: op.width,
+                height: op.height,
+                staged: None,
+            },
+            staged,
+        };
         let shared = self.shared.clone();
-        self.submit(stream, Box::new(move || shared.run_copy(&op)))?;
+        self.submit(stream, desc, Box::new(move || shared.run_copy(&op)))?;
         Ok(())
     }
 
@@ -558,6 +596,7 @@ impl Backend for Emu {
         let shared = self.shared.clone();
         self.submit(
             stream,
+            Desc::op(QueuedOp::Memset { dst, pitch, value, width, height }),
             Box::new(move || {
                 shared
                     .vram
@@ -577,7 +616,10 @@ impl Backend for Emu {
 
     fn stream_create(&self, flags: u32, priority: i32) -> Result<StreamId> {
         let id = self.handle();
-        let s = Stream::spawn(id, flags & 1 != 0, priority, self.on_error());
+        let s = Stream::spawn(id, flags & 1 != 0, priority, self.order.clone(), self.on_error());
+        if self.held.load(Ordering::SeqCst) {
+            s.hold();
+        }
         self.streams.lock().unwrap().insert(id, s);
         Ok(StreamId(id))
     }
@@ -593,6 +635,11 @@ impl Backend for Emu {
             .remove(&stream.0)
             .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
         s.shutdown();
+        let mut r = self.retiring.lock().unwrap();
+        r.retain(|t| !t.idle());
+        if !s.idle() {
+            r.push(s);
+        }
         Ok(())
     }
 
@@ -604,7 +651,7 @@ impl Backend for Emu {
         if stream == LEGACY_STREAM {
             // Work on the legacy stream waits for blocking streams; a no-op job there waits
             // for everything it must.
-            let (s, seq) = self.submit(stream, Box::new(|| Ok(())))?;
+            let (s, seq) = self.submit(stream, Desc::op(QueuedOp::Marker), Box::new(|| Ok(())))?;
             s.wait(seq);
         } else {
             self.stream(stream)?.drain();
@@ -617,14 +664,20 @@ impl Backend for Emu {
         let rec = e.rec.lock().unwrap().clone();
         let s = self.stream(stream)?;
         if let Some((es, seq, _)) = rec {
-            s.submit(vec![(es, seq)], Box::new(|| Ok(())));
+            let desc = Desc::op(QueuedOp::WaitFor { on_stream: es.id, on_seq: seq });
+            s.submit(vec![(es, seq)], desc, Box::new(|| Ok(())));
         }
         Ok(())
     }
 
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
+        self.host_func_named(stream, call, 0, 0)
+    }
+
+    fn host_func_named(&self, stream: StreamId, call: HostCall, func: u64, data: u64) -> Result<()> {
         self.submit(
             stream,
+            Desc::op(QueuedOp::HostFunc { func, data }),
             Box::new(move || {
                 call();
                 Ok(())
@@ -660,6 +713,7 @@ impl Backend for Emu {
         let st = stamp.clone();
         let (s, seq) = self.submit(
             stream,
+            Desc::op(QueuedOp::EventRecord { event: event.0 }),
             Box::new(move || {
                 let _ = st.set(Instant::now());
                 Ok(())
@@ -711,6 +765,121 @@ impl Backend for Emu {
     fn device_sync(&self) -> Result<()> {
         self.device_sync_inner();
         Ok(())
+    }
+
+    fn sync_points(&self, on: SyncOn) -> Result<Vec<(u64, u64)>> {
+        Ok(match on {
+            SyncOn::Device => {
+                let retiring = self.retiring.lock().unwrap().clone();
+                self.all_streams().iter().chain(&retiring).map(|s| (s.id, s.submitted())).collect()
+            }
+            SyncOn::Stream(id) if id == LEGACY_STREAM => {
+                // Work on the legacy stream waits for blocking streams: a marker there waits
+                // for everything it must.
+                let (_, seq) = self.submit(id, Desc::op(QueuedOp::Marker), Box::new(|| Ok(())))?;
+                vec![(id.0, seq)]
+            }
+            SyncOn::Stream(id) => vec![(id.0, self.stream(id)?.submitted())],
+            SyncOn::Event(e) => {
+                let rec = self.event(e)?.rec.lock().unwrap().clone();
+                rec.map(|(s, seq, _)| vec![(s.id, seq)]).unwrap_or_default()
+            }
+        })
+    }
+
+    fn wait_points(&self, points: &[(u64, u64)]) -> Result<()> {
+        for &(id, seq) in points {
+            let s = self.streams.lock().unwrap().get(&id).cloned();
+            let s = s.or_else(|| self.retiring.lock().unwrap().iter().find(|t| t.id == id).cloned());
+            // A stream destroyed and gone from `retiring` finished its work.
+            if let Some(s) = s {
+                s.wait(seq);
+            }
+        }
+        Ok(())
+    }
+
+    fn hold_queues(&self) -> Result<()> {
+        self.held.store(true, Ordering::SeqCst);
+        let retiring = self.retiring.lock().unwrap().clone();
+        for s in self.all_streams().iter().chain(&retiring) {
+            s.hold();
+        }
+        Ok(())
+    }
+
+    fn queued_work(&self) -> Result<Vec<QueuedWork>> {
+        let mut all = Vec::new();
+        for s in self.retiring.lock().unwrap().iter() {
+            if !s.queued().is_empty() {
+                return Err(BackendError::Other(format!(
+                    "destroyed stream {:#x} still has work that has not started",
+                    s.id
+                )));
+            }
+        }
+        for s in self.all_streams() {
+            all.extend(s.queued());
+        }
+        all.sort_by_key(|(order, _)| *order);
+        Ok(all.into_iter().map(|(_, w)| w).collect())
+    }
+
+    fn release_queues(&self) {
+        self.held.store(false, Ordering::SeqCst);
+        let retiring = self.retiring.lock().unwrap().clone();
+        for s in self.all_streams().iter().chain(&retiring) {
+            s.release();
+        }
+    }
+
+    fn replay_work(
+        &self,
+        w: &QueuedWork,
+        map: &dyn Fn(u64, u64) -> Option<u64>,
+        host: Option<HostCall>,
+    ) -> Result<u64> {
+        let stream = StreamId(w.stream);
+        let target = self.stream(stream)?;
+        let noop: JobFn = Box::new(|| Ok(()));
+        match &w.op {
+            QueuedOp::Launch { func, grid, block, shared, cooperative, params } => {
+                let dims = LaunchDims { grid: *grid, block: *block, shared: *shared, cooperative: *cooperative };
+                self.launch(stream, FuncId(*func), dims, params.clone())?;
+            }
+            QueuedOp::Copy { dst, dpitch, src, spitch, width, height, staged } => {
+                let src = match staged {
+                    Some(b) => Endpoint::Staged(Arc::new(b.clone())),
+                    None => Endpoint::Addr(*src),
+                };
+                let op = CopyOp { dst: *dst, dpitch: *dpitch, src, spitch: *spitch, width: *width, height: *height };
+                self.memcpy(stream, op)?;
+            }
+            QueuedOp::Memset { dst, pitch, value, width, height } => {
+                self.memset(stream, *dst, *pitch, *value, *width, *height)?;
+            }
+            // An event destroyed after the recording was queued: nobody can observe it.
+            QueuedOp::EventRecord { event } if self.event(EventId(*event)).is_ok() => {
+                self.event_record(EventId(*event), stream)?;
+            }
+            QueuedOp::WaitFor { on_stream, on_seq } => {
+                // Named by this proxy's sequence numbers from now on (a later checkpoint saves
+                // it again); seq 0: complete before the cut.
+                let (dep, on_seq) = match map(*on_stream, *on_seq) {
+                    Some(n) => (vec![(self.stream(StreamId(*on_stream))?, n)], n),
+                    None => (Vec::new(), 0),
+                };
+                target.submit(dep, Desc::op(QueuedOp::WaitFor { on_stream: *on_stream, on_seq }), noop);
+            }
+            QueuedOp::HostFunc { func, data } => {
+                let call = host.ok_or_else(|| BackendError::Other("a host function to replay has no caller".into()))?;
+                self.host_func_named(stream, call, *func, *data)?;
+            }
+            QueuedOp::EventRecord { .. } | QueuedOp::Marker => {
+                self.submit(stream, Desc::op(QueuedOp::Marker), noop)?;
+            }
+        }
+        Ok(target.submitted())
     }
 
     fn device_reset(&self) -> Result<()> {

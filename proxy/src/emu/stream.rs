@@ -4,17 +4,42 @@
 //! semantics, `cudaStreamWaitEvent`); the worker waits for those before running it. A job's
 //! error becomes the device's pending asynchronous error (reported by the next synchronizing
 //! call), as on a GPU.
+//!
+//! Every job carries a description of what it does ([`Desc`]), so that a checkpoint can
+//! **hold** the streams (each worker finishes the job it runs and starts no other; a job still
+//! waiting for another stream goes back to the queue) and save the work not started
+//! ([`Stream::queued`]) instead of waiting for it; a restart replays it.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crum_wire::ckpt::{QueuedOp, QueuedWork};
 
 /// A unit of stream work; `Err(code)` is a `cudaError_t` to report asynchronously.
 pub type JobFn = Box<dyn FnOnce() -> Result<(), u32> + Send>;
 
+/// What a job does, for a checkpoint that saves it unstarted. Staged copy bytes are shared
+/// with the job (copied only if a checkpoint saves it).
+pub struct Desc {
+    pub op: QueuedOp,
+    pub staged: Option<Arc<Vec<u8>>>,
+}
+
+impl Desc {
+    pub fn op(op: QueuedOp) -> Desc {
+        Desc { op, staged: None }
+    }
+}
+
 struct Job {
     seq: u64,
+    /// Submission order over all streams of the device.
+    order: u64,
     deps: Vec<(Arc<Stream>, u64)>,
     run: JobFn,
+    desc: Desc,
 }
 
 #[derive(Default)]
@@ -23,7 +48,14 @@ struct State {
     submitted: u64,
     completed: u64,
     shutdown: bool,
+    /// A checkpoint holds the stream: no job starts.
+    held: bool,
+    /// The worker runs (or waits for the dependencies of) a job it took.
+    running: bool,
 }
+
+/// Submission order shared by the streams of one device.
+pub type Order = Arc<AtomicU64>;
 
 /// One stream.
 pub struct Stream {
@@ -33,6 +65,7 @@ pub struct Stream {
     pub priority: i32,
     state: Mutex<State>,
     cv: Condvar,
+    order: Order,
 }
 
 impl Stream {
@@ -41,6 +74,7 @@ impl Stream {
         id: u64,
         nonblocking: bool,
         priority: i32,
+        order: Order,
         on_error: Arc<dyn Fn(u32) + Send + Sync>,
     ) -> Arc<Stream> {
         let s = Arc::new(Stream {
@@ -49,6 +83,7 @@ impl Stream {
             priority,
             state: Mutex::default(),
             cv: Condvar::new(),
+            order,
         });
         let w = s.clone();
         std::thread::Builder::new()
@@ -63,35 +98,103 @@ impl Stream {
             let job = {
                 let mut g = self.state.lock().unwrap();
                 loop {
-                    if let Some(j) = g.queue.pop_front() {
-                        break j;
+                    if !g.held {
+                        if let Some(j) = g.queue.pop_front() {
+                            g.running = true;
+                            break j;
+                        }
                     }
-                    if g.shutdown {
+                    if g.shutdown && g.queue.is_empty() {
                         return;
                     }
                     g = self.cv.wait(g).unwrap();
                 }
             };
-            for (dep, seq) in &job.deps {
-                dep.wait(*seq);
+            if !self.wait_deps(&job.deps) {
+                // Held while it waited for another stream: not started, back to the queue.
+                let mut g = self.state.lock().unwrap();
+                g.queue.push_front(job);
+                g.running = false;
+                self.cv.notify_all();
+                continue;
             }
             if let Err(code) = (job.run)() {
                 on_error(code);
             }
             let mut g = self.state.lock().unwrap();
             g.completed = job.seq;
+            g.running = false;
             self.cv.notify_all();
         }
     }
 
+    /// Wait for `deps`; false if this stream was held meanwhile.
+    fn wait_deps(&self, deps: &[(Arc<Stream>, u64)]) -> bool {
+        for (dep, seq) in deps {
+            loop {
+                if dep.reached(*seq) {
+                    break;
+                }
+                if self.state.lock().unwrap().held {
+                    return false;
+                }
+                dep.wait_for(*seq, Duration::from_millis(5));
+            }
+        }
+        true
+    }
+
     /// Enqueue; returns the job's sequence number.
-    pub fn submit(&self, deps: Vec<(Arc<Stream>, u64)>, run: JobFn) -> u64 {
+    pub fn submit(&self, deps: Vec<(Arc<Stream>, u64)>, desc: Desc, run: JobFn) -> u64 {
         let mut g = self.state.lock().unwrap();
         g.submitted += 1;
         let seq = g.submitted;
-        g.queue.push_back(Job { seq, deps, run });
+        let order = self.order.fetch_add(1, Ordering::Relaxed);
+        g.queue.push_back(Job { seq, order, deps, run, desc });
         self.cv.notify_all();
         seq
+    }
+
+    /// Hold the stream: returns once its worker runs no job (the one it ran finished; one
+    /// waiting for another stream went back to the queue). Nothing starts until [`release`].
+    ///
+    /// [`release`]: Stream::release
+    pub fn hold(&self) {
+        let mut g = self.state.lock().unwrap();
+        g.held = true;
+        self.cv.notify_all();
+        while g.running {
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+
+    /// Let a held stream run again.
+    pub fn release(&self) {
+        self.state.lock().unwrap().held = false;
+        self.cv.notify_all();
+    }
+
+    /// The work not started, with its submission order (a held stream's queue).
+    pub fn queued(&self) -> Vec<(u64, QueuedWork)> {
+        let g = self.state.lock().unwrap();
+        g.queue
+            .iter()
+            .map(|j| {
+                let mut op = j.desc.op.clone();
+                if let (QueuedOp::Copy { staged, .. }, Some(b)) = (&mut op, &j.desc.staged) {
+                    *staged = Some(b.to_vec());
+                }
+                (j.order, QueuedWork { stream: self.id, seq: j.seq, op })
+            })
+            .collect()
+    }
+
+    /// Wait at most `limit` for job `seq` to complete.
+    fn wait_for(&self, seq: u64, limit: Duration) {
+        let g = self.state.lock().unwrap();
+        if g.completed < seq {
+            let _ = self.cv.wait_timeout(g, limit).unwrap();
+        }
     }
 
     /// Sequence number of the last submitted job.
@@ -139,14 +242,69 @@ mod tests {
         Arc::new(|_| {})
     }
 
+    fn mark() -> Desc {
+        Desc::op(QueuedOp::Marker)
+    }
+
+    #[test]
+    fn a_held_stream_finishes_its_job_and_keeps_the_rest_queued_in_order() {
+        let order = Order::default();
+        let a = Stream::spawn(1, false, 0, order.clone(), noerr());
+        let b = Stream::spawn(2, false, 0, order, noerr());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let started = Arc::new(AtomicU32::new(0));
+        let st = started.clone();
+        let first = a.submit(vec![], mark(), Box::new(move || {
+            st.store(1, Ordering::SeqCst);
+            rx.recv().unwrap();
+            Ok(())
+        }));
+        let ran = Arc::new(AtomicU32::new(0));
+        for _ in 0..3 {
+            let r = ran.clone();
+            a.submit(vec![], mark(), Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }));
+        }
+        // b's job waits for a's first job: held while it waits, it goes back unstarted.
+        let r = ran.clone();
+        b.submit(vec![(a.clone(), first + 1)], mark(), Box::new(move || {
+            r.fetch_add(100, Ordering::SeqCst);
+            Ok(())
+        }));
+        while started.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let holder = {
+            let a = a.clone();
+            std::thread::spawn(move || a.hold())
+        };
+        b.hold();
+        tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(a.reached(first));
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing starts while held");
+        let mut q: Vec<(u64, QueuedWork)> = a.queued().into_iter().chain(b.queued()).collect();
+        q.sort_by_key(|(o, _)| *o);
+        let names: Vec<(u64, u64)> = q.iter().map(|(_, w)| (w.stream, w.seq)).collect();
+        assert_eq!(names, vec![(1, 2), (1, 3), (1, 4), (2, 1)]);
+        a.release();
+        b.release();
+        b.drain();
+        a.drain();
+        assert_eq!(ran.load(Ordering::SeqCst), 103);
+    }
+
     #[test]
     fn jobs_run_in_submission_order() {
-        let s = Stream::spawn(1, false, 0, noerr());
+        let s = Stream::spawn(1, false, 0, Order::default(), noerr());
         let log = Arc::new(Mutex::new(Vec::new()));
         for i in 0..100 {
             let l = log.clone();
             s.submit(
                 vec![],
+                mark(),
                 Box::new(move || {
                     l.lock().unwrap().push(i);
                     Ok(())
@@ -160,12 +318,13 @@ mod tests {
 
     #[test]
     fn dependency_on_another_stream_is_waited_for() {
-        let a = Stream::spawn(1, false, 0, noerr());
-        let b = Stream::spawn(2, false, 0, noerr());
+        let a = Stream::spawn(1, false, 0, Order::default(), noerr());
+        let b = Stream::spawn(2, false, 0, Order::default(), noerr());
         let flag = Arc::new(AtomicU32::new(0));
         let f = flag.clone();
         let seq = a.submit(
             vec![],
+            mark(),
             Box::new(move || {
                 std::thread::sleep(std::time::Duration::from_millis(30));
                 f.store(1, Ordering::SeqCst);
@@ -176,6 +335,7 @@ mod tests {
         let (f, s2) = (flag.clone(), seen.clone());
         b.submit(
             vec![(a.clone(), seq)],
+            mark(),
             Box::new(move || {
                 s2.store(f.load(Ordering::SeqCst), Ordering::SeqCst);
                 Ok(())
@@ -189,8 +349,8 @@ mod tests {
     fn job_error_is_reported_to_the_device() {
         let got = Arc::new(AtomicU32::new(0));
         let g = got.clone();
-        let s = Stream::spawn(1, false, 0, Arc::new(move |c| g.store(c, Ordering::SeqCst)));
-        s.submit(vec![], Box::new(|| Err(700)));
+        let s = Stream::spawn(1, false, 0, Order::default(), Arc::new(move |c| g.store(c, Ordering::SeqCst)));
+        s.submit(vec![], mark(), Box::new(|| Err(700)));
         s.drain();
         assert_eq!(got.load(Ordering::SeqCst), 700);
     }

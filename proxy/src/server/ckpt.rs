@@ -19,12 +19,15 @@
 //! memory, and answers with the shared mappings the program must map again.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crum_wire::ckpt::{
-    copied_at_cut, DeviceState, SavedEvent, SavedFunction, SavedMemory, SavedModule, SavedStream, DEVICE_STATE_VERSION,
+    copied_at_cut, Carried, CarriedCall, DeviceState, QueuedOp, QueuedWork, SavedEvent, SavedFunction, SavedMemory,
+    SavedModule, SavedStream, DEVICE_STATE_VERSION,
 };
-use crum_wire::{cuda, Body, TexDesc};
+use crum_wire::channel::LANES;
+use crum_wire::{cuda, Body, Reply, TexDesc};
 
 use super::{code, Server};
 use crate::backend::*;
@@ -52,6 +55,31 @@ pub(crate) struct Objects {
     pub registered: BTreeMap<u64, u64>,
 }
 
+/// What a lane's thread does, as a checkpoint's cut sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum LaneUse {
+    /// Receiving, or handling a request (then `taken` says so).
+    #[default]
+    Idle,
+    /// In a synchronizing call, waiting for these (stream, seq) points: the cut saves it as a
+    /// call to resume.
+    Parked { points: Vec<(u64, u64)>, syncing: bool },
+    /// Holding a call the cut keeps from starting.
+    Held,
+}
+
+/// The cut of a checkpoint (from `CheckpointState` to `CheckpointEnd`).
+pub(crate) struct Cut {
+    pub active: bool,
+    pub lanes: Vec<LaneUse>,
+}
+
+impl Default for Cut {
+    fn default() -> Cut {
+        Cut { active: false, lanes: vec![LaneUse::Idle; LANES] }
+    }
+}
+
 /// A checkpoint between its two requests.
 pub(crate) struct Pending {
     state: Vec<u8>,
@@ -77,10 +105,19 @@ fn failed(msg: String) -> std::result::Result<Body, u32> {
 impl Server {
     pub(super) fn checkpoint_state(&self, lane: usize) -> std::result::Result<Body, u32> {
         let b = &*self.backend;
-        if !self.wait_quiet(lane, DRAIN_LIMIT) {
-            return failed("the program's queued CUDA requests did not drain within 120 s".into());
+        {
+            let mut cut = self.cut.lock().unwrap();
+            cut.active = true;
+            self.cut_on.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        code(b.device_sync())?;
+        let queue = match self.cut_device(lane) {
+            Ok(q) => q,
+            Err(e) => {
+                self.checkpoint_end();
+                return failed(e);
+            }
+        };
+        let carried = self.carried_calls(lane);
         let regions = match b.saved_regions() {
             Ok(r) => r,
             Err(e) => return failed(format!("the {} device cannot save its memory: {e}", b.name())),
@@ -155,12 +192,179 @@ impl Server {
                 p.extend(b.peek_printf());
                 p
             },
+            queue,
+            carried,
         };
+        if !state.queue.is_empty() || !state.carried.is_empty() {
+            tracing::info!(queued = state.queue.len(), calls = state.carried.len(), "checkpoint cut without waiting for the device");
+        }
         drop(o);
         let state = state.encode();
         let reply = Body::CkptPlan { state_len: state.len() as u64, copied_len, snapshot };
         *self.pending_ckpt.lock().unwrap() = Some(Pending { state, regions, offsets, copied_len, snapshot });
         Ok(reply)
+    }
+
+    /// Stop the device at the cut. Where the backend can (emu), its streams are held: the jobs
+    /// running finish, the rest is returned to be saved, and calls waiting for the device stay
+    /// parked; otherwise every lane's requests are drained and the device synchronized.
+    /// Either way the calls that come in meanwhile wait unstarted ([`Server::wait_cut_over`]).
+    fn cut_device(&self, lane: usize) -> std::result::Result<Vec<QueuedWork>, String> {
+        let b = &*self.backend;
+        if !self.queue_cut {
+            if !self.wait_cut_quiet(lane) {
+                return Err("the program's CUDA requests did not drain within 120 s".into());
+            }
+            code(b.device_sync()).map_err(|c| format!("the device did not finish its work ({})", cuda::name(c)))?;
+            return Ok(Vec::new());
+        }
+        let t0 = std::time::Instant::now();
+        b.hold_queues().map_err(|e| format!("cannot hold the device's queues: {e}"))?;
+        let held = t0.elapsed();
+        if held > Duration::from_secs(1) {
+            tracing::info!(
+                ms = held.as_millis() as u64,
+                "checkpoint cut waited for the work running on the device to finish (policy: drain)"
+            );
+        }
+        if !self.wait_cut_quiet(lane) {
+            return Err("the program's CUDA requests were not taken within 120 s".into());
+        }
+        match b.queued_work() {
+            Ok(q) => Ok(q),
+            Err(e) => {
+                // What cannot be saved unstarted is waited for.
+                tracing::warn!("{e}: the checkpoint waits for the device's queues");
+                b.release_queues();
+                code(b.device_sync()).map_err(|c| format!("the device did not finish its work ({})", cuda::name(c)))?;
+                b.hold_queues().map_err(|e| format!("cannot hold the device's queues: {e}"))?;
+                b.queued_work().map_err(|e| format!("cannot save the device's queues: {e}"))
+            }
+        }
+    }
+
+    /// Wait (up to [`DRAIN_LIMIT`]) until every other lane has no request unread or in hand,
+    /// or is parked in a synchronizing call, or holds a call the cut keeps back.
+    fn wait_cut_quiet(&self, lane: usize) -> bool {
+        let t0 = std::time::Instant::now();
+        let quiet = || {
+            let cut = self.cut.lock().unwrap();
+            (0..LANES).filter(|&i| i != lane).all(|i| match cut.lanes[i] {
+                LaneUse::Parked { .. } | LaneUse::Held => true,
+                LaneUse::Idle => {
+                    // `taken` first: a request leaves the ring only after it is counted.
+                    self.taken[i].load(std::sync::atomic::Ordering::SeqCst) == 0 && !self.channel.pending(i)
+                }
+            })
+        };
+        while t0.elapsed() < DRAIN_LIMIT {
+            if quiet() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        false
+    }
+
+    /// The calls the cut leaves open: parked synchronizing calls, replies written and not
+    /// read, and calls a restart brought that the program has not resumed yet.
+    fn carried_calls(&self, lane: usize) -> Vec<CarriedCall> {
+        let id = self.channel.id();
+        let mut out = Vec::new();
+        let cut = self.cut.lock().unwrap();
+        for i in (0..LANES).filter(|&i| i != lane) {
+            let (written, read) = self.channel.replies(i);
+            match &cut.lanes[i] {
+                LaneUse::Parked { points, syncing } => out.push(CarriedCall {
+                    channel: id,
+                    lane: i as u32,
+                    seq: written.wrapping_add(1),
+                    what: Carried::Wait { points: points.clone(), syncing: *syncing },
+                }),
+                LaneUse::Idle if written != read => out.push(CarriedCall {
+                    channel: id,
+                    lane: i as u32,
+                    seq: written,
+                    what: Carried::Reply(self.channel.last_reply(i)),
+                }),
+                _ => {}
+            }
+        }
+        drop(cut);
+        for (&(channel, lane, seq), what) in self.carried.lock().unwrap().iter() {
+            out.push(CarriedCall { channel, lane, seq, what: what.clone() });
+        }
+        out
+    }
+
+    /// The checkpoint is over (in the program that goes on): the queues run again and the
+    /// calls held or parked go on.
+    pub(super) fn checkpoint_end(&self) {
+        self.pending_ckpt.lock().unwrap().take();
+        self.backend.release_queues();
+        let mut cut = self.cut.lock().unwrap();
+        cut.active = false;
+        self.cut_on.store(false, std::sync::atomic::Ordering::SeqCst);
+        drop(cut);
+        self.cut_changed.notify_all();
+    }
+
+    pub(super) fn cut_state(&self, lane: usize, u: LaneUse) {
+        self.cut.lock().unwrap().lanes[lane] = u;
+    }
+
+    /// A call that wants a reply arrived during a cut: it waits, unstarted, until the cut ends.
+    pub(super) fn wait_cut_over(&self, lane: usize) {
+        let mut cut = self.cut.lock().unwrap();
+        if !cut.active {
+            return;
+        }
+        cut.lanes[lane] = LaneUse::Held;
+        while cut.active {
+            cut = self.cut_changed.wait(cut).unwrap();
+        }
+        cut.lanes[lane] = LaneUse::Idle;
+    }
+
+    /// A synchronizing call: wait for `on`. Where the backend names what it waits for
+    /// (emu), the wait is parked, so that a checkpoint can cut it and a restart resume it.
+    pub(super) fn block_on(&self, lane: usize, on: SyncOn) -> std::result::Result<(), u32> {
+        let b = &*self.backend;
+        if !self.queue_cut {
+            return code(match on {
+                SyncOn::Device => b.device_sync(),
+                SyncOn::Stream(s) => b.stream_sync(s),
+                SyncOn::Event(e) => b.event_sync(e),
+            });
+        }
+        let points = code(b.sync_points(on))?;
+        self.wait_parked(lane, points, true)
+    }
+
+    fn wait_parked(&self, lane: usize, points: Vec<(u64, u64)>, syncing: bool) -> std::result::Result<(), u32> {
+        self.cut_state(lane, LaneUse::Parked { points: points.clone(), syncing });
+        let r = code(self.backend.wait_points(&points));
+        let mut cut = self.cut.lock().unwrap();
+        // A cut that saw this call parked saves it so: it answers only after the cut.
+        while cut.active {
+            cut = self.cut_changed.wait(cut).unwrap();
+        }
+        cut.lanes[lane] = LaneUse::Idle;
+        r
+    }
+
+    /// `Request::Resume`: the reply to a call a checkpoint cut — the saved reply itself
+    /// (`Err(bytes)`), the answer once its wait is over, or `NotCarried`.
+    pub(super) fn resume(&self, lane: usize, key: (u64, u32, u32)) -> std::result::Result<Reply, Vec<u8>> {
+        let what = self.carried.lock().unwrap().remove(&key);
+        match what {
+            None => Ok(Reply::ok(Body::NotCarried)),
+            Some(Carried::Reply(bytes)) => Err(bytes),
+            Some(Carried::Wait { points, syncing }) => {
+                let r = self.wait_parked(lane, points, syncing).map(|_| Body::None);
+                Ok(self.finish(r, syncing))
+            }
+        }
     }
 
     pub(super) fn checkpoint_data(
@@ -202,7 +406,7 @@ impl Server {
         }
     }
 
-    pub(super) fn restore_device(&self, state_addr: u64, state_len: u64, data_addr: u64, data_len: u64) -> std::result::Result<Body, u32> {
+    pub(super) fn restore_device(self: &Arc<Self>, state_addr: u64, state_len: u64, data_addr: u64, data_len: u64) -> std::result::Result<Body, u32> {
         if state_len > MAX_STATE {
             return failed(format!("the device state is {state_len} bytes, more than crum accepts"));
         }
@@ -216,10 +420,51 @@ impl Server {
         if st.data_len != data_len {
             return failed(format!("the device data holds {data_len} bytes, the state names {}", st.data_len));
         }
-        match self.replay(&st, data_addr) {
+        match self.replay(&st, data_addr).and_then(|v| self.replay_queue(&st).map(|_| v)) {
             Ok(v) => Ok(Body::Restored(v)),
             Err(e) => failed(e),
         }
+    }
+
+    /// Enqueue the work saved unstarted again, in its order, and keep the cut calls for the
+    /// program to resume, their waits renamed to this proxy's sequence numbers.
+    fn replay_queue(self: &Arc<Self>, st: &DeviceState) -> std::result::Result<(), String> {
+        let b = &*self.backend;
+        if (!st.queue.is_empty() || st.carried.iter().any(|c| matches!(c.what, Carried::Wait { .. }))) && !self.queue_cut {
+            return Err(format!(
+                "the image holds {} queued device operations and {} waiting calls; the {} device cannot replay them (restart on the emulated device)",
+                st.queue.len(),
+                st.carried.len(),
+                b.name()
+            ));
+        }
+        let mut seqs: HashMap<(u64, u64), u64> = HashMap::new();
+        for w in &st.queue {
+            let host = match w.op {
+                QueuedOp::HostFunc { func, data } => Some(self.host_call(func, data)),
+                _ => None,
+            };
+            let new = b
+                .replay_work(w, &|s, q| seqs.get(&(s, q)).copied(), host)
+                .map_err(|e| format!("cannot enqueue the saved {} on stream {:#x} again: {e}", w.op.name(), w.stream))?;
+            seqs.insert((w.stream, w.seq), new);
+        }
+        let mut carried = self.carried.lock().unwrap();
+        for c in &st.carried {
+            let what = match &c.what {
+                Carried::Reply(r) => Carried::Reply(r.clone()),
+                Carried::Wait { points, syncing } => Carried::Wait {
+                    // A point not in the queue was reached before the cut.
+                    points: points.iter().filter_map(|&(s, q)| seqs.get(&(s, q)).map(|&n| (s, n))).collect(),
+                    syncing: *syncing,
+                },
+            };
+            carried.insert((c.channel, c.lane, c.seq), what);
+        }
+        if !st.queue.is_empty() || !st.carried.is_empty() {
+            tracing::info!(queued = st.queue.len(), calls = st.carried.len(), "saved device work enqueued again");
+        }
+        Ok(())
     }
 
     fn replay(&self, st: &DeviceState, data_addr: u64) -> std::result::Result<Vec<(u64, u64, crum_wire::AllocKind, i32)>, String> {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Checkpoint pause of a CUDA program with a long queue of work not started (issue 16).
+#
+# integration-tests/cuda/ckpt_queue_cut.cu queues SMALL kernel launches (default 20000, each
+# well under a millisecond on the emulated device) and a thread waits in
+# cudaDeviceSynchronize; at its first gate one `crum checkpoint` is taken in each mode:
+#   cut    the default: the proxy holds its streams, saves the launches not started and the
+#          waiting call, and the program goes on at once;
+#   drain  CRUM_CKPT_QUEUE=drain: the checkpoint waits for the whole queue (before issue 16).
+# Printed per mode: the program-visible pause and its drain phase (the `checkpoint pause` log
+# line), the time until the image is complete, the launches saved unstarted (`crum inspect
+# --json`), the image size; the program must still end with PASS. Last, drain's pause against
+# cut's (measured in the same run).
+#
+# Usage: scripts/bench-queue-cut.sh [SMALL]
+# Env: CRUM_BIN (default target/release/crum, built if missing), BENCH_DIR (default a
+#      temporary directory under ./target, removed at the end unless set).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SMALL=${1:-20000}
+if [ -z "${CRUM_BIN:-}" ]; then
+    (cd "$ROOT" && cargo build -q --release -p crum-cli -p crum-interpose)
+fi
+CRUM=${CRUM_BIN:-$ROOT/target/release/crum}
+KEEP=${BENCH_DIR:+1}
+BENCH_DIR=${BENCH_DIR:-$(mktemp -d "$ROOT/target/bench-queue-cut.XXXX")}
+mkdir -p "$BENCH_DIR"
+eval "$("$ROOT/scripts/setup-cuda.sh" --env)"
+PROG=$BENCH_DIR/ckpt_queue_cut
+nvcc -cudart shared -arch=sm_80 -O2 -o "$PROG" "$ROOT/integration-tests/cuda/ckpt_queue_cut.cu"
+
+runpid=""
+cleanup() {
+    if [ -n "$runpid" ]; then kill -9 "$runpid" 2>/dev/null; fi
+    [ -z "$KEEP" ] && rm -rf "$BENCH_DIR"
+    return 0
+}
+trap cleanup EXIT
+now() { date +%s.%N; }
+
+printf "%-6s %12s %12s %14s %10s %10s  %s\n" mode pause_ms drain_ms image_done_ms saved img_MiB result
+declare -A PAUSE
+for mode in cut drain; do
+    d=$BENCH_DIR/$mode
+    rm -rf "$d"; mkdir -p "$d/gate" "$d/images"
+    q=cut; [ "$mode" = drain ] && q=drain
+    CRUM_TEST_GATE=$d/gate CRUM_LOG=crum_ckpt=info CRUM_LOG_FILE=$d/log CRUM_CKPT_QUEUE=$q \
+        "$CRUM" run -- "$PROG" "$SMALL" 1 > "$d/out" 2> "$d/err" &
+    runpid=$!
+    until [ "$(cat "$d/gate/at" 2>/dev/null)" = 1 ]; do sleep 0.01; done
+    pid=$(pgrep -P "$runpid" -f "^$PROG" | head -1)
+    t0=$(now)
+    img=$("$CRUM" checkpoint --dir "$d/images" "$pid")
+    t1=$(now)
+    touch "$d/gate/go-all"
+    wait "$runpid" || true
+    runpid=""
+    line=$(grep "checkpoint pause" "$d/log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g')
+    field() { echo "$line" | grep -o "$1=[0-9]*" | cut -d= -f2; }
+    pause=$(( $(field pause_us) / 1000 )); drain=$(( $(field drain_us) / 1000 ))
+    saved=$("$CRUM" inspect --json "$img" | python3 -c 'import json,sys; d=json.load(sys.stdin)["device"]; print(sum(1 for w in d["queue"] if w["op"]=="launch"))')
+    size=$(du -sm "$img" | cut -f1)
+    done_ms=$(python3 -c "print(round(($t1-$t0)*1000))")
+    PAUSE[$mode]=$pause
+    printf "%-6s %12s %12s %14s %10s %10s  %s\n" "$mode" "$pause" "$drain" "$done_ms" "$saved" "$size" "$(tail -1 "$d/out")"
+done
+python3 -c "c=${PAUSE[cut]}; d=${PAUSE[drain]}; print(f'pause: drain {d} ms against cut {c} ms: {d/max(c,1):.1f}x longer with $SMALL launches queued')"
