@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checkpoint pause of a CUDA program with a long queue of work not started (issue 16).
+# Checkpoint pause of a CUDA program with a long queue of work not started, and with a long
+# grid running (issue 16).
 #
 # integration-tests/cuda/ckpt_queue_cut.cu queues SMALL kernel launches (default 20000, each
 # well under a millisecond on the emulated device) and a thread waits in
@@ -11,6 +12,16 @@
 # line), the time until the image is complete, the launches saved unstarted (`crum inspect
 # --json`), the image size; the program must still end with PASS. Last, drain's pause against
 # cut's (measured in the same run).
+#
+# Then integration-tests/cuda/ckpt_long_grid.cu (512 blocks, GRID_ITERS loop iterations per
+# thread, default 12000) is checkpointed while its grid runs, under each kernel policy
+# (CRUM_CKPT_KERNEL):
+#   auto   the default (short blocks: stop at a block boundary);
+#   block  the grid stops at a block boundary, the rest is saved;
+#   flush  the grid (idempotent) is abandoned and saved whole, to run again;
+#   drain  the checkpoint waits for the grid.
+# Printed: the pause, the block the saved rest starts at, the image size; then each policy's
+# pause against drain's.
 #
 # Usage: scripts/bench-queue-cut.sh [SMALL]
 # Env: CRUM_BIN (default target/release/crum, built if missing), BENCH_DIR (default a
@@ -29,6 +40,9 @@ mkdir -p "$BENCH_DIR"
 eval "$("$ROOT/scripts/setup-cuda.sh" --env)"
 PROG=$BENCH_DIR/ckpt_queue_cut
 nvcc -cudart shared -arch=sm_80 -O2 -o "$PROG" "$ROOT/integration-tests/cuda/ckpt_queue_cut.cu"
+GRID=$BENCH_DIR/ckpt_long_grid
+nvcc -cudart shared -arch=sm_80 -O2 -o "$GRID" "$ROOT/integration-tests/cuda/ckpt_long_grid.cu"
+GRID_ITERS=${GRID_ITERS:-12000}
 
 runpid=""
 cleanup() {
@@ -66,3 +80,28 @@ for mode in cut drain; do
     printf "%-6s %12s %12s %14s %10s %10s  %s\n" "$mode" "$pause" "$drain" "$done_ms" "$saved" "$size" "$(tail -1 "$d/out")"
 done
 python3 -c "c=${PAUSE[cut]}; d=${PAUSE[drain]}; print(f'pause: drain {d} ms against cut {c} ms: {d/max(c,1):.1f}x longer with $SMALL launches queued')"
+
+echo
+printf "%-6s %12s %12s %10s  %s\n" policy pause_ms rest_from img_MiB result
+declare -A GP
+for policy in auto block flush drain; do
+    d=$BENCH_DIR/grid-$policy
+    rm -rf "$d"; mkdir -p "$d/gate" "$d/images"
+    CRUM_TEST_GATE=$d/gate CRUM_LOG=crum_ckpt=info CRUM_LOG_FILE=$d/log CRUM_CKPT_KERNEL=$policy \
+        "$CRUM" run -- "$GRID" "$GRID_ITERS" > "$d/out" 2> "$d/err" &
+    runpid=$!
+    until [ "$(cat "$d/gate/at" 2>/dev/null)" = 1 ]; do sleep 0.01; done
+    pid=$(pgrep -P "$runpid" -f "^$GRID" | head -1)
+    img=$("$CRUM" checkpoint --dir "$d/images" "$pid")
+    touch "$d/gate/go-all"
+    wait "$runpid" || true
+    runpid=""
+    line=$(grep "checkpoint pause" "$d/log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g')
+    pause=$(( $(echo "$line" | grep -o "pause_us=[0-9]*" | cut -d= -f2) / 1000 ))
+    from=$("$CRUM" inspect --json "$img" | python3 -c 'import json,sys,re; d=json.load(sys.stdin)["device"]; l=[w["detail"] for w in d["queue"] if w["op"]=="launch" and "from block" in w["detail"]]; print(re.search(r"from block (\d+)", l[0]).group(1) if l else "-")')
+    GP[$policy]=$pause
+    printf "%-6s %12s %12s %10s  %s\n" "$policy" "$pause" "$from" "$(du -sm "$img" | cut -f1)" "$(tail -1 "$d/out")"
+done
+for policy in auto block flush; do
+    python3 -c "b=${GP[$policy]}; d=${GP[drain]}; print(f'pause with a grid running: drain {d} ms against $policy {b} ms: {d/max(b,1):.1f}x longer')"
+done

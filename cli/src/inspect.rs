@@ -585,6 +585,7 @@ fn device_json(d: &DeviceState, data_size: u64) -> serde_json::Value {
         "queue": d.queue.iter().map(|w| json!({
             "stream": w.stream, "seq": w.seq, "op": w.op.name(), "detail": queued_detail(&w.op),
         })).collect::<Vec<_>>(),
+        "cut_notes": d.cut_notes,
         "carried_calls": d.carried.iter().map(|c| json!({
             "lane": c.lane, "seq": c.seq, "what": carried_detail(&c.what),
         })).collect::<Vec<_>>(),
@@ -595,9 +596,14 @@ fn device_json(d: &DeviceState, data_size: u64) -> serde_json::Value {
 fn queued_detail(op: &crum_wire::ckpt::QueuedOp) -> String {
     use crum_wire::ckpt::QueuedOp as Q;
     match op {
-        Q::Launch { func, grid, block, shared, params, .. } => format!(
-            "kernel {func:#x} grid {}x{}x{} block {}x{}x{} shared {shared} params {} B",
-            grid[0], grid[1], grid[2], block[0], block[1], block[2], params.len()
+        Q::Launch { func, grid, block, shared, params, first_block, .. } => format!(
+            "kernel {func:#x} grid {}x{}x{} block {}x{}x{} shared {shared} params {} B{}",
+            grid[0], grid[1], grid[2], block[0], block[1], block[2], params.len(),
+            if *first_block > 0 {
+                format!(", from block {first_block} (preempted at a block boundary)")
+            } else {
+                String::new()
+            }
         ),
         Q::Copy { dst, src, width, height, staged, .. } => match staged {
             Some(b) => format!("{width}x{height} B to {dst:#x} from {} staged bytes", b.len()),
@@ -744,6 +750,12 @@ fn describe_device(o: &mut String, d: &DeviceState, data_size: u64) -> anyhow::R
                 "  {:>#8x}  base {:#x} {}x{}x{} pitch {}",
                 h, t.base, t.width, t.height, t.depth, t.pitch
             )?;
+        }
+    }
+    if !d.cut_notes.is_empty() {
+        writeln!(o, "\nwork running at the checkpoint")?;
+        for n in &d.cut_notes {
+            writeln!(o, "  {n}")?;
         }
     }
     if !d.queue.is_empty() {
@@ -914,9 +926,10 @@ mod tests {
             queue: vec![QueuedWork {
                 stream: 0x6,
                 seq: 12,
-                op: QueuedOp::Launch { func: 0x4, grid: [8, 1, 1], block: [256, 1, 1], shared: 0, cooperative: false, params: vec![0; 20] },
+                op: QueuedOp::Launch { func: 0x4, grid: [8, 1, 1], block: [256, 1, 1], shared: 0, cooperative: false, params: vec![0; 20], first_block: 3 },
             }],
             carried: vec![CarriedCall { channel: 1, lane: 2, seq: 9, what: Carried::Wait { points: vec![(0x6, 12)], syncing: true } }],
+            cut_notes: vec!["kernel _Z5sweepPKfPfi (3 of 8 blocks done): stopped at a block boundary, policy auto: blocks take about 2 ms".into()],
         }
     }
 
@@ -969,8 +982,9 @@ mod tests {
             "disable-timing",
             "12.06 KiB",
             "1 operations",
-            "launch         kernel 0x4 grid 8x1x1 block 256x1x1 shared 0 params 20 B",
+            "launch         kernel 0x4 grid 8x1x1 block 256x1x1 shared 0 params 20 B, from block 3 (preempted at a block boundary)",
             "lane  2 call      9  waiting for stream 0x6 work 12",
+            "stopped at a block boundary, policy auto: blocks take about 2 ms",
         ] {
             assert!(text.contains(want), "`{want}` missing from:\n{text}");
         }

@@ -349,6 +349,83 @@ fn queued_launches_and_a_thread_in_device_synchronize_are_saved_not_waited_for()
     assert_eq!(r.success(Duration::from_secs(120)).unwrap(), want, "restart of a restart");
 }
 
+/// The device part of an image as `crum inspect --json` gives it.
+fn device_json(img: &std::path::Path) -> serde_json::Value {
+    let o = Command::new(crum_bin()).args(["inspect", "--json"]).arg(img).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["device"].clone()
+}
+
+/// Issue 16, the kernel running at the cut, under each policy (`CRUM_CKPT_KERNEL`): a grid of
+/// 512 blocks, idempotent (it only writes), running when the checkpoint comes is
+/// - `block`: stopped at a block boundary (the image holds the rest, "from block N");
+/// - `flush`: abandoned, to run again from its start (the image holds the whole launch);
+/// - `drain`: waited for (nothing of it saved);
+/// - `auto` (the default): its blocks are short, so stopped at a block boundary.
+///
+/// The image names the choice and why. Killed and restarted, every image gives the
+/// uninterrupted run's result; the block image's restart is checkpointed at once, killed and
+/// restarted again.
+#[test]
+fn a_running_grid_is_stopped_flushed_or_drained_by_policy_and_restarts_right() {
+    let exe = build_cuda("ckpt_long_grid").unwrap();
+    let want = fs::read_to_string(cuda_dir().join("expected/ckpt_long_grid.out")).unwrap();
+    for policy in ["block", "flush", "drain", "auto"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let images = tmp.path().join("images");
+        let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+        let env = [gate.env(), ("CRUM_CKPT_KERNEL", OsStr::new(policy))];
+        let mut p = Proc::run(&exe, &[], &[], &env, &tmp.path().join("out")).unwrap();
+        gate.wait_at(1, &mut p).unwrap();
+        let img = p.checkpoint(&images).unwrap();
+        p.kill9().unwrap();
+        let dev = device_json(&img);
+        let launches: Vec<String> = dev["queue"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["op"] == "launch")
+            .map(|w| w["detail"].as_str().unwrap().to_string())
+            .collect();
+        let notes = dev["cut_notes"].to_string();
+        let grind: Vec<&String> = launches.iter().filter(|l| l.contains("grid 512x1x1")).collect();
+        match policy {
+            "block" | "auto" => {
+                assert!(
+                    grind.len() == 1 && grind[0].contains("from block"),
+                    "{policy}: the running grid was not saved stopped at a block boundary: {launches:?}"
+                );
+                assert!(notes.contains("stopped at a block boundary") && notes.contains(&format!("policy {policy}")), "{notes}");
+            }
+            "flush" => {
+                assert!(
+                    grind.len() == 1 && !grind[0].contains("from block"),
+                    "flush: the running grid was not saved whole: {launches:?}"
+                );
+                assert!(notes.contains("flushed") && notes.contains("idempotent"), "{notes}");
+            }
+            _ => {
+                assert!(grind.is_empty(), "drain saved the running grid: {launches:?}");
+                assert!(notes.contains("drained"), "{notes}");
+            }
+        }
+        gate.reset(i64::MAX).unwrap();
+        let mut r = Proc::restart(&img, None, &tmp.path().join("r1.out")).unwrap();
+        assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "{policy}: restart");
+        if policy == "block" {
+            // Restart of a restart, checkpointed while the rest of the grid runs.
+            gate.reset(0).unwrap();
+            let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
+            let img2 = r.checkpoint(&images).unwrap();
+            r.kill9().unwrap();
+            gate.reset(i64::MAX).unwrap();
+            let mut r = Proc::restart(&img2, None, &tmp.path().join("r3.out")).unwrap();
+            assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart of a restart");
+        }
+    }
+}
+
 /// A checkpoint requested while the main thread waits in `cudaDeviceSynchronize` for a kernel
 /// of seconds (on the emulated device) waits for the running kernel (policy drain) and says so
 /// in the log (the waiting call itself is saved and resumed);

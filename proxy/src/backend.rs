@@ -282,9 +282,10 @@ pub trait Backend: Send + Sync {
         let _ = points;
         unsupported(self.name(), "synchronization points")
     }
-    /// Hold every stream: the jobs running finish, none starts until
-    /// [`Backend::release_queues`].
-    fn hold_queues(&self) -> Result<()> {
+    /// Hold every stream: the jobs running finish (or stop at a safe point), none starts until
+    /// [`Backend::release_queues`]. Returns what it did with the work running, for the log
+    /// and the image.
+    fn hold_queues(&self) -> Result<Vec<String>> {
         unsupported(self.name(), "holding the queues")
     }
     /// The work not started on the held streams, in submission order.

@@ -258,6 +258,9 @@ pub struct LaunchOutput {
     pub printf: Vec<u8>,
     /// Instructions executed (all threads), for benchmarks.
     pub instructions: u64,
+    /// Set when [`launch_from`] was stopped at a block boundary: the first block (linear
+    /// index) not run; every block before it ran to completion, none from it on started.
+    pub stopped_at: Option<u64>,
 }
 
 /// Why a launch failed.
@@ -281,6 +284,9 @@ pub enum LaunchError {
     KernelNotFound(String),
     #[error("not supported by the emulated device: {0}")]
     Unsupported(String),
+    /// Abandoned by its controller ([`LaunchCtl::FLUSH`]): to be run again.
+    #[error("flushed (to run again)")]
+    Flushed,
     /// Threads wait for each other forever (barrier or warp operation that cannot complete).
     #[error("kernel deadlocked: {0}")]
     Deadlock(String),
@@ -301,7 +307,7 @@ impl LaunchError {
             LaunchError::TooManyResources(_) => 701,
             LaunchError::CooperativeTooLarge => 720,
             LaunchError::KernelNotFound(_) => 98,
-            LaunchError::Unsupported(_) => 801,
+            LaunchError::Unsupported(_) | LaunchError::Flushed => 801,
             LaunchError::WithPrintf { source, .. } => source.cuda_error(),
         }
     }
@@ -336,7 +342,47 @@ pub fn launch(
     mem: &dyn DeviceMemory,
     pool: &Pool,
 ) -> Result<LaunchOutput, LaunchError> {
-    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool)
+    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool, 0, None)
+}
+
+/// Control of a running launch by another thread (a checkpoint's preemption).
+#[derive(Debug, Default)]
+pub struct LaunchCtl {
+    /// [`LaunchCtl::RUN`], [`LaunchCtl::STOP`] or [`LaunchCtl::FLUSH`].
+    pub mode: std::sync::atomic::AtomicU8,
+    /// Blocks completed so far (progress, for a policy's estimate).
+    pub blocks_done: std::sync::atomic::AtomicU64,
+}
+
+impl LaunchCtl {
+    /// Run to the end.
+    pub const RUN: u8 = 0;
+    /// Start no new block: the launch returns with [`LaunchOutput::stopped_at`].
+    pub const STOP: u8 = 1;
+    /// Abandon the blocks running too: the launch fails with [`LaunchError::Flushed`] (its
+    /// memory effects so far stay; only for a launch that may run again from its start).
+    pub const FLUSH: u8 = 2;
+}
+
+/// [`launch`] of the blocks from `first_block` on (linear index, x fastest), the ones before
+/// having run already, under the control of `ctl`: with mode STOP workers start no new block
+/// and the launch returns with [`LaunchOutput::stopped_at`] (block-boundary preemption); with
+/// FLUSH the running blocks are abandoned too. A kernel that uses grid-wide synchronization
+/// needs all its blocks resident: STOP is ignored for it (FLUSH is not), and `first_block`
+/// must be 0.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_from(
+    module: &Module,
+    kernel: &str,
+    cfg: &LaunchConfig,
+    params: &[u8],
+    symbols: &dyn Fn(&str) -> Option<u64>,
+    mem: &dyn DeviceMemory,
+    pool: &Pool,
+    first_block: u64,
+    ctl: Option<&LaunchCtl>,
+) -> Result<LaunchOutput, LaunchError> {
+    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool, first_block, ctl)
 }
 
 #[cfg(test)]

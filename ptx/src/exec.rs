@@ -87,6 +87,8 @@ struct Launch<'a> {
     /// The grid-sync workspace (`%envreg1/2`), when the kernel uses grid sync.
     grid_buf: Option<Vec<AtomicU64>>,
     stop: AtomicBool,
+    /// The launch's control mode (a checkpoint may flush it).
+    flush: Option<&'a std::sync::atomic::AtomicU8>,
 }
 
 /// Per-block state on one worker.
@@ -104,6 +106,7 @@ pub(crate) struct Block<'a, 'l> {
 
 type R<T> = Result<T, LaunchError>;
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     module: &Module,
     kernel: &str,
@@ -112,6 +115,8 @@ pub(crate) fn launch(
     symbols: &dyn Fn(&str) -> Option<u64>,
     mem: &dyn DeviceMemory,
     pool: &Pool,
+    first_block: u64,
+    ctl: Option<&crate::api::LaunchCtl>,
 ) -> R<LaunchOutput> {
     let prog = &module.prog;
     let ki = prog.kernels.iter().position(|k| k.name == kernel).ok_or_else(|| LaunchError::KernelNotFound(kernel.into()))?;
@@ -147,6 +152,19 @@ pub(crate) fn launch(
     if grid_sync && nblocks > pool.threads as u64 {
         return Err(LaunchError::CooperativeTooLarge);
     }
+    if first_block > nblocks || (grid_sync && first_block != 0) {
+        return Err(LaunchError::InvalidConfig(format!("first block {first_block} of {nblocks}")));
+    }
+    // Grid-wide synchronization needs every block resident: such a grid is never stopped at a
+    // block boundary (it may be flushed).
+    let mode = || ctl.map_or(0, |c| c.mode.load(Ordering::Relaxed));
+    let stopped = |l: &Launch| {
+        l.stop.load(Ordering::Relaxed) || match mode() {
+            crate::api::LaunchCtl::STOP => !grid_sync,
+            crate::api::LaunchCtl::FLUSH => true,
+            _ => false,
+        }
+    };
     let grid_buf = grid_sync.then(|| (0..64).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
     let l = Launch {
         prog,
@@ -159,13 +177,14 @@ pub(crate) fn launch(
         t0: Instant::now(),
         grid_buf,
         stop: AtomicBool::new(false),
+        flush: ctl.map(|c| &c.mode),
     };
-    let next = AtomicUsize::new(0);
+    let next = AtomicUsize::new(first_block as usize);
     // (block index, printf output, failure) of blocks that printed or failed.
     type BlockResult = (usize, Vec<u8>, Option<LaunchError>);
     let results: Mutex<Vec<BlockResult>> = Mutex::new(Vec::new());
     let total_insts = std::sync::atomic::AtomicU64::new(0);
-    let workers = (pool.threads as u64).min(nblocks) as usize;
+    let workers = (pool.threads as u64).min(nblocks - first_block).max(1) as usize;
     // Runs blocks from the shared counter until none is left (or `limit` blocks are done).
     let work = |limit: Option<usize>| {
         let mut done = 0usize;
@@ -182,7 +201,7 @@ pub(crate) fn launch(
         b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
         let mut threads: Vec<Thread> = Vec::new();
         loop {
-            if l.stop.load(Ordering::Relaxed) || limit.is_some_and(|n| done >= n) {
+            if stopped(&l) || limit.is_some_and(|n| done >= n) {
                 break;
             }
             done += 1;
@@ -201,6 +220,9 @@ pub(crate) fn launch(
                     Err(LaunchError::Unsupported(format!("internal error of the PTX engine: {}", msg.unwrap_or_default())))
                 }
             };
+            if let Some(c) = ctl {
+                c.blocks_done.fetch_add(1, Ordering::Relaxed);
+            }
             let out = std::mem::take(&mut b.printf);
             let failed = r.is_err();
             if !out.is_empty() || failed {
@@ -227,7 +249,7 @@ pub(crate) fn launch(
         // (tens of microseconds) when the rest of the grid takes longer than that.
         let t = Instant::now();
         work(Some(1));
-        let rest = t.elapsed().as_secs_f64() * (nblocks - 1) as f64;
+        let rest = t.elapsed().as_secs_f64() * (nblocks - first_block).saturating_sub(1) as f64;
         if rest < SPAWN_WORTH_S {
             work(None);
         } else {
@@ -238,6 +260,10 @@ pub(crate) fn launch(
                 work(None);
             });
         }
+    }
+    if mode() == crate::api::LaunchCtl::FLUSH {
+        // Abandoned as a whole, whether or not a block had started.
+        return Err(LaunchError::Flushed);
     }
     let mut res = results.into_inner().unwrap_or_else(|e| e.into_inner());
     res.sort_by_key(|r| r.0);
@@ -250,7 +276,12 @@ pub(crate) fn launch(
         }
     }
     match err {
-        None => Ok(LaunchOutput { printf, instructions: total_insts.into_inner() }),
+        None => {
+            // Every block fetched ran; a fetch past the end took none.
+            let fetched = (next.into_inner() as u64).min(nblocks);
+            let stopped_at = (fetched < nblocks).then_some(fetched);
+            Ok(LaunchOutput { printf, instructions: total_insts.into_inner(), stopped_at })
+        }
         Some(e) if printf.is_empty() => Err(e),
         Some(e) => Err(LaunchError::WithPrintf { source: Box::new(e), printf }),
     }
@@ -377,6 +408,9 @@ impl<'a, 'l> Block<'a, 'l> {
             }
             if l.stop.load(Ordering::Relaxed) {
                 return Ok(());
+            }
+            if l.flush.is_some_and(|f| f.load(Ordering::Relaxed) == crate::api::LaunchCtl::FLUSH) {
+                return Err(LaunchError::Flushed);
             }
         }
     }

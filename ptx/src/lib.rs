@@ -18,5 +18,6 @@ mod parse;
 mod printf;
 mod tex;
 
+pub mod analysis;
 pub use api::*;
 pub use hostmem::HostMemory;

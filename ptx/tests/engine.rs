@@ -515,3 +515,113 @@ fn surface_reads_and_writes_are_byte_addressed_in_x() {
     run(&m, &mut mem, "surf_copy_scaled", &c, &Args::new().ptr(1).ptr(2).i32(w as i32).i32(h as i32)).unwrap();
     assert_eq!(to_f32s(&mem.read(dst, 4 * (w * h) as usize)), data.iter().map(|v| v * 3.0).collect::<Vec<_>>());
 }
+
+/// Each block writes its index + 1 to `out[block]`.
+const MARK: &str = r#"
+.visible .entry mark(.param .u64 out)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %ctaid.x;
+  add.u32 %r2, %r1, 1;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.u32 [%rd3], %r2;
+  ret;
+}
+"#;
+
+/// Block-boundary preemption (issue 16): a launch stopped before any block runs none and says
+/// where it stopped; the rest of the grid, launched from there, completes it exactly.
+#[test]
+fn a_stopped_launch_runs_no_block_after_the_stop_and_resumes_from_where_it_stopped() {
+    use crum_ptx::LaunchCtl;
+    use std::sync::atomic::Ordering;
+    let ctl = |mode: u8| {
+        let c = LaunchCtl::default();
+        c.mode.store(mode, Ordering::Relaxed);
+        c
+    };
+    let m = ptx(MARK);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(4 * 64);
+    let c = LaunchConfig { grid: [64, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, cooperative: false };
+    let pool = Pool::new(4);
+    let stop = ctl(LaunchCtl::STOP);
+    let p = out.to_le_bytes();
+    let o = crum_ptx::launch_from(&m, "mark", &c, &p, &|_| None, &mem, &pool, 10, Some(&stop)).unwrap();
+    assert_eq!(o.stopped_at, Some(10));
+    assert_eq!(to_i32s(&mem.read(out, 4 * 64)), vec![0; 64]);
+    // Blocks 0..10 "ran before": run them, then the rest from 10 with no stop.
+    let first = LaunchConfig { grid: [10, 1, 1], ..c };
+    launch(&m, "mark", &first, &p, &|_| None, &mem, &pool).unwrap();
+    let o = crum_ptx::launch_from(&m, "mark", &c, &p, &|_| None, &mem, &pool, 10, None).unwrap();
+    assert_eq!(o.stopped_at, None);
+    assert_eq!(to_i32s(&mem.read(out, 4 * 64)), (1..=64).collect::<Vec<i32>>());
+    // A stop raised while blocks run: every block before `stopped_at` ran, none after.
+    let out2 = mem.alloc(4 * 4096);
+    let big = LaunchConfig { grid: [4096, 1, 1], ..c };
+    let stop = ctl(LaunchCtl::RUN);
+    let p2 = out2.to_le_bytes();
+    let o = std::thread::scope(|s| {
+        s.spawn(|| {
+            while mem.read(out2, 4) == [0, 0, 0, 0] {
+                std::thread::yield_now();
+            }
+            stop.mode.store(LaunchCtl::STOP, Ordering::Relaxed);
+        });
+        crum_ptx::launch_from(&m, "mark", &big, &p2, &|_| None, &mem, &pool, 0, Some(&stop)).unwrap()
+    });
+    let got = to_i32s(&mem.read(out2, 4 * 4096));
+    let at = o.stopped_at.unwrap_or(4096) as usize;
+    assert!(got[..at].iter().enumerate().all(|(i, &v)| v == i as i32 + 1), "a block before {at} did not run");
+    assert!(got[at..].iter().all(|&v| v == 0), "a block after {at} ran");
+    assert_eq!(stop.blocks_done.load(Ordering::Relaxed), at as u64);
+    // Grid-sync kernels ignore the stop (their blocks must all be resident).
+    let g = ptx(GRID_SYNC);
+    let gout = mem.alloc(16);
+    let coop = LaunchConfig { grid: [4, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 0, cooperative: true };
+    let stop = ctl(LaunchCtl::STOP);
+    let o = crum_ptx::launch_from(&g, "gs", &coop, &gout.to_le_bytes(), &|_| None, &mem, &Pool::new(4), 0, Some(&stop)).unwrap();
+    assert_eq!(o.stopped_at, None);
+    assert_eq!(to_i32s(&mem.read(gout, 16)), vec![4; 4]);
+}
+
+/// Flush (issue 16): a launch told to flush abandons even the blocks it runs (a thread in a
+/// long loop is left at its next yield) and fails with `Flushed`.
+#[test]
+fn a_flushed_launch_abandons_its_running_blocks() {
+    use crum_ptx::LaunchCtl;
+    use std::sync::atomic::Ordering;
+    // One block whose thread loops (about forever) unless told otherwise.
+    let m = ptx(r#"
+.visible .entry forever(.param .u64 out)
+{
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<2>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, 0;
+LOOP:
+  add.u32 %r1, %r1, 1;
+  setp.lt.u32 %p1, %r1, 2000000000;
+  @%p1 bra LOOP;
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(4);
+    let c = LaunchConfig { grid: [1, 1, 1], block: [1, 1, 1], dynamic_shared_bytes: 0, cooperative: false };
+    let ctl = LaunchCtl::default();
+    let e = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            ctl.mode.store(LaunchCtl::FLUSH, Ordering::Relaxed);
+        });
+        crum_ptx::launch_from(&m, "forever", &c, &out.to_le_bytes(), &|_| None, &mem, &Pool::new(2), 0, Some(&ctl)).unwrap_err()
+    });
+    assert_eq!(e, LaunchError::Flushed);
+    assert_eq!(mem.read(out, 4), [0, 0, 0, 0]);
+}

@@ -63,6 +63,9 @@ pub struct DeviceState {
     /// synchronous copy), or whose reply the program had not read: the restarted program
     /// resumes them by name (`Request::Resume`).
     pub carried: Vec<CarriedCall>,
+    /// What the cut did with the work running on the device, and why (the policy's choice:
+    /// drained, stopped at a block boundary, flushed).
+    pub cut_notes: Vec<String>,
 }
 
 /// One unit of stream work not started at the cut.
@@ -85,6 +88,9 @@ pub enum QueuedOp {
         shared: u32,
         cooperative: bool,
         params: Vec<u8>,
+        /// Blocks before this one (linear index) ran before the cut: the kernel was stopped
+        /// at a block boundary and runs the rest after the restart.
+        first_block: u64,
     },
     /// A 1-D or 2-D copy; `staged`: the bytes taken from pageable memory when it was
     /// enqueued (then `src` is unused).
@@ -277,12 +283,17 @@ impl<C> Decode<C> for DeviceState {
             printf: bounded_bytes(d)?,
             queue: Vec::new(),
             carried: Vec::new(),
+            cut_notes: Vec::new(),
         })
         .and_then(|mut s| {
             // Version 1 ends here.
             if s.version >= 2 {
                 s.queue = bounded_vec(d)?;
                 s.carried = bounded_vec(d)?;
+                let n = bounded_len(d)?;
+                for _ in 0..n {
+                    s.cut_notes.push(bounded_string(d)?);
+                }
             }
             Ok(s)
         })
@@ -302,6 +313,7 @@ impl<C> Decode<C> for QueuedWork {
                 shared: Decode::decode(d)?,
                 cooperative: Decode::decode(d)?,
                 params: bounded_bytes(d)?,
+                first_block: Decode::decode(d)?,
             },
             1 => QueuedOp::Copy {
                 dst: Decode::decode(d)?,
@@ -391,6 +403,7 @@ impl DeviceState {
             printf: Vec::new(),
             queue: Vec::new(),
             carried: Vec::new(),
+            cut_notes: Vec::new(),
         }
     }
 
@@ -475,7 +488,7 @@ mod tests {
         s.printf = printf;
         for i in 0..n as u64 {
             let op = match i % 7 {
-                0 => QueuedOp::Launch { func: 0x100, grid: [2, 1, 1], block: [32, 1, 1], shared: 0, cooperative: false, params: vec![i as u8; 16] },
+                0 => QueuedOp::Launch { func: 0x100, grid: [2, 1, 1], block: [32, 1, 1], shared: 0, cooperative: false, params: vec![i as u8; 16], first_block: i },
                 1 => QueuedOp::Copy { dst: 1, dpitch: 4, src: 2, spitch: 4, width: 4, height: 1, staged: Some(vec![7; 4]) },
                 2 => QueuedOp::Memset { dst: 1, pitch: 8, value: 3, width: 8, height: 2 },
                 3 => QueuedOp::EventRecord { event: 0x300 },
@@ -486,6 +499,7 @@ mod tests {
             s.queue.push(QueuedWork { stream: 0x200 + i, seq: 10 + i, op });
             let what = if i % 2 == 0 { Carried::Reply(vec![1, 2, 3]) } else { Carried::Wait { points: vec![(0, i)], syncing: true } };
             s.carried.push(CarriedCall { channel: 0xabc, lane: i as u32, seq: 5, what });
+            s.cut_notes.push(format!("kernel {i}: stopped at a block boundary"));
         }
         s
     }
@@ -531,10 +545,11 @@ mod tests {
         let mut s = sample(2, b"p".to_vec());
         s.queue.clear();
         s.carried.clear();
+        s.cut_notes.clear();
         s.version = 1;
         let mut b = s.encode();
-        // Version 1 ended with printf: drop the two empty lists.
-        b.truncate(b.len() - 2);
+        // Version 1 ended with printf: drop the three empty lists.
+        b.truncate(b.len() - 3);
         assert_eq!(DeviceState::decode(&b).unwrap(), s);
     }
 

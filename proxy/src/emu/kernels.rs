@@ -10,7 +10,9 @@ use crum_ptx::{DeviceMemory, LaunchConfig, Region};
 use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo, TexDesc};
 
 use super::memory::Vram;
+use super::stream::{Desc, Ran};
 use super::Shared;
+use crum_wire::ckpt::QueuedOp;
 use crate::backend::{Allocation, BackendError, LaunchDims, Result};
 
 struct Loaded {
@@ -19,11 +21,13 @@ struct Loaded {
     symbols: Mutex<HashMap<String, (u64, u64)>>,
 }
 
-struct Func {
+pub struct Func {
     module: Arc<Loaded>,
     name: String,
     info: FuncInfo,
     max_dynamic_shared: AtomicI32,
+    /// Its global-memory accesses (analysed the first time a checkpoint asks).
+    accesses: std::sync::OnceLock<Option<crum_ptx::analysis::Accesses>>,
 }
 
 /// A validated launch, ready to run on a stream.
@@ -213,6 +217,7 @@ impl Kernels {
             max_dynamic_shared: default_dyn,
         };
         let f = Func {
+            accesses: std::sync::OnceLock::new(),
             module: m,
             name: name.to_string(),
             info: info.clone(),
@@ -375,17 +380,94 @@ pub(crate) fn texture_desc(d: &TexDesc) -> crum_ptx::TextureDesc {
     )
 }
 
-/// Run a prepared launch (on a stream worker).
-pub fn run(
-    shared: &Shared,
-    job: Job,
-    textures: &HashMap<u64, TexDesc>,
-) -> std::result::Result<(), u32> {
-    let mem = Mem { shared, textures };
+impl Job {
+    /// The saved form of this launch from block `first_block` on.
+    pub fn desc(&self, first_block: u64) -> QueuedOp {
+        QueuedOp::Launch {
+            func: self.func.info.handle,
+            grid: self.cfg.grid,
+            block: self.cfg.block,
+            shared: self.cfg.dynamic_shared_bytes,
+            cooperative: self.cfg.cooperative,
+            params: self.params.clone(),
+            first_block,
+        }
+    }
+}
+
+/// The launch running now, as a checkpoint's cut sees it.
+pub struct RunningLaunch {
+    pub ctl: crum_ptx::LaunchCtl,
+    pub name: String,
+    pub started: std::time::Instant,
+    pub first_block: u64,
+    pub total_blocks: u64,
+    pub grid_sync: bool,
+    func: Arc<Func>,
+    params: Vec<u8>,
+    syms: HashMap<String, (u64, u64)>,
+}
+
+impl RunningLaunch {
+    /// Whether running it again from `first_block` is safe (the idempotence analysis of its
+    /// kernel with its pointer arguments mapped to allocations), or why not.
+    pub fn idempotence(&self, shared: &Shared) -> std::result::Result<(), String> {
+        let m = &self.func.module.module;
+        let acc = self
+            .func
+            .accesses
+            .get_or_init(|| m.kernel_accesses(&self.func.name))
+            .as_ref()
+            .ok_or("kernel not found")?;
+        let info = m.kernel(&self.func.name).ok_or("kernel not found")?;
+        crum_ptx::analysis::idempotent_launch(
+            acc,
+            info,
+            &self.params,
+            &|a| shared.vram.lookup(a).map(|r| r.base),
+            &|n| self.syms.get(n).map(|s| s.0),
+        )
+    }
+}
+
+/// Launches run one at a time (the interpreter uses every core for one grid): the one running
+/// and whether a cut is on (a launch that starts during a cut stops before its first block).
+#[derive(Default)]
+pub struct Running {
+    pub cutting: bool,
+    pub current: Option<Arc<RunningLaunch>>,
+}
+
+/// Run a prepared launch from block `first_block` on (on a stream worker), under the control
+/// of a checkpoint's cut ([`Running`]): stopped at a block boundary or flushed, it returns the
+/// rest of the grid (or all of it again, from `first_block`) as resumable work.
+pub fn run(shared: Arc<Shared>, job: Job, textures: Arc<HashMap<u64, TexDesc>>, first_block: u64) -> Ran {
+    let mem = Mem { shared: &shared, textures: &textures };
     let syms = job.func.module.symbols.lock().unwrap().clone();
     let lookup = |name: &str| syms.get(name).map(|s| s.0);
+    let total = job.cfg.grid.iter().map(|&d| d as u64).product::<u64>();
     let r = shared.kernels.with_pool(|pool| {
-        crum_ptx::launch(
+        let me = {
+            let mut run = shared.running.lock().unwrap();
+            let m = &job.func.module.module;
+            let me = Arc::new(RunningLaunch {
+                ctl: crum_ptx::LaunchCtl::default(),
+                name: job.func.name.clone(),
+                started: std::time::Instant::now(),
+                first_block,
+                total_blocks: total,
+                grid_sync: m.kernel(&job.func.name).is_some_and(|k| k.uses_grid_sync),
+                func: job.func.clone(),
+                params: job.params.clone(),
+                syms: syms.clone(),
+            });
+            if run.cutting {
+                me.ctl.mode.store(crum_ptx::LaunchCtl::STOP, Ordering::SeqCst);
+            }
+            run.current = Some(me.clone());
+            me
+        };
+        let r = crum_ptx::launch_from(
             &job.func.module.module,
             &job.func.name,
             &job.cfg,
@@ -393,17 +475,31 @@ pub fn run(
             &lookup,
             &mem,
             pool,
-        )
+            first_block,
+            Some(&me.ctl),
+        );
+        shared.running.lock().unwrap().current = None;
+        r
     });
-    match r {
+    let again = |job: Job, at: u64| {
+        let desc = Desc::op(job.desc(at));
+        let (sh, tx) = (shared.clone(), textures.clone());
+        Ran::Stopped { rest: Box::new(move || run(sh, job, tx, at)), desc }
+    };
+    Ran::Done(match r {
         Ok(out) => {
             shared.append_printf(&out.printf);
+            if let Some(at) = out.stopped_at {
+                return again(job, at);
+            }
             Ok(())
         }
+        // Flushed: its printf output is dropped (the run again prints it once).
+        Err(e) if *e.kind() == crum_ptx::LaunchError::Flushed => return again(job, first_block),
         Err(e) => {
             shared.append_printf(e.printf());
             tracing::debug!(kernel = %job.func.name, "kernel failed: {e}");
             Err(e.cuda_error())
         }
-    }
+    })
 }

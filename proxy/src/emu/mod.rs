@@ -38,6 +38,8 @@ pub struct Shared {
     sticky: AtomicU32,
     printf: Mutex<Vec<u8>>,
     pub(crate) kernels: kernels::Kernels,
+    /// The launch running and the cut's hold on launches (block-boundary preemption, flush).
+    running: Mutex<kernels::Running>,
 }
 
 impl Shared {
@@ -162,6 +164,7 @@ impl Emu {
             sticky: AtomicU32::new(0),
             printf: Mutex::default(),
             kernels: kernels::Kernels::new(),
+            running: Mutex::default(),
         });
         let emu = Emu {
             shared,
@@ -213,23 +216,26 @@ impl Emu {
     /// Enqueue on a stream with the implicit dependencies of the legacy default stream:
     /// legacy work waits for every blocking stream, blocking-stream work waits for legacy work.
     fn submit(&self, id: StreamId, desc: Desc, run: JobFn) -> Result<(Arc<Stream>, u64)> {
+        let s = self.stream(id)?;
+        let deps = self.implicit_deps(&s);
+        let seq = s.submit(deps, desc, run);
+        Ok((s, seq))
+    }
+
+    /// The legacy default stream's implicit dependencies of work enqueued on `s` now.
+    fn implicit_deps(&self, s: &Arc<Stream>) -> Vec<(Arc<Stream>, u64)> {
         let streams = self.streams.lock().unwrap();
-        let s = streams
-            .get(&id.0)
-            .cloned()
-            .ok_or(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
         let mut deps = Vec::new();
-        if id == LEGACY_STREAM {
+        if s.id == LEGACY_STREAM.0 {
             for t in streams.values().filter(|t| t.id != 0 && !t.nonblocking) {
                 deps.push((t.clone(), t.submitted()));
             }
         } else if !s.nonblocking {
-            let legacy = &streams[&0];
-            deps.push((legacy.clone(), legacy.submitted()));
+            if let Some(legacy) = streams.get(&0) {
+                deps.push((legacy.clone(), legacy.submitted()));
+            }
         }
-        drop(streams);
-        let seq = s.submit(deps, desc, run);
-        Ok((s, seq))
+        deps
     }
 
     fn check_device(&self, addr: u64, len: u64) -> Result<()> {
@@ -510,26 +516,7 @@ impl Backend for Emu {
         dims: LaunchDims,
         params: Vec<u8>,
     ) -> Result<()> {
-        let desc = Desc::op(QueuedOp::Launch {
-            func: func.0,
-            grid: dims.grid,
-            block: dims.block,
-            shared: dims.shared,
-            cooperative: dims.cooperative,
-            params: params.clone(),
-        });
-        let job = self
-            .shared
-            .kernels
-            .prepare(func.0, dims, params, &self.props)?;
-        let shared = self.shared.clone();
-        let textures: Arc<HashMap<u64, TexDesc>> = Arc::new(self.textures.lock().unwrap().clone());
-        self.submit(
-            stream,
-            desc,
-            Box::new(move || kernels::run(&shared, job, &textures)),
-        )?;
-        Ok(())
+        self.launch_from(stream, func, dims, params, 0)
     }
 
     fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
@@ -799,13 +786,39 @@ impl Backend for Emu {
         Ok(())
     }
 
-    fn hold_queues(&self) -> Result<()> {
+    fn hold_queues(&self) -> Result<Vec<String>> {
         self.held.store(true, Ordering::SeqCst);
+        let policy = KernelPolicy::from_env();
+        let mut notes = Vec::new();
+        {
+            let mut run = self.shared.running.lock().unwrap();
+            run.cutting = policy != KernelPolicy::Drain;
+            if let Some(l) = run.current.clone() {
+                let (mode, why) = policy.decide(&self.shared, &l);
+                l.ctl.mode.store(mode, Ordering::SeqCst);
+                let done = l.ctl.blocks_done.load(Ordering::Relaxed);
+                let what = match mode {
+                    crum_ptx::LaunchCtl::FLUSH => "flushed, to run again from its start",
+                    crum_ptx::LaunchCtl::STOP if !l.grid_sync && l.total_blocks > 1 => "stopped at a block boundary",
+                    _ => "drained (waited for)",
+                };
+                let note = format!(
+                    "kernel {} ({} of {} blocks done): {what}, policy {}: {why}",
+                    l.name,
+                    l.first_block + done,
+                    l.total_blocks,
+                    policy.name()
+                );
+                tracing::info!("checkpoint cut: {note}");
+                notes.push(note);
+            }
+        }
         let retiring = self.retiring.lock().unwrap().clone();
         for s in self.all_streams().iter().chain(&retiring) {
             s.hold();
         }
-        Ok(())
+        self.shared.running.lock().unwrap().cutting = false;
+        Ok(notes)
     }
 
     fn queued_work(&self) -> Result<Vec<QueuedWork>> {
@@ -843,9 +856,9 @@ impl Backend for Emu {
         let target = self.stream(stream)?;
         let noop: JobFn = Box::new(|| Ok(()));
         match &w.op {
-            QueuedOp::Launch { func, grid, block, shared, cooperative, params } => {
+            QueuedOp::Launch { func, grid, block, shared, cooperative, params, first_block } => {
                 let dims = LaunchDims { grid: *grid, block: *block, shared: *shared, cooperative: *cooperative };
-                self.launch(stream, FuncId(*func), dims, params.clone())?;
+                self.launch_from(stream, FuncId(*func), dims, params.clone(), *first_block)?;
             }
             QueuedOp::Copy { dst, dpitch, src, spitch, width, height, staged } => {
                 let src = match staged {
@@ -947,7 +960,93 @@ impl Backend for Emu {
     }
 }
 
+/// What a checkpoint's cut does with the kernel running (`CRUM_CKPT_KERNEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelPolicy {
+    /// Wait for it.
+    Drain,
+    /// Stop it at the next block boundary (drain if it cannot be: grid-wide sync).
+    Block,
+    /// Flush it when it is idempotent for this launch, else as `Block`.
+    Flush,
+    /// The default: blocks short (under [`FLUSH_WORTH`]): `Block`; long and idempotent:
+    /// `Flush`; else `Block`.
+    Auto,
+}
+
+/// Blocks at least this long make a flush worth its lost work.
+const FLUSH_WORTH: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl KernelPolicy {
+    fn from_env() -> KernelPolicy {
+        match std::env::var("CRUM_CKPT_KERNEL").as_deref() {
+            Ok("drain") => KernelPolicy::Drain,
+            Ok("block") => KernelPolicy::Block,
+            Ok("flush") => KernelPolicy::Flush,
+            _ => KernelPolicy::Auto,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            KernelPolicy::Drain => "drain",
+            KernelPolicy::Block => "block",
+            KernelPolicy::Flush => "flush",
+            KernelPolicy::Auto => "auto",
+        }
+    }
+
+    /// The control mode for the running launch, and why.
+    fn decide(self, shared: &Shared, l: &kernels::RunningLaunch) -> (u8, String) {
+        use crum_ptx::LaunchCtl;
+        let stoppable = !l.grid_sync && l.total_blocks > 1;
+        let block = |why: String| {
+            if stoppable {
+                (LaunchCtl::STOP, why)
+            } else if l.grid_sync {
+                (LaunchCtl::RUN, format!("{why}; it synchronizes the whole grid, so it cannot stop between blocks"))
+            } else {
+                (LaunchCtl::RUN, format!("{why}; a grid of one block has no boundary to stop at"))
+            }
+        };
+        match self {
+            KernelPolicy::Drain => (LaunchCtl::RUN, "forced".into()),
+            KernelPolicy::Block => block("forced".into()),
+            KernelPolicy::Flush | KernelPolicy::Auto => {
+                let done = l.ctl.blocks_done.load(Ordering::Relaxed);
+                let elapsed = l.started.elapsed();
+                // Time per block so far (a lower bound while none has finished).
+                let per_block = if done > 0 { elapsed / done as u32 } else { elapsed };
+                if self == KernelPolicy::Auto && stoppable && per_block < FLUSH_WORTH {
+                    return (LaunchCtl::STOP, format!("blocks take about {} ms", per_block.as_millis()));
+                }
+                match l.idempotence(shared) {
+                    Ok(()) => (LaunchCtl::FLUSH, format!("idempotent for this launch; blocks take at least {} ms", per_block.as_millis())),
+                    Err(e) => block(format!("not idempotent: {e}")),
+                }
+            }
+        }
+    }
+}
+
 impl Emu {
+    /// Enqueue a launch of the blocks from `first_block` on (0: the whole grid; more: the
+    /// rest of a grid a checkpoint stopped at a block boundary).
+    fn launch_from(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>, first_block: u64) -> Result<()> {
+        let job = self.shared.kernels.prepare(func.0, dims, params, &self.props)?;
+        let total = dims.grid.iter().map(|&d| d as u64).product::<u64>();
+        if first_block >= total && first_block != 0 {
+            return Err(BackendError::Other(format!("a saved launch starts at block {first_block} of {total}")));
+        }
+        let desc = Desc::op(job.desc(first_block));
+        let shared = self.shared.clone();
+        let textures: Arc<HashMap<u64, TexDesc>> = Arc::new(self.textures.lock().unwrap().clone());
+        let s = self.stream(stream)?;
+        let deps = self.implicit_deps(&s);
+        s.submit_resumable(deps, desc, Box::new(move || kernels::run(shared, job, textures, first_block)));
+        Ok(())
+    }
+
     /// The memfd behind a shared (managed/pinned) allocation starting at `addr`.
     fn shared_fd(&self, addr: u64) -> Option<i32> {
         self.shared.vram.memfd(addr)

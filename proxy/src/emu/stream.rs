@@ -20,6 +20,21 @@ use crum_wire::ckpt::{QueuedOp, QueuedWork};
 /// A unit of stream work; `Err(code)` is a `cudaError_t` to report asynchronously.
 pub type JobFn = Box<dyn FnOnce() -> Result<(), u32> + Send>;
 
+/// Work a checkpoint may stop part-way at a safe point (a kernel at a block boundary).
+pub type ResumableFn = Box<dyn FnOnce() -> Ran + Send>;
+
+/// How resumable work ended.
+pub enum Ran {
+    Done(Result<(), u32>),
+    /// Stopped at a safe point: the rest, to run (or save) in its place.
+    Stopped { rest: ResumableFn, desc: Desc },
+}
+
+enum Work {
+    Plain(JobFn),
+    Resumable(ResumableFn),
+}
+
 /// What a job does, for a checkpoint that saves it unstarted. Staged copy bytes are shared
 /// with the job (copied only if a checkpoint saves it).
 pub struct Desc {
@@ -38,7 +53,7 @@ struct Job {
     /// Submission order over all streams of the device.
     order: u64,
     deps: Vec<(Arc<Stream>, u64)>,
-    run: JobFn,
+    run: Work,
     desc: Desc,
 }
 
@@ -118,7 +133,22 @@ impl Stream {
                 self.cv.notify_all();
                 continue;
             }
-            if let Err(code) = (job.run)() {
+            let result = match job.run {
+                Work::Plain(f) => f(),
+                Work::Resumable(f) => match f() {
+                    Ran::Done(r) => r,
+                    Ran::Stopped { rest, desc } => {
+                        // Stopped for a checkpoint: the rest goes back, first, under the same
+                        // number (waits on it stay valid); its dependencies were met.
+                        let mut g = self.state.lock().unwrap();
+                        g.queue.push_front(Job { seq: job.seq, order: job.order, deps: Vec::new(), run: Work::Resumable(rest), desc });
+                        g.running = false;
+                        self.cv.notify_all();
+                        continue;
+                    }
+                },
+            };
+            if let Err(code) = result {
                 on_error(code);
             }
             let mut g = self.state.lock().unwrap();
@@ -146,6 +176,15 @@ impl Stream {
 
     /// Enqueue; returns the job's sequence number.
     pub fn submit(&self, deps: Vec<(Arc<Stream>, u64)>, desc: Desc, run: JobFn) -> u64 {
+        self.enqueue(deps, desc, Work::Plain(run))
+    }
+
+    /// Enqueue work a checkpoint may stop part-way ([`Ran::Stopped`]).
+    pub fn submit_resumable(&self, deps: Vec<(Arc<Stream>, u64)>, desc: Desc, run: ResumableFn) -> u64 {
+        self.enqueue(deps, desc, Work::Resumable(run))
+    }
+
+    fn enqueue(&self, deps: Vec<(Arc<Stream>, u64)>, desc: Desc, run: Work) -> u64 {
         let mut g = self.state.lock().unwrap();
         g.submitted += 1;
         let seq = g.submitted;
@@ -160,9 +199,19 @@ impl Stream {
     ///
     /// [`release`]: Stream::release
     pub fn hold(&self) {
-        let mut g = self.state.lock().unwrap();
-        g.held = true;
+        self.request_hold();
+        self.wait_held();
+    }
+
+    /// Start no new job from now on (the one running goes on).
+    fn request_hold(&self) {
+        self.state.lock().unwrap().held = true;
         self.cv.notify_all();
+    }
+
+    /// Wait until the worker runs no job.
+    fn wait_held(&self) {
+        let mut g = self.state.lock().unwrap();
         while g.running {
             g = self.cv.wait(g).unwrap();
         }
@@ -276,13 +325,10 @@ mod tests {
         while started.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
-        let holder = {
-            let a = a.clone();
-            std::thread::spawn(move || a.hold())
-        };
+        a.request_hold();
         b.hold();
         tx.send(()).unwrap();
-        holder.join().unwrap();
+        a.wait_held();
         assert!(a.reached(first));
         assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing starts while held");
         let mut q: Vec<(u64, QueuedWork)> = a.queued().into_iter().chain(b.queued()).collect();

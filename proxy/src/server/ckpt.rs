@@ -110,7 +110,7 @@ impl Server {
             cut.active = true;
             self.cut_on.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        let queue = match self.cut_device(lane) {
+        let (queue, cut_notes) = match self.cut_device(lane) {
             Ok(q) => q,
             Err(e) => {
                 self.checkpoint_end();
@@ -194,6 +194,7 @@ impl Server {
             },
             queue,
             carried,
+            cut_notes,
         };
         if !state.queue.is_empty() || !state.carried.is_empty() {
             tracing::info!(queued = state.queue.len(), calls = state.carried.len(), "checkpoint cut without waiting for the device");
@@ -209,17 +210,17 @@ impl Server {
     /// running finish, the rest is returned to be saved, and calls waiting for the device stay
     /// parked; otherwise every lane's requests are drained and the device synchronized.
     /// Either way the calls that come in meanwhile wait unstarted ([`Server::wait_cut_over`]).
-    fn cut_device(&self, lane: usize) -> std::result::Result<Vec<QueuedWork>, String> {
+    fn cut_device(&self, lane: usize) -> std::result::Result<(Vec<QueuedWork>, Vec<String>), String> {
         let b = &*self.backend;
         if !self.queue_cut {
             if !self.wait_cut_quiet(lane) {
                 return Err("the program's CUDA requests did not drain within 120 s".into());
             }
             code(b.device_sync()).map_err(|c| format!("the device did not finish its work ({})", cuda::name(c)))?;
-            return Ok(Vec::new());
+            return Ok((Vec::new(), vec!["the device was drained (its queues cannot be held)".into()]));
         }
         let t0 = std::time::Instant::now();
-        b.hold_queues().map_err(|e| format!("cannot hold the device's queues: {e}"))?;
+        let mut notes = b.hold_queues().map_err(|e| format!("cannot hold the device's queues: {e}"))?;
         let held = t0.elapsed();
         if held > Duration::from_secs(1) {
             tracing::info!(
@@ -231,14 +232,16 @@ impl Server {
             return Err("the program's CUDA requests were not taken within 120 s".into());
         }
         match b.queued_work() {
-            Ok(q) => Ok(q),
+            Ok(q) => Ok((q, notes)),
             Err(e) => {
                 // What cannot be saved unstarted is waited for.
                 tracing::warn!("{e}: the checkpoint waits for the device's queues");
+                notes.push(format!("{e}: the device was drained"));
                 b.release_queues();
                 code(b.device_sync()).map_err(|c| format!("the device did not finish its work ({})", cuda::name(c)))?;
                 b.hold_queues().map_err(|e| format!("cannot hold the device's queues: {e}"))?;
-                b.queued_work().map_err(|e| format!("cannot save the device's queues: {e}"))
+                let q = b.queued_work().map_err(|e| format!("cannot save the device's queues: {e}"))?;
+                Ok((q, notes))
             }
         }
     }
