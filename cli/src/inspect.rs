@@ -596,13 +596,22 @@ fn device_json(d: &DeviceState, data_size: u64) -> serde_json::Value {
 fn queued_detail(op: &crum_wire::ckpt::QueuedOp) -> String {
     use crum_wire::ckpt::QueuedOp as Q;
     match op {
-        Q::Launch { func, grid, block, shared, params, first_block, .. } => format!(
-            "kernel {func:#x} grid {}x{}x{} block {}x{}x{} shared {shared} params {} B{}",
+        Q::Launch { func, grid, block, shared, params, first_block, contexts, .. } => format!(
+            "kernel {func:#x} grid {}x{}x{} block {}x{}x{} shared {shared} params {} B{}{}",
             grid[0], grid[1], grid[2], block[0], block[1], block[2], params.len(),
             if *first_block > 0 {
-                format!(", from block {first_block} (preempted at a block boundary)")
+                format!(", from block {first_block} (preempted)")
             } else {
                 String::new()
+            },
+            if contexts.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} blocks saved in the middle ({})",
+                    contexts.len(),
+                    HumanBytes(contexts.iter().map(|c| c.len() as u64).sum())
+                )
             }
         ),
         Q::Copy { dst, src, width, height, staged, .. } => match staged {
@@ -926,7 +935,7 @@ mod tests {
             queue: vec![QueuedWork {
                 stream: 0x6,
                 seq: 12,
-                op: QueuedOp::Launch { func: 0x4, grid: [8, 1, 1], block: [256, 1, 1], shared: 0, cooperative: false, params: vec![0; 20], first_block: 3 },
+                op: QueuedOp::Launch { func: 0x4, grid: [8, 1, 1], block: [256, 1, 1], shared: 0, cooperative: false, params: vec![0; 20], first_block: 3, contexts: vec![vec![0; 100]] },
             }],
             carried: vec![CarriedCall { channel: 1, lane: 2, seq: 9, what: Carried::Wait { points: vec![(0x6, 12)], syncing: true } }],
             cut_notes: vec!["kernel _Z5sweepPKfPfi (3 of 8 blocks done): stopped at a block boundary, policy auto: blocks take about 2 ms".into()],
@@ -982,7 +991,7 @@ mod tests {
             "disable-timing",
             "12.06 KiB",
             "1 operations",
-            "launch         kernel 0x4 grid 8x1x1 block 256x1x1 shared 0 params 20 B, from block 3 (preempted at a block boundary)",
+            "launch         kernel 0x4 grid 8x1x1 block 256x1x1 shared 0 params 20 B, from block 3 (preempted), 1 blocks saved in the middle (100 B)",
             "lane  2 call      9  waiting for stream 0x6 work 12",
             "stopped at a block boundary, policy auto: blocks take about 2 ms",
         ] {

@@ -361,6 +361,7 @@ fn device_json(img: &std::path::Path) -> serde_json::Value {
 /// 512 blocks, idempotent (it only writes), running when the checkpoint comes is
 /// - `block`: stopped at a block boundary (the image holds the rest, "from block N");
 /// - `flush`: abandoned, to run again from its start (the image holds the whole launch);
+/// - `save`: its running blocks saved where they are (context save) with the rest of the grid;
 /// - `drain`: waited for (nothing of it saved);
 /// - `auto` (the default): its blocks are short, so stopped at a block boundary.
 ///
@@ -368,10 +369,10 @@ fn device_json(img: &std::path::Path) -> serde_json::Value {
 /// uninterrupted run's result; the block image's restart is checkpointed at once, killed and
 /// restarted again.
 #[test]
-fn a_running_grid_is_stopped_flushed_or_drained_by_policy_and_restarts_right() {
+fn a_running_grid_is_stopped_flushed_saved_or_drained_by_policy_and_restarts_right() {
     let exe = build_cuda("ckpt_long_grid").unwrap();
     let want = fs::read_to_string(cuda_dir().join("expected/ckpt_long_grid.out")).unwrap();
-    for policy in ["block", "flush", "drain", "auto"] {
+    for policy in ["block", "flush", "save", "drain", "auto"] {
         let tmp = tempfile::tempdir().unwrap();
         let images = tmp.path().join("images");
         let gate = Gate::new(&tmp.path().join("gate")).unwrap();
@@ -398,6 +399,15 @@ fn a_running_grid_is_stopped_flushed_or_drained_by_policy_and_restarts_right() {
                 );
                 assert!(notes.contains("stopped at a block boundary") && notes.contains(&format!("policy {policy}")), "{notes}");
             }
+            "save" => {
+                // Its blocks are short (each thread runs its loop in one go): a save finds
+                // them between rounds only by chance; a block finished meanwhile is done.
+                assert!(
+                    grind.len() == 1 && (grind[0].contains("saved in the middle") || grind[0].contains("from block")),
+                    "save: the running grid was not saved: {launches:?}"
+                );
+                assert!(notes.contains("context save"), "{notes}");
+            }
             "flush" => {
                 assert!(
                     grind.len() == 1 && !grind[0].contains("from block"),
@@ -413,7 +423,7 @@ fn a_running_grid_is_stopped_flushed_or_drained_by_policy_and_restarts_right() {
         gate.reset(i64::MAX).unwrap();
         let mut r = Proc::restart(&img, None, &tmp.path().join("r1.out")).unwrap();
         assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "{policy}: restart");
-        if policy == "block" {
+        if policy == "block" || policy == "save" {
             // Restart of a restart, checkpointed while the rest of the grid runs.
             gate.reset(0).unwrap();
             let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
@@ -424,6 +434,48 @@ fn a_running_grid_is_stopped_flushed_or_drained_by_policy_and_restarts_right() {
             assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart of a restart");
         }
     }
+}
+
+/// Issue 16, context save: a kernel of one long block that no block boundary can cut, saved in
+/// the middle (`CRUM_CKPT_KERNEL=save`): the image holds its block's context (registers,
+/// shared memory, pc of every thread); the restart resumes it there, with the CPU-checked
+/// result, and so does a restart of a restart.
+#[test]
+fn a_kernel_of_one_long_block_is_saved_in_the_middle_and_resumed_after_restart() {
+    let exe = build_cuda("ckpt_long_kernel").unwrap();
+    let want = fs::read_to_string(cuda_dir().join("expected/ckpt_long_kernel.out")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let env = [gate.env(), ("CRUM_CKPT_KERNEL", OsStr::new("save"))];
+    let mut p = Proc::run(&exe, &[], &[], &env, &tmp.path().join("out")).unwrap();
+    gate.wait_at(1, &mut p).unwrap();
+    let img = p.checkpoint(&images).unwrap();
+    p.kill9().unwrap();
+    let dev = device_json(&img);
+    let notes = dev["cut_notes"].to_string();
+    let launches: Vec<String> = dev["queue"].as_array().unwrap().iter().map(|w| w["detail"].to_string()).collect();
+    if notes.contains("_Z4spin") {
+        // Running at the cut: saved in the middle.
+        assert!(notes.contains("context save"), "{notes}");
+        assert!(
+            launches.len() == 1 && launches[0].contains("1 blocks saved in the middle"),
+            "{launches:?}"
+        );
+    } else {
+        assert_eq!(launches.len(), 1, "not started at the cut, saved whole: {launches:?}");
+    }
+    gate.reset(i64::MAX).unwrap();
+    let mut r = Proc::restart(&img, None, &tmp.path().join("r1.out")).unwrap();
+    assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart");
+    // Restart of a restart, checkpointed while the resumed block runs (at gate 1 again).
+    gate.reset(0).unwrap();
+    let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
+    let img2 = r.checkpoint(&images).unwrap();
+    r.kill9().unwrap();
+    gate.reset(i64::MAX).unwrap();
+    let mut r = Proc::restart(&img2, None, &tmp.path().join("r3.out")).unwrap();
+    assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart of a restart");
 }
 
 /// A checkpoint requested while the main thread waits in `cudaDeviceSynchronize` for a kernel

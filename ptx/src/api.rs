@@ -258,9 +258,12 @@ pub struct LaunchOutput {
     pub printf: Vec<u8>,
     /// Instructions executed (all threads), for benchmarks.
     pub instructions: u64,
-    /// Set when [`launch_from`] was stopped at a block boundary: the first block (linear
-    /// index) not run; every block before it ran to completion, none from it on started.
+    /// Set when [`launch_from`] was stopped: the first block (linear index) not started;
+    /// every block before it ran to completion or is in `contexts`.
     pub stopped_at: Option<u64>,
+    /// Blocks saved in the middle ([`LaunchCtl::SAVE`]), and saved ones given to the launch
+    /// that it did not resume.
+    pub contexts: Vec<BlockContext>,
 }
 
 /// Why a launch failed.
@@ -342,7 +345,7 @@ pub fn launch(
     mem: &dyn DeviceMemory,
     pool: &Pool,
 ) -> Result<LaunchOutput, LaunchError> {
-    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool, 0, None)
+    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool, 0, None, Vec::new())
 }
 
 /// Control of a running launch by another thread (a checkpoint's preemption).
@@ -362,6 +365,57 @@ impl LaunchCtl {
     /// Abandon the blocks running too: the launch fails with [`LaunchError::Flushed`] (its
     /// memory effects so far stay; only for a launch that may run again from its start).
     pub const FLUSH: u8 = 2;
+    /// Start no new block and save the running ones where they are (every thread at an
+    /// instruction boundary): the launch returns them in [`LaunchOutput::contexts`], to be
+    /// given back to [`launch_from`] later (context save).
+    pub const SAVE: u8 = 3;
+}
+
+/// A block stopped in the middle ([`LaunchCtl::SAVE`]): its shared memory, barrier
+/// arrivals and every thread's registers, parameter and local frames, call stack, state and
+/// pc. Opaque outside the engine; [`BlockContext::encode`]/[`BlockContext::decode`] for
+/// images (a decoded context is checked against the kernel before it runs).
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct BlockContext {
+    /// Linear block index.
+    pub index: u64,
+    pub(crate) shared: Vec<u8>,
+    pub(crate) arrivals: [u32; 16],
+    pub(crate) threads: Vec<ThreadContext>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub(crate) struct ThreadContext {
+    pub(crate) pc: u32,
+    pub(crate) regs: Vec<u64>,
+    pub(crate) rb: u64,
+    pub(crate) pframe: Vec<u8>,
+    pub(crate) fb: u64,
+    pub(crate) local: Vec<u8>,
+    pub(crate) lb: u64,
+    pub(crate) func: u32,
+    /// (ret_pc, rb, fb, lb, func, call) of each active call.
+    pub(crate) frames: Vec<[u32; 6]>,
+    /// 0 run, 1 barrier (a, b), 2 warp, 3 done.
+    pub(crate) st: (u8, u32, u32),
+    pub(crate) tid: [u32; 3],
+    pub(crate) lin: u32,
+}
+
+impl BlockContext {
+    pub fn encode(&self) -> Vec<u8> {
+        bincode::encode_to_vec(self, bincode::config::standard()).unwrap_or_default()
+    }
+
+    /// Decode (at most 1 GiB of state); the engine checks it against the kernel at resume.
+    pub fn decode(b: &[u8]) -> Result<BlockContext, String> {
+        let cfg = bincode::config::standard().with_limit::<{ 1 << 30 }>();
+        match bincode::decode_from_slice::<BlockContext, _>(b, cfg) {
+            Ok((c, n)) if n == b.len() => Ok(c),
+            Ok(_) => Err("a saved block context has trailing bytes".into()),
+            Err(e) => Err(format!("a saved block context is corrupt: {e}")),
+        }
+    }
 }
 
 /// [`launch`] of the blocks from `first_block` on (linear index, x fastest), the ones before
@@ -382,7 +436,25 @@ pub fn launch_from(
     first_block: u64,
     ctl: Option<&LaunchCtl>,
 ) -> Result<LaunchOutput, LaunchError> {
-    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool, first_block, ctl)
+    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool, first_block, ctl, Vec::new())
+}
+
+/// [`launch_from`] that first resumes `contexts` (blocks saved by [`LaunchCtl::SAVE`], all
+/// of them before `first_block`), then runs the blocks from `first_block` on.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_resume(
+    module: &Module,
+    kernel: &str,
+    cfg: &LaunchConfig,
+    params: &[u8],
+    symbols: &dyn Fn(&str) -> Option<u64>,
+    mem: &dyn DeviceMemory,
+    pool: &Pool,
+    first_block: u64,
+    ctl: Option<&LaunchCtl>,
+    contexts: Vec<BlockContext>,
+) -> Result<LaunchOutput, LaunchError> {
+    crate::exec::launch(module, kernel, cfg, params, symbols, mem, pool, first_block, ctl, contexts)
 }
 
 #[cfg(test)]

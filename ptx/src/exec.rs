@@ -102,6 +102,8 @@ pub(crate) struct Block<'a, 'l> {
     arrivals: [u32; 16],
     insts: u64,
     nthreads: u32,
+    /// Set when the block was saved in the middle ([`crate::api::LaunchCtl::SAVE`]).
+    saved: Option<crate::api::BlockContext>,
 }
 
 type R<T> = Result<T, LaunchError>;
@@ -117,6 +119,7 @@ pub(crate) fn launch(
     pool: &Pool,
     first_block: u64,
     ctl: Option<&crate::api::LaunchCtl>,
+    contexts: Vec<crate::api::BlockContext>,
 ) -> R<LaunchOutput> {
     let prog = &module.prog;
     let ki = prog.kernels.iter().position(|k| k.name == kernel).ok_or_else(|| LaunchError::KernelNotFound(kernel.into()))?;
@@ -152,15 +155,18 @@ pub(crate) fn launch(
     if grid_sync && nblocks > pool.threads as u64 {
         return Err(LaunchError::CooperativeTooLarge);
     }
-    if first_block > nblocks || (grid_sync && first_block != 0) {
+    if first_block > nblocks || (grid_sync && (first_block != 0 || !contexts.is_empty())) {
         return Err(LaunchError::InvalidConfig(format!("first block {first_block} of {nblocks}")));
+    }
+    if contexts.iter().any(|c| c.index >= first_block) {
+        return Err(LaunchError::InvalidConfig("a saved block lies at or after the first block to run".into()));
     }
     // Grid-wide synchronization needs every block resident: such a grid is never stopped at a
     // block boundary (it may be flushed).
     let mode = || ctl.map_or(0, |c| c.mode.load(Ordering::Relaxed));
     let stopped = |l: &Launch| {
         l.stop.load(Ordering::Relaxed) || match mode() {
-            crate::api::LaunchCtl::STOP => !grid_sync,
+            crate::api::LaunchCtl::STOP | crate::api::LaunchCtl::SAVE => !grid_sync,
             crate::api::LaunchCtl::FLUSH => true,
             _ => false,
         }
@@ -180,11 +186,13 @@ pub(crate) fn launch(
         flush: ctl.map(|c| &c.mode),
     };
     let next = AtomicUsize::new(first_block as usize);
+    let to_resume = Mutex::new(contexts);
+    let saved_out: Mutex<Vec<crate::api::BlockContext>> = Mutex::new(Vec::new());
     // (block index, printf output, failure) of blocks that printed or failed.
     type BlockResult = (usize, Vec<u8>, Option<LaunchError>);
     let results: Mutex<Vec<BlockResult>> = Mutex::new(Vec::new());
     let total_insts = std::sync::atomic::AtomicU64::new(0);
-    let workers = (pool.threads as u64).min(nblocks - first_block).max(1) as usize;
+    let workers = (pool.threads as u64).min(nblocks - first_block + to_resume.lock().unwrap_or_else(|e| e.into_inner()).len() as u64).max(1) as usize;
     // Runs blocks from the shared counter until none is left (or `limit` blocks are done).
     let work = |limit: Option<usize>| {
         let mut done = 0usize;
@@ -197,6 +205,7 @@ pub(crate) fn launch(
             arrivals: [0; 16],
             insts: 0,
             nthreads: nthreads as u32,
+            saved: None,
         };
         b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
         let mut threads: Vec<Thread> = Vec::new();
@@ -205,14 +214,19 @@ pub(crate) fn launch(
                 break;
             }
             done += 1;
-            let i = next.fetch_add(1, Ordering::Relaxed);
+            // Saved blocks first, then new ones.
+            let ctx = to_resume.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let i = match &ctx {
+                Some(c) => c.index as usize,
+                None => next.fetch_add(1, Ordering::Relaxed),
+            };
             if i as u64 >= nblocks {
                 break;
             }
             let g = cfg.grid;
             b.ctaid = [i as u32 % g[0], (i as u32 / g[0]) % g[1], i as u32 / (g[0] * g[1])];
             // An engine bug must fail the launch, not take the device process down.
-            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.run_block(&mut threads))) {
+            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.run_block(&mut threads, ctx))) {
                 Ok(r) => r,
                 Err(p) => {
                     let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
@@ -220,8 +234,11 @@ pub(crate) fn launch(
                     Err(LaunchError::Unsupported(format!("internal error of the PTX engine: {}", msg.unwrap_or_default())))
                 }
             };
-            if let Some(c) = ctl {
-                c.blocks_done.fetch_add(1, Ordering::Relaxed);
+            let saved = b.saved.take();
+            if saved.is_none() {
+                if let Some(c) = ctl {
+                    c.blocks_done.fetch_add(1, Ordering::Relaxed);
+                }
             }
             let out = std::mem::take(&mut b.printf);
             let failed = r.is_err();
@@ -230,6 +247,10 @@ pub(crate) fn launch(
             }
             if failed {
                 l.stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            if let Some(s) = saved {
+                saved_out.lock().unwrap_or_else(|e| e.into_inner()).push(s);
                 break;
             }
         }
@@ -265,6 +286,9 @@ pub(crate) fn launch(
         // Abandoned as a whole, whether or not a block had started.
         return Err(LaunchError::Flushed);
     }
+    let mut contexts = saved_out.into_inner().unwrap_or_else(|e| e.into_inner());
+    contexts.extend(to_resume.into_inner().unwrap_or_else(|e| e.into_inner()));
+    contexts.sort_by_key(|c| c.index);
     let mut res = results.into_inner().unwrap_or_else(|e| e.into_inner());
     res.sort_by_key(|r| r.0);
     let mut printf = Vec::new();
@@ -277,10 +301,10 @@ pub(crate) fn launch(
     }
     match err {
         None => {
-            // Every block fetched ran; a fetch past the end took none.
+            // Every block fetched ran or was saved; a fetch past the end took none.
             let fetched = (next.into_inner() as u64).min(nblocks);
-            let stopped_at = (fetched < nblocks).then_some(fetched);
-            Ok(LaunchOutput { printf, instructions: total_insts.into_inner(), stopped_at })
+            let stopped_at = (fetched < nblocks || !contexts.is_empty()).then_some(fetched);
+            Ok(LaunchOutput { printf, instructions: total_insts.into_inner(), stopped_at, contexts })
         }
         Some(e) if printf.is_empty() => Err(e),
         Some(e) => Err(LaunchError::WithPrintf { source: Box::new(e), printf }),
@@ -342,9 +366,13 @@ fn to_f32(v: u64, ty: Ty) -> f32 {
 }
 
 impl<'a, 'l> Block<'a, 'l> {
-    fn run_block(&mut self, threads: &mut Vec<Thread>) -> R<()> {
+    fn run_block(&mut self, threads: &mut Vec<Thread>, resume: Option<crate::api::BlockContext>) -> R<()> {
         let l = self.l;
         let prog = l.prog;
+        if let Some(c) = resume {
+            self.restore(threads, c)?;
+            return self.block_loop(threads);
+        }
         let f = &prog.funcs[l.func as usize];
         let [bx, by, _] = l.cfg.block;
         let n = self.nthreads as usize;
@@ -388,6 +416,14 @@ impl<'a, 'l> Block<'a, 'l> {
             t.tid = [i % bx, (i / bx) % by, i / (bx * by)];
             t.lin = i;
         }
+        self.block_loop(threads)
+    }
+
+    /// Run the block's threads until all are done (or the launch is stopped, flushed, or
+    /// the block saved).
+    fn block_loop(&mut self, threads: &mut [Thread]) -> R<()> {
+        let l = self.l;
+        let prog = l.prog;
         loop {
             let mut any_run = false;
             for t in threads.iter_mut() {
@@ -409,10 +445,104 @@ impl<'a, 'l> Block<'a, 'l> {
             if l.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            if l.flush.is_some_and(|f| f.load(Ordering::Relaxed) == crate::api::LaunchCtl::FLUSH) {
-                return Err(LaunchError::Flushed);
+            match l.flush.map(|f| f.load(Ordering::Relaxed)) {
+                Some(crate::api::LaunchCtl::FLUSH) => return Err(LaunchError::Flushed),
+                Some(crate::api::LaunchCtl::SAVE) if l.grid_buf.is_none() => {
+                    self.saved = Some(self.capture(threads));
+                    return Ok(());
+                }
+                _ => {}
             }
         }
+    }
+
+    /// The block as it is between two scheduling rounds.
+    fn capture(&self, threads: &[Thread]) -> crate::api::BlockContext {
+        let g = self.l.cfg.grid;
+        let [x, y, z] = self.ctaid;
+        crate::api::BlockContext {
+            index: (z as u64 * g[1] as u64 + y as u64) * g[0] as u64 + x as u64,
+            shared: self.shared.clone(),
+            arrivals: self.arrivals,
+            threads: threads
+                .iter()
+                .map(|t| crate::api::ThreadContext {
+                    pc: t.pc,
+                    regs: t.regs.clone(),
+                    rb: t.rb as u64,
+                    pframe: t.pframe.clone(),
+                    fb: t.fb as u64,
+                    local: t.local.clone(),
+                    lb: t.lb as u64,
+                    func: t.func,
+                    frames: t.frames.iter().map(|f| [f.ret_pc, f.rb, f.fb, f.lb, f.func, f.call]).collect(),
+                    st: match t.st {
+                        St::Run => (0, 0, 0),
+                        St::Bar(a, b) => (1, a, b),
+                        St::Warp => (2, 0, 0),
+                        St::Done => (3, 0, 0),
+                    },
+                    tid: t.tid,
+                    lin: t.lin,
+                })
+                .collect(),
+        }
+    }
+
+    /// Put a saved block back, after checking it fits this launch (it comes from an image).
+    fn restore(&mut self, threads: &mut Vec<Thread>, c: crate::api::BlockContext) -> R<()> {
+        let l = self.l;
+        let prog = l.prog;
+        let bad = |what: &str| Err(LaunchError::InvalidConfig(format!("saved block {}: {what}", c.index)));
+        if c.threads.len() != self.nthreads as usize {
+            return bad("thread count");
+        }
+        if c.shared.len() as u64 != l.shared_len {
+            return bad("shared memory size");
+        }
+        let ncode = prog.code.len() as u32;
+        let nfuncs = prog.funcs.len() as u32;
+        for t in &c.threads {
+            let ok = t.pc < ncode
+                && t.func < nfuncs
+                && t.rb as usize <= t.regs.len()
+                && t.fb as usize <= t.pframe.len()
+                && t.lb as usize <= t.local.len()
+                && t.st.0 <= 3
+                && t.frames.iter().all(|f| f[0] < ncode && f[4] < nfuncs);
+            if !ok {
+                return bad("thread state out of range");
+            }
+        }
+        self.shared = c.shared;
+        self.arrivals = c.arrivals;
+        threads.clear();
+        for t in c.threads {
+            threads.push(Thread {
+                pc: t.pc,
+                regs: t.regs,
+                rb: t.rb as usize,
+                pframe: t.pframe,
+                fb: t.fb as usize,
+                local: t.local,
+                lb: t.lb as usize,
+                func: t.func,
+                frames: t
+                    .frames
+                    .iter()
+                    .map(|f| Frame { ret_pc: f[0], rb: f[1], fb: f[2], lb: f[3], func: f[4], call: f[5] })
+                    .collect(),
+                st: match t.st {
+                    (0, _, _) => St::Run,
+                    (1, a, b) => St::Bar(a, b),
+                    (2, _, _) => St::Warp,
+                    _ => St::Done,
+                },
+                tid: t.tid,
+                lin: t.lin,
+            });
+        }
+        Ok(())
     }
 
     fn resolve_barriers(&mut self, threads: &mut [Thread]) -> bool {

@@ -832,6 +832,8 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
     sys::close_from_except(3, &passed_on);
     restore_stdio(st, base, job, contents)?;
     let mut pipes: HashMap<u64, (i32, i32)> = HashMap::new();
+    // Pipe ends (pipe id, read end) given a descriptor so far.
+    let mut ends_seen: std::collections::HashSet<(u64, bool)> = std::collections::HashSet::new();
     let mut pending_data: Vec<(u64, Vec<u8>)> = Vec::new();
     // Named pipes' bytes: (fd, id, path, bytes), written once every descriptor is back.
     let mut fifo_data: Vec<(i32, u64, &String, &Vec<u8>)> = Vec::new();
@@ -875,7 +877,7 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
                 // A second descriptor of the same end that is not a dup (those are
                 // `FdKind::Dup`) had an open file description of its own (opened again through
                 // /proc/self/fd): so has it now, with its own status flags.
-                let again = fds.iter().take_while(|g| g.fd != f.fd).any(|g| matches!(&g.kind, FdKind::Pipe { id: i, read: rd, .. } if i == id && rd == read));
+                let again = !ends_seen.insert((*id, *read));
                 if again {
                     let own = sys::open(&format!("/proc/self/fd/{end}"), if *read { libc::O_RDONLY } else { libc::O_WRONLY })?;
                     let hi = sys::move_high(own, base)?;

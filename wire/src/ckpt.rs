@@ -88,9 +88,12 @@ pub enum QueuedOp {
         shared: u32,
         cooperative: bool,
         params: Vec<u8>,
-        /// Blocks before this one (linear index) ran before the cut: the kernel was stopped
-        /// at a block boundary and runs the rest after the restart.
+        /// Blocks before this one (linear index) ran before the cut (or are in `contexts`):
+        /// the kernel was stopped and runs the rest after the restart.
         first_block: u64,
+        /// Blocks saved in the middle (context save): the engine's encoded block contexts
+        /// (`crum_ptx::BlockContext`), resumed first.
+        contexts: Vec<Vec<u8>>,
     },
     /// A 1-D or 2-D copy; `staged`: the bytes taken from pageable memory when it was
     /// enqueued (then `src` is unused).
@@ -314,6 +317,14 @@ impl<C> Decode<C> for QueuedWork {
                 cooperative: Decode::decode(d)?,
                 params: bounded_bytes(d)?,
                 first_block: Decode::decode(d)?,
+                contexts: {
+                    let n = bounded_len(d)?;
+                    let mut v = Vec::new();
+                    for _ in 0..n {
+                        v.push(bounded_bytes(d)?);
+                    }
+                    v
+                },
             },
             1 => QueuedOp::Copy {
                 dst: Decode::decode(d)?,
@@ -488,7 +499,7 @@ mod tests {
         s.printf = printf;
         for i in 0..n as u64 {
             let op = match i % 7 {
-                0 => QueuedOp::Launch { func: 0x100, grid: [2, 1, 1], block: [32, 1, 1], shared: 0, cooperative: false, params: vec![i as u8; 16], first_block: i },
+                0 => QueuedOp::Launch { func: 0x100, grid: [2, 1, 1], block: [32, 1, 1], shared: 0, cooperative: false, params: vec![i as u8; 16], first_block: i, contexts: vec![vec![1, 2, 3]; i as usize % 2] },
                 1 => QueuedOp::Copy { dst: 1, dpitch: 4, src: 2, spitch: 4, width: 4, height: 1, staged: Some(vec![7; 4]) },
                 2 => QueuedOp::Memset { dst: 1, pitch: 8, value: 3, width: 8, height: 2 },
                 3 => QueuedOp::EventRecord { event: 0x300 },

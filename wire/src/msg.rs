@@ -393,6 +393,11 @@ pub(crate) fn config() -> impl bincode::config::Config {
         .with_limit::<{ 1 << 24 }>()
 }
 
+/// Encode a message into a new buffer.
+pub fn encode<T: Encode>(msg: &T) -> Vec<u8> {
+    bincode::encode_to_vec(msg, config()).unwrap_or_default()
+}
+
 /// Encode into `dst`; returns the length, or None if it does not fit.
 pub fn encode_into<T: Encode>(msg: &T, dst: &mut [u8]) -> Option<usize> {
     bincode::encode_into_slice(msg, dst, config()).ok()

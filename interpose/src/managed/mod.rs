@@ -976,6 +976,11 @@ pub fn register(addr: u64, len: u64, memfd: i32, init: Init) -> CudaResult<()> {
     let span = len.max(1).next_multiple_of(PAGE);
     let pages = span / PAGE;
     let _t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    // Set up already: a call to allocate it was cut by a checkpoint after the proxy had
+    // allocated it, and the restart restored it before the call got its answer.
+    if REGIONS.iter().any(|r| r.start.load(Acquire) == addr && r.span.load(Relaxed) == span) {
+        return Ok(());
+    }
     let slot = REGIONS
         .iter()
         .position(|r| r.start.load(Acquire) == 0 && r.span.load(Relaxed) == 0)

@@ -381,8 +381,9 @@ pub(crate) fn texture_desc(d: &TexDesc) -> crum_ptx::TextureDesc {
 }
 
 impl Job {
-    /// The saved form of this launch from block `first_block` on.
-    pub fn desc(&self, first_block: u64) -> QueuedOp {
+    /// The saved form of this launch from block `first_block` on, with blocks saved in the
+    /// middle.
+    pub fn desc(&self, first_block: u64, contexts: &[crum_ptx::BlockContext]) -> QueuedOp {
         QueuedOp::Launch {
             func: self.func.info.handle,
             grid: self.cfg.grid,
@@ -391,6 +392,7 @@ impl Job {
             cooperative: self.cfg.cooperative,
             params: self.params.clone(),
             first_block,
+            contexts: contexts.iter().map(|c| c.encode()).collect(),
         }
     }
 }
@@ -441,7 +443,13 @@ pub struct Running {
 /// Run a prepared launch from block `first_block` on (on a stream worker), under the control
 /// of a checkpoint's cut ([`Running`]): stopped at a block boundary or flushed, it returns the
 /// rest of the grid (or all of it again, from `first_block`) as resumable work.
-pub fn run(shared: Arc<Shared>, job: Job, textures: Arc<HashMap<u64, TexDesc>>, first_block: u64) -> Ran {
+pub fn run(
+    shared: Arc<Shared>,
+    job: Job,
+    textures: Arc<HashMap<u64, TexDesc>>,
+    first_block: u64,
+    contexts: Vec<crum_ptx::BlockContext>,
+) -> Ran {
     let mem = Mem { shared: &shared, textures: &textures };
     let syms = job.func.module.symbols.lock().unwrap().clone();
     let lookup = |name: &str| syms.get(name).map(|s| s.0);
@@ -467,7 +475,7 @@ pub fn run(shared: Arc<Shared>, job: Job, textures: Arc<HashMap<u64, TexDesc>>, 
             run.current = Some(me.clone());
             me
         };
-        let r = crum_ptx::launch_from(
+        let r = crum_ptx::launch_resume(
             &job.func.module.module,
             &job.func.name,
             &job.cfg,
@@ -477,25 +485,26 @@ pub fn run(shared: Arc<Shared>, job: Job, textures: Arc<HashMap<u64, TexDesc>>, 
             pool,
             first_block,
             Some(&me.ctl),
+            contexts.clone(),
         );
         shared.running.lock().unwrap().current = None;
         r
     });
-    let again = |job: Job, at: u64| {
-        let desc = Desc::op(job.desc(at));
+    let again = |job: Job, at: u64, saved: Vec<crum_ptx::BlockContext>| {
+        let desc = Desc::op(job.desc(at, &saved));
         let (sh, tx) = (shared.clone(), textures.clone());
-        Ran::Stopped { rest: Box::new(move || run(sh, job, tx, at)), desc }
+        Ran::Stopped { rest: Box::new(move || run(sh, job, tx, at, saved)), desc }
     };
     Ran::Done(match r {
         Ok(out) => {
             shared.append_printf(&out.printf);
             if let Some(at) = out.stopped_at {
-                return again(job, at);
+                return again(job, at, out.contexts);
             }
             Ok(())
         }
         // Flushed: its printf output is dropped (the run again prints it once).
-        Err(e) if *e.kind() == crum_ptx::LaunchError::Flushed => return again(job, first_block),
+        Err(e) if *e.kind() == crum_ptx::LaunchError::Flushed => return again(job, first_block, contexts),
         Err(e) => {
             shared.append_printf(e.printf());
             tracing::debug!(kernel = %job.func.name, "kernel failed: {e}");

@@ -516,7 +516,7 @@ impl Backend for Emu {
         dims: LaunchDims,
         params: Vec<u8>,
     ) -> Result<()> {
-        self.launch_from(stream, func, dims, params, 0)
+        self.launch_from(stream, func, dims, params, 0, Vec::new())
     }
 
     fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
@@ -799,6 +799,7 @@ impl Backend for Emu {
                 let done = l.ctl.blocks_done.load(Ordering::Relaxed);
                 let what = match mode {
                     crum_ptx::LaunchCtl::FLUSH => "flushed, to run again from its start",
+                    crum_ptx::LaunchCtl::SAVE => "its running blocks saved where they are (context save)",
                     crum_ptx::LaunchCtl::STOP if !l.grid_sync && l.total_blocks > 1 => "stopped at a block boundary",
                     _ => "drained (waited for)",
                 };
@@ -856,9 +857,14 @@ impl Backend for Emu {
         let target = self.stream(stream)?;
         let noop: JobFn = Box::new(|| Ok(()));
         match &w.op {
-            QueuedOp::Launch { func, grid, block, shared, cooperative, params, first_block } => {
+            QueuedOp::Launch { func, grid, block, shared, cooperative, params, first_block, contexts } => {
                 let dims = LaunchDims { grid: *grid, block: *block, shared: *shared, cooperative: *cooperative };
-                self.launch_from(stream, FuncId(*func), dims, params.clone(), *first_block)?;
+                let contexts = contexts
+                    .iter()
+                    .map(|c| crum_ptx::BlockContext::decode(c))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(BackendError::Other)?;
+                self.launch_from(stream, FuncId(*func), dims, params.clone(), *first_block, contexts)?;
             }
             QueuedOp::Copy { dst, dpitch, src, spitch, width, height, staged } => {
                 let src = match staged {
@@ -969,8 +975,10 @@ enum KernelPolicy {
     Block,
     /// Flush it when it is idempotent for this launch, else as `Block`.
     Flush,
+    /// Save its running blocks where they are (context save; grid-wide sync: drain).
+    Save,
     /// The default: blocks short (under [`FLUSH_WORTH`]): `Block`; long and idempotent:
-    /// `Flush`; else `Block`.
+    /// `Flush`; long otherwise: `Save`.
     Auto,
 }
 
@@ -983,6 +991,7 @@ impl KernelPolicy {
             Ok("drain") => KernelPolicy::Drain,
             Ok("block") => KernelPolicy::Block,
             Ok("flush") => KernelPolicy::Flush,
+            Ok("save") => KernelPolicy::Save,
             _ => KernelPolicy::Auto,
         }
     }
@@ -992,6 +1001,7 @@ impl KernelPolicy {
             KernelPolicy::Drain => "drain",
             KernelPolicy::Block => "block",
             KernelPolicy::Flush => "flush",
+            KernelPolicy::Save => "save",
             KernelPolicy::Auto => "auto",
         }
     }
@@ -1009,9 +1019,17 @@ impl KernelPolicy {
                 (LaunchCtl::RUN, format!("{why}; a grid of one block has no boundary to stop at"))
             }
         };
+        let save = |why: String| {
+            if l.grid_sync {
+                (LaunchCtl::RUN, format!("{why}; it synchronizes the whole grid, so its blocks cannot be saved apart"))
+            } else {
+                (LaunchCtl::SAVE, why)
+            }
+        };
         match self {
             KernelPolicy::Drain => (LaunchCtl::RUN, "forced".into()),
             KernelPolicy::Block => block("forced".into()),
+            KernelPolicy::Save => save("forced".into()),
             KernelPolicy::Flush | KernelPolicy::Auto => {
                 let done = l.ctl.blocks_done.load(Ordering::Relaxed);
                 let elapsed = l.started.elapsed();
@@ -1022,6 +1040,9 @@ impl KernelPolicy {
                 }
                 match l.idempotence(shared) {
                     Ok(()) => (LaunchCtl::FLUSH, format!("idempotent for this launch; blocks take at least {} ms", per_block.as_millis())),
+                    Err(e) if self == KernelPolicy::Auto => {
+                        save(format!("not idempotent ({e}); blocks take at least {} ms", per_block.as_millis()))
+                    }
                     Err(e) => block(format!("not idempotent: {e}")),
                 }
             }
@@ -1032,18 +1053,29 @@ impl KernelPolicy {
 impl Emu {
     /// Enqueue a launch of the blocks from `first_block` on (0: the whole grid; more: the
     /// rest of a grid a checkpoint stopped at a block boundary).
-    fn launch_from(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>, first_block: u64) -> Result<()> {
+    fn launch_from(
+        &self,
+        stream: StreamId,
+        func: FuncId,
+        dims: LaunchDims,
+        params: Vec<u8>,
+        first_block: u64,
+        contexts: Vec<crum_ptx::BlockContext>,
+    ) -> Result<()> {
         let job = self.shared.kernels.prepare(func.0, dims, params, &self.props)?;
         let total = dims.grid.iter().map(|&d| d as u64).product::<u64>();
-        if first_block >= total && first_block != 0 {
+        if first_block > total || (first_block == total && first_block != 0 && contexts.is_empty()) {
             return Err(BackendError::Other(format!("a saved launch starts at block {first_block} of {total}")));
         }
-        let desc = Desc::op(job.desc(first_block));
+        if contexts.iter().any(|c| c.index >= first_block) {
+            return Err(BackendError::Other("a saved block lies at or after the first block to run".into()));
+        }
+        let desc = Desc::op(job.desc(first_block, &contexts));
         let shared = self.shared.clone();
         let textures: Arc<HashMap<u64, TexDesc>> = Arc::new(self.textures.lock().unwrap().clone());
         let s = self.stream(stream)?;
         let deps = self.implicit_deps(&s);
-        s.submit_resumable(deps, desc, Box::new(move || kernels::run(shared, job, textures, first_block)));
+        s.submit_resumable(deps, desc, Box::new(move || kernels::run(shared, job, textures, first_block, contexts)));
         Ok(())
     }
 

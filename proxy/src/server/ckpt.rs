@@ -97,6 +97,23 @@ fn use_snapshot(caps: &Capabilities) -> bool {
     caps.fork_snapshot && std::env::var("CRUM_CKPT_DEVICE").map_or(true, |v| v != "copy")
 }
 
+/// A saved reply that handed out shared memory names the old proxy's memfd: the restored
+/// allocation at that address has a new one.
+fn renumber_memfd(raw: &[u8], shared: &[(u64, u64, crum_wire::AllocKind, i32)]) -> Vec<u8> {
+    match crum_wire::msg::decode::<Reply>(raw) {
+        Ok(mut r) => {
+            if let Body::Alloc { addr, memfd: Some(fd) } = &mut r.body {
+                if let Some(&(_, _, _, new)) = shared.iter().find(|s| s.0 == *addr) {
+                    *fd = new;
+                    return crum_wire::msg::encode(&r);
+                }
+            }
+            raw.to_vec()
+        }
+        Err(_) => raw.to_vec(),
+    }
+}
+
 fn failed(msg: String) -> std::result::Result<Body, u32> {
     tracing::error!("{msg}");
     Ok(Body::Failed(msg))
@@ -423,7 +440,7 @@ impl Server {
         if st.data_len != data_len {
             return failed(format!("the device data holds {data_len} bytes, the state names {}", st.data_len));
         }
-        match self.replay(&st, data_addr).and_then(|v| self.replay_queue(&st).map(|_| v)) {
+        match self.replay(&st, data_addr).and_then(|v| self.replay_queue(&st, &v).map(|_| v)) {
             Ok(v) => Ok(Body::Restored(v)),
             Err(e) => failed(e),
         }
@@ -431,7 +448,7 @@ impl Server {
 
     /// Enqueue the work saved unstarted again, in its order, and keep the cut calls for the
     /// program to resume, their waits renamed to this proxy's sequence numbers.
-    fn replay_queue(self: &Arc<Self>, st: &DeviceState) -> std::result::Result<(), String> {
+    fn replay_queue(self: &Arc<Self>, st: &DeviceState, shared: &[(u64, u64, crum_wire::AllocKind, i32)]) -> std::result::Result<(), String> {
         let b = &*self.backend;
         if (!st.queue.is_empty() || st.carried.iter().any(|c| matches!(c.what, Carried::Wait { .. }))) && !self.queue_cut {
             return Err(format!(
@@ -455,7 +472,7 @@ impl Server {
         let mut carried = self.carried.lock().unwrap();
         for c in &st.carried {
             let what = match &c.what {
-                Carried::Reply(r) => Carried::Reply(r.clone()),
+                Carried::Reply(r) => Carried::Reply(renumber_memfd(r, shared)),
                 Carried::Wait { points, syncing } => Carried::Wait {
                     // A point not in the queue was reached before the cut.
                     points: points.iter().filter_map(|&(s, q)| seqs.get(&(s, q)).map(|&n| (s, n))).collect(),
