@@ -342,11 +342,24 @@ fn queued_launches_and_a_thread_in_device_synchronize_are_saved_not_waited_for()
     // Restart of a restart: checkpoint the restarted process at once, at gate 1 again.
     gate.reset(0).unwrap();
     let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
+    wait_agent(&mut r);
     let img2 = r.checkpoint(&images).unwrap();
     r.kill9().unwrap();
     gate.reset(i64::MAX).unwrap();
     let mut r = Proc::restart(&img2, None, &tmp.path().join("r3.out")).unwrap();
     assert_eq!(r.success(Duration::from_secs(120)).unwrap(), want, "restart of a restart");
+}
+
+/// Wait until a restarted process's agent answers (until then `crum restart` may still be the
+/// test's own child before its exec, or the restore may not be complete).
+fn wait_agent(p: &mut Proc) {
+    let pid = p.child.id();
+    let t0 = Instant::now();
+    while !crum_ckpt::control::agent_running(&crum_ckpt::control::socket_dir(), pid) {
+        assert!(!p.exited(), "{}", p.report());
+        assert!(t0.elapsed() < Duration::from_secs(120), "the program's agent never answered: {}", p.report());
+        std::thread::sleep(Duration::from_millis(3));
+    }
 }
 
 /// The device part of an image as `crum inspect --json` gives it.
@@ -363,7 +376,8 @@ fn device_json(img: &std::path::Path) -> serde_json::Value {
 /// - `flush`: abandoned, to run again from its start (the image holds the whole launch);
 /// - `save`: its running blocks saved where they are (context save) with the rest of the grid;
 /// - `drain`: waited for (nothing of it saved);
-/// - `auto` (the default): its blocks are short, so stopped at a block boundary.
+/// - `auto` (the default): its blocks are short, so stopped at a block boundary (flushed if a
+///   loaded machine made them look long).
 ///
 /// The image names the choice and why. Killed and restarted, every image gives the
 /// uninterrupted run's result; the block image's restart is checkpointed at once, killed and
@@ -392,6 +406,11 @@ fn a_running_grid_is_stopped_flushed_saved_or_drained_by_policy_and_restarts_rig
         let notes = dev["cut_notes"].to_string();
         let grind: Vec<&String> = launches.iter().filter(|l| l.contains("grid 512x1x1")).collect();
         match policy {
+            "auto" if notes.contains("flushed") => {
+                // Its blocks looked long on a loaded machine: flushed (it is idempotent).
+                assert!(grind.len() == 1 && !grind[0].contains("from block"), "{launches:?}");
+                assert!(notes.contains("policy auto") && notes.contains("idempotent"), "{notes}");
+            }
             "block" | "auto" => {
                 assert!(
                     grind.len() == 1 && grind[0].contains("from block"),
@@ -427,6 +446,7 @@ fn a_running_grid_is_stopped_flushed_saved_or_drained_by_policy_and_restarts_rig
             // Restart of a restart, checkpointed while the rest of the grid runs.
             gate.reset(0).unwrap();
             let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
+            wait_agent(&mut r);
             let img2 = r.checkpoint(&images).unwrap();
             r.kill9().unwrap();
             gate.reset(i64::MAX).unwrap();
@@ -471,6 +491,7 @@ fn a_kernel_of_one_long_block_is_saved_in_the_middle_and_resumed_after_restart()
     // Restart of a restart, checkpointed while the resumed block runs (at gate 1 again).
     gate.reset(0).unwrap();
     let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
+    wait_agent(&mut r);
     let img2 = r.checkpoint(&images).unwrap();
     r.kill9().unwrap();
     gate.reset(i64::MAX).unwrap();
