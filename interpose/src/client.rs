@@ -330,6 +330,7 @@ pub fn call(req: &Request) -> CudaResult<Body> {
 fn call_resumable(req: &Request) -> CudaResult<crum_wire::Reply> {
     let mut stack: Vec<Request> = Vec::new();
     let mut resume: Option<Request> = None;
+    let mut last_cut = None;
     loop {
         let cur = resume.as_ref().unwrap_or(req);
         let (name, r) = with_lane(&mut |l| (l.next_call(), l.call(cur)))?;
@@ -338,7 +339,14 @@ fn call_resumable(req: &Request) -> CudaResult<crum_wire::Reply> {
                 resume = stack.pop();
             }
             Ok(reply) => return Ok(reply),
+            // The same lane retired twice: no newer channel replaced it (never loop on it).
+            Err(ChannelError::Retired) if last_cut == Some(name) => {
+                init_logging();
+                tracing::error!("a CUDA call was cut by a checkpoint but no new device proxy took over");
+                return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
+            }
             Err(ChannelError::Retired) => {
+                last_cut = Some(name);
                 if let Some(r) = resume.take() {
                     stack.push(r);
                 }
