@@ -320,10 +320,7 @@ fn queued_launches_and_a_thread_in_device_synchronize_are_saved_not_waited_for()
     gate.wait_at(1, &mut p).unwrap();
     let img = p.checkpoint(&images).unwrap();
     p.kill9().unwrap();
-    let o = Command::new(crum_bin()).args(["inspect", "--json"]).arg(&img).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let dev = &v["device"];
+    let dev = &device_json(&img);
     let launches = dev["queue"].as_array().unwrap().iter().filter(|w| w["op"] == "launch").count();
     assert!(launches >= 1000, "only {launches} launches saved unstarted: {dev}");
     let calls = dev["carried_calls"].as_array().unwrap();
@@ -340,14 +337,7 @@ fn queued_launches_and_a_thread_in_device_synchronize_are_saved_not_waited_for()
     assert_eq!(r.success(Duration::from_secs(120)).unwrap(), want, "restart");
 
     // Restart of a restart: checkpoint the restarted process at once, at gate 1 again.
-    gate.reset(0).unwrap();
-    let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
-    wait_agent(&mut r);
-    let img2 = r.checkpoint(&images).unwrap();
-    r.kill9().unwrap();
-    gate.reset(i64::MAX).unwrap();
-    let mut r = Proc::restart(&img2, None, &tmp.path().join("r3.out")).unwrap();
-    assert_eq!(r.success(Duration::from_secs(120)).unwrap(), want, "restart of a restart");
+    restart_of_restart(&img, &images, &gate, tmp.path(), &want);
 }
 
 /// Wait until a restarted process's agent answers (until then `crum restart` may still be the
@@ -360,6 +350,19 @@ fn wait_agent(p: &mut Proc) {
         assert!(t0.elapsed() < Duration::from_secs(120), "the program's agent never answered: {}", p.report());
         std::thread::sleep(Duration::from_millis(3));
     }
+}
+
+/// Restart `img` with every gate closed, checkpoint the restarted program at once (its saved
+/// work running again), kill it, and restart that image to the end: the output must be `want`.
+fn restart_of_restart(img: &std::path::Path, images: &std::path::Path, gate: &Gate, tmp: &std::path::Path, want: &str) {
+    gate.reset(0).unwrap();
+    let mut r = Proc::restart(img, None, &tmp.join("r2.out")).unwrap();
+    wait_agent(&mut r);
+    let img2 = r.checkpoint(images).unwrap();
+    r.kill9().unwrap();
+    gate.reset(i64::MAX).unwrap();
+    let mut r = Proc::restart(&img2, None, &tmp.join("r3.out")).unwrap();
+    assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart of a restart");
 }
 
 /// The device part of an image as `crum inspect --json` gives it.
@@ -444,14 +447,7 @@ fn a_running_grid_is_stopped_flushed_saved_or_drained_by_policy_and_restarts_rig
         assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "{policy}: restart");
         if policy == "block" || policy == "save" {
             // Restart of a restart, checkpointed while the rest of the grid runs.
-            gate.reset(0).unwrap();
-            let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
-            wait_agent(&mut r);
-            let img2 = r.checkpoint(&images).unwrap();
-            r.kill9().unwrap();
-            gate.reset(i64::MAX).unwrap();
-            let mut r = Proc::restart(&img2, None, &tmp.path().join("r3.out")).unwrap();
-            assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart of a restart");
+            restart_of_restart(&img, &images, &gate, tmp.path(), &want);
         }
     }
 }
@@ -489,14 +485,7 @@ fn a_kernel_of_one_long_block_is_saved_in_the_middle_and_resumed_after_restart()
     let mut r = Proc::restart(&img, None, &tmp.path().join("r1.out")).unwrap();
     assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart");
     // Restart of a restart, checkpointed while the resumed block runs (at gate 1 again).
-    gate.reset(0).unwrap();
-    let mut r = Proc::restart(&img, None, &tmp.path().join("r2.out")).unwrap();
-    wait_agent(&mut r);
-    let img2 = r.checkpoint(&images).unwrap();
-    r.kill9().unwrap();
-    gate.reset(i64::MAX).unwrap();
-    let mut r = Proc::restart(&img2, None, &tmp.path().join("r3.out")).unwrap();
-    assert_eq!(r.success(Duration::from_secs(300)).unwrap(), want, "restart of a restart");
+    restart_of_restart(&img, &images, &gate, tmp.path(), &want);
 }
 
 /// A checkpoint requested while the main thread waits in `cudaDeviceSynchronize` for a kernel
