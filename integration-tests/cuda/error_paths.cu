@@ -32,10 +32,26 @@ int main() {
     printf("out of bounds: %s\n", cudaGetErrorName(e));
     EXPECT(e == cudaErrorIllegalAddress);
     GATE(3);  // the sticky error must survive
-    e = cudaMalloc(&d, 16);
+    int *more;
+    e = cudaMalloc(&more, 16);
     printf("after: %s\n", cudaGetErrorName(e));
     EXPECT(e == cudaErrorIllegalAddress);  // sticky
     EXPECT(cudaPeekAtLastError() == cudaErrorIllegalAddress);
+    // No work is done after a sticky error: the copy fails and leaves the destination alone,
+    // the memset does not reach device memory.
+    int back[64];
+    for (int i = 0; i < 64; i++) back[i] = -7;
+    e = cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost);
+    EXPECT(e == cudaErrorIllegalAddress);
+    int untouched = 1;
+    for (int i = 0; i < 64; i++) untouched &= back[i] == -7;
+    printf("copy after the error left the host buffer alone: %d\n", untouched);
+    EXPECT(untouched);
+    EXPECT(cudaMemset(d, 0, 64 * 4) == cudaErrorIllegalAddress);
+    EXPECT(cudaMemcpyAsync(back, d, sizeof back, cudaMemcpyDeviceToHost, 0) == cudaErrorIllegalAddress);
+    EXPECT(cudaStreamSynchronize(0) == cudaErrorIllegalAddress);
+    for (int i = 0; i < 64; i++) untouched &= back[i] == -7;
+    EXPECT(untouched);
     printf("string: %s\n", cudaGetErrorString(cudaErrorInvalidValue));
     printf("PASS\n");
     return 0;

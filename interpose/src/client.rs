@@ -372,6 +372,9 @@ fn finish(reply: crum_wire::Reply) -> CudaResult<Body> {
 
 /// A pipelined request: sent without waiting; its errors surface at a later call.
 pub fn send(req: &Request) -> CudaResult<()> {
+    // Pipelined requests are work (launches, copies, event records…): after a sticky error
+    // they fail at once, as every call does on a corrupt context (the proxy refuses them too).
+    crate::errors::sticky()?;
     crate::managed::before_request(req);
     with_lane(&mut |l| l.send(req))?.map_err(chan_err)
 }

@@ -53,6 +53,14 @@ pub fn peek_last() -> u32 {
     }
 }
 
+/// `Err` with the context's sticky error once one was seen.
+pub fn sticky() -> CudaResult<()> {
+    match STICKY.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        c => Err(c),
+    }
+}
+
 /// Clear the sticky error (cudaDeviceReset).
 pub fn clear_sticky() {
     STICKY.store(0, Ordering::SeqCst);

@@ -240,8 +240,7 @@ impl Server {
             0 => self.backend.take_async_error().unwrap_or(0),
             c => c,
         };
-        let restored = Some(self.restored_sticky.load(Ordering::Relaxed)).filter(|&c| c != 0);
-        if let Some(s) = self.backend.sticky_error().or(restored) {
+        if let Some(s) = self.sticky() {
             r.status = s;
         } else if syncing && r.status == 0 {
             r.status = pending;
@@ -273,8 +272,22 @@ impl Server {
         self.backend.owns(addr, len).is_some() || self.backend.is_registered(addr, len)
     }
 
+    /// The context's sticky error, set on this backend or carried over a restart.
+    fn sticky(&self) -> Option<u32> {
+        self.backend.sticky_error().or(
+            Some(self.restored_sticky.load(Ordering::Relaxed)).filter(|&c| c != 0),
+        )
+    }
+
     fn handle(self: &Arc<Self>, req: Request, lane: usize) -> std::result::Result<Body, u32> {
         let b = &*self.backend;
+        // After a sticky error the context is corrupt: calls that would move data or start
+        // work fail with it and do nothing (a GPU neither copies nor launches any more).
+        if does_work(&req) {
+            if let Some(s) = self.sticky() {
+                return Err(s);
+            }
+        }
         match req {
             Request::Hello { pid } => {
                 let mut g = self.app.lock().unwrap();
@@ -743,6 +756,23 @@ fn passes_cut(r: &Request) -> bool {
             | Request::CallbackDone { .. }
             | Request::Hello { .. }
             | Request::Close
+    )
+}
+
+/// Requests that move data or start device work: refused once the context has a sticky error.
+fn does_work(r: &Request) -> bool {
+    matches!(
+        r,
+        Request::Malloc { .. }
+            | Request::HostRegister { .. }
+            | Request::Launch { .. }
+            | Request::Memcpy { .. }
+            | Request::Memcpy2D { .. }
+            | Request::Memset { .. }
+            | Request::Memset2D { .. }
+            | Request::HostFunc { .. }
+            | Request::EventRecord { .. }
+            | Request::StreamWaitEvent { .. }
     )
 }
 
