@@ -9,14 +9,17 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${CRUM_CUDA_VENV:-$repo/.cuda-venv}
 stamp=$venv/.crum-cuda-ok
 
-# The CCCL headers (nv/target, libcu++, thrust, cub) come with a real toolkit;
-# cooperative_groups.h includes <nv/target>. A venv made before they were added gets them.
-if [ ! -f "$stamp" ] || ! compgen -G "$venv/lib/*/site-packages/nvidia/*/include/nv/target" >/dev/null; then
+# The CCCL headers (nv/target, libcu++, thrust, cub) and the profiler API header come with a
+# real toolkit; cooperative_groups.h includes <nv/target>. A venv made before they were added
+# gets them.
+if [ ! -f "$stamp" ] || ! compgen -G "$venv/lib/*/site-packages/nvidia/*/include/nv/target" >/dev/null \
+    || ! compgen -G "$venv/lib/*/site-packages/nvidia/*/include/cuda_profiler_api.h" >/dev/null; then
   echo "crum: installing the CUDA compiler from PyPI into $venv (once)" >&2
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     'nvidia-cuda-nvcc>=13,<14' 'nvidia-cuda-runtime>=13,<14' \
-    'nvidia-cuda-crt>=13,<14' 'nvidia-nvvm>=13,<14' 'nvidia-cuda-cccl>=13,<14' >&2
+    'nvidia-cuda-crt>=13,<14' 'nvidia-nvvm>=13,<14' 'nvidia-cuda-cccl>=13,<14' \
+    'nvidia-cuda-profiler-api>=13,<14' >&2
 fi
 
 # The packages lay the toolkit out under site-packages/nvidia/cu13 (or cuda_nvcc etc. on

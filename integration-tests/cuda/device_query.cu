@@ -1,11 +1,14 @@
 // Device queries: count, properties, attributes, memory info, pointer attributes, versions,
 // function attributes and occupancy. Printed values are only those that are stable.
 #include "common.h"
+#include <cuda_profiler_api.h>  // installed with the toolkit (nvidia-cuda-profiler-api)
 __global__ void k(float *x) { x[threadIdx.x] *= 2; }
 int main() {
     int n = 0, dev = -1, rt = 0, drv = 0;
     CK(cudaGetDeviceCount(&n)); EXPECT(n >= 1);
     CK(cudaSetDevice(0)); CK(cudaGetDevice(&dev)); EXPECT(dev == 0);
+    // No profiler is attached: start and stop succeed and change nothing, as in CUDA.
+    CK(cudaProfilerStart()); CK(cudaProfilerStop());
     CK(cudaRuntimeGetVersion(&rt)); CK(cudaDriverGetVersion(&drv));
     EXPECT(rt > 0 && drv >= rt / 1000 * 1000 - 1000);
     cudaDeviceProp p;
