@@ -29,6 +29,10 @@ pub struct Args {
     /// One process of a job image (started by the restorer of its parent; not for direct use).
     #[arg(long, hide = true)]
     pub job_member: Option<i32>,
+    /// As `crum run --strict-memory`: the restarted program's kernels may touch only the
+    /// bytes they allocated (emulated device). Sets CRUM_STRICT_MEMORY=1 for the proxy.
+    #[arg(long)]
+    pub strict_memory: bool,
     /// An image directory, or a directory of images: the newest image that verifies is
     /// used (newer ones that do not are skipped, saying why), and named on stderr.
     pub image: PathBuf,
@@ -129,6 +133,11 @@ fn new_images_dir(d: &Path) -> anyhow::Result<PathBuf> {
 
 pub fn main(args: Args) -> anyhow::Result<i32> {
     let device = crate::proxy::device_choice(&args.device)?;
+    if args.strict_memory {
+        // Inherited by the proxy this restart starts (and by the restorers of a job's other
+        // processes); nothing else runs in this process yet.
+        std::env::set_var("CRUM_STRICT_MEMORY", "1");
+    }
     let dir = choose_image(&args.image, args.trust)?;
     let exe = std::env::current_exe().context("locating the crum binary")?;
     let new_dir = args.dir.as_deref().map(new_images_dir).transpose()?;

@@ -58,6 +58,12 @@ pub struct Args {
     /// CRUM_STRICT=1.
     #[arg(long)]
     pub strict: bool,
+    /// Kernels on the emulated device may touch only the bytes they allocated: an access
+    /// past an allocation's end (within its last page) or before the first allocation, which
+    /// a GPU lets pass, is an illegal address, logged with the allocation it misses. Sets
+    /// CRUM_STRICT_MEMORY=1 for the device proxy.
+    #[arg(long)]
+    pub strict_memory: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -245,6 +251,7 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         .arg(&args.device)
         .arg("--parent")
         .arg(std::process::id().to_string())
+        .envs(args.strict_memory.then_some(("CRUM_STRICT_MEMORY", "1")))
         .stdin(Stdio::null())
         .process_group(0)
         .spawn()

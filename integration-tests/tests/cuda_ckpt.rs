@@ -104,6 +104,10 @@ corpus_ckpt!(
     graph_allocations_keep_their_addresses_across_restarts,
     "graph_mem_nodes"
 );
+corpus_ckpt!(
+    out_of_bounds_reads_next_to_allocations_read_the_same_after_restart,
+    "oob_near"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]
@@ -316,8 +320,16 @@ fn queued_launches_and_a_thread_in_device_synchronize_are_saved_not_waited_for()
     let tmp = tempfile::tempdir().unwrap();
     let images = tmp.path().join("images");
     let gate = Gate::new(&tmp.path().join("gate")).unwrap();
-    let mut p = Proc::run(&exe, &[], &[], &[gate.env()], &tmp.path().join("out")).unwrap();
+    let log = [("CRUM_LOG", OsStr::new("crum_proxy::parked=debug"))];
+    let mut p = Proc::run(&exe, &[], &[], &[gate.env(), log[0]], &tmp.path().join("out")).unwrap();
     gate.wait_at(1, &mut p).unwrap();
+    // The second thread's cudaDeviceSynchronize may reach the proxy after the gate (a loaded
+    // machine): checkpoint once the proxy says the call waits on the device.
+    let start = Instant::now();
+    while !p.stderr().contains("a call waits on the device") {
+        assert!(start.elapsed() < Duration::from_secs(120), "no call waits: {}", p.report());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let img = p.checkpoint(&images).unwrap();
     p.kill9().unwrap();
     let dev = &device_json(&img);

@@ -126,3 +126,40 @@ corpus_test!(
     graph_memory_nodes_and_generic_node_api_match_cpu,
     "graph_mem_nodes"
 );
+corpus_test!(
+    small_out_of_bounds_reads_next_to_allocations_read_memory_as_on_a_gpu,
+    "oob_near"
+);
+
+/// `crum run --strict-memory`: the same reads are illegal addresses, and the log names the
+/// allocation each one misses.
+#[test]
+fn strict_memory_reports_reads_outside_allocations() {
+    use crum_integration_tests::{build_cuda, crum_bin, wait_with_timeout};
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    let exe = build_cuda("oob_near").unwrap_or_else(|e| panic!("{e:#}"));
+    let child = Command::new(crum_bin())
+        .args(["run", "--device", "emu", "--strict-memory", "--"])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn crum run");
+    let r = wait_with_timeout(child, Duration::from_secs(120)).expect("crum run");
+    assert!(
+        r.code != Some(0) && r.stdout.contains("cudaErrorIllegalAddress"),
+        "expected the kernel to fail: code {:?}\nstdout:\n{}\nstderr:\n{}",
+        r.code,
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("illegal address (--strict-memory)")
+            && (r.stderr.contains("bytes before the allocation")
+                || r.stderr.contains("bytes past the end of the allocation")),
+        "the log names the allocation missed:\n{}",
+        r.stderr
+    );
+}

@@ -456,7 +456,16 @@ pub fn open(choice: DeviceChoice) -> std::result::Result<Arc<dyn Backend>, OpenE
     match choice {
         DeviceChoice::Emu => Ok(Arc::new(crate::emu::Emu::new().map_err(OpenError::Emu)?)),
         DeviceChoice::Cuda => match crate::cuda::Cuda::open() {
-            Ok(c) => Ok(Arc::new(c)),
+            Ok(c) => {
+                if crate::emu::strict_memory() {
+                    // A GPU does not check accesses against allocations; compute-sanitizer does.
+                    tracing::warn!(
+                        "--strict-memory checks kernel accesses on the emulated device only; \
+                         the GPU runs without it"
+                    );
+                }
+                Ok(Arc::new(c))
+            }
             Err(e) => Err(OpenError::NoGpu { reason: e.to_string() }),
         },
         DeviceChoice::Auto => match open(DeviceChoice::Cuda) {

@@ -103,13 +103,16 @@ pub struct Region {
     pub base: u64,
     pub len: u64,
     pub host: *mut u8,
+    /// Loads only: a store or atomic here is an illegal address (the emulated device's
+    /// reserved area before its first allocation reads as zeros and is never written).
+    pub read_only: bool,
 }
 
 /// The device's memory as the engine sees it.
 ///
 /// The engine caches regions during a launch and bounds-checks every access itself; a
-/// region must stay mapped (and `host..host+len` valid for reads and writes) for the
-/// duration of the launch.
+/// region must stay mapped (and `host..host+len` valid for reads, and for writes unless it is
+/// `read_only`) for the duration of the launch.
 pub trait DeviceMemory: Sync {
     /// The live allocation containing `addr`, or None (→ illegal address).
     fn region(&self, addr: u64) -> Option<Region>;

@@ -90,7 +90,7 @@ impl HostMemory {
 
 impl DeviceMemory for HostMemory {
     fn region(&self, addr: u64) -> Option<Region> {
-        self.find(addr).map(|(b, l, buf)| Region { base: *b, len: *l, host: buf.as_ptr() as *mut u8 })
+        self.find(addr).map(|(b, l, buf)| Region { base: *b, len: *l, host: buf.as_ptr() as *mut u8, read_only: false })
     }
     fn texture(&self, handle: u64) -> Option<TextureDesc> {
         self.textures.get(&handle).cloned()

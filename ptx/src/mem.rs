@@ -3,9 +3,10 @@
 //! # Safety
 //!
 //! [`crate::DeviceMemory::region`] promises that `host..host+len` stays mapped and valid for
-//! reads and writes during the launch. Every access here is bounds-checked against such a
-//! region first (`addr >= base && addr + size <= base + len`), so the computed host pointer
-//! lies inside it. Kernels may race on global memory exactly as they may on a GPU; plain
+//! reads, and for writes unless the region is `read_only`, during the launch. Every access
+//! here is bounds-checked against such a region first (`addr >= base && addr + size <= base +
+//! len`, and no store or atomic to a read-only region), so the computed host pointer lies
+//! inside it and is writable when written. Kernels may race on global memory exactly as they may on a GPU; plain
 //! accesses use unaligned volatile-free reads/writes of plain integers (no references are
 //! formed), and atomics use `Atomic*::from_ptr` only after checking natural alignment.
 #![allow(unsafe_code)]
@@ -32,27 +33,31 @@ impl<'a> Regions<'a> {
         self.mem
     }
 
-    /// Host pointer for `size` bytes at device address `addr`, bounds- and alignment-checked.
+    /// Host pointer for `size` bytes at device address `addr`, bounds- and alignment-checked
+    /// (and, for a store, checked to be writable).
     #[inline]
-    pub(crate) fn ptr(&mut self, addr: u64, size: u64) -> Result<*mut u8, LaunchError> {
+    pub(crate) fn ptr(&mut self, addr: u64, size: u64, store: bool) -> Result<*mut u8, LaunchError> {
         if size > 1 && !addr.is_multiple_of(size.min(16)) {
             return Err(LaunchError::MisalignedAddress { addr });
         }
         for r in self.cache.iter().flatten() {
             if addr >= r.base && addr.wrapping_sub(r.base).saturating_add(size) <= r.len {
+                if store && r.read_only {
+                    return Err(LaunchError::IllegalAddress { addr });
+                }
                 return Ok(r.host.wrapping_add((addr - r.base) as usize));
             }
         }
-        self.slow(addr, size)
+        self.slow(addr, size, store)
     }
 
     #[cold]
-    fn slow(&mut self, addr: u64, size: u64) -> Result<*mut u8, LaunchError> {
+    fn slow(&mut self, addr: u64, size: u64, store: bool) -> Result<*mut u8, LaunchError> {
         let r = match self.extra {
             Some(r) if addr >= r.base && addr - r.base < r.len => r,
             _ => self.mem.region(addr).ok_or(LaunchError::IllegalAddress { addr })?,
         };
-        if addr < r.base || (addr - r.base).saturating_add(size) > r.len {
+        if addr < r.base || (addr - r.base).saturating_add(size) > r.len || (store && r.read_only) {
             return Err(LaunchError::IllegalAddress { addr });
         }
         self.cache[self.next] = Some(r);
@@ -63,14 +68,14 @@ impl<'a> Regions<'a> {
     /// Read `size` (1, 2, 4, 8) bytes, zero-extended.
     #[inline]
     pub(crate) fn read(&mut self, addr: u64, size: u32) -> Result<u64, LaunchError> {
-        let p = self.ptr(addr, size as u64)?;
+        let p = self.ptr(addr, size as u64, false)?;
         // SAFETY: `p..p+size` lies inside a live region (checked by `ptr`).
         Ok(unsafe { read_raw(p, size) })
     }
 
     #[inline]
     pub(crate) fn write(&mut self, addr: u64, size: u32, v: u64) -> Result<(), LaunchError> {
-        let p = self.ptr(addr, size as u64)?;
+        let p = self.ptr(addr, size as u64, true)?;
         // SAFETY: as in `read`.
         unsafe { write_raw(p, size, v) };
         Ok(())
@@ -79,7 +84,7 @@ impl<'a> Regions<'a> {
     /// Atomic read-modify-write of 4 or 8 bytes: `f(old) -> Some(new)` (None: no store).
     /// Returns the old value.
     pub(crate) fn atomic(&mut self, addr: u64, size: u32, f: &dyn Fn(u64) -> Option<u64>) -> Result<u64, LaunchError> {
-        let p = self.ptr(addr, size as u64)?;
+        let p = self.ptr(addr, size as u64, true)?;
         if !addr.is_multiple_of(size as u64) {
             return Err(LaunchError::MisalignedAddress { addr });
         }
@@ -156,5 +161,5 @@ unsafe fn write_raw(p: *mut u8, size: u32, v: u64) {
 /// Engine-owned atomic words exposed as a [`Region`] at `base` (the grid-sync workspace):
 /// every access through it is bounds-checked, and `AtomicU64` permits shared mutation.
 pub(crate) fn region_of(buf: &[AtomicU64], base: u64) -> Region {
-    Region { base, len: (buf.len() * 8) as u64, host: buf.as_ptr() as *mut u8 }
+    Region { base, len: (buf.len() * 8) as u64, host: buf.as_ptr() as *mut u8, read_only: false }
 }

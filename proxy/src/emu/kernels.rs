@@ -350,11 +350,12 @@ struct Mem<'a> {
 
 impl DeviceMemory for Mem<'_> {
     fn region(&self, addr: u64) -> Option<Region> {
-        let r = self.shared.vram.lookup(addr)?;
+        let (base, len, read_only) = self.shared.vram.kernel_range(addr)?;
         Some(Region {
-            base: r.base,
-            len: r.len,
-            host: r.base as *mut u8,
+            base,
+            len,
+            host: base as *mut u8,
+            read_only,
         })
     }
 
@@ -507,6 +508,14 @@ pub fn run(
         Err(e) if *e.kind() == crum_ptx::LaunchError::Flushed => return again(job, first_block, contexts),
         Err(e) => {
             shared.append_printf(e.printf());
+            if let crum_ptx::LaunchError::IllegalAddress { addr } = e.kind() {
+                let strict = if shared.vram.strict() { " (--strict-memory)" } else { "" };
+                tracing::warn!(
+                    kernel = %job.func.name,
+                    "illegal address{strict}: {}",
+                    shared.vram.describe(*addr)
+                );
+            }
             tracing::debug!(kernel = %job.func.name, "kernel failed: {e}");
             Err(e.cuda_error())
         }

@@ -24,6 +24,10 @@ use crum_wire::AllocKind;
 
 /// Allocation granularity (and alignment) of device memory.
 pub const GRANULE: u64 = 4096;
+/// The start of the window that no allocation takes, as a GPU's runtime keeps its own
+/// allocations below the program's: kernels read it as zeros (a small negative index into
+/// the first allocation reads memory, as on a GPU) and cannot write it.
+pub const RESERVED: u64 = 2 << 20;
 /// Allocations at least this large start on a huge-page boundary and ask for transparent
 /// huge pages (fewer page faults and faster cross-memory copies into them).
 pub const HUGE: u64 = 2 << 20;
@@ -51,6 +55,8 @@ pub struct Vram {
     base: u64,
     size: u64,
     capacity: u64,
+    /// Kernels see exactly the bytes allocated (`--strict-memory`), not whole pages.
+    strict: bool,
     inner: RwLock<Inner>,
 }
 
@@ -108,14 +114,90 @@ impl Vram {
             unsafe { libc::munmap(p, size as usize) };
             return Err(io::Error::from(io::ErrorKind::AddrInUse));
         }
+        // The reserved start: zero pages, read-only (kernels check it before storing).
+        let reserved = RESERVED.min(size);
+        map_fixed(
+            base,
+            reserved,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        )?;
         let mut inner = Inner::default();
-        inner.free.insert(base, size);
+        if size > reserved {
+            inner.free.insert(base + reserved, size - reserved);
+        }
         Ok(Vram {
             base,
             size,
             capacity,
+            strict: false,
             inner: RwLock::new(inner),
         })
+    }
+
+    /// Kernels may touch only the bytes of an allocation, not the rest of its last page nor
+    /// the reserved start (finds out-of-bounds accesses a GPU would let pass).
+    pub fn set_strict(&mut self, strict: bool) {
+        self.strict = strict;
+    }
+
+    pub fn strict(&self) -> bool {
+        self.strict
+    }
+
+    /// What a kernel may access at `addr`: `(base, len, read_only)`. A GPU's allocations sit
+    /// in whole pages next to each other, below them the runtime's own, so a small index
+    /// past either end of an array reads memory there. Here the rest of an allocation's last
+    /// page and the reserved start of the window read as zeros; they are read-only (a value
+    /// written there would be state outside every allocation, which no image holds), and
+    /// fresh pages of device memory that copies and memsets never reach, so they stay zero
+    /// (managed and pinned pages are not lent: the program maps those). Under `strict`
+    /// only the allocation's own bytes.
+    pub fn kernel_range(&self, addr: u64) -> Option<(u64, u64, bool)> {
+        if addr < self.base || addr >= self.base + self.size {
+            return None;
+        }
+        if !self.strict && addr < self.base + RESERVED {
+            return Some((self.base, RESERVED.min(self.size), true));
+        }
+        let g = self.inner.read().unwrap();
+        let (&b, a) = g.allocs.range(..=addr).next_back()?;
+        if addr < b + a.len {
+            Some((b, a.len, false))
+        } else if !self.strict && a.kind == AllocKind::Device && addr < b + a.span {
+            // (Managed and pinned pages are the program's memory too, which it may write.)
+            Some((b + a.len, a.span - a.len, true))
+        } else {
+            None
+        }
+    }
+
+    /// Describe a faulting device address for a person: which allocation it lies before,
+    /// after or in, and by how much.
+    pub fn describe(&self, addr: u64) -> String {
+        if addr < self.base || addr >= self.base + self.size {
+            return format!("{addr:#x} is outside device memory");
+        }
+        let g = self.inner.read().unwrap();
+        let below = g.allocs.range(..=addr).next_back();
+        let above = g.allocs.range(addr + 1..).next();
+        match (below, above) {
+            (Some((&b, a)), _) if addr < b + a.len => {
+                format!("{addr:#x} is inside the allocation at {b:#x} ({} bytes)", a.len)
+            }
+            (Some((&b, a)), _) if addr < b + a.span => format!(
+                "{addr:#x} is {} bytes past the end of the allocation at {b:#x} ({} bytes)",
+                addr - (b + a.len),
+                a.len
+            ),
+            (_, Some((&b, a))) if b - addr <= RESERVED => format!(
+                "{addr:#x} is {} bytes before the allocation at {b:#x} ({} bytes)",
+                b - addr,
+                a.len
+            ),
+            _ => format!("{addr:#x} is in no allocation"),
+        }
     }
 
     pub fn capacity(&self) -> u64 {
@@ -359,8 +441,8 @@ pub(crate) mod tests {
         let v = Vram::new(base, 1 << 32, 1 << 30).unwrap();
         let (a, _) = v.alloc(100, AllocKind::Device).unwrap();
         let (b, _) = v.alloc(5000, AllocKind::Device).unwrap();
-        assert_eq!(a, base);
-        assert_eq!(b, base + GRANULE);
+        assert_eq!(a, base + RESERVED, "allocations start after the reserved area");
+        assert_eq!(b, a + GRANULE);
         v.free(a).unwrap();
         let (c, _) = v.alloc(10, AllocKind::Device).unwrap();
         assert_eq!(c, a, "freed space is reused first");
@@ -412,7 +494,7 @@ pub(crate) mod tests {
         v.free(a[2]).unwrap();
         v.free(a[1]).unwrap();
         let (big, _) = v.alloc(3 * GRANULE, AllocKind::Device).unwrap();
-        assert_eq!(big, base);
+        assert_eq!(big, base + RESERVED);
     }
 
     #[test]
@@ -425,9 +507,30 @@ pub(crate) mod tests {
         let (small, _) = v.alloc(100, AllocKind::Device).unwrap();
         assert_eq!(
             small,
-            base + GRANULE,
+            base + RESERVED + GRANULE,
             "the gap before the aligned block is reused"
         );
+    }
+
+    #[test]
+    fn kernels_see_whole_pages_and_a_read_only_reserved_start_unless_strict() {
+        let base = window();
+        let mut v = Vram::new(base, 1 << 32, 1 << 30).unwrap();
+        let (a, _) = v.alloc(100, AllocKind::Device).unwrap();
+        assert_eq!(v.kernel_range(a + 99), Some((a, 100, false)));
+        // Past the end within the last page: the rest of the span, read-only zeros.
+        assert_eq!(v.kernel_range(a + 100), Some((a + 100, GRANULE - 100, true)));
+        // Before the first allocation: the reserved start, readable only.
+        assert_eq!(v.kernel_range(a - 4), Some((base, RESERVED, true)));
+        // SAFETY: the reserved start is mapped readable (zero pages) for the Vram's life.
+        assert_eq!(unsafe { *((a - 4) as *const u32) }, 0);
+        assert_eq!(v.kernel_range(a + GRANULE), None, "free space is no memory");
+        assert!(v.describe(a + 104).contains("4 bytes past the end of the allocation"));
+        assert!(v.describe(a - 8).contains("8 bytes before the allocation"));
+        v.set_strict(true);
+        assert_eq!(v.kernel_range(a + 99), Some((a, 100, false)));
+        assert_eq!(v.kernel_range(a + 100), None);
+        assert_eq!(v.kernel_range(a - 4), None);
     }
 
     #[test]

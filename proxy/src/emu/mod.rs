@@ -157,8 +157,10 @@ impl Emu {
 
     /// The emulated device with its memory window at `[base, base+size)`.
     pub fn with_window(base: u64, size: u64) -> std::io::Result<Emu> {
+        let mut vram = Vram::new(base, size, CAPACITY.min(size))?;
+        vram.set_strict(strict_memory());
         let shared = Arc::new(Shared {
-            vram: Vram::new(base, size, CAPACITY.min(size))?,
+            vram,
             app: OnceLock::new(),
             async_err: AtomicU32::new(0),
             sticky: AtomicU32::new(0),
@@ -249,6 +251,13 @@ impl Emu {
     fn all_streams(&self) -> Vec<Arc<Stream>> {
         self.streams.lock().unwrap().values().cloned().collect()
     }
+}
+
+/// `CRUM_STRICT_MEMORY=1` (`crum run --strict-memory`): kernels may touch only the bytes
+/// they allocated; any other access is an illegal address, logged with the allocation it
+/// misses (a GPU lets accesses within an allocation's pages pass).
+pub fn strict_memory() -> bool {
+    std::env::var_os("CRUM_STRICT_MEMORY").is_some_and(|v| v == "1")
 }
 
 /// Properties of the emulated device: an sm_80-class part (A100-like limits), so programs

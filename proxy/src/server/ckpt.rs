@@ -363,6 +363,9 @@ impl Server {
 
     fn wait_parked(&self, lane: usize, points: Vec<(u64, u64)>, syncing: bool) -> std::result::Result<(), u32> {
         self.cut_state(lane, LaneUse::Parked { points: points.clone(), syncing });
+        // From here a checkpoint's cut saves the call instead of waiting for it (tests wait
+        // for this line before they checkpoint).
+        tracing::debug!(target: "crum_proxy::parked", lane, ?points, "a call waits on the device");
         let r = code(self.backend.wait_points(&points));
         let mut cut = self.cut.lock().unwrap();
         // A cut that saw this call parked saves it so: it answers only after the cut.
