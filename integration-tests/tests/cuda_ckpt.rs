@@ -108,6 +108,10 @@ corpus_ckpt!(
     out_of_bounds_reads_next_to_allocations_read_the_same_after_restart,
     "oob_near"
 );
+corpus_ckpt!(
+    system_scope_atomics_on_pinned_memory_work_after_restart,
+    "system_atomics"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

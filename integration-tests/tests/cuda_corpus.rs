@@ -163,3 +163,7 @@ fn strict_memory_reports_reads_outside_allocations() {
         r.stderr
     );
 }
+corpus_test!(
+    system_scope_atomics_on_pinned_memory_with_host_atomics_are_exact,
+    "system_atomics"
+);
