@@ -30,8 +30,12 @@ const WIN32_SIZE: u64 = 1 << 32;
 const MAX_THREADS_PER_BLOCK: u64 = 1024;
 /// Estimated remaining grid time above which helper workers are started.
 const SPAWN_WORTH_S: f64 = 300e-6;
-/// Instructions a thread runs before the others of its block get a turn.
+/// Steps (instructions per thread) a warp runs before the other warps of its block get a
+/// turn, so a thread that spins on a flag another warp of its block sets makes progress.
 const YIELD_AFTER: u64 = 1 << 16;
+/// Steps the lowest-pc threads of a warp run alone before the warp's other running threads
+/// step with them for as long ([`Block::run_warp`]).
+const STARVE_AFTER: u64 = 1 << 20;
 /// Shared memory per block the emulated device offers at most (the largest GPUs: 228 KiB).
 const MAX_SHARED_BYTES: u64 = 228 * 1024;
 
@@ -104,6 +108,9 @@ pub(crate) struct Block<'a, 'l> {
     nthreads: u32,
     /// Set when the block was saved in the middle ([`crate::api::LaunchCtl::SAVE`]).
     saved: Option<crate::api::BlockContext>,
+    /// Per warp: steps its lowest-pc threads ran alone, steps all may still run
+    /// ([`Block::run_warp`]); kept across the warp's turns.
+    starve: Vec<(u64, u64)>,
 }
 
 type R<T> = Result<T, LaunchError>;
@@ -206,6 +213,7 @@ pub(crate) fn launch(
             insts: 0,
             nthreads: nthreads as u32,
             saved: None,
+            starve: Vec::new(),
         };
         b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
         let mut threads: Vec<Thread> = Vec::new();
@@ -370,6 +378,7 @@ impl<'a, 'l> Block<'a, 'l> {
         let l = self.l;
         let prog = l.prog;
         if let Some(c) = resume {
+            self.starve.clear();
             self.restore(threads, c)?;
             return self.block_loop(threads);
         }
@@ -381,6 +390,7 @@ impl<'a, 'l> Block<'a, 'l> {
         self.shared.clear();
         self.shared.resize(l.shared_len as usize, 0);
         self.arrivals = [0; 16];
+        self.starve.clear();
         threads.truncate(n);
         while threads.len() < n {
             threads.push(Thread {
@@ -426,11 +436,8 @@ impl<'a, 'l> Block<'a, 'l> {
         let prog = l.prog;
         loop {
             let mut any_run = false;
-            for t in threads.iter_mut() {
-                if t.st == St::Run {
-                    any_run = true;
-                    self.run(t)?;
-                }
+            for (w, warp) in threads.chunks_mut(32).enumerate() {
+                any_run |= self.run_warp(w, warp)?;
             }
             if threads.iter().all(|t| t.st == St::Done) {
                 return Ok(());
@@ -891,34 +898,88 @@ impl<'a, 'l> Block<'a, 'l> {
     }
 
     /// Run one thread until it blocks or ends.
-    fn run(&mut self, t: &mut Thread) -> R<()> {
+    /// Run one warp's threads in lockstep, as a GPU does (SIMT), for up to [`YIELD_AFTER`]
+    /// steps: each step executes the next instruction of every running thread whose pc is
+    /// the lowest of the warp, so converged threads execute each instruction together (all
+    /// loads of a step before any later store: warp-synchronous code, and code missing a
+    /// `__syncthreads()` that a warp's lockstep hides, behave as on a GPU), and threads that
+    /// diverged reconverge where the lagging ones catch up (nvcc lays out the join point of an
+    /// `if`/`else` and the exit of a loop after their bodies). Threads waiting at a barrier,
+    /// in a warp-wide operation or done do not step. Returns whether any thread ran.
+    ///
+    /// A group of threads that alone runs for [`STARVE_AFTER`] steps (one lane spinning on a
+    /// flag another lane of its warp sets, which deadlocks pre-Volta GPUs and completes on
+    /// Volta's independent thread scheduling) lets the others step too for as long.
+    fn run_warp(&mut self, w: usize, warp: &mut [Thread]) -> R<bool> {
         let prog = self.l.prog;
         let code = &prog.code[..];
+        let mut ran = false;
+        if self.starve.len() <= w {
+            self.starve.resize(w + 1, (0, 0));
+        }
+        let (mut alone, mut everyone) = self.starve[w];
         let mut n = 0u64;
-        let r = loop {
-            let inst = &code[t.pc as usize];
-            n += 1;
-            if let Some((g, neg)) = inst.guard {
-                if ((t.regs[t.rb + g as usize] & 1) != 0) == neg {
-                    t.pc += 1;
+        let (mut low, mut running) = (u32::MAX, 0u32);
+        for t in warp.iter() {
+            if t.st == St::Run {
+                running += 1;
+                low = low.min(t.pc);
+            }
+        }
+        for _ in 0..YIELD_AFTER {
+            if running == 0 {
+                break;
+            }
+            ran = true;
+            let all = everyone > 0;
+            let mut stepped = 0u32;
+            // Step the chosen threads and find the next step's lowest pc in the same pass.
+            let (mut next_low, mut next_running) = (u32::MAX, 0u32);
+            for t in warp.iter_mut() {
+                if t.st != St::Run {
                     continue;
                 }
-            }
-            match self.step(t, inst) {
-                Ok(true) => {
-                    t.pc = t.pc.wrapping_add(1);
-                    // Let the block's other threads run now and then, so a thread that
-                    // spins on a flag another thread of its block will set makes progress.
-                    if n >= YIELD_AFTER {
-                        break Ok(());
+                if all || t.pc == low {
+                    stepped += 1;
+                    let inst = &code[t.pc as usize];
+                    let skip = inst.guard.is_some_and(|(g, neg)| ((t.regs[t.rb + g as usize] & 1) != 0) == neg);
+                    if skip {
+                        t.pc += 1;
+                    } else {
+                        match self.step(t, inst) {
+                            Ok(true) => t.pc = t.pc.wrapping_add(1),
+                            Ok(false) => {}
+                            Err(e) => {
+                                self.insts += n + stepped as u64;
+                                self.starve[w] = (alone, everyone);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    if t.st != St::Run {
+                        continue;
                     }
                 }
-                Ok(false) => break Ok(()),
-                Err(e) => break Err(e),
+                next_running += 1;
+                next_low = next_low.min(t.pc);
             }
-        };
+            n += stepped as u64;
+            if all {
+                everyone -= 1;
+            } else if stepped < running {
+                alone += 1;
+                if alone >= STARVE_AFTER {
+                    everyone = STARVE_AFTER;
+                    alone = 0;
+                }
+            } else {
+                alone = 0;
+            }
+            (low, running) = (next_low, next_running);
+        }
         self.insts += n;
-        r
+        self.starve[w] = if ran { (alone, everyone) } else { (0, 0) };
+        Ok(ran)
     }
 
     /// Execute one instruction. `Ok(true)`: continue with pc+1; `Ok(false)`: the thread
