@@ -1032,31 +1032,51 @@ impl<'a> Divergence<'a> {
 // ---------------------------------------------------------------------------------------
 // Emitting the persistent form.
 
+/// The persistent form of one kernel. Layout (`B` the hand-out barrier, thread 0 the leader):
+///
+/// ```text
+///   prologue: control block fields, leader predicate, slot address
+///   @leader bra lead
+/// take:    bar.sync B; idx = slot; idx >= end → exit; logical %ctaid from idx
+///          original body (ret/exit → bra done)
+/// done:    bar.sync B; @!leader bra take
+///          membar.sys; red.add done, 1                    (leader: the block is complete)
+/// lead:    slot = flag ? ~0 : atom.add(next, 1); bra take (leader: hand out the next block)
+/// exit:    ret
+/// ```
+///
+/// A thread other than the leader runs six instructions per logical block besides the body
+/// (two barriers, the slot read, the end test and two branches) plus the `%ctaid`
+/// arithmetic the body needs (one `rem` for `.x`, `div`+`rem` for `.y`, one `div` for `.z`).
 fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
     use std::fmt::Write;
     let uses = |c: &str| body.stmts().any(|s| s.operands.contains(c));
     let (ux, uy, uz) = (uses("%ctaid.x"), uses("%ctaid.y"), uses("%ctaid.z"));
+    let (need_ny, need_nz) = (uy || uz || uses("%nctaid.y"), uses("%nctaid.z"));
     let slot = format!("__crum_slot_{k}");
     let _ = write!(
         out,
         "{{\n\t.reg .b32 %crum_r<16>;\n\t.reg .b64 %crum_rd<2>;\n\t.reg .pred %crum_p<3>;\n\t.shared .align 4 .b32 {slot};\n\
          \tld.param.u64 %crum_rd0, [__crum_ctl];\n\tcvta.to.global.u64 %crum_rd0, %crum_rd0;\n\
-         \tld.global.u64 %crum_rd1, [%crum_rd0+{CTL_FLAG_PTR}];\n\tld.global.u32 %crum_r1, [%crum_rd0+{CTL_END}];\n\
-         \tld.global.u32 %crum_r2, [%crum_rd0+{}];\n\tld.global.u32 %crum_r3, [%crum_rd0+{}];\n\tld.global.u32 %crum_r4, [%crum_rd0+{}];\n\
-         \tmul.lo.u32 %crum_r8, %crum_r2, %crum_r3;\n\
-         \tmov.u32 %crum_r5, %tid.x;\n\tmov.u32 %crum_r6, %tid.y;\n\tor.b32 %crum_r5, %crum_r5, %crum_r6;\n\
+         \tld.global.u32 %crum_r1, [%crum_rd0+{CTL_END}];\n\tld.global.u32 %crum_r2, [%crum_rd0+{CTL_GRID}];\n"
+    );
+    if need_ny {
+        let _ = writeln!(out, "\tld.global.u32 %crum_r3, [%crum_rd0+{}];", CTL_GRID + 4);
+    }
+    if need_nz {
+        let _ = writeln!(out, "\tld.global.u32 %crum_r4, [%crum_rd0+{}];", CTL_GRID + 8);
+    }
+    if uz {
+        out.push_str("\tmul.lo.u32 %crum_r8, %crum_r2, %crum_r3;\n");
+    }
+    let _ = write!(
+        out,
+        "\tmov.u32 %crum_r5, %tid.x;\n\tmov.u32 %crum_r6, %tid.y;\n\tor.b32 %crum_r5, %crum_r5, %crum_r6;\n\
          \tmov.u32 %crum_r6, %tid.z;\n\tor.b32 %crum_r5, %crum_r5, %crum_r6;\n\tsetp.eq.u32 %crum_p0, %crum_r5, 0;\n\
-         \tmov.u32 %crum_r7, {slot};\n\
-         $L__crum_next:\n\
-         \t@!%crum_p0 bra $L__crum_take;\n\tmov.u32 %crum_r9, 0xFFFFFFFF;\n\tld.volatile.u32 %crum_r10, [%crum_rd1];\n\
-         \tsetp.ne.u32 %crum_p1, %crum_r10, 0;\n\t@!%crum_p1 atom.global.add.u32 %crum_r9, [%crum_rd0+{CTL_NEXT}], 1;\n\
-         \tst.shared.u32 [%crum_r7], %crum_r9;\n\
+         \tmov.u32 %crum_r7, {slot};\n\t@%crum_p0 bra $L__crum_lead;\n\
          $L__crum_take:\n\
          \tbar.sync {barrier};\n\tld.shared.u32 %crum_r11, [%crum_r7];\n\tsetp.ge.u32 %crum_p2, %crum_r11, %crum_r1;\n\
-         \t@%crum_p2 bra $L__crum_exit;\n",
-        CTL_GRID,
-        CTL_GRID + 4,
-        CTL_GRID + 8
+         \t@%crum_p2 bra $L__crum_exit;\n"
     );
     if ux {
         out.push_str("\trem.u32 %crum_r12, %crum_r11, %crum_r2;\n");
@@ -1085,8 +1105,14 @@ fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
     }
     let _ = write!(
         out,
-        "$L__crum_done:\n\tbar.sync {barrier};\n\t@%crum_p0 membar.sys;\n\t@%crum_p0 red.global.add.u32 [%crum_rd0+{CTL_DONE}], 1;\n\
-         \tbra.uni $L__crum_next;\n$L__crum_exit:\n\tret;\n}}"
+        "$L__crum_done:\n\tbar.sync {barrier};\n\t@!%crum_p0 bra $L__crum_take;\n\
+         \tmembar.sys;\n\tred.global.add.u32 [%crum_rd0+{CTL_DONE}], 1;\n\
+         $L__crum_lead:\n\
+         \tmov.u32 %crum_r9, 0xFFFFFFFF;\n\tld.global.u64 %crum_rd1, [%crum_rd0+{CTL_FLAG_PTR}];\n\
+         \tld.volatile.u32 %crum_r10, [%crum_rd1];\n\tsetp.ne.u32 %crum_p1, %crum_r10, 0;\n\
+         \t@!%crum_p1 atom.global.add.u32 %crum_r9, [%crum_rd0+{CTL_NEXT}], 1;\n\
+         \tst.shared.u32 [%crum_r7], %crum_r9;\n\tbra.uni $L__crum_take;\n\
+         $L__crum_exit:\n\tret;\n}}"
     );
 }
 

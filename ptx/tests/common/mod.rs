@@ -77,12 +77,16 @@ pub fn fatbin_section(path: &Path) -> Vec<u8> {
     sec.data().unwrap().to_vec()
 }
 
-/// Compile with `-arch=sm_80` (default compression) and parse the best PTX.
-pub fn module(name: &str) -> Module {
+/// Compile with `-arch=sm_80` (default compression); the best PTX text of the fat binary.
+pub fn ptx_text(name: &str) -> String {
     let obj = compile(name, &["-arch=sm_80"], false);
     let images = fatbin::extract_ptx(&fatbin_section(&obj)).expect("extract PTX");
-    let best = fatbin::best_ptx(&images).expect("a PTX image");
-    Module::parse(&best.ptx).unwrap_or_else(|e| panic!("parse {name}: {e}\n"))
+    fatbin::best_ptx(&images).expect("a PTX image").ptx.clone()
+}
+
+/// Compile with `-arch=sm_80` (default compression) and parse the best PTX.
+pub fn module(name: &str) -> Module {
+    Module::parse(&ptx_text(name)).unwrap_or_else(|e| panic!("parse {name}: {e}\n"))
 }
 
 /// Packs kernel arguments with their natural alignment.

@@ -1,0 +1,42 @@
+// Kernels for the preemptible-form tests (ptx/tests/preempt.rs): ones the transformation
+// must refuse, one it must accept although it returns before a barrier (the condition is a
+// parameter, the same for every thread), and one that raises the preemption flag itself at
+// a chosen logical block, so that a test can stop a grid at an exact block boundary.
+#include <cooperative_groups.h>
+
+extern "C" __global__ void early_exit_then_barrier(const int* in, int* out, int n) {
+    __shared__ int s[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    s[threadIdx.x] = in[i];
+    __syncthreads();
+    out[i] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+__device__ __noinline__ int block_of() { return blockIdx.x; }
+
+extern "C" __global__ void block_id_in_function(int* out) {
+    out[blockIdx.x * blockDim.x + threadIdx.x] = block_of();
+}
+
+extern "C" __global__ void grid_synced(int* out) {
+    out[blockIdx.x] = 1;
+    cooperative_groups::this_grid().sync();
+    out[blockIdx.x] += out[(blockIdx.x + 1) % gridDim.x];
+}
+
+extern "C" __global__ void uniform_exit_then_barrier(const int* in, int* out, int n, int skip) {
+    __shared__ int s[256];
+    if (skip) return;
+    int i = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? in[i] : 0;
+    __syncthreads();
+    if (i < n) out[i] = s[(threadIdx.x + 1) % blockDim.x] + blockIdx.y;
+}
+
+// Every thread writes its logical position; thread 0 of logical block `stop` raises *flag.
+extern "C" __global__ void raise_flag_at(int* out, unsigned* flag, int stop) {
+    int b = blockIdx.y * gridDim.x + blockIdx.x;
+    out[b * blockDim.x + threadIdx.x] = b * 1000 + threadIdx.x + 1;
+    if (b == stop && threadIdx.x == 0) *(volatile unsigned*)flag = 1;
+}
