@@ -155,6 +155,10 @@ pub fn params_with_ctl(params: &[u8], ctl_addr: u64) -> Vec<u8> {
     p
 }
 
+/// The most instructions of a kernel with barriers or warp-synchronous instructions the
+/// divergence analysis takes (its post-dominator sets are bitsets of n² bits: 18 MB here).
+pub const MAX_ANALYSED: usize = 12_000;
+
 /// Why a kernel is left as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Reason {
@@ -178,6 +182,8 @@ pub enum Reason {
     IndirectBranch { line: usize },
     #[error("it already uses the names the transformation adds (`crum_`)")]
     NameClash,
+    #[error("it has {instructions} instructions and barriers or warp-synchronous instructions: more than the divergence analysis takes ({MAX_ANALYSED})")]
+    TooLarge { instructions: usize },
     #[error("its body cannot be read: {0}")]
     Malformed(String),
 }
@@ -798,6 +804,9 @@ fn check_kernel(f: &FuncSpan, text: &str, body: &Body, facts: &FuncFacts) -> Res
     }
     let barrier = (0..16u32).rev().find(|b| !own.barriers.contains(b)).ok_or(Reason::NoFreeBarrier)?;
     if own.collective {
+        if body.insts.len() > MAX_ANALYSED {
+            return Err(Reason::TooLarge { instructions: body.insts.len() });
+        }
         let params = kernel_param_names(text);
         if let Some(line) = Divergence::new(body, facts, &params).exit_before_collective() {
             return Err(Reason::ExitBeforeBarrier { line });
@@ -986,14 +995,15 @@ impl<'a> Divergence<'a> {
                 break;
             }
         }
-        let count = |v: &Vec<u64>| v.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+        // The immediate post-dominator is the strict post-dominator with the most
+        // post-dominators of its own (they are totally ordered).
+        let count: Vec<usize> = pdom.iter().map(|v| v.iter().map(|w| w.count_ones() as usize).sum()).collect();
         (0..n)
             .map(|i| {
-                let c = count(&pdom[i]);
-                if c > n {
+                if count[i] > n {
                     return None; // never reaches the exit: still the full set
                 }
-                (0..=n).filter(|&d| d != i && pdom[i][d / 64] >> (d % 64) & 1 == 1).find(|&d| count(&pdom[d]) == c - 1)
+                (0..=n).filter(|&d| d != i && pdom[i][d / 64] >> (d % 64) & 1 == 1).find(|&d| count[d] == count[i] - 1)
             })
             .collect()
     }
@@ -1212,6 +1222,43 @@ $L__BB0_2:
         let src = VADD.replace("mov.u32 %r4, %ntid.x;", "mov.u32 %r4, %envreg1;");
         let e = transform(&src).unwrap().kernels[0].result.clone().unwrap_err();
         assert_eq!(e.reason, Reason::GridSync("%envreg1".into()));
+    }
+
+    #[test]
+    fn truncated_or_damaged_ptx_never_panics() {
+        for end in (0..VADD.len()).filter(|&e| VADD.is_char_boundary(e)) {
+            let _ = transform(&VADD[..end]);
+        }
+        for (i, c) in ["{", "}", "(", ")", ";", ":", "@", "\"", "%ctaid.x", "ret;", "bar.sync %r1;"].iter().enumerate() {
+            for at in (0..VADD.len()).step_by(7 + i) {
+                let mut s = VADD.to_string();
+                s.insert_str(at, c);
+                if let Ok(m) = transform(&s) {
+                    let _ = crate::Module::parse(&m.ptx);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn predicated_returns_exits_and_scopes_become_branches_to_the_loop_end() {
+        let src = VADD.replace("@%p1 bra $L__BB0_2;", "@%p1 ret;\n\t{\n\t.reg .b32 %t;\n\tmov.u32 %t, %nctaid.y;\n\t}").replace("\tret;\n}", "\texit;\n}");
+        let m = transform(&src).unwrap();
+        assert!(m.kernels[0].result.is_ok(), "{:?}", m.kernels[0].result);
+        assert!(m.ptx.contains("@%p1 bra $L__crum_done;") && !m.ptx.contains("\texit;"), "{}", m.ptx);
+        assert!(m.ptx.contains("mov.u32 %t, %crum_r3;"), "{}", m.ptx);
+        crate::Module::parse(&m.ptx).unwrap_or_else(|e| panic!("{e}\n{}", m.ptx));
+    }
+
+    #[test]
+    fn barrier_ids_in_registers_and_full_barrier_sets_are_refused() {
+        let src = VADD.replace("st.global.u32 [%rd2], %r1;", "st.global.u32 [%rd2], %r1;\n\tbar.sync %r4;");
+        assert_eq!(transform(&src).unwrap().kernels[0].result.clone().unwrap_err().reason, Reason::DynamicBarrierId { line: 25 });
+        let bars: String = (0..16).map(|b| format!("\tbar.sync {b};\n")).collect();
+        let src = VADD.replace("\tld.param.u64 %rd1", &format!("{bars}\tld.param.u64 %rd1"));
+        assert_eq!(transform(&src).unwrap().kernels[0].result.clone().unwrap_err().reason, Reason::NoFreeBarrier);
+        let src = VADD.replace("\tld.param.u64 %rd1", "\tbar.sync 15;\n\tld.param.u64 %rd1");
+        assert_eq!(transform(&src).unwrap().kernels[0].result, Ok(PreemptibleKernel { barrier: 14 }));
     }
 
     #[test]
