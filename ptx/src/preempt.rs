@@ -170,7 +170,7 @@ pub enum Reason {
     BlockIdInFunction { func: String, reg: String },
     #[error("device function `{0}` executes `exit`, which would end the persistent loop")]
     ExitInFunction(String),
-    #[error("it reads `{reg}` (PTX line {line}), which has no per-logical-block value")]
+    #[error("it reads `{reg}` (PTX line {line}), which a logical block cannot be given (clusters, the grid id, or the reserved shared window that cooperative groups expect zeroed at each block's start)")]
     SpecialRegister { reg: String, line: usize },
     #[error("a thread may leave the kernel at PTX line {line} while other threads of its block still reach a barrier or warp-synchronous instruction")]
     ExitBeforeBarrier { line: usize },
@@ -848,6 +848,8 @@ struct Divergence<'a> {
     n: usize,
     succ: Vec<Vec<usize>>,
     collective: Vec<bool>,
+    /// Immediate post-dominator of each instruction (None: only the exit, or none).
+    ipdom: Vec<Option<usize>>,
     varying_regs: HashSet<String>,
 }
 
@@ -880,7 +882,8 @@ impl<'a> Divergence<'a> {
             sv.dedup();
             collective[i] = is_warp_collective(s) || is_cta_barrier(s) || (s.base() == "call" && identifiers(&s.operands).any(|w| facts.0.get(w).is_some_and(|x| x.collective)));
         }
-        let mut d = Divergence { body, n, succ, collective, varying_regs: HashSet::new() };
+        let mut d = Divergence { body, n, succ, collective, ipdom: Vec::new(), varying_regs: HashSet::new() };
+        d.ipdom = d.immediate_post_dominators();
         d.taint(params);
         d
     }
@@ -918,7 +921,6 @@ impl<'a> Divergence<'a> {
 
     fn taint(&mut self, params: &HashSet<String>) {
         let n = self.n;
-        let pdom_next = self.immediate_post_dominators();
         let mut in_region = vec![false; n];
         let mut branch_done = vec![false; n];
         loop {
@@ -937,7 +939,7 @@ impl<'a> Divergence<'a> {
                 }
                 if s.base() == "bra" && guard_varying && !branch_done[i] {
                     branch_done[i] = true;
-                    for r in self.region(i, pdom_next[i]) {
+                    for r in self.region(i, self.ipdom[i]) {
                         changed |= !in_region[r];
                         in_region[r] = true;
                     }
@@ -1008,34 +1010,71 @@ impl<'a> Divergence<'a> {
             .collect()
     }
 
-    /// The line of a divergent branch or guarded `ret`/`exit` from which one thread can reach
-    /// the exit without passing a collective instruction while another reaches one.
+    /// The line of a divergent branch or guarded `ret`/`exit` after which one thread can
+    /// leave without passing a collective instruction while another reaches one.
+    ///
+    /// For a branch with an immediate post-dominator `p` (other than the exit) every thread
+    /// passes `p`; a thread that leaves does so after `p`, where the later branches decide
+    /// (and are checked themselves). So the branch splits its threads only when one path
+    /// reaches a collective before `p` and another reaches `p` without one and can then
+    /// leave without one. Without such a `p`, any path counts.
     fn exit_before_collective(&self) -> Option<usize> {
         let n = self.n;
         // reach[i]: a collective is reachable from i; free[i]: the exit is reachable from i
         // without passing one.
         let (mut reach, mut free) = (vec![false; n + 1], vec![false; n + 1]);
         free[n] = true;
-        loop {
-            let mut changed = false;
-            for i in (0..n).rev() {
-                let r = self.collective[i] || self.succ[i].iter().any(|&s| reach[s]);
-                let f = !self.collective[i] && self.succ[i].iter().any(|&s| free[s]);
-                changed |= r != reach[i] || f != free[i];
-                reach[i] = r;
-                free[i] = f;
-            }
-            if !changed {
-                break;
-            }
-        }
+        fixed_point(n, |i| {
+            let r = self.collective[i] || self.succ[i].iter().any(|&s| reach[s]);
+            let f = !self.collective[i] && self.succ[i].iter().any(|&s| free[s]);
+            let changed = r != reach[i] || f != free[i];
+            reach[i] = r;
+            free[i] = f;
+            changed
+        });
         (0..n).find_map(|i| {
             let s = self.body.inst(i);
             let varying = Self::guard_reg(s).is_some_and(|g| self.varying_regs.contains(g));
             let ss = &self.succ[i];
-            let split = ss.iter().any(|&a| free[a] && ss.iter().any(|&b| b != a && reach[b]));
-            (varying && ss.len() > 1 && split).then_some(s.line)
+            if !varying || ss.len() < 2 {
+                return None;
+            }
+            let split = match self.ipdom[i].filter(|&p| p < n && s.base() == "bra") {
+                None => ss.iter().any(|&a| free[a] && ss.iter().any(|&b| b != a && reach[b])),
+                Some(p) => {
+                    // The same, within the region up to p.
+                    let region: HashSet<usize> = self.region(i, Some(p)).into_iter().collect();
+                    let (mut rr, mut fr) = (vec![false; n + 1], vec![false; n + 1]);
+                    fr[p] = free[p];
+                    fixed_point(n, |x| {
+                        if !region.contains(&x) {
+                            return false;
+                        }
+                        let r = self.collective[x] || self.succ[x].iter().any(|&y| y != p && rr[y]);
+                        let f = !self.collective[x] && self.succ[x].iter().any(|&y| fr[y]);
+                        let changed = r != rr[x] || f != fr[x];
+                        rr[x] = r;
+                        fr[x] = f;
+                        changed
+                    });
+                    ss.iter().any(|&a| fr[a] && ss.iter().any(|&b| b != a && b != p && rr[b]))
+                }
+            };
+            split.then_some(s.line)
         })
+    }
+}
+
+/// Run `step` over `n-1 ..= 0` until no call reports a change.
+fn fixed_point(n: usize, mut step: impl FnMut(usize) -> bool) {
+    loop {
+        let mut changed = false;
+        for i in (0..n).rev() {
+            changed |= step(i);
+        }
+        if !changed {
+            break;
+        }
     }
 }
 

@@ -135,6 +135,16 @@ fn corpus() -> Vec<Case> {
             let (i, o) = (m.alloc_bytes(&f32s(&floats(37 * 21, 9))), m.alloc(4 * 37 * 21));
             (Args::new().ptr(i).ptr(o).i32(37).i32(21), vec![(o, 4 * 37 * 21)])
         } },
+        Case { file: "reduce", kernel: "warp_ops", cfg: grid([2, 1, 1], [64, 1, 1]), setup: |m| {
+            let x: Vec<i32> = (0..64).map(|i| (i * 7919) % 201 - 100).collect();
+            let (i, o) = (m.alloc_bytes(&i32s(&x)), m.alloc(64 * 9 * 4));
+            (Args::new().ptr(i).ptr(o), vec![(o, 64 * 9 * 4)])
+        } },
+        Case { file: "preempt", kernel: "warp_sums", cfg: grid([3, 2, 1], [64, 1, 1]), setup: |m| {
+            let x: Vec<i32> = (0..384).map(|i| (i * 31) % 1000 - 400).collect();
+            let (i, o) = (m.alloc_bytes(&i32s(&x)), m.alloc(4 * 12));
+            (Args::new().ptr(i).i32(370).ptr(o), vec![(o, 48)])
+        } },
         Case { file: "preempt", kernel: "uniform_exit_then_barrier", cfg: grid([3, 2, 1], [64, 1, 1]), setup: |m| {
             let x: Vec<i32> = (0..400).map(|i| i * 5 - 7).collect();
             let (i, o) = (m.alloc_bytes(&i32s(&x)), m.alloc(4 * 400));
@@ -390,4 +400,40 @@ fn instruction_overhead_of_the_preemptible_form() {
         );
     }
     println!("all kernels: {so} → {s2} instructions on P=2 ({:.3}x)", s2 as f64 / so as f64);
+}
+
+/// Every kernel of the CUDA corpus (`integration-tests/cuda/*.cu`): the transformed module
+/// parses, offers the same kernels (the transformed ones with the control block as one more
+/// parameter), and each kernel left alone says why.
+#[test]
+fn the_whole_cuda_corpus_transforms_into_modules_that_parse() {
+    let dir = repo_root().join("integration-tests/cuda");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "cu")).collect();
+    files.sort();
+    let (mut made, mut refused) = (0, Vec::new());
+    for src in &files {
+        let file = src.file_name().unwrap().to_string_lossy().into_owned();
+        let text = ptx_of(&compile_source(src, &["-arch=sm_80"], false));
+        let original = Module::parse(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let report = preempt::transform(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let transformed = Module::parse(&report.ptx).unwrap_or_else(|e| panic!("{file}: the transformed module does not parse: {e}\n{}", report.ptx));
+        assert_eq!(report.kernels.len(), original.kernels().count(), "{file}");
+        for k in &report.kernels {
+            let (o, t) = (original.kernel(&k.name).unwrap(), transformed.kernel(&k.name).unwrap());
+            match &k.result {
+                Ok(_) => {
+                    made += 1;
+                    assert_eq!(t.params.len(), o.params.len() + 1, "{file}: {}", k.name);
+                    assert_eq!(t.params.last().unwrap().offset as usize, (o.param_bytes as usize).next_multiple_of(8), "{file}: {}", k.name);
+                }
+                Err(e) => {
+                    assert_eq!(t, o, "{file}: a refused kernel is left as it was");
+                    refused.push(format!("{file}: {e}"));
+                }
+            }
+        }
+    }
+    eprintln!("{made} kernels made preemptible; refused:\n{}", refused.join("\n"));
+    assert!(made > 0);
+    assert!(refused.iter().any(|r| r.starts_with("cg_grid_sync.cu") && r.contains("grid-wide")), "{refused:#?}");
 }

@@ -41,8 +41,15 @@ fn out_dir() -> PathBuf {
 /// Compile `tests/kernels/<name>.cu` with extra flags; returns the output file. Outputs are
 /// cached under the target directory, keyed by the source text, flags and compiler.
 pub fn compile(name: &str, flags: &[&str], link: bool) -> PathBuf {
+    compile_source(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels").join(format!("{name}.cu")), flags, link)
+}
+
+/// [`compile`] of any CUDA source file (e.g. the corpus in `integration-tests/cuda/`; its
+/// includes are not part of the cache key).
+pub fn compile_source(src: &Path, flags: &[&str], link: bool) -> PathBuf {
     use std::hash::{Hash, Hasher};
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels").join(format!("{name}.cu"));
+    let name = src.file_stem().unwrap().to_string_lossy().into_owned();
+    let src = src.to_path_buf();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::read(&src).unwrap().hash(&mut h);
     flags.hash(&mut h);
@@ -79,8 +86,12 @@ pub fn fatbin_section(path: &Path) -> Vec<u8> {
 
 /// Compile with `-arch=sm_80` (default compression); the best PTX text of the fat binary.
 pub fn ptx_text(name: &str) -> String {
-    let obj = compile(name, &["-arch=sm_80"], false);
-    let images = fatbin::extract_ptx(&fatbin_section(&obj)).expect("extract PTX");
+    ptx_of(&compile(name, &["-arch=sm_80"], false))
+}
+
+/// The best PTX text of a compiled file's fat binary.
+pub fn ptx_of(obj: &Path) -> String {
+    let images = fatbin::extract_ptx(&fatbin_section(obj)).expect("extract PTX");
     fatbin::best_ptx(&images).expect("a PTX image").ptx.clone()
 }
 

@@ -40,3 +40,12 @@ extern "C" __global__ void raise_flag_at(int* out, unsigned* flag, int stop) {
     out[b * blockDim.x + threadIdx.x] = b * 1000 + threadIdx.x + 1;
     if (b == stop && threadIdx.x == 0) *(volatile unsigned*)flag = 1;
 }
+
+// Warp sums with a bounds check before the shuffles (warp_size_loop.cu's shape): the
+// divergent load rejoins before any shuffle, so the kernel is accepted.
+extern "C" __global__ void warp_sums(const int* x, int n, int* sums) {
+    int i = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    int v = i < n ? x[i] : 0;
+    for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (threadIdx.x % warpSize == 0) sums[i / warpSize] = v + blockIdx.y;
+}
