@@ -202,6 +202,18 @@ pub struct NotPreemptible {
 pub struct PreemptibleKernel {
     /// The barrier id the block hand-out uses (the highest one the kernel does not use).
     pub barrier: u32,
+    /// The transformation is safe only for blocks whose rows are whole warps or that have one
+    /// row ([`PreemptibleKernel::fits`]): the kernel leaves whole warps early (`if (warp ==
+    /// 0) { shuffles }`, with `warp = threadIdx.x / 32`) before warp operations, which keeps
+    /// the lanes of one warp together only for such shapes. Launch the original otherwise.
+    pub warp_rows: bool,
+}
+
+impl PreemptibleKernel {
+    /// Whether the transformed kernel may be launched with blocks of shape `block`.
+    pub fn fits(&self, block: [u32; 3]) -> bool {
+        !self.warp_rows || block[0] % 32 == 0 || block[1] * block[2] == 1
+    }
 }
 
 /// What [`transform`] did to one kernel.
@@ -259,15 +271,15 @@ pub fn transform(ptx: &str) -> Result<PreemptibleModule, ParseError> {
             (None, None) => Err(Reason::Malformed("no body".into())),
         };
         let result = match result {
-            Ok(barrier) => {
+            Ok(kernel) => {
                 let body = &bodies[&f.name];
                 out.push_str(&text[pos..f.params.1]);
                 out.push_str(if text[f.params.0 + 1..f.params.1].trim().is_empty() { "\n" } else { ",\n" });
                 out.push_str("\t.param .u64 __crum_ctl\n");
                 out.push_str(&text[f.params.1..open]);
-                emit_body(&mut out, k, body, barrier);
+                emit_body(&mut out, k, body, kernel.barrier);
                 pos = close + 1;
-                Ok(PreemptibleKernel { barrier })
+                Ok(kernel)
             }
             Err(reason) => Err(NotPreemptible { kernel: f.name.clone(), reason }),
         };
@@ -755,8 +767,8 @@ fn parse_int(t: &str) -> Option<u64> {
 // ---------------------------------------------------------------------------------------
 // The kernel checks.
 
-/// Ok(barrier id for the hand-out), or why the kernel stays as it is.
-fn check_kernel(f: &FuncSpan, text: &str, body: &Body, facts: &FuncFacts) -> Result<u32, Reason> {
+/// What the persistent form needs, or why the kernel stays as it is.
+fn check_kernel(f: &FuncSpan, text: &str, body: &Body, facts: &FuncFacts) -> Result<PreemptibleKernel, Reason> {
     if text.contains("crum_") {
         return Err(Reason::NameClash);
     }
@@ -803,16 +815,15 @@ fn check_kernel(f: &FuncSpan, text: &str, body: &Body, facts: &FuncFacts) -> Res
         return Err(Reason::DynamicBarrierId { line });
     }
     let barrier = (0..16u32).rev().find(|b| !own.barriers.contains(b)).ok_or(Reason::NoFreeBarrier)?;
+    let mut warp_rows = false;
     if own.collective {
         if body.insts.len() > MAX_ANALYSED {
             return Err(Reason::TooLarge { instructions: body.insts.len() });
         }
         let params = kernel_param_names(text);
-        if let Some(line) = Divergence::new(body, facts, &params).exit_before_collective() {
-            return Err(Reason::ExitBeforeBarrier { line });
-        }
+        warp_rows = Divergence::new(body, facts, &params).exit_before_collective().map_err(|line| Reason::ExitBeforeBarrier { line })?;
     }
-    Ok(barrier)
+    Ok(PreemptibleKernel { barrier, warp_rows })
 }
 
 fn f_line(body: &Body) -> usize {
@@ -832,6 +843,41 @@ fn kernel_param_names(text: &str) -> HashSet<String> {
         .collect()
 }
 
+/// How far a value may differ between the threads of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// One value per block.
+    Uniform,
+    /// One value per warp, provided the block's rows are whole warps or it has one row
+    /// (then `%tid.x / 32` is the warp index and `%tid.y`, `%tid.z` are the same across a
+    /// warp): [`PreemptibleKernel::warp_rows`].
+    Warp,
+    /// Exactly `%tid.x`: a division by a multiple of 32 gives a [`Class::Warp`] value.
+    Lane,
+    /// May differ between any two threads.
+    Varying,
+}
+
+impl Class {
+    /// The class of a register with two definitions of these classes.
+    fn merge(self, o: Class) -> Class {
+        match (self, o) {
+            (a, b) if a == b => a,
+            (Class::Uniform, Class::Warp) | (Class::Warp, Class::Uniform) => Class::Warp,
+            _ => Class::Varying,
+        }
+    }
+    /// The class of a value computed from operands of these classes (Lane: see `classify`).
+    fn max(self, o: Class) -> Class {
+        match (self, o) {
+            (Class::Uniform, b) => b,
+            (a, Class::Uniform) => a,
+            (Class::Warp, Class::Warp) => Class::Warp,
+            _ => Class::Varying,
+        }
+    }
+}
+
 /// Which branches of a kernel may go different ways for the threads of one block, and
 /// whether a thread can leave while others still reach a collective instruction.
 ///
@@ -842,22 +888,29 @@ fn kernel_param_names(text: &str) -> HashSet<String> {
 /// controlled by a varying branch (from the branch to its immediate post-dominator: the
 /// values merged there depend on the path). Iterated to a fixed point. Everything else
 /// (kernel parameters, `%ntid`, `%ctaid`, constants and what is computed from them) has one
-/// value per block.
+/// value per block. Between the two, [`Class::Warp`]: `%tid.x` shifted right by 5 or more,
+/// divided by or masked to a multiple of 32, or compared with one (`tid < 64`), and
+/// `%tid.y`/`%tid.z`, are the same across a warp when the block's rows are whole warps; a
+/// branch on such a value may separate warps, not the lanes of one, so only barriers of the
+/// whole block count after it, not warp operations.
 struct Divergence<'a> {
     body: &'a Body,
     n: usize,
     succ: Vec<Vec<usize>>,
+    /// Barriers and warp operations (and calls of functions with any).
     collective: Vec<bool>,
-    /// Immediate post-dominator of each instruction (None: only the exit, or none).
+    /// Barriers of the whole block (and calls of functions with any collective).
+    block_collective: Vec<bool>,
+    /// Immediate post-dominator of each instruction (None: it cannot reach the exit).
     ipdom: Vec<Option<usize>>,
-    varying_regs: HashSet<String>,
+    class: HashMap<String, Class>,
 }
 
 impl<'a> Divergence<'a> {
     fn new(body: &'a Body, facts: &FuncFacts, params: &HashSet<String>) -> Divergence<'a> {
         let n = body.insts.len();
         let mut succ = vec![Vec::new(); n];
-        let mut collective = vec![false; n];
+        let (mut collective, mut block_collective) = (vec![false; n], vec![false; n]);
         for (i, sv) in succ.iter_mut().enumerate() {
             let s = body.inst(i);
             let next = i + 1; // n is the virtual exit
@@ -880,9 +933,11 @@ impl<'a> Divergence<'a> {
                 _ => sv.push(next),
             }
             sv.dedup();
-            collective[i] = is_warp_collective(s) || is_cta_barrier(s) || (s.base() == "call" && identifiers(&s.operands).any(|w| facts.0.get(w).is_some_and(|x| x.collective)));
+            let calls = s.base() == "call" && identifiers(&s.operands).any(|w| facts.0.get(w).is_some_and(|x| x.collective));
+            block_collective[i] = (is_cta_barrier(s) && !s.op.starts_with("bar.warp")) || calls;
+            collective[i] = block_collective[i] || is_warp_collective(s) || is_cta_barrier(s);
         }
-        let mut d = Divergence { body, n, succ, collective, ipdom: Vec::new(), varying_regs: HashSet::new() };
+        let mut d = Divergence { body, n, succ, collective, block_collective, ipdom: Vec::new(), class: HashMap::new() };
         d.ipdom = d.immediate_post_dominators();
         d.taint(params);
         d
@@ -919,29 +974,92 @@ impl<'a> Divergence<'a> {
         reg_tokens(first).into_iter().map(|(a, e)| &first[a..e]).filter(|t| special_base(t).is_none()).collect()
     }
 
+    fn reg_class(&self, tok: &str) -> Class {
+        match special_base(tok) {
+            Some("tid") if tok == "%tid.x" => Class::Lane,
+            Some("tid") => Class::Warp,
+            Some(b) if SPECIAL_VARYING.contains(&b) => Class::Varying,
+            Some(_) => Class::Uniform,
+            None => self.class.get(tok).copied().unwrap_or(Class::Uniform),
+        }
+    }
+
+    fn guard_class(&self, s: &Stmt) -> Class {
+        match Self::guard_reg(s).map(|g| self.reg_class(g)) {
+            None | Some(Class::Uniform) => Class::Uniform,
+            Some(Class::Warp) => Class::Warp,
+            Some(_) => Class::Varying,
+        }
+    }
+
+    /// The class of what `s` computes from its operands (not counting guard and region).
+    fn classify(&self, s: &Stmt, params: &HashSet<String>) -> Class {
+        if Self::intrinsically_varying(s, params) {
+            return Class::Varying;
+        }
+        let ops = split_operands(&s.operands);
+        let srcs = ops.get(1..).unwrap_or(&[]);
+        let classes: Vec<Class> = srcs.iter().map(|o| reg_tokens(o).into_iter().fold(Class::Uniform, |c, (a, e)| self.lane_or_max(c, self.reg_class(&o[a..e])))).collect();
+        if !classes.contains(&Class::Lane) {
+            return classes.into_iter().fold(Class::Uniform, Class::max);
+        }
+        // Only `%tid.x` itself, or one operation of it with a constant that is the same
+        // across every 32 consecutive values, keeps a per-warp structure.
+        let lane_then_const = |k: usize| classes.len() == 2 && classes[k] == Class::Lane && parse_int(srcs[1 - k]).is_some();
+        let c = |k: usize| parse_int(srcs[1 - k]).unwrap_or(1);
+        let width32 = s.op.ends_with(".u32") || s.op.ends_with(".s32") || s.op.ends_with(".b32");
+        match s.base() {
+            "mov" | "cvt" if classes.len() == 1 && classes[0] == Class::Lane => Class::Lane,
+            "shr" if width32 && lane_then_const(0) && c(0) >= 5 => Class::Warp,
+            "div" if width32 && lane_then_const(0) && c(0) > 0 && c(0) % 32 == 0 => Class::Warp,
+            "and" if width32 && (0..2).any(|k| lane_then_const(k) && c(k) & 31 == 0) => Class::Warp,
+            "setp" if width32 && lane_then_const(0) => {
+                let cmp = s.op.split('.').nth(1).unwrap_or("");
+                match cmp {
+                    "lt" | "ge" | "lo" | "hs" if c(0) % 32 == 0 => Class::Warp,
+                    "le" | "gt" | "ls" | "hi" if c(0) % 32 == 31 => Class::Warp,
+                    _ => Class::Varying,
+                }
+            }
+            _ => Class::Varying,
+        }
+    }
+
+    /// Combine the classes of the registers of one operand (a Lane register alone stays Lane).
+    fn lane_or_max(&self, acc: Class, c: Class) -> Class {
+        match (acc, c) {
+            (Class::Uniform, c) => c,
+            (a, Class::Uniform) => a,
+            (a, b) => a.max(b),
+        }
+    }
+
     fn taint(&mut self, params: &HashSet<String>) {
         let n = self.n;
-        let mut in_region = vec![false; n];
-        let mut branch_done = vec![false; n];
+        let mut in_region = vec![Class::Uniform; n];
+        let mut branch_done = vec![Class::Uniform; n];
         loop {
             let mut changed = false;
             for i in 0..n {
                 let s = self.body.inst(i);
-                let reads_varying = reg_tokens(&s.operands).into_iter().map(|(a, e)| &s.operands[a..e]).any(|t| match special_base(t) {
-                    Some(b) => SPECIAL_VARYING.contains(&b),
-                    None => self.varying_regs.contains(t),
-                });
-                let guard_varying = Self::guard_reg(s).is_some_and(|g| self.varying_regs.contains(g));
-                if reads_varying || guard_varying || in_region[i] || Self::intrinsically_varying(s, params) {
-                    for d in Self::dests(s) {
-                        changed |= self.varying_regs.insert(d.to_string());
+                let guard = self.guard_class(s);
+                let c = match self.classify(s, params) {
+                    Class::Lane if guard == Class::Uniform && in_region[i] == Class::Uniform => Class::Lane,
+                    c => c.max(guard).max(in_region[i]),
+                };
+                for d in Self::dests(s) {
+                    let new = self.class.get(d).map_or(c, |&old| old.merge(c));
+                    if self.class.get(d) != Some(&new) {
+                        self.class.insert(d.to_string(), new);
+                        changed = true;
                     }
                 }
-                if s.base() == "bra" && guard_varying && !branch_done[i] {
-                    branch_done[i] = true;
+                if s.base() == "bra" && guard != Class::Uniform && branch_done[i] != guard.max(branch_done[i]) {
+                    branch_done[i] = guard.max(branch_done[i]);
                     for r in self.region(i, self.ipdom[i]) {
-                        changed |= !in_region[r];
-                        in_region[r] = true;
+                        let c = in_region[r].max(guard);
+                        changed |= c != in_region[r];
+                        in_region[r] = c;
                     }
                 }
             }
@@ -1010,58 +1128,78 @@ impl<'a> Divergence<'a> {
             .collect()
     }
 
-    /// The line of a divergent branch or guarded `ret`/`exit` after which one thread can
-    /// leave without passing a collective instruction while another reaches one.
+    /// Whether a thread can leave while another of its block still reaches a collective
+    /// instruction: `Err(line)` of the first branch or guarded `ret`/`exit` where that can
+    /// happen; `Ok(true)` when the answer relies on [`Class::Warp`] (a branch on a per-warp
+    /// value that warp operations, but no barrier, follow).
+    fn exit_before_collective(&self) -> Result<bool, usize> {
+        let all = self.splits(&self.collective);
+        let block = self.splits(&self.block_collective);
+        let mut warp_rows = false;
+        for i in 0..self.n {
+            let s = self.body.inst(i);
+            match self.guard_class(s) {
+                Class::Uniform => {}
+                Class::Warp if !block[i] => warp_rows |= all[i],
+                _ if all[i] => return Err(s.line),
+                _ => {}
+            }
+        }
+        Ok(warp_rows)
+    }
+
+    /// For each instruction with two successors: whether, if threads went different ways
+    /// there, one could leave without passing a `coll` instruction while another reaches
+    /// one.
     ///
     /// For a branch with an immediate post-dominator `p` (other than the exit) every thread
     /// passes `p`; a thread that leaves does so after `p`, where the later branches decide
     /// (and are checked themselves). So the branch splits its threads only when one path
     /// reaches a collective before `p` and another reaches `p` without one and can then
     /// leave without one. Without such a `p`, any path counts.
-    fn exit_before_collective(&self) -> Option<usize> {
+    fn splits(&self, coll: &[bool]) -> Vec<bool> {
         let n = self.n;
         // reach[i]: a collective is reachable from i; free[i]: the exit is reachable from i
         // without passing one.
         let (mut reach, mut free) = (vec![false; n + 1], vec![false; n + 1]);
         free[n] = true;
         fixed_point(n, |i| {
-            let r = self.collective[i] || self.succ[i].iter().any(|&s| reach[s]);
-            let f = !self.collective[i] && self.succ[i].iter().any(|&s| free[s]);
+            let r = coll[i] || self.succ[i].iter().any(|&s| reach[s]);
+            let f = !coll[i] && self.succ[i].iter().any(|&s| free[s]);
             let changed = r != reach[i] || f != free[i];
             reach[i] = r;
             free[i] = f;
             changed
         });
-        (0..n).find_map(|i| {
-            let s = self.body.inst(i);
-            let varying = Self::guard_reg(s).is_some_and(|g| self.varying_regs.contains(g));
-            let ss = &self.succ[i];
-            if !varying || ss.len() < 2 {
-                return None;
-            }
-            let split = match self.ipdom[i].filter(|&p| p < n && s.base() == "bra") {
-                None => ss.iter().any(|&a| free[a] && ss.iter().any(|&b| b != a && reach[b])),
-                Some(p) => {
-                    // The same, within the region up to p.
-                    let region: HashSet<usize> = self.region(i, Some(p)).into_iter().collect();
-                    let (mut rr, mut fr) = (vec![false; n + 1], vec![false; n + 1]);
-                    fr[p] = free[p];
-                    fixed_point(n, |x| {
-                        if !region.contains(&x) {
-                            return false;
-                        }
-                        let r = self.collective[x] || self.succ[x].iter().any(|&y| y != p && rr[y]);
-                        let f = !self.collective[x] && self.succ[x].iter().any(|&y| fr[y]);
-                        let changed = r != rr[x] || f != fr[x];
-                        rr[x] = r;
-                        fr[x] = f;
-                        changed
-                    });
-                    ss.iter().any(|&a| fr[a] && ss.iter().any(|&b| b != a && b != p && rr[b]))
+        (0..n)
+            .map(|i| {
+                let ss = &self.succ[i];
+                if ss.len() < 2 {
+                    return false;
                 }
-            };
-            split.then_some(s.line)
-        })
+                match self.ipdom[i].filter(|&p| p < n && self.body.inst(i).base() == "bra") {
+                    None => ss.iter().any(|&a| free[a] && ss.iter().any(|&b| b != a && reach[b])),
+                    Some(p) => {
+                        // The same, within the region up to p.
+                        let region: HashSet<usize> = self.region(i, Some(p)).into_iter().collect();
+                        let (mut rr, mut fr) = (vec![false; n + 1], vec![false; n + 1]);
+                        fr[p] = free[p];
+                        fixed_point(n, |x| {
+                            if !region.contains(&x) {
+                                return false;
+                            }
+                            let r = coll[x] || self.succ[x].iter().any(|&y| y != p && rr[y]);
+                            let f = !coll[x] && self.succ[x].iter().any(|&y| fr[y]);
+                            let changed = r != rr[x] || f != fr[x];
+                            rr[x] = r;
+                            fr[x] = f;
+                            changed
+                        });
+                        ss.iter().any(|&a| fr[a] && ss.iter().any(|&b| b != a && b != p && rr[b]))
+                    }
+                }
+            })
+            .collect()
     }
 }
 
@@ -1224,7 +1362,7 @@ $L__BB0_2:
     fn a_simple_kernel_is_transformed_and_still_parses() {
         let m = transform(VADD).unwrap();
         assert_eq!(m.kernels.len(), 1);
-        assert_eq!(m.kernels[0].result, Ok(PreemptibleKernel { barrier: 15 }));
+        assert_eq!(m.kernels[0].result, Ok(PreemptibleKernel { barrier: 15, warp_rows: false }));
         assert!(m.ptx.contains("__crum_ctl") && !m.ptx.contains("%ctaid.x;"), "{}", m.ptx);
         let parsed = crate::Module::parse(&m.ptx).unwrap_or_else(|e| panic!("{e}\n{}", m.ptx));
         let k = parsed.kernel("k").unwrap();
@@ -1246,7 +1384,7 @@ $L__BB0_2:
     fn an_exit_before_a_barrier_under_a_parameter_branch_is_accepted() {
         let src = VADD.replace("setp.ge.s32 %p1, %r1, %r2;", "setp.ge.s32 %p1, %r4, %r2;").replace("st.global.u32 [%rd2], %r1;", "st.global.u32 [%rd2], %r1;\n\tbar.sync 0;");
         let m = transform(&src).unwrap();
-        assert_eq!(m.kernels[0].result, Ok(PreemptibleKernel { barrier: 15 }));
+        assert_eq!(m.kernels[0].result, Ok(PreemptibleKernel { barrier: 15, warp_rows: false }));
     }
 
     #[test]
@@ -1297,7 +1435,7 @@ $L__BB0_2:
         let src = VADD.replace("\tld.param.u64 %rd1", &format!("{bars}\tld.param.u64 %rd1"));
         assert_eq!(transform(&src).unwrap().kernels[0].result.clone().unwrap_err().reason, Reason::NoFreeBarrier);
         let src = VADD.replace("\tld.param.u64 %rd1", "\tbar.sync 15;\n\tld.param.u64 %rd1");
-        assert_eq!(transform(&src).unwrap().kernels[0].result, Ok(PreemptibleKernel { barrier: 14 }));
+        assert_eq!(transform(&src).unwrap().kernels[0].result, Ok(PreemptibleKernel { barrier: 14, warp_rows: false }));
     }
 
     #[test]

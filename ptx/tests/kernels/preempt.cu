@@ -49,3 +49,22 @@ extern "C" __global__ void warp_sums(const int* x, int n, int* sums) {
     for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
     if (threadIdx.x % warpSize == 0) sums[i / warpSize] = v + blockIdx.y;
 }
+
+// Warp 1 leaves before a barrier the other warps reach: refused (per-warp condition, but a
+// barrier of the whole block follows).
+extern "C" __global__ void warp_exit_then_barrier(const int* in, int* out) {
+    __shared__ int s[256];
+    if (threadIdx.x / 32 == 1) return;
+    s[threadIdx.x] = in[threadIdx.x];
+    __syncthreads();
+    out[threadIdx.x] = s[threadIdx.x ^ 64];
+}
+
+// The upper half of each warp leaves before the lower half shuffles: refused (lanes of one
+// warp go different ways; the shuffle would wait for lanes that now wait at the hand-out).
+extern "C" __global__ void lane_exit_then_shuffle(const int* in, int* out) {
+    if (threadIdx.x % 32 >= 16) return;
+    int v = in[threadIdx.x];
+    v += __shfl_down_sync(0xffffu, v, 8);
+    out[threadIdx.x] = v;
+}
