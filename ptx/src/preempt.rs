@@ -212,7 +212,7 @@ pub struct PreemptibleKernel {
 impl PreemptibleKernel {
     /// Whether the transformed kernel may be launched with blocks of shape `block`.
     pub fn fits(&self, block: [u32; 3]) -> bool {
-        !self.warp_rows || block[0] % 32 == 0 || block[1] * block[2] == 1
+        !self.warp_rows || block[0].is_multiple_of(32) || (block[1] == 1 && block[2] == 1)
     }
 }
 
