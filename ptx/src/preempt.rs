@@ -267,16 +267,25 @@ pub fn transform(ptx: &str) -> Result<PreemptibleModule, ParseError> {
         let Some((open, close)) = f.body else { continue };
         let result = match (bodies.get(&f.name), broken.get(&f.name)) {
             (_, Some(e)) => Err(Reason::Malformed(e.clone())),
-            (Some(body), None) => check_kernel(f, &text[f.start..=close], body, &facts),
+            (Some(body), None) => check_kernel(f, &text[f.start..=close], f.params.map_or("", |(o, c)| &text[o + 1..c]), body, &facts),
             (None, None) => Err(Reason::Malformed("no body".into())),
         };
         let result = match result {
             Ok(kernel) => {
                 let body = &bodies[&f.name];
-                out.push_str(&text[pos..f.params.1]);
-                out.push_str(if text[f.params.0 + 1..f.params.1].trim().is_empty() { "\n" } else { ",\n" });
-                out.push_str("\t.param .u64 __crum_ctl\n");
-                out.push_str(&text[f.params.1..open]);
+                match f.params {
+                    Some((po, pc)) => {
+                        out.push_str(&text[pos..pc]);
+                        out.push_str(if text[po + 1..pc].trim().is_empty() { "\n" } else { ",\n" });
+                        out.push_str("\t.param .u64 __crum_ctl\n");
+                        out.push_str(&text[pc..open]);
+                    }
+                    None => {
+                        out.push_str(&text[pos..f.name_end]);
+                        out.push_str("(\n\t.param .u64 __crum_ctl\n)");
+                        out.push_str(&text[f.name_end..open]);
+                    }
+                }
                 emit_body(&mut out, k, body, kernel.barrier);
                 pos = close + 1;
                 Ok(kernel)
@@ -352,8 +361,12 @@ struct FuncSpan {
     name: String,
     /// Byte where the header's `.entry`/`.func` word starts.
     start: usize,
-    /// Parameter list `(` and `)`.
-    params: (usize, usize),
+    /// Byte after the name.
+    name_end: usize,
+    /// Parameter list `(` and `)`, if the header has one.
+    params: Option<(usize, usize)>,
+    /// The body's `}` or the declaration's `;`.
+    end: usize,
     /// Body `{` and `}`; None for a declaration.
     body: Option<(usize, usize)>,
 }
@@ -417,7 +430,7 @@ fn scan_functions(t: &str, lines: &LineIndex) -> Result<Vec<FuncSpan>, ParseErro
                 let word = &t[i..word_end];
                 if word == ".entry" || word == ".func" {
                     let f = function_header(t, i, word_end, word == ".entry", lines)?;
-                    i = f.body.map_or(f.params.1, |(_, close)| close) + 1;
+                    i = f.end + 1;
                     out.push(f);
                     continue;
                 }
@@ -444,9 +457,9 @@ fn function_header(t: &str, start: usize, mut j: usize, entry: bool, lines: &Lin
     let params = if b.get(j) == Some(&b'(') {
         let (open, close) = (j, matching(b, j, lines)?);
         j = close + 1;
-        (open, close)
+        Some((open, close))
     } else {
-        (j, j)
+        None
     };
     while j < b.len() && b[j] != b'{' && b[j] != b';' {
         j += 1;
@@ -456,10 +469,8 @@ fn function_header(t: &str, start: usize, mut j: usize, entry: bool, lines: &Lin
         Some(_) => None,
         None => return Err(perr(lines, start, format!("function `{name}` has no body and no `;`"))),
     };
-    if entry && params.0 == params.1 {
-        return Err(perr(lines, start, format!("kernel `{name}` has no parameter list")));
-    }
-    Ok(FuncSpan { entry, name, start, params, body })
+    let end = body.map_or(j, |(_, close)| close);
+    Ok(FuncSpan { entry, name, start, name_end, params, body, end })
 }
 
 /// One item of a function body.
@@ -673,6 +684,9 @@ impl FuncFacts {
     fn closure(funcs: &[FuncSpan], bodies: &HashMap<String, Body>) -> FuncFacts {
         let mut own: HashMap<String, Facts> = HashMap::new();
         for f in funcs {
+            if f.body.is_none() && own.contains_key(&f.name) {
+                continue; // a declaration of a function defined before
+            }
             let mut x = Facts::default();
             if f.body.is_none() && f.name.starts_with("cuda") {
                 x.device_runtime = Some(f.name.clone());
@@ -768,7 +782,7 @@ fn parse_int(t: &str) -> Option<u64> {
 // The kernel checks.
 
 /// What the persistent form needs, or why the kernel stays as it is.
-fn check_kernel(f: &FuncSpan, text: &str, body: &Body, facts: &FuncFacts) -> Result<PreemptibleKernel, Reason> {
+fn check_kernel(f: &FuncSpan, text: &str, params: &str, body: &Body, facts: &FuncFacts) -> Result<PreemptibleKernel, Reason> {
     if text.contains("crum_") {
         return Err(Reason::NameClash);
     }
@@ -820,7 +834,7 @@ fn check_kernel(f: &FuncSpan, text: &str, body: &Body, facts: &FuncFacts) -> Res
         if body.insts.len() > MAX_ANALYSED {
             return Err(Reason::TooLarge { instructions: body.insts.len() });
         }
-        let params = kernel_param_names(text);
+        let params = kernel_param_names(params);
         warp_rows = Divergence::new(body, facts, &params).exit_before_collective().map_err(|line| Reason::ExitBeforeBarrier { line })?;
     }
     Ok(PreemptibleKernel { barrier, warp_rows })
@@ -830,11 +844,9 @@ fn f_line(body: &Body) -> usize {
     body.stmts().next().map_or(0, |s| s.line)
 }
 
-/// Names of a kernel's parameters (the header text up to its `)`).
-fn kernel_param_names(text: &str) -> HashSet<String> {
-    let Some(open) = text.find('(') else { return HashSet::new() };
-    let close = text[open..].find(')').map_or(text.len(), |c| open + c);
-    split_operands(&text[open + 1..close])
+/// Names of a kernel's parameters (the text between its parameter list's parentheses).
+fn kernel_param_names(list: &str) -> HashSet<String> {
+    split_operands(list)
         .iter()
         .filter_map(|p| {
             let p = p.split('[').next()?.trim();
@@ -1241,9 +1253,23 @@ fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
     let (ux, uy, uz) = (uses("%ctaid.x"), uses("%ctaid.y"), uses("%ctaid.z"));
     let (need_ny, need_nz) = (uy || uz || uses("%nctaid.y"), uses("%nctaid.z"));
     let slot = format!("__crum_slot_{k}");
+    // The body's own declarations first (they do not execute), so that no declaration
+    // follows an instruction in the kernel's outer scope.
+    out.push_str("{\n");
+    let mut depth = 0;
+    for it in &body.items {
+        match it {
+            Item::Open => depth += 1,
+            Item::Close => depth -= 1,
+            Item::Stmt(s) if depth == 0 && is_hoisted(s) => {
+                let _ = writeln!(out, "\t{};", s.text());
+            }
+            _ => {}
+        }
+    }
     let _ = write!(
         out,
-        "{{\n\t.reg .b32 %crum_r<16>;\n\t.reg .b64 %crum_rd<2>;\n\t.reg .pred %crum_p<3>;\n\t.shared .align 4 .b32 {slot};\n\
+        "\t.reg .b32 %crum_r<16>;\n\t.reg .b64 %crum_rd<2>;\n\t.reg .pred %crum_p<3>;\n\t.shared .align 4 .b32 {slot};\n\
          \tld.param.u64 %crum_rd0, [__crum_ctl];\n\tcvta.to.global.u64 %crum_rd0, %crum_rd0;\n\
          \tld.global.u32 %crum_r1, [%crum_rd0+{CTL_END}];\n\tld.global.u32 %crum_r2, [%crum_rd0+{CTL_GRID}];\n"
     );
@@ -1274,7 +1300,14 @@ fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
     if uz {
         out.push_str("\tdiv.u32 %crum_r14, %crum_r11, %crum_r8;\n");
     }
+    let mut depth = 0;
     for it in &body.items {
+        match it {
+            Item::Open => depth += 1,
+            Item::Close => depth -= 1,
+            Item::Stmt(s) if depth == 0 && is_hoisted(s) => continue,
+            _ => {}
+        }
         match it {
             Item::Label(l) => {
                 let _ = writeln!(out, "{l}:");
@@ -1301,6 +1334,11 @@ fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
          \tst.shared.u32 [%crum_r7], %crum_r9;\n\tbra.uni $L__crum_take;\n\
          $L__crum_exit:\n\tret;\n}}"
     );
+}
+
+/// Declarations of the body's outer scope, moved before the hand-out code.
+fn is_hoisted(s: &Stmt) -> bool {
+    matches!(s.op.split_whitespace().next().unwrap_or(""), ".reg" | ".local" | ".shared" | ".param" | ".const")
 }
 
 /// `%ctaid.*` → the logical block's coordinates, `%nctaid.*` → the original grid.
@@ -1399,6 +1437,19 @@ $L__BB0_2:
         let src = VADD.replace("mov.u32 %r4, %ntid.x;", "mov.u32 %r4, %envreg1;");
         let e = transform(&src).unwrap().kernels[0].result.clone().unwrap_err();
         assert_eq!(e.reason, Reason::GridSync("%envreg1".into()));
+    }
+
+    #[test]
+    fn a_kernel_without_a_parameter_list_gets_one_and_declarations_come_first() {
+        let src = VADD.replace("k(\n\t.param .u64 k_param_0, // a comment with ( and {\n\t.param .u32 k_param_1\n)", "k").replace("[k_param_0]", "[%rd1]").replace("ld.param.u32 %r2, [k_param_1];", "mov.u32 %r2, 100;").replace("\tld.param.u64 %rd1, [%rd1];\n", "\tmov.u64 %rd1, 4096;\n\t.reg .b32 %late;\n");
+        let m = transform(&src).unwrap();
+        assert!(m.kernels[0].result.is_ok(), "{:?}\n{src}", m.kernels[0].result);
+        let k = crate::Module::parse(&m.ptx).unwrap_or_else(|e| panic!("{e}\n{}", m.ptx));
+        assert_eq!(k.kernel("k").unwrap().params.len(), 1);
+        // Every declaration of the outer scope precedes the first instruction.
+        let body = &m.ptx[m.ptx.find('{').unwrap()..];
+        let first_inst = body.find("ld.param.u64 %crum_rd0").unwrap();
+        assert!(body.find(".reg .b32 %late").unwrap() < first_inst && body.find(".reg .b64 %rd<4>").unwrap() < first_inst, "{}", m.ptx);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The preemptible form (`crum_ptx::preempt`) on real nvcc kernels: the transformed PTX runs
-//! on the engine and must leave memory bit for bit as the original kernel does, whole or
+//! The preemptible form (`crum_ptx::preempt`) on real nvcc kernels: ptxas assembles the
+//! transformed PTX for sm_80 (what a GPU would load), and it runs on the engine and must leave memory bit for bit as the original kernel does, whole or
 //! stopped at a block boundary and launched again from there; kernels that cannot be made
 //! preemptible are refused with the reason. `instruction_overhead_of_the_preemptible_form`
 //! prints the overhead figures of docs/ptx-engine.md:
@@ -31,6 +31,7 @@ fn forms(file: &'static str) -> &'static Forms {
     let text = ptx_text(file);
     let report = preempt::transform(&text).unwrap_or_else(|e| panic!("transform {file}: {e}"));
     let transformed = Module::parse(&report.ptx).unwrap_or_else(|e| panic!("the transformed {file} does not parse: {e}\n{}", report.ptx));
+    assemble(&format!("{file}-preemptible"), &report.ptx);
     let f: &'static Forms = Box::leak(Box::new(Forms { original: module(file), report, transformed }));
     cache.lock().unwrap().insert(file, f);
     f
@@ -410,7 +411,7 @@ fn instruction_overhead_of_the_preemptible_form() {
 }
 
 /// Every kernel of the CUDA corpus (`integration-tests/cuda/*.cu`): the transformed module
-/// parses, offers the same kernels (the transformed ones with the control block as one more
+/// parses, ptxas assembles it for sm_80, it offers the same kernels (the transformed ones with the control block as one more
 /// parameter), and each kernel left alone says why.
 #[test]
 fn the_whole_cuda_corpus_transforms_into_modules_that_parse() {
@@ -425,6 +426,7 @@ fn the_whole_cuda_corpus_transforms_into_modules_that_parse() {
         let report = preempt::transform(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
         let transformed = Module::parse(&report.ptx).unwrap_or_else(|e| panic!("{file}: the transformed module does not parse: {e}\n{}", report.ptx));
         assert_eq!(report.kernels.len(), original.kernels().count(), "{file}");
+        assemble(&format!("{file}-preemptible"), &report.ptx);
         for k in &report.kernels {
             let (o, t) = (original.kernel(&k.name).unwrap(), transformed.kernel(&k.name).unwrap());
             match &k.result {

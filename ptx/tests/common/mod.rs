@@ -32,6 +32,23 @@ pub fn nvcc() -> PathBuf {
     .clone()
 }
 
+/// ptxas, installed next to nvcc: compiles PTX for a GPU architecture without a GPU.
+pub fn ptxas() -> PathBuf {
+    let p = nvcc().with_file_name("ptxas");
+    assert!(p.exists(), "no ptxas next to {}", nvcc().display());
+    p
+}
+
+/// Assemble `ptx` with ptxas for sm_80 (what a GPU driver's JIT does with it); panics with
+/// ptxas's messages when it is rejected.
+pub fn assemble(what: &str, ptx: &str) {
+    let path = out_dir().join(format!("{what}-{}.ptx", std::process::id()));
+    std::fs::write(&path, ptx).unwrap();
+    let r = Command::new(ptxas()).args(["-arch=sm_80", "-o", "/dev/null"]).arg(&path).output().expect("run ptxas");
+    let _ = std::fs::remove_file(&path);
+    assert!(r.status.success(), "ptxas rejects {what}: {}", String::from_utf8_lossy(&r.stderr));
+}
+
 fn out_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("crum-ptx-kernels");
     std::fs::create_dir_all(&d).unwrap();
