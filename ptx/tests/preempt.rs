@@ -151,6 +151,10 @@ fn corpus() -> Vec<Case> {
             let (i, o) = (m.alloc_bytes(&i32s(&x)), m.alloc(4 * 12));
             (Args::new().ptr(i).i32(370).ptr(o), vec![(o, 48)])
         } },
+        Case { file: "preempt", kernel: "grid3d", cfg: grid([3, 2, 4], [32, 1, 1]), setup: |m| {
+            let o = m.alloc(4 * 24 * 32);
+            (Args::new().ptr(o), vec![(o, 4 * 24 * 32)])
+        } },
         Case { file: "preempt", kernel: "uniform_exit_then_barrier", cfg: grid([3, 2, 1], [64, 1, 1]), setup: |m| {
             let x: Vec<i32> = (0..400).map(|i| i * 5 - 7).collect();
             let (i, o) = (m.alloc_bytes(&i32s(&x)), m.alloc(4 * 400));
@@ -241,6 +245,30 @@ fn transformed_corpus_kernels_leave_memory_bit_identical_whole_and_resumed() {
         let (got, _, ctl) = run_transformed(&c, &pool, 2, &[total / 2, total]);
         assert_eq!(got, want, "{} resumed at block {}", c.kernel, total / 2);
         assert_eq!(ctl.done, total);
+    }
+}
+
+/// A grid stopped on the transformed kernel and finished by the original one from the
+/// resume point (`launch_from`, as the emulated device does after a restart): the logical
+/// block numbering is the engine's.
+#[test]
+fn the_original_kernel_finishes_a_grid_the_transformed_one_started() {
+    let pool = Pool::new(2);
+    for c in corpus().into_iter().filter(|c| ["matmul_tiled", "grid3d", "histogram"].contains(&c.kernel)) {
+        let total = c.cfg.grid.iter().product::<u32>();
+        let (want, _) = run_original(&c, &pool);
+        let f = forms(c.file);
+        let (mut d, args, outs) = device(&c, &f.transformed);
+        let flag = d.mem.alloc(4);
+        let mut ctl = ControlBlock::new(c.cfg.grid, 0, flag).unwrap();
+        ctl.end = total / 3 + 1;
+        let at = d.mem.alloc_bytes(&ctl.encode());
+        d.launch(&f.transformed, c.kernel, &preempt::physical_config(&c.cfg, 2), &preempt::params_with_ctl(&args.0, at), &pool);
+        let first = d.ctl(at).resume_point();
+        assert_eq!(first, total / 3 + 1);
+        let lookup = |s: &str| d.syms.iter().find(|(n, _)| n == s).map(|x| x.1);
+        crum_ptx::launch_from(&f.original, c.kernel, &c.cfg, &args.0, &lookup, &d.mem, &pool, u64::from(first), None).unwrap();
+        assert_eq!(snapshot(&d, &outs), want, "{}", c.kernel);
     }
 }
 

@@ -68,3 +68,9 @@ extern "C" __global__ void lane_exit_then_shuffle(const int* in, int* out) {
     v += __shfl_down_sync(0xffffu, v, 8);
     out[threadIdx.x] = v;
 }
+
+// A 3-D grid: every block coordinate and grid dimension reaches memory.
+extern "C" __global__ void grid3d(int* out) {
+    int b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    out[b * blockDim.x + threadIdx.x] = blockIdx.x + 10 * blockIdx.y + 100 * blockIdx.z + 1000 * gridDim.x + 10000 * gridDim.y + 100000 * gridDim.z + 1000000 * threadIdx.x;
+}
