@@ -644,6 +644,39 @@ $L__BB0_2:
     }
 
     #[test]
+    fn a_barrier_in_a_loop_with_a_data_dependent_exit_is_refused() {
+        let src = VADD.replace(
+            "\tst.global.u32 [%rd2], %r1;",
+            "$L__loop:\n\tbar.sync 0;\n\tld.global.u32 %r1, [%rd2];\n\tsetp.ne.u32 %p1, %r1, 0;\n\t@%p1 bra $L__loop;",
+        );
+        let e = transform(&src).unwrap().kernels[0].result.clone().unwrap_err();
+        assert!(matches!(e.reason, Reason::ExitBeforeBarrier { .. }), "{e}");
+    }
+
+    /// Threads from 64 on leave before the shuffle of the first two warps: per warp (accepted
+    /// for rows of whole warps); from 48 on: lanes of one warp part (refused).
+    #[test]
+    fn a_per_warp_exit_before_a_shuffle_is_accepted_for_whole_warps_only() {
+        let shfl = |bound: u32| {
+            VADD.replace("setp.ge.s32 %p1, %r1, %r2;", &format!("setp.ge.u32 %p1, %r5, {bound};"))
+                .replace("\tst.global.u32 [%rd2], %r1;", "\tshfl.sync.down.b32 %r3, %r1, 1, 31, -1;\n\tst.global.u32 [%rd2], %r3;")
+        };
+        let k = transform(&shfl(64)).unwrap().kernels[0].result.clone().unwrap();
+        assert!(k.warp_rows && k.fits([128, 1, 1]) && k.fits([32, 3, 1]) && !k.fits([16, 8, 1]));
+        let e = transform(&shfl(48)).unwrap().kernels[0].result.clone().unwrap_err();
+        assert!(matches!(e.reason, Reason::ExitBeforeBarrier { .. }), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn control_blocks_decode_what_they_encode(flag in proptest::prelude::any::<u64>(), w in proptest::prelude::any::<[u32; 7]>()) {
+            let c = ControlBlock { flag_addr: flag, next: w[0], done: w[1], end: w[2], grid: [w[3], w[4], w[5]], first: w[6] };
+            proptest::prop_assert_eq!(ControlBlock::decode(&c.encode()), Some(c));
+            proptest::prop_assert_eq!(ControlBlock::decode(&c.encode()[..CTL_BYTES - 5]), None);
+        }
+    }
+
+    #[test]
     fn control_blocks_round_trip_and_rearm_from_the_blocks_done() {
         let mut c = ControlBlock::new([4, 3, 2], 5, 0x1000).unwrap();
         assert_eq!((c.total(), c.next, c.end), (24, 5, 24));
