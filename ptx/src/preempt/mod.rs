@@ -267,6 +267,9 @@ pub fn transform(ptx: &str) -> Result<PreemptibleModule, ParseError> {
         }
     }
     let facts = FuncFacts::closure(&funcs, &bodies);
+    // The hand-out's barriers are reached from different paths (the leader's and the
+    // others'): on sm_70 and later the non-aligned `barrier.sync` says so; before, `bar.sync`.
+    let sync = if target_sm(&text).is_some_and(|sm| sm >= 70) { "barrier.sync" } else { "bar.sync" };
     let mut out = String::with_capacity(text.len() * 2);
     let mut kernels = Vec::new();
     let mut pos = 0;
@@ -293,7 +296,7 @@ pub fn transform(ptx: &str) -> Result<PreemptibleModule, ParseError> {
                         out.push_str(&text[f.name_end..open]);
                     }
                 }
-                emit_body(&mut out, k, body, kernel.barrier);
+                emit_body(&mut out, k, body, kernel.barrier, sync);
                 pos = close + 1;
                 Ok(kernel)
             }
@@ -390,9 +393,9 @@ fn kernel_param_names(list: &str) -> HashSet<String> {
 /// ```text
 ///   prologue: control block fields, leader predicate, slot address
 ///   @leader bra lead
-/// take:    bar.sync B; idx = slot; idx >= end → exit; logical %ctaid from idx
+/// take:    barrier.sync B; idx = slot; idx >= end → exit; logical %ctaid from idx
 ///          original body (ret/exit → bra done)
-/// done:    bar.sync B; @!leader bra take
+/// done:    barrier.sync B; @!leader bra take   (bar.sync before sm_70)
 ///          membar.sys; red.add done, 1                    (leader: the block is complete)
 /// lead:    slot = flag ? ~0 : atom.add(next, 1); bra take (leader: hand out the next block)
 /// exit:    ret
@@ -401,7 +404,7 @@ fn kernel_param_names(list: &str) -> HashSet<String> {
 /// A thread other than the leader runs six instructions per logical block besides the body
 /// (two barriers, the slot read, the end test and two branches) plus the `%ctaid`
 /// arithmetic the body needs (one `rem` for `.x`, `div`+`rem` for `.y`, one `div` for `.z`).
-fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
+fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32, sync: &str) {
     use std::fmt::Write;
     let uses = |c: &str| body.stmts().any(|s| s.operands.contains(c));
     let (ux, uy, uz) = (uses("%ctaid.x"), uses("%ctaid.y"), uses("%ctaid.z"));
@@ -442,7 +445,7 @@ fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
          \tmov.u32 %crum_r6, %tid.z;\n\tor.b32 %crum_r5, %crum_r5, %crum_r6;\n\tsetp.eq.u32 %crum_p0, %crum_r5, 0;\n\
          \tmov.u32 %crum_r7, {slot};\n\t@%crum_p0 bra $L__crum_lead;\n\
          $L__crum_take:\n\
-         \tbar.sync {barrier};\n\tld.shared.u32 %crum_r11, [%crum_r7];\n\tsetp.ge.u32 %crum_p2, %crum_r11, %crum_r1;\n\
+         \t{sync} {barrier};\n\tld.shared.u32 %crum_r11, [%crum_r7];\n\tsetp.ge.u32 %crum_p2, %crum_r11, %crum_r1;\n\
          \t@%crum_p2 bra $L__crum_exit;\n"
     );
     if ux {
@@ -479,15 +482,22 @@ fn emit_body(out: &mut String, k: usize, body: &Body, barrier: u32) {
     }
     let _ = write!(
         out,
-        "$L__crum_done:\n\tbar.sync {barrier};\n\t@!%crum_p0 bra $L__crum_take;\n\
+        "$L__crum_done:\n\t{sync} {barrier};\n\t@!%crum_p0 bra $L__crum_take;\n\
          \tmembar.sys;\n\tred.global.add.u32 [%crum_rd0+{CTL_DONE}], 1;\n\
          $L__crum_lead:\n\
          \tmov.u32 %crum_r9, 0xFFFFFFFF;\n\tld.global.u64 %crum_rd1, [%crum_rd0+{CTL_FLAG_PTR}];\n\
          \tld.volatile.u32 %crum_r10, [%crum_rd1];\n\tsetp.ne.u32 %crum_p1, %crum_r10, 0;\n\
          \t@!%crum_p1 atom.global.add.u32 %crum_r9, [%crum_rd0+{CTL_NEXT}], 1;\n\
-         \tst.shared.u32 [%crum_r7], %crum_r9;\n\tbra.uni $L__crum_take;\n\
+         \tst.shared.u32 [%crum_r7], %crum_r9;\n\tbra $L__crum_take;\n\
          $L__crum_exit:\n\tret;\n}}"
     );
+}
+
+/// The number of the module's `.target sm_NN` (the first architecture named).
+fn target_sm(text: &str) -> Option<u32> {
+    let rest = &text[text.find(".target")? + 7..];
+    let sm = rest.split(|c: char| c.is_whitespace() || c == ',').find(|w| !w.is_empty())?.strip_prefix("sm_")?;
+    sm.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse().ok()
 }
 
 /// Declarations of the body's outer scope, moved before the hand-out code.

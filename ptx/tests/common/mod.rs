@@ -42,7 +42,9 @@ pub fn ptxas() -> PathBuf {
 /// Assemble `ptx` with ptxas for sm_80 (what a GPU driver's JIT does with it); panics with
 /// ptxas's messages when it is rejected.
 pub fn assemble(what: &str, ptx: &str) {
-    let path = out_dir().join(format!("{what}-{}.ptx", std::process::id()));
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = out_dir().join(format!("{what}-{}-{seq}.ptx", std::process::id()));
     std::fs::write(&path, ptx).unwrap();
     let r = Command::new(ptxas()).args(["-arch=sm_80", "-o", "/dev/null"]).arg(&path).output().expect("run ptxas");
     let _ = std::fs::remove_file(&path);
