@@ -19,5 +19,6 @@ mod printf;
 mod tex;
 
 pub mod analysis;
+pub mod preempt;
 pub use api::*;
 pub use hostmem::HostMemory;

@@ -32,6 +32,25 @@ pub fn nvcc() -> PathBuf {
     .clone()
 }
 
+/// ptxas, installed next to nvcc: compiles PTX for a GPU architecture without a GPU.
+pub fn ptxas() -> PathBuf {
+    let p = nvcc().with_file_name("ptxas");
+    assert!(p.exists(), "no ptxas next to {}", nvcc().display());
+    p
+}
+
+/// Assemble `ptx` with ptxas for sm_80 (what a GPU driver's JIT does with it); panics with
+/// ptxas's messages when it is rejected.
+pub fn assemble(what: &str, ptx: &str) {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = out_dir().join(format!("{what}-{}-{seq}.ptx", std::process::id()));
+    std::fs::write(&path, ptx).unwrap();
+    let r = Command::new(ptxas()).args(["-arch=sm_80", "-o", "/dev/null"]).arg(&path).output().expect("run ptxas");
+    let _ = std::fs::remove_file(&path);
+    assert!(r.status.success(), "ptxas rejects {what}: {}", String::from_utf8_lossy(&r.stderr));
+}
+
 fn out_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("crum-ptx-kernels");
     std::fs::create_dir_all(&d).unwrap();
@@ -41,8 +60,15 @@ fn out_dir() -> PathBuf {
 /// Compile `tests/kernels/<name>.cu` with extra flags; returns the output file. Outputs are
 /// cached under the target directory, keyed by the source text, flags and compiler.
 pub fn compile(name: &str, flags: &[&str], link: bool) -> PathBuf {
+    compile_source(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels").join(format!("{name}.cu")), flags, link)
+}
+
+/// [`compile`] of any CUDA source file (e.g. the corpus in `integration-tests/cuda/`; its
+/// includes are not part of the cache key).
+pub fn compile_source(src: &Path, flags: &[&str], link: bool) -> PathBuf {
     use std::hash::{Hash, Hasher};
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels").join(format!("{name}.cu"));
+    let name = src.file_stem().unwrap().to_string_lossy().into_owned();
+    let src = src.to_path_buf();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::read(&src).unwrap().hash(&mut h);
     flags.hash(&mut h);
@@ -77,12 +103,20 @@ pub fn fatbin_section(path: &Path) -> Vec<u8> {
     sec.data().unwrap().to_vec()
 }
 
+/// Compile with `-arch=sm_80` (default compression); the best PTX text of the fat binary.
+pub fn ptx_text(name: &str) -> String {
+    ptx_of(&compile(name, &["-arch=sm_80"], false))
+}
+
+/// The best PTX text of a compiled file's fat binary.
+pub fn ptx_of(obj: &Path) -> String {
+    let images = fatbin::extract_ptx(&fatbin_section(obj)).expect("extract PTX");
+    fatbin::best_ptx(&images).expect("a PTX image").ptx.clone()
+}
+
 /// Compile with `-arch=sm_80` (default compression) and parse the best PTX.
 pub fn module(name: &str) -> Module {
-    let obj = compile(name, &["-arch=sm_80"], false);
-    let images = fatbin::extract_ptx(&fatbin_section(&obj)).expect("extract PTX");
-    let best = fatbin::best_ptx(&images).expect("a PTX image");
-    Module::parse(&best.ptx).unwrap_or_else(|e| panic!("parse {name}: {e}\n"))
+    Module::parse(&ptx_text(name)).unwrap_or_else(|e| panic!("parse {name}: {e}\n"))
 }
 
 /// Packs kernel arguments with their natural alignment.
