@@ -448,6 +448,41 @@ pub fn describe_tree(pid: u32) -> String {
         }
         todo.extend(children(p));
     }
+    // A restarted program's proxy is not its child: it watches the program (`--watch-pid`).
+    let mut procs: Vec<u32> = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        procs.push(p);
+        todo.extend(children(p));
+    }
+    let watch = format!("--watch-pid\0{pid}\0");
+    if let Ok(all) = fs::read_dir("/proc") {
+        for e in all.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            if fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&watch)) {
+                out.push_str(&format!("process {p} is the proxy watching {pid}\n"));
+                procs.push(p);
+            }
+        }
+    }
+    // User-space stacks of every thread, where gdb is installed (a hang seen once under load
+    // can then be read, not guessed).
+    for p in procs {
+        let Ok(o) = Command::new("timeout")
+            .args(["60", "gdb", "-p", &p.to_string(), "-batch", "-nx", "-ex", "thread apply all bt 30"])
+            .stdin(Stdio::null())
+            .output()
+        else {
+            break;
+        };
+        if !o.status.success() && o.stdout.is_empty() {
+            break;
+        }
+        out.push_str(&format!("--- gdb backtraces of {p}:\n"));
+        for l in String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with('#') || l.starts_with("Thread")) {
+            out.push_str(&format!("{l}\n"));
+        }
+    }
     out
 }
 
@@ -1171,9 +1206,13 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        // With gdb installed, the user-space stack of every thread comes too.
+        let gdb = Command::new("gdb").arg("--version").output().is_ok_and(|o| o.status.success());
+        let sleeper = if gdb { describe_tree(c.id()) } else { String::new() };
         c.kill().unwrap();
         c.wait().unwrap();
         assert!(d.contains(&format!("process {me}:")), "{d}");
         assert!(d.contains("sleep 30") && d.contains("(sleep): state S"), "{d}");
+        assert!(!gdb || sleeper.contains(&format!("--- gdb backtraces of {}:", c.id())) && sleeper.contains("#0 "), "{sleeper}");
     }
 }
