@@ -112,6 +112,10 @@ corpus_ckpt!(
     system_scope_atomics_on_pinned_memory_work_after_restart,
     "system_atomics"
 );
+corpus_ckpt!(
+    surface_and_texture_objects_made_before_a_checkpoint_work_after_restart,
+    "surfaces"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

@@ -167,3 +167,7 @@ corpus_test!(
     system_scope_atomics_on_pinned_memory_with_host_atomics_are_exact,
     "system_atomics"
 );
+corpus_test!(
+    surface_objects_over_arrays_write_read_and_clamp_as_cuda,
+    "surfaces"
+);

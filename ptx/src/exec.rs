@@ -1726,6 +1726,17 @@ impl<'a, 'l> Block<'a, 'l> {
                 };
                 let sz = ty.size();
                 let bytes = sz as i64 * vals.len() as i64;
+                let (x, y, z) = if i.m.clamp {
+                    // `.clamp`: the nearest access inside the surface (x is in bytes).
+                    let last_x = ((desc.width * esize) as i64 - bytes).max(0);
+                    (
+                        x.clamp(0, last_x),
+                        y.clamp(0, desc.height.max(1) as i64 - 1),
+                        z.clamp(0, desc.depth.max(1) as i64 - 1),
+                    )
+                } else {
+                    (x, y, z)
+                };
                 let inside = x >= 0
                     && x + bytes <= (desc.width * esize) as i64
                     && y >= 0

@@ -364,6 +364,8 @@ pub(crate) struct Mods {
     pub(crate) flag: bool,
     /// Geometry of tex (1, 2, 3 dims; 4 = array 2d / cube).
     pub(crate) geom: u8,
+    /// suld/sust `.clamp`: out-of-range coordinates are clamped to the surface's edge.
+    pub(crate) clamp: bool,
 }
 
 impl Default for Mods {
@@ -381,6 +383,7 @@ impl Default for Mods {
             to: false,
             flag: false,
             geom: 1,
+            clamp: false,
         }
     }
 }

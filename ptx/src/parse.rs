@@ -1363,6 +1363,10 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
             "l" => mm.to = true,
             "r" => mm.to = false,
             "wrap" | "shiftamt" => mm.flag = true,
+            "clamp" if matches!(inst.op, Op::Suld | Op::Sust) => {
+                mm.flag = false;
+                mm.clamp = true;
+            }
             "clamp" => mm.flag = false,
             "finite" | "infinite" | "number" | "notanumber" | "normal" | "subnormal" => {
                 mm.cmp = match m {
@@ -1374,8 +1378,8 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
                     _ => Cmp::Ge,
                 }
             }
-            // Surface out-of-range handling: `.trap` faults, `.clamp`/`.zero` read zero and
-            // drop stores here.
+            // Surface out-of-range handling: `.trap` faults, `.zero` reads zero and drops
+            // stores, `.clamp` (above) moves the coordinates to the nearest edge.
             "trap" if matches!(inst.op, Op::Suld | Op::Sust) => mm.flag = true,
             "zero" if matches!(inst.op, Op::Suld | Op::Sust) => mm.flag = false,
             "1d" => mm.geom = 1,

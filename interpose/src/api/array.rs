@@ -1,7 +1,7 @@
-//! CUDA arrays (`cudaMallocArray`, copies to and from them, texture objects over them),
-//! emulated as pitched device memory: an array handle is a heap record naming the
-//! allocation, its element format and its pitch. 1-D and 2-D arrays only (3-D arrays and
-//! mipmaps return cudaErrorNotSupported).
+//! CUDA arrays (`cudaMallocArray`, copies to and from them, texture and surface objects over
+//! them: `api::device`), emulated as pitched device memory: an array handle is a heap record
+//! naming the allocation, its element format and its pitch. 1-D and 2-D arrays only (3-D
+//! arrays and mipmaps return cudaErrorNotSupported).
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;

@@ -394,6 +394,67 @@ crate::export! {
     fn cudaDestroyTextureObject(tex: u64) {
         call(&Request::TexDestroy { tex }).map(|_| ())
     }
+    fn cudaCreateSurfaceObject(surf: *mut u64, res: *const u8) {
+        let (desc, array) = surface_desc(res)?;
+        let Body::Value(h) = call(&Request::TexCreate { desc })? else { return Err(cuda::ERROR_UNKNOWN) };
+        SURFACES.lock().unwrap_or_else(|p| p.into_inner()).insert(h, array);
+        out(surf, h)
+    }
+    fn cudaDestroySurfaceObject(surf: u64) {
+        if SURFACES.lock().unwrap_or_else(|p| p.into_inner()).remove(&surf).is_none() {
+            return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
+        }
+        call(&Request::TexDestroy { tex: surf }).map(|_| ())
+    }
+    fn cudaGetSurfaceObjectResourceDesc(res: *mut u8, surf: u64) {
+        let array = SURFACES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&surf)
+            .copied()
+            .ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)?;
+        zero(res, CUDARESOURCEDESC_SIZE)?;
+        set_field(res, CUDARESOURCEDESC_RESTYPE, 0u32);
+        // res.array.array sits at the start of the union, like res.linear.devPtr.
+        set_field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR, array);
+        Ok(())
+    }
+}
+
+/// Live surface objects: handle (the proxy's, shared with textures) → the array they cover.
+static SURFACES: std::sync::Mutex<std::collections::BTreeMap<u64, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// A surface object's memory, from its `cudaResourceDesc`: CUDA takes only arrays made with
+/// `cudaArraySurfaceLoadStore` (anything else is cudaErrorInvalidValue). Returns the
+/// description (sampling fields unused: `suld`/`sust` carry their own boundary mode) and the
+/// array handle.
+fn surface_desc(res: *const u8) -> CudaResult<(TexDesc, u64)> {
+    const ARRAY_SURFACE_LOAD_STORE: u32 = 0x02;
+    let ty: u32 = field(res, CUDARESOURCEDESC_RESTYPE)?;
+    if ty != 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let handle: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
+    let a = super::array::array(handle as *const c_void)?;
+    if a.flags & ARRAY_SURFACE_LOAD_STORE == 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let d = a.desc;
+    let desc = TexDesc {
+        base: a.base,
+        width: a.width,
+        height: a.height,
+        depth: 1,
+        pitch: a.pitch,
+        bits: [d.x as u32, d.y as u32, d.z as u32, d.w as u32],
+        format_kind: d.f,
+        address_mode: [0; 3],
+        filter_mode: 0,
+        read_mode: 0,
+        normalized: false,
+    };
+    Ok((desc, handle))
 }
 
 /// `cudaResourceDesc` + `cudaTextureDesc` → the wire description (linear and pitch-2D

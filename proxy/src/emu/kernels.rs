@@ -362,6 +362,12 @@ impl DeviceMemory for Mem<'_> {
     fn texture(&self, handle: u64) -> Option<crum_ptx::TextureDesc> {
         self.textures.get(&handle).map(super::kernels::texture_desc)
     }
+
+    /// Surface objects share the texture table: both describe an array's memory (base,
+    /// extent, pitch, channel format); `suld`/`sust` ignore the sampling fields.
+    fn surface(&self, handle: u64) -> Option<crum_ptx::TextureDesc> {
+        self.textures.get(&handle).map(super::kernels::texture_desc)
+    }
 }
 
 /// Wire texture description → the interpreter's.
