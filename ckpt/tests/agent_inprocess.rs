@@ -124,9 +124,16 @@ fn checkpoint_of_a_live_process_stops_and_resumes_threads_and_writes_a_complete_
     }
     let spins = SPINS.load(Relaxed);
     let sleeps = SLEEPS.load(Relaxed);
-    std::thread::sleep(Duration::from_millis(150));
 
     // Threads go on: the spinner spins, the sleeper sleeps without EINTR, the reader reads.
+    // (Waited for, not timed: a loaded machine may not run them for a while.)
+    let t0 = std::time::Instant::now();
+    while SPINS.load(Relaxed) <= spins || SLEEPS.load(Relaxed) <= sleeps {
+        if t0.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(SPINS.load(Relaxed) > spins, "the spinning thread did not resume");
     assert!(SLEEPS.load(Relaxed) > sleeps, "the sleeping thread did not resume");
     // SAFETY: write a live buffer to our pipe.
