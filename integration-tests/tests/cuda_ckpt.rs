@@ -116,6 +116,10 @@ corpus_ckpt!(
     surface_and_texture_objects_made_before_a_checkpoint_work_after_restart,
     "surfaces"
 );
+corpus_ckpt!(
+    an_occupancy_sized_cooperative_grid_runs_after_restart,
+    "cg_grid_sync"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

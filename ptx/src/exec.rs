@@ -36,6 +36,12 @@ const YIELD_AFTER: u64 = 1 << 16;
 /// Steps the lowest-pc threads of a warp run alone before the warp's other running threads
 /// step with them for as long ([`Block::run_warp`]).
 const STARVE_AFTER: u64 = 1 << 20;
+/// Blocks of a grid-synchronizing (cooperative) grid the engine keeps resident at most: all of
+/// them live at once, spread over the workers (the device refuses larger grids at launch by
+/// its occupancy limit, which is lower).
+const MAX_COOP_BLOCKS: u64 = 1 << 14;
+/// Steps per warp turn when a worker keeps many blocks of a cooperative grid resident.
+const COOP_QUANTUM: u64 = 1 << 11;
 /// Shared memory per block the emulated device offers at most (the largest GPUs: 228 KiB).
 const MAX_SHARED_BYTES: u64 = 228 * 1024;
 
@@ -111,6 +117,9 @@ pub(crate) struct Block<'a, 'l> {
     /// Per warp: steps its lowest-pc threads ran alone, steps all may still run
     /// ([`Block::run_warp`]); kept across the warp's turns.
     starve: Vec<(u64, u64)>,
+    /// Steps a warp runs per turn ([`YIELD_AFTER`]; shorter when a worker keeps many blocks
+    /// of a cooperative grid resident, so blocks spinning in `grid.sync()` pass the turn soon).
+    quantum: u64,
 }
 
 type R<T> = Result<T, LaunchError>;
@@ -159,7 +168,7 @@ pub(crate) fn launch(
         syms.push(symbols(s).unwrap_or(0));
     }
     let grid_sync = info.uses_grid_sync;
-    if grid_sync && nblocks > pool.threads as u64 {
+    if grid_sync && nblocks > MAX_COOP_BLOCKS {
         return Err(LaunchError::CooperativeTooLarge);
     }
     if first_block > nblocks || (grid_sync && (first_block != 0 || !contexts.is_empty())) {
@@ -214,6 +223,7 @@ pub(crate) fn launch(
             nthreads: nthreads as u32,
             saved: None,
             starve: Vec::new(),
+            quantum: YIELD_AFTER,
         };
         b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
         let mut threads: Vec<Thread> = Vec::new();
@@ -264,15 +274,87 @@ pub(crate) fn launch(
         }
         total_insts.fetch_add(b.insts, Ordering::Relaxed);
     };
-    if workers <= 1 {
-        work(None);
-    } else if grid_sync {
-        // Grid sync needs every block resident at once.
-        std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| work(None));
+    // Grid sync needs every block of the grid resident at once: each worker keeps its share
+    // of the blocks (every `workers`-th) and runs them in turns, a short quantum each, so a
+    // block spinning in `grid.sync()` lets the others reach it.
+    let coop = |k: usize| {
+        let mut blocks: Vec<(Block, Vec<Thread>, usize)> = Vec::new();
+        let mut insts = 0u64;
+        let fail = |i: usize, b: &mut Block, e: LaunchError| {
+            results.lock().unwrap_or_else(|e| e.into_inner()).push((i, std::mem::take(&mut b.printf), Some(e)));
+            l.stop.store(true, Ordering::Relaxed);
+        };
+        for i in (k..nblocks as usize).step_by(workers) {
+            let mut b = Block {
+                l: &l,
+                regions: Regions::new(mem),
+                ctaid: [0; 3],
+                shared: Vec::new(),
+                printf: Vec::new(),
+                arrivals: [0; 16],
+                insts: 0,
+                nthreads: nthreads as u32,
+                saved: None,
+                starve: Vec::new(),
+                quantum: COOP_QUANTUM,
+            };
+            b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
+            let g = cfg.grid;
+            b.ctaid = [i as u32 % g[0], (i as u32 / g[0]) % g[1], i as u32 / (g[0] * g[1])];
+            let mut th = Vec::new();
+            if let Err(e) = b.start_block(&mut th, None) {
+                fail(i, &mut b, e);
+                return;
             }
+            blocks.push((b, th, i));
+        }
+        let mut finished = vec![false; blocks.len()];
+        let mut live = blocks.len();
+        while live > 0 {
+            for (j, (b, th, i)) in blocks.iter_mut().enumerate() {
+                if finished[j] {
+                    continue;
+                }
+                // An engine bug must fail the launch, not take the device process down.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.round(th))).unwrap_or_else(|p| {
+                    let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+                    Err(LaunchError::Unsupported(format!("internal error of the PTX engine: {}", msg.unwrap_or_default())))
+                });
+                match r {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        finished[j] = true;
+                        live -= 1;
+                        if let Some(c) = ctl {
+                            c.blocks_done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if !b.printf.is_empty() {
+                            results.lock().unwrap_or_else(|e| e.into_inner()).push((*i, std::mem::take(&mut b.printf), None));
+                        }
+                    }
+                    Err(e) => {
+                        fail(*i, b, e);
+                        finished[j] = true;
+                        live -= 1;
+                    }
+                }
+            }
+        }
+        for (b, _, _) in &blocks {
+            insts += b.insts;
+        }
+        total_insts.fetch_add(insts, Ordering::Relaxed);
+    };
+    if grid_sync && nblocks > 1 {
+        std::thread::scope(|s| {
+            for k in 1..workers {
+                s.spawn(move || coop(k));
+            }
+            coop(0);
         });
+        next.store(nblocks as usize, Ordering::Relaxed);
+    } else if workers <= 1 {
+        work(None);
     } else {
         // Run the first block here and time it: helpers are only worth their start-up cost
         // (tens of microseconds) when the rest of the grid takes longer than that.
@@ -375,12 +457,17 @@ fn to_f32(v: u64, ty: Ty) -> f32 {
 
 impl<'a, 'l> Block<'a, 'l> {
     fn run_block(&mut self, threads: &mut Vec<Thread>, resume: Option<crate::api::BlockContext>) -> R<()> {
+        self.start_block(threads, resume)?;
+        self.block_loop(threads)
+    }
+
+    /// Set the block up to run from its start (or from a saved context).
+    fn start_block(&mut self, threads: &mut Vec<Thread>, resume: Option<crate::api::BlockContext>) -> R<()> {
         let l = self.l;
         let prog = l.prog;
         if let Some(c) = resume {
             self.starve.clear();
-            self.restore(threads, c)?;
-            return self.block_loop(threads);
+            return self.restore(threads, c);
         }
         let f = &prog.funcs[l.func as usize];
         let [bx, by, _] = l.cfg.block;
@@ -426,21 +513,28 @@ impl<'a, 'l> Block<'a, 'l> {
             t.tid = [i % bx, (i / bx) % by, i / (bx * by)];
             t.lin = i;
         }
-        self.block_loop(threads)
+        Ok(())
     }
 
     /// Run the block's threads until all are done (or the launch is stopped, flushed, or
     /// the block saved).
     fn block_loop(&mut self, threads: &mut [Thread]) -> R<()> {
+        while !self.round(threads)? {}
+        Ok(())
+    }
+
+    /// One scheduling round of the block: every warp runs its turn, then warp operations and
+    /// barriers complete. `Ok(true)`: the block is finished (done, stopped, or saved).
+    fn round(&mut self, threads: &mut [Thread]) -> R<bool> {
         let l = self.l;
         let prog = l.prog;
-        loop {
+        {
             let mut any_run = false;
             for (w, warp) in threads.chunks_mut(32).enumerate() {
                 any_run |= self.run_warp(w, warp)?;
             }
             if threads.iter().all(|t| t.st == St::Done) {
-                return Ok(());
+                return Ok(true);
             }
             let w = self.resolve_warps(threads, false)?;
             let b = self.resolve_barriers(threads);
@@ -450,17 +544,18 @@ impl<'a, 'l> Block<'a, 'l> {
                 return Err(LaunchError::Deadlock(format!("threads wait forever (PTX line {line})")));
             }
             if l.stop.load(Ordering::Relaxed) {
-                return Ok(());
+                return Ok(true);
             }
             match l.flush.map(|f| f.load(Ordering::Relaxed)) {
                 Some(crate::api::LaunchCtl::FLUSH) => return Err(LaunchError::Flushed),
                 Some(crate::api::LaunchCtl::SAVE) if l.grid_buf.is_none() => {
                     self.saved = Some(self.capture(threads));
-                    return Ok(());
+                    return Ok(true);
                 }
                 _ => {}
             }
         }
+        Ok(false)
     }
 
     /// The block as it is between two scheduling rounds.
@@ -926,7 +1021,7 @@ impl<'a, 'l> Block<'a, 'l> {
                 low = low.min(t.pc);
             }
         }
-        for _ in 0..YIELD_AFTER {
+        for _ in 0..self.quantum {
             if running == 0 {
                 break;
             }

@@ -1,4 +1,5 @@
-//! Engine behaviours on hand-written PTX: grid-wide sync, refusal of oversized cooperative
+//! Engine behaviours on hand-written PTX: grid-wide sync (every block resident, more blocks
+//! than workers), refusal of oversized cooperative
 //! grids, deadlock detection, barriers with thread counts, calls with param blocks,
 //! misaligned accesses, and unsupported instructions failing only when executed; and
 //! texture fetches from nvcc-built kernels.
@@ -64,11 +65,25 @@ fn grid_sync_completes_when_all_blocks_are_resident() {
 }
 
 #[test]
-fn cooperative_grid_larger_than_the_pool_is_refused() {
+fn cooperative_grid_larger_than_the_pool_keeps_every_block_resident() {
+    // 216 blocks (108 SMs x 2, an occupancy-sized grid) on 2 workers and on 1: every block
+    // is live at once, each worker running its share in turns.
+    let m = ptx(GRID_SYNC);
+    for workers in [2, 1] {
+        let mut mem = HostMemory::new();
+        let out = mem.alloc(216 * 4);
+        let c = LaunchConfig { grid: [216, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, cooperative: true };
+        go(&m, "gs", c, &out.to_le_bytes(), &mem, workers).unwrap();
+        assert_eq!(to_i32s(&mem.read(out, 216 * 4)), vec![216; 216], "{workers} workers");
+    }
+}
+
+#[test]
+fn cooperative_grid_beyond_what_the_engine_keeps_resident_is_refused() {
     let m = ptx(GRID_SYNC);
     let mut mem = HostMemory::new();
     let out = mem.alloc(64);
-    let c = LaunchConfig { grid: [16, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, cooperative: true };
+    let c = LaunchConfig { grid: [1 << 15, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, cooperative: true };
     let e = go(&m, "gs", c, &out.to_le_bytes(), &mem, 2).unwrap_err();
     assert_eq!(e, LaunchError::CooperativeTooLarge);
     assert_eq!(e.cuda_error(), 720);

@@ -380,6 +380,15 @@ fn prepare(
     if shared as u64 > info.max_dynamic_shared as u64 {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
+    if cooperative {
+        // Every block of a cooperative grid must be resident at once: at most the occupancy
+        // limit times the multiprocessors, refused here, at the launch, as CUDA does.
+        let per_sm = occupancy(host_fun as *const c_void, threads as i32, shared)?;
+        let blocks: u64 = g.iter().map(|&x| x as u64).product();
+        if blocks > per_sm.max(0) as u64 * p.multiprocessors.max(0) as u64 {
+            return Err(cuda::ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+        }
+    }
     let mut params = vec![0u8; info.param_bytes as usize];
     if args.is_null() && !extra.is_null() {
         // { BUFFER_POINTER, buf, BUFFER_SIZE, &size, END }
