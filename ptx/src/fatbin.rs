@@ -67,7 +67,22 @@ pub fn fatbin_total_size(head: &[u8]) -> Result<usize, FatbinError> {
 /// All PTX entries of one fat binary (and of any further fat binaries that follow it
 /// back to back in `fatbin`, as in a `.nv_fatbin` section).
 pub fn extract_ptx(fatbin: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
-    let mut out = Vec::new();
+    Ok(ptx_per_fatbin(fatbin)?.into_iter().flatten().collect())
+}
+
+/// The PTX a program's module is made of: of each fat binary in `image` (back to back), its
+/// highest-architecture PTX entry. One for a plain module; for a program built with
+/// `nvcc -rdc=true`, one per object (the interposer hands over the device-link fat binary,
+/// which carries SASS only, followed by every object's relocatable fat binary), to be linked
+/// by [`crate::Module::link`]. Fat binaries without PTX (the device-link one) contribute
+/// nothing; `SassOnly` when none has PTX.
+pub fn program_ptx(image: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
+    Ok(ptx_per_fatbin(image)?.into_iter().filter_map(|f| f.into_iter().max_by_key(|i| i.arch)).collect())
+}
+
+/// The PTX entries of each fat binary in `fatbin` (back to back), in order.
+pub fn ptx_per_fatbin(fatbin: &[u8]) -> Result<Vec<Vec<PtxImage>>, FatbinError> {
+    let mut all = Vec::new();
     let mut sass = Vec::new();
     let mut pos = 0usize;
     loop {
@@ -78,6 +93,7 @@ pub fn extract_ptx(fatbin: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
         }
         let hs = u16_at(rest, 6) as usize;
         let mut off = hs;
+        let mut out = Vec::new();
         while off < total {
             let at = pos + off;
             if total - off < 64 {
@@ -107,17 +123,18 @@ pub fn extract_ptx(fatbin: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
             }
             off += ehs + psize as usize;
         }
+        all.push(out);
         pos += total;
         if fatbin.len() - pos < HEADER || u32_at(fatbin, pos) != FATBIN_MAGIC {
             break;
         }
     }
-    if out.is_empty() && !sass.is_empty() {
+    if all.iter().all(Vec::is_empty) && !sass.is_empty() {
         sass.sort_unstable();
         sass.dedup();
         return Err(FatbinError::SassOnly { archs: sass });
     }
-    Ok(out)
+    Ok(all)
 }
 
 fn decode_payload(payload: &[u8], csize: u64, dsize: u64, flags: u64, offset: usize) -> Result<Vec<u8>, FatbinError> {
