@@ -260,6 +260,27 @@ mod tests {
     }
 
     #[test]
+    fn program_ptx_takes_the_best_ptx_of_each_fat_binary_and_skips_the_sass_only_one() {
+        // As the interposer hands over an -rdc=true program: the device-link fat binary
+        // (SASS), then each object's (PTX for two architectures, then one).
+        let mut object_a = fatbin(1, b"a70\0", 0, 0, 0x11, 70);
+        let second = fatbin(1, b"a80\0", 0, 0, 0x11, 80);
+        object_a.extend_from_slice(&second[HEADER..]);
+        let entries = (object_a.len() - HEADER) as u64;
+        object_a[8..16].copy_from_slice(&entries.to_le_bytes());
+        let mut image = fatbin(2, &[0x7f, b'E', b'L', b'F'], 0, 0, 0x11, 80);
+        image.extend(&object_a);
+        image.extend(fatbin(1, b"b80\0", 0, 0, 0x11, 80));
+        let texts: Vec<String> = program_ptx(&image).unwrap().into_iter().map(|i| i.ptx).collect();
+        assert_eq!(texts, ["a80", "b80"]);
+        assert_eq!(ptx_per_fatbin(&image).unwrap().iter().map(Vec::len).collect::<Vec<_>>(), [0, 2, 1]);
+        // SASS everywhere: the rebuild advice, as for a plain module.
+        let mut sass = fatbin(2, &[0x7f, b'E', b'L', b'F'], 0, 0, 0x11, 80);
+        sass.extend(fatbin(2, &[0x7f, b'E', b'L', b'F'], 0, 0, 0x11, 86));
+        assert!(matches!(program_ptx(&sass), Err(FatbinError::SassOnly { archs }) if archs == [80, 86]));
+    }
+
+    #[test]
     fn sass_only_binary_says_how_to_rebuild() {
         let f = fatbin(2, &[0x7f, b'E', b'L', b'F'], 0, 0, 0x11, 80);
         let e = extract_ptx(&f).unwrap_err();
