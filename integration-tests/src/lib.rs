@@ -152,8 +152,15 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
         fs::read(src).with_context(|| format!("read {}", src.display()))?.hash(&mut h);
     }
     let rdc: &[&str] = if cuda_dir().join(name).is_dir() { &["-rdc=true"] } else { &[] };
-    // The local headers (common.h) are part of every program.
-    let mut headers: Vec<PathBuf> = fs::read_dir(cuda_dir())?
+    // The local headers (common.h, and those of a program's own folder) are part of it.
+    let own = cuda_dir().join(name);
+    let folders = if own.is_dir() { vec![cuda_dir(), own] } else { vec![cuda_dir()] };
+    let mut headers: Vec<PathBuf> = folders
+        .iter()
+        .map(fs::read_dir)
+        .collect::<std::io::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "h"))

@@ -3,6 +3,7 @@
 // of its own launched from this file's host code. `s_bias` and the printf format string
 // exist in both files under the same PTX names (`$str`, and nvcc's math tables behind sinf).
 #include "../common.h"
+#include "shared_kernels.h"
 
 __device__ int g_gain = 1;                // written by main.cu with cudaMemcpyToSymbol
 __device__ unsigned long long g_hits = 0; // counted by the kernels of both files
@@ -21,6 +22,11 @@ __global__ void relax(int *a, float *f, int n, int say) {
         f[i] = sinf(f[i] * 3.0f);
         atomicAdd(&g_hits, 1ULL);
     }
+}
+
+void launch_scatter(int *a, int v, int n) {
+    scatter_mix<int><<<(n + 127) / 128, 128>>>(a, v, n);
+    CK(cudaGetLastError());
 }
 
 void launch_relax(int *a, float *f, int n, int say) {

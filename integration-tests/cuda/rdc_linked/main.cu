@@ -1,13 +1,15 @@
 // Separate compilation (-rdc=true), file 2 of 2: a kernel calling field.cu's `step_value`
 // and reading its variables through `extern`, and the host program, which writes field.cu's
 // variables with cudaMemcpyToSymbol from here, launches kernels of both files, checks the
-// results against a CPU reference and prints PASS. GATE(1..3) are the checkpoint points
+// results against a CPU reference and prints PASS; both files also launch the template
+// kernel of shared_kernels.h, which each object carries as a weak definition. GATE(1..3) are the checkpoint points
 // (integration-tests/tests/cuda_ckpt.rs); gate 2 comes with kernels and copies still queued.
 // Kernels print (`say`) only where they are not queued at a gate: device printf of queued
 // work at the checkpoint of a restarted process comes out late after its restart, for
 // programs built with or without -rdc (a known problem of the printf hand-over, not of
 // linking).
 #include "../common.h"
+#include "shared_kernels.h"
 #include <cmath>
 #include <vector>
 
@@ -16,6 +18,7 @@ extern __device__ unsigned long long g_hits;
 extern __constant__ int c_coef[4];
 extern __device__ int step_value(int x, int i);
 void launch_relax(int *a, float *f, int n, int say);
+void launch_scatter(int *a, int v, int n);
 
 static __device__ int s_bias = 11;
 
@@ -38,6 +41,9 @@ static void advance_cpu(std::vector<int> &a, std::vector<float> &f) {
         a[i] = step_cpu(a[i] + 11, (int)i + 1) + coef[0];
         f[i] = cosf(f[i]) * 0.5f + 0.25f;
     }
+}
+static void scatter_cpu(std::vector<int> &a, int v) {
+    for (size_t i = 0; i < a.size(); i++) a[i] = (a[i] * 3 + v + (int)(i & 7)) % 1000003;
 }
 static void relax_cpu(std::vector<int> &a, std::vector<float> &f) {
     for (size_t i = 0; i < a.size(); i++) {
@@ -85,6 +91,11 @@ int main() {
 
     launch_relax(da, df, n, 1);
     relax_cpu(ra, rf);
+    // The template kernel both files instantiate, launched from each.
+    launch_scatter(da, 9, n);
+    scatter_cpu(ra, 9);
+    scatter_mix<int><<<blocks, 128>>>(da, 4, n);
+    scatter_cpu(ra, 4);
     CK(cudaDeviceSynchronize());
     printf("phase 2 done\n");
     GATE(3);
