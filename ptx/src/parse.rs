@@ -763,7 +763,11 @@ impl Builder {
             let prev = self.link.func_defs.get(&fi).copied();
             match link::take_definition("function", &name, prev, def).map_err(|m| perr(line, m))? {
                 Take::Ignore => false,
-                Take::First | Take::Replace => {
+                Take::First => {
+                    self.link.func_defs.insert(fi, def);
+                    true
+                }
+                Take::Replace => {
                     self.link.func_defs.insert(fi, def);
                     self.bodies.retain(|b| b.1 != fi);
                     true
