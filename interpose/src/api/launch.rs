@@ -61,17 +61,17 @@ fn fatbin_at(data: u64) -> (u64, u64) {
     if data == 0 {
         return (0, 0);
     }
-    let head = data as *const u8;
-    match (
-        field::<u32>(head, 0),
-        field::<u16>(head, 6),
-        field::<u64>(head, 8),
-    ) {
-        (Ok(FATBIN_MAGIC), Ok(hsize), Ok(size)) => match (hsize as u64).checked_add(size) {
-            Some(total) => (data, total),
-            None => (0, 0),
-        },
-        _ => (0, 0),
+    // Read through the kernel: the pointer comes from the program's wrapper.
+    let Ok(head) = checked_read(data, 16) else {
+        return (0, 0);
+    };
+    let u = |o: usize, n: usize| head[o..o + n].iter().rev().fold(0u64, |v, &b| v << 8 | b as u64);
+    if u(0, 4) != FATBIN_MAGIC as u64 {
+        return (0, 0);
+    }
+    match u(6, 2).checked_add(u(8, 8)) {
+        Some(total) => (data, total),
+        None => (0, 0),
     }
 }
 
@@ -100,7 +100,11 @@ fn module_image(wrapper: *const u8) -> (u64, u64) {
     }
     let mut parts = vec![main];
     for i in 0..MAX_PRELINKED {
-        let Ok(p) = read((prelinked as *const u64).wrapping_add(i)) else { break };
+        // The list, like the fat binaries, is read through the kernel: a wrong pointer in a
+        // hand-made wrapper must not fault the program.
+        let Some(at) = (i as u64).checked_mul(8).and_then(|o| prelinked.checked_add(o)) else { break };
+        let Ok(word) = checked_read(at, 8) else { break };
+        let p = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
         if p == 0 {
             break;
         }
