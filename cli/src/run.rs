@@ -156,8 +156,11 @@ fn find_program(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// A binary that carries kernels (`.nv_fatbin`) but does not import the runtime dynamically
-/// was linked with the static CUDA runtime, which cannot be interposed.
+/// A binary that carries kernels (`.nv_fatbin`) but uses no shared runtime — it neither
+/// NEEDs `libcudart.so*` nor imports `__cudaRegisterFatBinary` — was linked with the static
+/// CUDA runtime, which cannot be interposed. Either sign alone means the shared runtime: a
+/// program whose kernels live in a shared library but which was linked by `nvcc -rdc=true`
+/// carries the device-link step's (empty) `.nv_fatbin` and registers nothing itself.
 pub fn statically_linked_cudart(path: &Path) -> anyhow::Result<bool> {
     use object::{Object, ObjectSymbol};
     let Ok(data) = std::fs::read(path) else {
@@ -172,7 +175,27 @@ pub fn statically_linked_cudart(path: &Path) -> anyhow::Result<bool> {
     let imports_runtime = file
         .dynamic_symbols()
         .any(|s| s.is_undefined() && s.name().is_ok_and(|n| n == "__cudaRegisterFatBinary"));
-    Ok(!imports_runtime)
+    Ok(!imports_runtime && !needs_shared_cudart(&data))
+}
+
+/// Whether the ELF file's dynamic section NEEDs `libcudart.so` (any version).
+fn needs_shared_cudart(data: &[u8]) -> bool {
+    use object::read::elf::{Dyn, ElfFile64};
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) else {
+        return false;
+    };
+    let endian = elf.endian();
+    let sections = elf.elf_section_table();
+    let Ok(Some((entries, strtab))) = sections.dynamic(endian, data) else {
+        return false;
+    };
+    let Ok(strings) = sections.strings(endian, data, strtab) else {
+        return false;
+    };
+    entries.iter().any(|d| {
+        d.tag32(endian) == Some(object::elf::DT_NEEDED)
+            && d.string(endian, strings).is_ok_and(|n| n.starts_with(b"libcudart.so"))
+    })
 }
 
 /// `libcrum.so` next to the `crum` binary (`target/<profile>/`).

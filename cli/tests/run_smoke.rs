@@ -1,6 +1,7 @@
 //! `crum run` end to end: real CUDA programs built by nvcc (`-cudart shared`) run through the
 //! interposer, the channel and the proxy on the emulated device; pass-through of stdio,
-//! arguments, exit status and death by signal; refusal of statically linked runtimes; a dead
+//! arguments, exit status and death by signal; refusal of statically linked runtimes (and not
+//! of an `-rdc=true` program whose kernels live in a shared library); a dead
 //! proxy turning into CUDA errors rather than a hang.
 
 use std::io::{BufRead, BufReader, Write};
@@ -153,6 +154,49 @@ fn statically_linked_runtime_is_refused_with_advice() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("-cudart shared"), "{err}");
+}
+
+/// Runs nvcc with `args`, panicking with its output on failure.
+fn nvcc_ok(args: &[&std::ffi::OsStr]) {
+    let out = Command::new(nvcc()).args(args).output().unwrap();
+    assert!(out.status.success(), "nvcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn an_rdc_linked_program_whose_kernels_live_in_a_shared_library_is_not_taken_for_a_static_runtime() {
+    use object::{Object, ObjectSymbol};
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rdc-host-only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cuda");
+    let (lib, obj, exe) = (dir.join("libshared_kernels.so"), dir.join("main.o"), dir.join("host_only"));
+    let s = |p: &Path| p.as_os_str().to_owned();
+    nvcc_ok(&[
+        "-cudart".as_ref(), "shared".as_ref(), "-arch=sm_80".as_ref(), "-shared".as_ref(),
+        "-Xcompiler".as_ref(), "-fPIC".as_ref(), "-o".as_ref(), &s(&lib), &s(&src.join("shared_kernels.cu")),
+    ]);
+    nvcc_ok(&["-c".as_ref(), "-o".as_ref(), &s(&obj), &s(&src.join("host_only_main.cpp"))]);
+    let rpath = format!("-rpath,{}", dir.display());
+    nvcc_ok(&[
+        "-cudart".as_ref(), "shared".as_ref(), "-arch=sm_80".as_ref(), "-rdc=true".as_ref(), "-o".as_ref(),
+        &s(&exe), &s(&obj), &s(&lib), "-Xlinker".as_ref(), rpath.as_ref(),
+    ]);
+    // The case at hand: a `.nv_fatbin` (the device-link step's) and no registration import.
+    let data = std::fs::read(&exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    assert!(file.section_by_name(".nv_fatbin").is_some(), "nvcc -rdc=true adds a .nv_fatbin");
+    assert!(
+        !file.dynamic_symbols().any(|s| s.is_undefined() && s.name() == Ok("__cudaRegisterFatBinary")),
+        "the executable registers no fat binary itself"
+    );
+
+    let out = crum().args(["run", "--device", "emu", "--"]).arg(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.ends_with("PASS\n"),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

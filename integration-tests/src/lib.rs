@@ -118,16 +118,49 @@ pub fn build_cuda(name: &str) -> Result<PathBuf> {
     build_cuda_with(name, &[])
 }
 
-/// [`build_cuda`] with extra nvcc flags (e.g. `-lpthread`).
+/// The sources of program `name`: `cuda/<name>.cu`, or every `.cu` file of the folder
+/// `cuda/<name>/` (a program of several files, built with separate compilation), sorted.
+fn cuda_sources(name: &str) -> Result<Vec<PathBuf>> {
+    let dir = cuda_dir().join(name);
+    if !dir.is_dir() {
+        return Ok(vec![cuda_dir().join(format!("{name}.cu"))]);
+    }
+    let mut srcs: Vec<PathBuf> = fs::read_dir(&dir)
+        .with_context(|| format!("read {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    srcs.sort();
+    if srcs.is_empty() {
+        bail!("{} holds no .cu files", dir.display());
+    }
+    Ok(srcs)
+}
+
+/// [`build_cuda`] with extra nvcc flags (e.g. `-lpthread`). A program that is a folder
+/// `cuda/<name>/` of several `.cu` files is built with separate compilation (`-rdc=true`:
+/// relocatable device code per file, one device-link step), as CMake's
+/// `CUDA_SEPARABLE_COMPILATION ON` builds it.
 pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
-    let src = cuda_dir().join(format!("{name}.cu"));
-    let text = fs::read(&src).with_context(|| format!("read {}", src.display()))?;
+    let srcs = cuda_sources(name)?;
     let home = cuda_home()?;
     let nvcc = home.join("bin/nvcc");
     let mut h = DefaultHasher::new();
-    text.hash(&mut h);
-    // The local headers (common.h) are part of every program.
-    let mut headers: Vec<PathBuf> = fs::read_dir(cuda_dir())?
+    for src in &srcs {
+        src.file_name().hash(&mut h);
+        fs::read(src).with_context(|| format!("read {}", src.display()))?.hash(&mut h);
+    }
+    let rdc: &[&str] = if cuda_dir().join(name).is_dir() { &["-rdc=true"] } else { &[] };
+    // The local headers (common.h, and those of a program's own folder) are part of it.
+    let own = cuda_dir().join(name);
+    let folders = if own.is_dir() { vec![cuda_dir(), own] } else { vec![cuda_dir()] };
+    let mut headers: Vec<PathBuf> = folders
+        .iter()
+        .map(fs::read_dir)
+        .collect::<std::io::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "h"))
@@ -151,9 +184,11 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
         std::env::var("PATH").unwrap_or_default()
     );
     let out = Command::new(&nvcc)
-        .args(["-cudart", "shared", "-arch=sm_80", "-O2", "-o"])
+        .args(["-cudart", "shared", "-arch=sm_80", "-O2"])
+        .args(rdc)
+        .arg("-o")
         .arg(&tmp)
-        .arg(&src)
+        .args(&srcs)
         .args(extra)
         .env("PATH", path)
         .output()
@@ -162,7 +197,7 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
         let _ = fs::remove_file(&tmp);
         bail!(
             "nvcc {} failed:\n{}",
-            src.display(),
+            srcs.iter().map(|s| s.display().to_string()).collect::<Vec<_>>().join(" "),
             String::from_utf8_lossy(&out.stderr)
         );
     }

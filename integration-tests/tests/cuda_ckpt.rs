@@ -59,6 +59,10 @@ corpus_ckpt!(
     "error_paths"
 );
 corpus_ckpt!(
+    separately_compiled_program_restarts_with_its_linked_module_and_symbols,
+    "rdc_linked"
+);
+corpus_ckpt!(
     host_functions_callbacks_and_events_queued_at_checkpoint_run_after_restart,
     "events_callbacks"
 );

@@ -1,7 +1,8 @@
 //! The CUDA test corpus under `crum run` on the default device: each program in
 //! `integration-tests/cuda/` is built with the real nvcc (`-cudart shared -arch=sm_80`), checks
 //! its GPU results against a CPU computation, and must exit 0 with a final `PASS`; its stdout
-//! must equal `cuda/expected/<name>.out` where that file exists.
+//! must equal `cuda/expected/<name>.out` where that file exists. A program that is a folder of
+//! several `.cu` files (`cuda/rdc_linked/`) is built with separate compilation (`-rdc=true`).
 
 use crum_integration_tests::{check_expected, run_cuda_pass, run_cuda_pass_with};
 
@@ -170,4 +171,8 @@ corpus_test!(
 corpus_test!(
     surface_objects_over_arrays_write_read_and_clamp_as_cuda,
     "surfaces"
+);
+corpus_test!(
+    separately_compiled_files_share_device_functions_and_variables_and_match_cpu,
+    "rdc_linked"
 );

@@ -122,20 +122,14 @@ pub fn local_copy(dst: u64, src: u64, len: u64) {
     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
 }
 
-/// Copy between two application ranges that the program claimed were device memory but are
-/// not (a copy whose direction names a device side): through the kernel (cross-memory
-/// attach on ourselves), so a wild or unmapped address is `cudaErrorInvalidValue`, as on a
-/// GPU, never a fault. Bounced through a buffer (the ranges may overlap).
-pub fn checked_local_copy(dst: u64, src: u64, len: u64) -> crate::errors::CudaResult<()> {
+/// Copy `len` bytes at `src` of this process through the kernel (cross-memory attach on
+/// ourselves): an unmapped range is `cudaErrorInvalidValue`, never a fault.
+pub fn checked_read(src: u64, len: u64) -> crate::errors::CudaResult<Vec<u8>> {
     let bad = crum_wire::cuda::ERROR_INVALID_VALUE;
     let n = usize::try_from(len).map_err(|_| bad)?;
-    // The kernel does not fault managed shadow pages in for us.
-    crate::managed::prepare_range(src, len, false);
-    crate::managed::prepare_range(dst, len, true);
     let mut tmp = Vec::new();
     tmp.try_reserve_exact(n).map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
     tmp.resize(n, 0u8);
-    // SAFETY: getpid has no preconditions.
     let me = crum_ckpt::threads::real_pid();
     let mut done = 0usize;
     while done < n {
@@ -148,7 +142,22 @@ pub fn checked_local_copy(dst: u64, src: u64, len: u64) -> crate::errors::CudaRe
         }
         done += r as usize;
     }
-    done = 0;
+    Ok(tmp)
+}
+
+/// Copy between two application ranges that the program claimed were device memory but are
+/// not (a copy whose direction names a device side): through the kernel (cross-memory
+/// attach on ourselves), so a wild or unmapped address is `cudaErrorInvalidValue`, as on a
+/// GPU, never a fault. Bounced through a buffer (the ranges may overlap).
+pub fn checked_local_copy(dst: u64, src: u64, len: u64) -> crate::errors::CudaResult<()> {
+    let bad = crum_wire::cuda::ERROR_INVALID_VALUE;
+    let n = usize::try_from(len).map_err(|_| bad)?;
+    // The kernel does not fault managed shadow pages in for us.
+    crate::managed::prepare_range(src, len, false);
+    crate::managed::prepare_range(dst, len, true);
+    let mut tmp = checked_read(src, len)?;
+    let me = crum_ckpt::threads::real_pid();
+    let mut done = 0usize;
     while done < n {
         let local = libc::iovec { iov_base: tmp[done..].as_mut_ptr().cast(), iov_len: n - done };
         let remote = libc::iovec { iov_base: (dst as usize + done) as *mut libc::c_void, iov_len: n - done };

@@ -248,14 +248,17 @@ impl Server {
             r.deferred = pending;
         }
         if syncing {
+            // Output from before the checkpoint first, then what the device printed since
+            // (work replayed after the restart included) — in one reply when it fits, so the
+            // program's own output after this call comes after both.
             let mut held = self.restored_printf.lock().unwrap();
+            let at = held.len().min(MAX_REPLY / 2);
+            let rest = held.split_off(at);
+            let mut out = std::mem::replace(&mut *held, rest);
             if held.is_empty() {
-                r.printf = self.backend.take_printf(MAX_REPLY / 2);
-            } else {
-                let at = held.len().min(MAX_REPLY / 2);
-                let rest = held.split_off(at);
-                r.printf = std::mem::replace(&mut *held, rest);
+                out.extend(self.backend.take_printf(MAX_REPLY / 2 - out.len()));
             }
+            r.printf = out;
         }
         r
     }

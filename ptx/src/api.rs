@@ -21,11 +21,27 @@ pub struct Module {
 impl Module {
     /// Parse and decode PTX text once.
     pub fn parse(ptx: &str) -> Result<Module, ParseError> {
+        Module::link(&[ptx])
+    }
+
+    /// Parse the relocatable PTX of every object of a program built with separate compilation
+    /// (`nvcc -rdc=true`) and link it into one module, as nvlink does: `.extern` functions and
+    /// variables resolve to the module that defines them, names without linkage stay private
+    /// to their module, a `.weak` definition gives way to a `.visible` one. Two `.visible`
+    /// definitions of a name fail with an error naming both modules; a name no module defines
+    /// is listed by [`Module::unresolved`] and refuses, at launch, the kernels that reach it.
+    pub fn link(ptx: &[&str]) -> Result<Module, ParseError> {
         // PTX comes from the application: a parser bug must not take the device process down.
-        match std::panic::catch_unwind(|| crate::parse::parse_module(ptx)) {
+        match std::panic::catch_unwind(|| crate::parse::parse_modules(ptx)) {
             Ok(r) => Ok(Module { prog: r? }),
             Err(_) => Err(ParseError { line: 0, msg: "internal error of the PTX parser".into() }),
         }
+    }
+
+    /// Functions and variables declared `.extern` (or otherwise shared) that no module of the
+    /// program defines; kernels that call or name one cannot run.
+    pub fn unresolved(&self) -> &[String] {
+        &self.prog.unresolved
     }
 
     /// The kernel (`.entry`) called `name` (mangled name, as registered).

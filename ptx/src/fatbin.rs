@@ -67,7 +67,22 @@ pub fn fatbin_total_size(head: &[u8]) -> Result<usize, FatbinError> {
 /// All PTX entries of one fat binary (and of any further fat binaries that follow it
 /// back to back in `fatbin`, as in a `.nv_fatbin` section).
 pub fn extract_ptx(fatbin: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
-    let mut out = Vec::new();
+    Ok(ptx_per_fatbin(fatbin)?.into_iter().flatten().collect())
+}
+
+/// The PTX a program's module is made of: of each fat binary in `image` (back to back), its
+/// highest-architecture PTX entry. One for a plain module; for a program built with
+/// `nvcc -rdc=true`, one per object (the interposer hands over the device-link fat binary,
+/// which carries SASS only, followed by every object's relocatable fat binary), to be linked
+/// by [`crate::Module::link`]. Fat binaries without PTX (the device-link one) contribute
+/// nothing; `SassOnly` when none has PTX.
+pub fn program_ptx(image: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
+    Ok(ptx_per_fatbin(image)?.into_iter().filter_map(|f| f.into_iter().max_by_key(|i| i.arch)).collect())
+}
+
+/// The PTX entries of each fat binary in `fatbin` (back to back), in order.
+pub fn ptx_per_fatbin(fatbin: &[u8]) -> Result<Vec<Vec<PtxImage>>, FatbinError> {
+    let mut all = Vec::new();
     let mut sass = Vec::new();
     let mut pos = 0usize;
     loop {
@@ -78,6 +93,7 @@ pub fn extract_ptx(fatbin: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
         }
         let hs = u16_at(rest, 6) as usize;
         let mut off = hs;
+        let mut out = Vec::new();
         while off < total {
             let at = pos + off;
             if total - off < 64 {
@@ -107,17 +123,18 @@ pub fn extract_ptx(fatbin: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
             }
             off += ehs + psize as usize;
         }
+        all.push(out);
         pos += total;
         if fatbin.len() - pos < HEADER || u32_at(fatbin, pos) != FATBIN_MAGIC {
             break;
         }
     }
-    if out.is_empty() && !sass.is_empty() {
+    if all.iter().all(Vec::is_empty) && !sass.is_empty() {
         sass.sort_unstable();
         sass.dedup();
         return Err(FatbinError::SassOnly { archs: sass });
     }
-    Ok(out)
+    Ok(all)
 }
 
 fn decode_payload(payload: &[u8], csize: u64, dsize: u64, flags: u64, offset: usize) -> Result<Vec<u8>, FatbinError> {
@@ -240,6 +257,27 @@ mod tests {
         let c = zstd::bulk::compress(&text, 3).unwrap();
         let f = fatbin(1, &c, c.len() as u32, text.len() as u64, 0x8011, 86);
         assert_eq!(extract_ptx(&f).unwrap()[0].ptx.as_bytes(), &text[..]);
+    }
+
+    #[test]
+    fn program_ptx_takes_the_best_ptx_of_each_fat_binary_and_skips_the_sass_only_one() {
+        // As the interposer hands over an -rdc=true program: the device-link fat binary
+        // (SASS), then each object's (PTX for two architectures, then one).
+        let mut object_a = fatbin(1, b"a70\0", 0, 0, 0x11, 70);
+        let second = fatbin(1, b"a80\0", 0, 0, 0x11, 80);
+        object_a.extend_from_slice(&second[HEADER..]);
+        let entries = (object_a.len() - HEADER) as u64;
+        object_a[8..16].copy_from_slice(&entries.to_le_bytes());
+        let mut image = fatbin(2, &[0x7f, b'E', b'L', b'F'], 0, 0, 0x11, 80);
+        image.extend(&object_a);
+        image.extend(fatbin(1, b"b80\0", 0, 0, 0x11, 80));
+        let texts: Vec<String> = program_ptx(&image).unwrap().into_iter().map(|i| i.ptx).collect();
+        assert_eq!(texts, ["a80", "b80"]);
+        assert_eq!(ptx_per_fatbin(&image).unwrap().iter().map(Vec::len).collect::<Vec<_>>(), [0, 2, 1]);
+        // SASS everywhere: the rebuild advice, as for a plain module.
+        let mut sass = fatbin(2, &[0x7f, b'E', b'L', b'F'], 0, 0, 0x11, 80);
+        sass.extend(fatbin(2, &[0x7f, b'E', b'L', b'F'], 0, 0, 0x11, 86));
+        assert!(matches!(program_ptx(&sass), Err(FatbinError::SassOnly { archs }) if archs == [80, 86]));
     }
 
     #[test]

@@ -474,6 +474,8 @@ pub(crate) struct Program {
     pub(crate) target: Option<u32>,
     /// Per-thread local bytes of all functions together (a bound without recursion).
     pub(crate) local_bytes: u64,
+    /// Shared names declared and defined by no module (`link`): functions, then variables.
+    pub(crate) unresolved: Vec<String>,
 }
 
 /// `mbarrier` variants (`Inst::aux`).

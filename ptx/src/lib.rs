@@ -1,5 +1,6 @@
 //! The PTX engine behind the emulated device: fat binary extraction ([`fatbin`]), PTX
-//! parsing and decoding ([`Module::parse`]), and a CPU interpreter for kernels ([`launch`]).
+//! parsing and decoding ([`Module::parse`]; [`Module::link`] for the relocatable modules of a
+//! program built with `nvcc -rdc=true`), and a CPU interpreter for kernels ([`launch`]).
 //!
 //! A module is parsed and decoded once into a flat instruction form (opcode, type and
 //! modifiers decoded separately, registers resolved to indices, labels to instruction
@@ -13,6 +14,7 @@ mod exec;
 mod fp;
 mod hostmem;
 mod ir;
+mod link;
 mod mem;
 mod parse;
 mod printf;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use crate::api::{GlobalVar, KernelInfo, ParamInfo, ParseError, StateSpace};
 use crate::ir::*;
+use crate::link::{self, Def, Linkage, LinkTable, Scope, Take};
 
 /// Upper bound on any declared size, so hostile PTX cannot make us allocate wildly.
 const MAX_DECL_BYTES: u64 = 1 << 32;
@@ -237,10 +238,16 @@ pub(crate) const FRAME_PARAM_BASE: u64 = 1 << 32;
 
 struct Builder {
     prog: Program,
-    globals_map: HashMap<String, Sym>,
-    funcs_map: HashMap<String, u32>,
-    /// Bodies parsed lazily after all prototypes are known: (func index, token range).
-    bodies: Vec<(u32, usize, usize)>,
+    /// Module-scope names of each module (`link`: private names and shared declarations).
+    scopes: Vec<Scope<Sym>>,
+    /// The module being read (index into `scopes` and the token lists).
+    module: usize,
+    /// Linkage directive of the declaration being read.
+    linkage: Linkage,
+    /// Names shared by every module.
+    link: LinkTable,
+    /// Bodies parsed lazily after all prototypes are known: (module, func index, token range).
+    bodies: Vec<(usize, u32, usize, usize)>,
     /// Per-function formal names → frame offsets.
     formals: Vec<Vec<(String, u32, u32)>>,
     /// Per-kernel params (name, offset, size).
@@ -257,13 +264,21 @@ struct Builder {
     call_edges: Vec<(u32, u32)>,
 }
 
+/// Parse and decode one PTX text.
+#[cfg(test)]
 pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
-    let toks = Lexer::lex(src)?;
-    let mut p = P { toks, i: 0 };
+    parse_modules(&[src])
+}
+
+/// Parse and decode the PTX texts of one program's modules as one program: a single text
+/// as it is, several (`nvcc -rdc=true`) linked by name (`link`).
+pub(crate) fn parse_modules(srcs: &[&str]) -> Result<Program, ParseError> {
     let mut b = Builder {
         prog: Program { shared_vars: vec![SharedVar { size: 0, align: 16 }], ..Program::default() },
-        globals_map: HashMap::new(),
-        funcs_map: HashMap::new(),
+        scopes: Vec::new(),
+        module: 0,
+        linkage: Linkage::Private,
+        link: LinkTable::default(),
         bodies: Vec::new(),
         formals: Vec::new(),
         kparams: Vec::new(),
@@ -274,15 +289,41 @@ pub(crate) fn parse_module(src: &str) -> Result<Program, ParseError> {
         envreg_users: Vec::new(),
         call_edges: Vec::new(),
     };
-    // Pass 1: module directives, variables and function headers; bodies remembered.
-    while p.peek().is_some() {
-        b.top_level(&mut p)?;
+    // Pass 1: module directives, variables and function headers of every module; bodies
+    // remembered.
+    let mut modules = Vec::with_capacity(srcs.len());
+    for (m, src) in srcs.iter().enumerate() {
+        let ctx = |e| link::in_module(e, m, srcs.len());
+        let mut p = P { toks: Lexer::lex(src).map_err(ctx)?, i: 0 };
+        b.module = m;
+        b.scopes.push(Scope::default());
+        while p.peek().is_some() {
+            b.linkage = Linkage::Private;
+            b.top_level(&mut p).map_err(ctx)?;
+        }
+        modules.push(p);
     }
+    // Every definition is known now: shared names nobody defines are unresolved.
+    let defined: std::collections::HashSet<u32> = b.bodies.iter().map(|&(_, fi, _, _)| fi).collect();
+    let unresolved_funcs: Vec<u32> = (0..b.prog.funcs.len() as u32)
+        .filter(|fi| !defined.contains(fi) && !link::is_builtin(&b.prog.funcs[*fi as usize].name))
+        .collect();
+    let mut unresolved_vars: Vec<(String, u32)> =
+        b.link.vars.iter().filter(|(_, i)| !b.link.var_defs.contains_key(i)).map(|(n, &i)| (n.clone(), i)).collect();
+    unresolved_vars.sort_by_key(|v| v.1);
+    b.link.unresolved_vars = unresolved_vars.iter().map(|v| v.1).collect();
     // Pass 2: function bodies (every function name is known by now, so calls resolve).
     let bodies = std::mem::take(&mut b.bodies);
-    for (fi, st, en) in bodies {
-        b.body(&p, fi, st, en);
+    for (m, fi, st, en) in bodies {
+        b.module = m;
+        b.body(&modules[m], fi, st, en);
     }
+    for fi in unresolved_funcs {
+        let name = b.prog.funcs[fi as usize].name.clone();
+        b.reject(fi, 0, format!("unresolved extern function `{name}`: no PTX module of the program defines it"));
+        b.prog.unresolved.push(name);
+    }
+    b.prog.unresolved.extend(unresolved_vars.into_iter().map(|v| v.0));
     b.prog.local_bytes = b.local_cur;
     for k in b.prog.kernels.iter_mut() {
         k.local_bytes = b.local_cur;
@@ -363,12 +404,13 @@ impl Builder {
                 if w == ".version" {
                     if let Some(v) = p.peek_word() {
                         let (a, b) = v.split_once('.').unwrap_or((v, "0"));
-                        self.prog.version = a.parse().ok().zip(b.parse().ok());
+                        self.prog.version = self.prog.version.max(a.parse().ok().zip(b.parse().ok()));
                     }
                 } else if w == ".target" {
                     if let Some(v) = p.peek_word() {
                         let digits: String = v.trim_start_matches("sm_").chars().take_while(char::is_ascii_digit).collect();
-                        self.prog.target = digits.parse().ok();
+                        // Linked modules: the highest target of them.
+                        self.prog.target = self.prog.target.max(digits.parse().ok());
                     }
                 }
                 if p.line() == line {
@@ -391,8 +433,16 @@ impl Builder {
                 }
                 Ok(())
             }
-            ".visible" | ".weak" | ".common" => self.top_level(p),
+            ".visible" | ".weak" | ".common" => {
+                self.linkage = match w.as_str() {
+                    ".visible" => Linkage::Visible,
+                    ".weak" => Linkage::Weak,
+                    _ => Linkage::Common,
+                };
+                self.top_level(p)
+            }
             ".extern" => {
+                self.linkage = Linkage::Extern;
                 // `.extern .func` prototypes and `.extern .shared` dynamic shared memory.
                 if p.peek_word() == Some(".func") {
                     p.next()?;
@@ -511,19 +561,40 @@ impl Builder {
         match space.as_str() {
             ".shared" => {
                 let v = if extern_ || d.count == Some(0) { DYN_SHARED } else { self.shared_var(size, align as u64) };
-                self.globals_map.insert(d.name, Sym::Shared(v));
+                self.scope().globals.insert(d.name, Sym::Shared(v));
             }
             ".global" | ".const" => {
-                let idx = self.sym_index(&d.name);
-                self.globals_map.insert(d.name.clone(), Sym::Global(idx));
+                let shared = self.linkage.shared();
+                let idx = self.var_symbol(&d.name, shared);
+                self.scope().globals.insert(d.name.clone(), Sym::Global(idx));
                 if !extern_ {
-                    self.prog.globals.push(GlobalVar {
-                        name: d.name,
+                    let var = GlobalVar {
+                        name: self.prog.symbols[idx as usize].clone(),
                         space: if space == ".const" { StateSpace::Const } else { StateSpace::Global },
                         size,
                         align,
                         init,
-                    });
+                    };
+                    let def = Def::new(self.module, self.linkage);
+                    let prev = self.link.var_defs.get(&idx).copied();
+                    let take = if shared {
+                        link::take_definition("variable", &d.name, prev.map(|p| p.0), def).map_err(|m| perr(line, m))?
+                    } else {
+                        Take::First
+                    };
+                    match (take, prev) {
+                        (Take::Replace, Some((_, gi))) => {
+                            self.prog.globals[gi] = var;
+                            self.link.var_defs.insert(idx, (def, gi));
+                        }
+                        (Take::Ignore, _) => {}
+                        _ => {
+                            self.prog.globals.push(var);
+                            if shared {
+                                self.link.var_defs.insert(idx, (def, self.prog.globals.len() - 1));
+                            }
+                        }
+                    }
                 }
             }
             _ => return Err(perr(line, format!("unsupported module variable space `{space}`"))),
@@ -531,17 +602,49 @@ impl Builder {
         Ok(())
     }
 
+    /// The current module's names.
+    fn scope(&mut self) -> &mut Scope<Sym> {
+        &mut self.scopes[self.module]
+    }
+
     fn shared_var(&mut self, size: u64, align: u64) -> u32 {
         self.prog.shared_vars.push(SharedVar { size, align: align.max(1) });
         (self.prog.shared_vars.len() - 1) as u32
     }
 
-    fn sym_index(&mut self, name: &str) -> u32 {
-        if let Some(i) = self.prog.symbols.iter().position(|s| s == name) {
-            return i as u32;
+    /// The symbol index of a module variable: a shared name is one symbol for every module; a
+    /// private one gets its own, renamed when another module's variable has the name (`link`).
+    fn var_symbol(&mut self, name: &str, shared: bool) -> u32 {
+        if shared {
+            if let Some(&i) = self.link.vars.get(name) {
+                return i;
+            }
+        } else if let Some(Sym::Global(i)) = self.scopes[self.module].globals.get(name) {
+            return *i;
         }
-        self.prog.symbols.push(name.to_string());
-        (self.prog.symbols.len() - 1) as u32
+        let own = match self.prog.symbols.iter().position(|s| s == name) {
+            None => name.to_string(),
+            Some(j) if shared => {
+                // A private variable of another module has the name: it moves aside.
+                if let Some(&m) = self.link.private_vars.get(&(j as u32)) {
+                    let moved = link::private_name(name, m);
+                    if let Some(g) = self.prog.globals.iter_mut().find(|g| g.name == name) {
+                        g.name = moved.clone();
+                    }
+                    self.prog.symbols[j] = moved;
+                }
+                name.to_string()
+            }
+            Some(_) => link::private_name(name, self.module),
+        };
+        self.prog.symbols.push(own);
+        let idx = (self.prog.symbols.len() - 1) as u32;
+        if shared {
+            self.link.vars.insert(name.to_string(), idx);
+        } else {
+            self.link.private_vars.insert(idx, self.module);
+        }
+        idx
     }
 
     fn initializer(p: &mut P, out: &mut Vec<InitVal>) -> Result<(), ParseError> {
@@ -622,45 +725,62 @@ impl Builder {
                 _ => return Err(perr(line, format!("unknown function directive `{w}`"))),
             }
         }
-        let fi = match self.funcs_map.get(&name) {
-            Some(&fi) => fi,
+        let shared = self.linkage.shared();
+        let is_def = !extern_ && p.is_punct('{');
+        let known = self.scope().funcs.get(&name).copied();
+        let known = known.or_else(|| if shared { self.link.funcs.get(&name).copied() } else { None });
+        let fi = match known {
+            Some(fi) => fi,
             None => {
                 let fi = self.prog.funcs.len() as u32;
-                // Frame layout: rets then params, each aligned.
-                let mut off = 0u32;
-                let mut formals = Vec::new();
-                let mut ret_offs = Vec::new();
-                let mut param_offs = Vec::new();
-                for (is_ret, d) in rets.iter().map(|d| (true, d)).chain(params.iter().map(|d| (false, d))) {
-                    let al = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1);
-                    off = off.div_ceil(al) * al;
-                    let sz = d.size() as u32;
-                    formals.push((d.name.clone(), off, sz));
-                    if is_ret {
-                        ret_offs.push((off, sz));
-                    } else {
-                        param_offs.push((off, sz));
-                    }
-                    off += sz;
-                }
                 self.prog.funcs.push(Func {
                     name: name.clone(),
                     entry: u32::MAX,
                     nregs: 0,
-                    frame_bytes: off,
+                    frame_bytes: 0,
                     local_bytes: 0,
-                    ret_offs,
-                    param_offs,
+                    ret_offs: Vec::new(),
+                    param_offs: Vec::new(),
                     rejected: None,
                 });
-                self.formals.push(formals);
+                self.formals.push(Vec::new());
                 self.kernel_of.push(None);
                 self.kparams.push(Vec::new());
-                self.funcs_map.insert(name.clone(), fi);
+                self.set_formals(fi, &rets, &params);
                 fi
             }
         };
-        if kernel {
+        self.scope().funcs.insert(name.clone(), fi);
+        if shared {
+            self.link.funcs.insert(name.clone(), fi);
+        }
+        // Which definition the program keeps (`link`): a second one is skipped, replaces a
+        // weak one, or is an error.
+        let define = if !is_def {
+            false
+        } else if shared {
+            let def = Def::new(self.module, self.linkage);
+            let prev = self.link.func_defs.get(&fi).copied();
+            match link::take_definition("function", &name, prev, def).map_err(|m| perr(line, m))? {
+                Take::Ignore => false,
+                Take::First => {
+                    self.link.func_defs.insert(fi, def);
+                    true
+                }
+                Take::Replace => {
+                    self.link.func_defs.insert(fi, def);
+                    self.bodies.retain(|b| b.1 != fi);
+                    true
+                }
+            }
+        } else {
+            true
+        };
+        if define {
+            // The definition's formals (a prototype in another module may name them otherwise).
+            self.set_formals(fi, &rets, &params);
+        }
+        if kernel && (define || self.kernel_of[fi as usize].is_none()) {
             let mut off = 0u32;
             let mut infos = Vec::new();
             let mut names = Vec::new();
@@ -673,8 +793,7 @@ impl Builder {
                 off += sz;
             }
             self.kparams[fi as usize] = names;
-            self.kernel_of[fi as usize] = Some(self.prog.kernels.len());
-            self.prog.kernels.push(KernelInfo {
+            let info = KernelInfo {
                 name: name.clone(),
                 params: infos,
                 param_bytes: off,
@@ -683,8 +802,15 @@ impl Builder {
                 max_threads_per_block: maxntid,
                 num_regs: nregs_hint,
                 uses_grid_sync: false,
-            });
-            self.prog.kernel_funcs.push(fi);
+            };
+            match self.kernel_of[fi as usize] {
+                Some(k) => self.prog.kernels[k] = info,
+                None => {
+                    self.kernel_of[fi as usize] = Some(self.prog.kernels.len());
+                    self.prog.kernels.push(info);
+                    self.prog.kernel_funcs.push(fi);
+                }
+            }
         }
         if p.eat_punct(';') || extern_ {
             p.eat_punct(';');
@@ -707,8 +833,35 @@ impl Builder {
                 }
             }
         }
-        self.bodies.push((fi, st + 1, p.i - 1));
+        if define {
+            self.bodies.push((self.module, fi, st + 1, p.i - 1));
+        }
         Ok(())
+    }
+
+    /// Frame layout of function `fi`'s formals: return values, then parameters, each aligned.
+    fn set_formals(&mut self, fi: u32, rets: &[Decl], params: &[Decl]) {
+        let mut off = 0u32;
+        let mut formals = Vec::new();
+        let mut ret_offs = Vec::new();
+        let mut param_offs = Vec::new();
+        for (is_ret, d) in rets.iter().map(|d| (true, d)).chain(params.iter().map(|d| (false, d))) {
+            let al = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1);
+            off = off.div_ceil(al) * al;
+            let sz = d.size() as u32;
+            formals.push((d.name.clone(), off, sz));
+            if is_ret {
+                ret_offs.push((off, sz));
+            } else {
+                param_offs.push((off, sz));
+            }
+            off += sz;
+        }
+        let f = &mut self.prog.funcs[fi as usize];
+        f.frame_bytes = off;
+        f.ret_offs = ret_offs;
+        f.param_offs = param_offs;
+        self.formals[fi as usize] = formals;
     }
 
     fn param_list(p: &mut P) -> Result<Vec<Decl>, ParseError> {
@@ -728,15 +881,22 @@ impl Builder {
         let code_len = self.prog.code.len();
         let Err(e) = self.body_inner(p0, fi, st, en) else { return };
         self.prog.code.truncate(code_len);
+        let why = format!("{} (PTX line {}, in function `{}`)", e.msg, e.line, self.prog.funcs[fi as usize].name);
+        self.reject(fi, e.line as u32, why);
+    }
+
+    /// Function `fi` cannot run: its body becomes one `Unsupported` instruction saying why,
+    /// and kernels that can reach it are refused at launch (`per_kernel`).
+    fn reject(&mut self, fi: u32, line: u32, why: String) {
+        let code_len = self.prog.code.len();
         let f = &mut self.prog.funcs[fi as usize];
-        let why = format!("{} (PTX line {}, in function `{}`)", e.msg, e.line, f.name);
         f.entry = code_len as u32;
         f.nregs = 1;
         f.local_bytes = 0;
         f.rejected = Some(why.clone());
         self.prog.messages.push(why);
         let aux = (self.prog.messages.len() - 1) as u32;
-        self.prog.code.push(Inst { op: Op::Unsupported, aux, ..nop(e.line as u32) });
+        self.prog.code.push(Inst { op: Op::Unsupported, aux, ..nop(line) });
         self.prog.code.push(Inst { op: Op::Ret, ..nop(0) });
     }
 
@@ -755,18 +915,57 @@ impl Builder {
         for (n, off, _) in &self.kparams[fi as usize] {
             names.insert(n.clone(), Sym::KParam(*off));
         }
-        // Pre-pass: labels (so forward branches resolve) and declarations.
-        let mut stmts: Vec<(usize, usize)> = Vec::new();
+        // Pre-pass: labels, so forward branches resolve.
         let entry = self.prog.code.len() as u32;
         let mut pc = entry;
         while p.peek().is_some() {
             if p.eat_punct('{') || p.eat_punct('}') || p.eat_punct(';') {
                 continue;
             }
-            // Label?
             if let (Some(Tok::Word(w)), Some(Tok::Punct(':'))) = (p.peek().cloned(), p.peek_at(1)) {
                 p.i += 2;
                 names.insert(w, Sym::Label(pc));
+                continue;
+            }
+            let w = p.peek_word().unwrap_or("");
+            if w == ".loc" || w == ".file" {
+                p.skip_line();
+                continue;
+            }
+            let stmt = !w.starts_with('.');
+            p.skip_to_semi();
+            pc += u32::from(stmt);
+        }
+        // Declarations and instructions in order. Declarations inside `{ }` (nvcc's call
+        // sequences) end with their block: two call sequences may both declare `param0`, with
+        // different types and so at different frame offsets.
+        p.i = 0;
+        let mut blocks: Vec<Vec<(String, Option<Sym>)>> = Vec::new();
+        let declare = |names: &mut HashMap<String, Sym>, blocks: &mut Vec<Vec<(String, Option<Sym>)>>, n: String, sym: Sym| {
+            let prev = names.insert(n.clone(), sym);
+            if let Some(b) = blocks.last_mut() {
+                b.push((n, prev));
+            }
+        };
+        while p.peek().is_some() {
+            if p.eat_punct('{') {
+                blocks.push(Vec::new());
+                continue;
+            }
+            if p.eat_punct('}') {
+                for (n, prev) in blocks.pop().unwrap_or_default().into_iter().rev() {
+                    match prev {
+                        Some(s) => names.insert(n, s),
+                        None => names.remove(&n),
+                    };
+                }
+                continue;
+            }
+            if p.eat_punct(';') {
+                continue;
+            }
+            if let (Some(Tok::Word(_)), Some(Tok::Punct(':'))) = (p.peek(), p.peek_at(1)) {
+                p.i += 2;
                 continue;
             }
             let line = p.line();
@@ -778,15 +977,15 @@ impl Builder {
                     Some(".reg") => {
                         if let Some(n) = d.range {
                             for k in 0..n {
-                                names.insert(format!("{}{}", d.name, k), Sym::Reg(nregs));
+                                declare(&mut names, &mut blocks, format!("{}{}", d.name, k), Sym::Reg(nregs));
                                 nregs += 1;
                             }
                         } else {
-                            names.insert(d.name.clone(), Sym::Reg(nregs));
+                            declare(&mut names, &mut blocks, d.name.clone(), Sym::Reg(nregs));
                             nregs += 1;
                             while p.eat_punct(',') {
                                 let n = p.word()?;
-                                names.insert(n, Sym::Reg(nregs));
+                                declare(&mut names, &mut blocks, n, Sym::Reg(nregs));
                                 nregs += 1;
                             }
                         }
@@ -794,17 +993,17 @@ impl Builder {
                     Some(".param") => {
                         let a = al as u32;
                         frame = frame.div_ceil(a) * a;
-                        names.insert(d.name.clone(), Sym::FParam(frame));
+                        declare(&mut names, &mut blocks, d.name.clone(), Sym::FParam(frame));
                         frame += d.size() as u32;
                     }
                     Some(".local") => {
                         let off = local_cur.div_ceil(al) * al;
                         local_cur = off + d.size();
-                        names.insert(d.name.clone(), Sym::Local(off));
+                        declare(&mut names, &mut blocks, d.name.clone(), Sym::Local(off));
                     }
                     Some(".shared") => {
                         let v = if d.extern_ || d.count == Some(0) { DYN_SHARED } else { self.shared_var(d.size(), al) };
-                        names.insert(d.name.clone(), Sym::Shared(v));
+                        declare(&mut names, &mut blocks, d.name.clone(), Sym::Shared(v));
                     }
                     Some(s) => return Err(perr(line, format!("unsupported declaration `{s}` in a function"))),
                     None => return Err(perr(line, "declaration without state space")),
@@ -823,12 +1022,7 @@ impl Builder {
             }
             let s = p.i;
             p.skip_to_semi();
-            stmts.push((s, p.i));
-            pc += 1;
-        }
-        // Decode.
-        for (s, e) in stmts {
-            let toks = &p.toks[s..e];
+            let toks = &p.toks[s..p.i];
             let inst = self.instruction(toks, &names).map_err(|m| perr(toks[0].1, m))?;
             self.prog.code.push(inst);
         }
@@ -910,7 +1104,7 @@ impl Builder {
                 "__assertfail" | "__assert_fail" => CallTarget::Extern(Extern::AssertFail),
                 "malloc" => CallTarget::Extern(Extern::Malloc),
                 "free" => CallTarget::Extern(Extern::Free),
-                _ => match self.funcs_map.get(&name) {
+                _ => match self.scopes[self.module].funcs.get(&name) {
                     Some(&f) => CallTarget::Func(f),
                     None => return Err(format!("call to unknown function `{name}`")),
                 },
@@ -1032,7 +1226,12 @@ impl Builder {
         if let Some(s) = sreg(&w) {
             return Ok(Opd::Sreg(s));
         }
-        if let Some(sym) = names.get(&w).or_else(|| self.globals_map.get(&w)).copied() {
+        if let Some(sym) = names.get(&w).or_else(|| self.scopes[self.module].globals.get(&w)).copied() {
+            if let Sym::Global(g) = sym {
+                if self.link.unresolved_vars.contains(&g) {
+                    return Err(format!("unresolved extern variable `{w}`: no PTX module of the program defines it"));
+                }
+            }
             let o = match sym {
                 Sym::Reg(r) => Opd::Reg(r),
                 Sym::KParam(o) => Opd::Addr(Base::None, o as i64),

@@ -369,6 +369,46 @@ DONE:
 }
 
 #[test]
+fn call_sequences_declaring_the_same_param_name_with_different_types_each_use_their_own() {
+    // nvcc names every call sequence's arguments `param0`, `param1`...: here a .b64 then a
+    // .b32 `param0`, which must not share one frame offset (the .b64 store would be misaligned).
+    let m = ptx(r#"
+.func (.param .b64 r) twice(.param .b64 x) { .reg .b64 %rd<3>; ld.param.b64 %rd1, [x]; add.s64 %rd2, %rd1, %rd1; st.param.b64 [r], %rd2; ret; }
+.func (.param .b32 r) inc(.param .b32 x) { .reg .b32 %r<3>; ld.param.b32 %r1, [x]; add.s32 %r2, %r1, 1; st.param.b32 [r], %r2; ret; }
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [out];
+  mov.u64 %rd2, 20;
+  { // callseq 0
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd2;
+  .param .b64 retval0;
+  call.uni (retval0), twice, (param0);
+  ld.param.b64 %rd3, [retval0+0];
+  }
+  mov.u32 %r1, 6;
+  { // callseq 1
+  .param .b32 param0;
+  st.param.b32 [param0+0], %r1;
+  .param .b32 retval0;
+  call.uni (retval0), inc, (param0);
+  ld.param.b32 %r2, [retval0+0];
+  }
+  cvt.u64.u32 %rd4, %r2;
+  add.s64 %rd5, %rd3, %rd4;
+  st.global.u64 [%rd1], %rd5;
+  ret;
+}
+"#);
+    let mut mem = HostMemory::new();
+    let out = mem.alloc(8);
+    go(&m, "k", cfg(1, 1), &out.to_le_bytes(), &mem, 1).unwrap();
+    assert_eq!(u64::from_le_bytes(mem.read(out, 8).try_into().unwrap()), 40 + 7);
+}
+
+#[test]
 fn call_to_an_external_function_fails_the_launch_cleanly() {
     let m = ptx(r#"
 .extern .func (.param .b32 r) elsewhere(.param .b32 a);

@@ -48,26 +48,91 @@ pub fn load(idx: usize) -> CudaResult<u64> {
     })
 }
 
-/// Size of the fat binary the nvcc wrapper points to (0 when it is not one we understand).
-fn fatbin_extent(wrapper: *const u8) -> (u64, u64) {
-    let Ok(magic) = field::<u32>(wrapper, 0) else {
-        return (0, 0);
-    };
-    let Ok(data) = field::<u64>(wrapper, 8) else {
-        return (0, 0);
-    };
-    if magic != FATBIN_WRAPPER_MAGIC || data == 0 {
+/// Wrapper version of a program built with `-rdc=true`: `filename_or_fatbins` is the
+/// NULL-terminated array of the objects' relocatable fat binaries (`fatbinary_section.h`).
+const FATBIN_LINK_VERSION: u32 = 2;
+/// More relocatable objects than this in one program are not believed (untrusted input).
+const MAX_PRELINKED: usize = 1 << 16;
+/// The proxy loads no module image larger than this.
+const MAX_IMAGE: u64 = 1 << 30;
+
+/// Address and size of the fat binary at `data` (0 size when it is not one we understand).
+fn fatbin_at(data: u64) -> (u64, u64) {
+    if data == 0 {
         return (0, 0);
     }
-    let head = data as *const u8;
-    match (
-        field::<u32>(head, 0),
-        field::<u16>(head, 6),
-        field::<u64>(head, 8),
-    ) {
-        (Ok(FATBIN_MAGIC), Ok(hsize), Ok(size)) => (data, hsize as u64 + size),
-        _ => (0, 0),
+    // Read through the kernel: the pointer comes from the program's wrapper.
+    let Ok(head) = checked_read(data, 16) else {
+        return (0, 0);
+    };
+    let u = |o: usize, n: usize| head[o..o + n].iter().rev().fold(0u64, |v, &b| v << 8 | b as u64);
+    if u(0, 4) != FATBIN_MAGIC as u64 {
+        return (0, 0);
     }
+    match u(6, 2).checked_add(u(8, 8)) {
+        Some(total) => (data, total),
+        None => (0, 0),
+    }
+}
+
+/// The module image the nvcc wrapper describes: (address, size) of its fat binary, or 0 size
+/// when it is not one we understand. A program built with separate compilation (`-rdc=true`)
+/// registers only the device-link fat binary (SASS of the linked program, no PTX); its
+/// objects' relocatable fat binaries, which carry the PTX, hang off the wrapper. The image is
+/// then a copy of them all back to back, the device-link one first (what a GPU loads), in
+/// memory that lives as long as the program: the proxy reads it now, and again from the
+/// restored process after a restart.
+fn module_image(wrapper: *const u8) -> (u64, u64) {
+    let (Ok(magic), Ok(version), Ok(data), Ok(prelinked)) = (
+        field::<u32>(wrapper, 0),
+        field::<u32>(wrapper, 4),
+        field::<u64>(wrapper, 8),
+        field::<u64>(wrapper, 16),
+    ) else {
+        return (0, 0);
+    };
+    if magic != FATBIN_WRAPPER_MAGIC {
+        return (0, 0);
+    }
+    let main = fatbin_at(data);
+    if version != FATBIN_LINK_VERSION || prelinked == 0 || main.1 == 0 {
+        return main;
+    }
+    let mut parts = vec![main];
+    for i in 0..MAX_PRELINKED {
+        // The list, like the fat binaries, is read through the kernel: a wrong pointer in a
+        // hand-made wrapper must not fault the program.
+        let Some(at) = (i as u64).checked_mul(8).and_then(|o| prelinked.checked_add(o)) else { break };
+        let Ok(word) = checked_read(at, 8) else { break };
+        let p = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        if p == 0 {
+            break;
+        }
+        let part = fatbin_at(p);
+        if part.1 == 0 {
+            tracing::warn!(object = i, "a relocatable object's fat binary is not one crum reads; skipped");
+            continue;
+        }
+        parts.push(part);
+    }
+    let total = parts.iter().try_fold(0u64, |t, p| t.checked_add(p.1)).filter(|&t| t <= MAX_IMAGE);
+    let Some(total) = total else {
+        tracing::warn!("the program's relocatable fat binaries claim more than {MAX_IMAGE} bytes; not loaded");
+        return main;
+    };
+    let mut image = Vec::with_capacity(total as usize);
+    for (addr, len) in parts {
+        // Read through the kernel: sizes come from headers, and a wrong one must not fault.
+        match checked_read(addr, len) {
+            Ok(bytes) => image.extend_from_slice(&bytes),
+            Err(_) => {
+                tracing::warn!(addr, len, "a relocatable fat binary is not readable; the program's kernels are not loaded");
+                return main;
+            }
+        }
+    }
+    let image = Box::leak(image.into_boxed_slice());
+    (image.as_ptr() as u64, image.len() as u64)
 }
 
 fn handle_index(handle: *mut *mut c_void) -> CudaResult<usize> {
@@ -80,7 +145,7 @@ fn handle_index(handle: *mut *mut c_void) -> CudaResult<usize> {
 #[no_mangle]
 pub extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c_void {
     let r = std::panic::catch_unwind(|| {
-        let (addr, len) = fatbin_extent(fat_cubin as *const u8);
+        let (addr, len) = module_image(fat_cubin as *const u8);
         let mut g = LAZY.lock().unwrap_or_else(|p| p.into_inner());
         g.push(Arc::new(LazyModule {
             addr,

@@ -843,13 +843,14 @@ fn read_props(dev: Device) -> DResult<DeviceProps> {
 }
 
 /// The PTX text of a module image, for the parameter-layout fallback: the highest-architecture
-/// PTX of a fat binary (decompressed by `crum_ptx::fatbin`), else PTX text found as is (plain
+/// PTX of each fat binary (decompressed by `crum_ptx::fatbin`; several for a program built
+/// with `-rdc=true`, whose kernels are in its objects' PTX), else PTX text found as is (plain
 /// PTX, or an uncompressed fat binary entry).
 fn ptx_text(image: &[u8]) -> Option<String> {
     if image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
-        if let Ok(images) = crum_ptx::fatbin::extract_ptx(image) {
-            if let Some(best) = crum_ptx::fatbin::best_ptx(&images) {
-                return Some(best.ptx.clone());
+        if let Ok(images) = crum_ptx::fatbin::program_ptx(image) {
+            if !images.is_empty() {
+                return Some(images.iter().map(|i| i.ptx.as_str()).collect::<Vec<_>>().join("\n"));
             }
         }
     }
@@ -1551,6 +1552,36 @@ mod tests {
         let t = ptx_text(&fatbin).unwrap();
         assert!(t.starts_with(".version 8.0") && t.ends_with("ret; }"));
         assert_eq!(ptx_text(b"\x50\xed\x55\xba compressed bytes"), None);
+    }
+
+    /// A fat binary with one plain PTX entry, laid out as nvcc does (`--no-compress`).
+    fn plain_ptx_fatbin(ptx: &str) -> Vec<u8> {
+        let mut payload = ptx.as_bytes().to_vec();
+        payload.push(0);
+        payload.resize(payload.len().div_ceil(8) * 8, 0);
+        let mut e = vec![0u8; 80];
+        e[0..2].copy_from_slice(&1u16.to_le_bytes());
+        e[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
+        e[4..8].copy_from_slice(&80u32.to_le_bytes());
+        e[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        e[28..32].copy_from_slice(&80u32.to_le_bytes());
+        e[40..48].copy_from_slice(&0x11u64.to_le_bytes());
+        e.extend_from_slice(&payload);
+        let mut f = vec![0x50u8, 0xed, 0x55, 0xba, 1, 0, 0x10, 0];
+        f.extend_from_slice(&(e.len() as u64).to_le_bytes());
+        f.extend_from_slice(&e);
+        f
+    }
+
+    #[test]
+    fn ptx_text_of_an_rdc_image_holds_every_objects_kernels() {
+        // Device-link fat binary (no entries), then two objects' relocatable fat binaries.
+        let mut image = vec![0x50u8, 0xed, 0x55, 0xba, 1, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        image.extend(plain_ptx_fatbin(".version 8.0\n.target sm_80\n.visible .entry ka(.param .u64 p) { ret; }"));
+        image.extend(plain_ptx_fatbin(".version 8.0\n.target sm_80\n.visible .entry kb(.param .u32 n) { ret; }"));
+        let t = ptx_text(&image).unwrap();
+        assert_eq!(params::layout_from_ptx(&t, "ka").unwrap().len(), 1);
+        assert_eq!(params::layout_from_ptx(&t, "kb").unwrap().len(), 1);
     }
 
     #[test]

@@ -81,18 +81,28 @@ impl Kernels {
         vram: &Vram,
         placement: Option<&HashMap<String, (u64, AllocKind)>>,
     ) -> Result<()> {
-        let images = crum_ptx::fatbin::extract_ptx(image).map_err(|e| {
+        // One PTX per fat binary of the image: one for a plain module; one per object for a
+        // program built with `-rdc=true` (the interposer appends every object's relocatable
+        // fat binary), linked into one module here.
+        let images = crum_ptx::fatbin::program_ptx(image).map_err(|e| {
             tracing::error!("cannot load the program's kernels: {e}");
             err(cuda::ERROR_NO_KERNEL_IMAGE)
         })?;
-        let ptx = crum_ptx::fatbin::best_ptx(&images).ok_or_else(|| {
+        if images.is_empty() {
             tracing::error!("the program carries no PTX; rebuild with PTX, e.g. -arch=sm_80");
-            err(cuda::ERROR_NO_KERNEL_IMAGE)
-        })?;
-        let module = crum_ptx::Module::parse(&ptx.ptx).map_err(|e| {
+            return Err(err(cuda::ERROR_NO_KERNEL_IMAGE));
+        }
+        let texts: Vec<&str> = images.iter().map(|i| i.ptx.as_str()).collect();
+        let module = crum_ptx::Module::link(&texts).map_err(|e| {
             tracing::error!("cannot parse the program's PTX: {e}");
             err(cuda::ERROR_INVALID_PTX)
         })?;
+        if !module.unresolved().is_empty() {
+            tracing::warn!(
+                symbols = ?module.unresolved(),
+                "no PTX module of the program defines these; kernels that use them cannot run"
+            );
+        }
         let mut symbols = HashMap::new();
         for g in module.globals() {
             let (addr, _) = match placement.and_then(|p| p.get(&g.name)) {

@@ -74,7 +74,8 @@ pub fn compile_source(src: &Path, flags: &[&str], link: bool) -> PathBuf {
     flags.hash(&mut h);
     link.hash(&mut h);
     nvcc().hash(&mut h);
-    let out = out_dir().join(format!("{name}-{:016x}{}", h.finish(), if link { "" } else { ".o" }));
+    let file = name.replace('/', "_");
+    let out = out_dir().join(format!("{file}-{:016x}{}", h.finish(), if link { "" } else { ".o" }));
     if out.exists() {
         return out;
     }
