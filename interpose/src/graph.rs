@@ -130,6 +130,8 @@ pub struct Graph {
     /// `cudaGraphClone`: original node → its copy here.
     pub cloned_from: HashMap<u64, u64>,
     pub id: u32,
+    /// User object → references this graph holds (`cudaGraphRetainUserObject`).
+    pub user_objects: HashMap<u64, u32>,
 }
 
 /// One node of an executable graph.
@@ -157,6 +159,9 @@ pub struct Exec {
     /// stream is ordered behind the previous launch, as CUDA orders launches of one exec.
     pub last_stream: Option<u64>,
     pub done_event: u64,
+    /// References to user objects taken from the graph (and its child graphs) at
+    /// instantiation; released after the last launch when the exec is destroyed.
+    pub user_objects: Vec<(u64, u32)>,
 }
 
 #[derive(Default)]
@@ -186,9 +191,15 @@ pub fn reset() {
             a.freed_in_graph.store(false, Ordering::Release);
         }
     }
+    // The graphs' and executable graphs' references to user objects go with them (the
+    // device's work is gone, so an exec's are released at once).
+    let mut refs: Vec<(u64, u32)> = s.graphs.values().flat_map(|g| g.user_objects.iter().map(|(&o, &n)| (o, n))).collect();
+    refs.extend(s.execs.values().flat_map(|e| e.user_objects.iter().copied()));
     s.graphs.clear();
     s.nodes.clear();
     s.execs.clear();
+    drop(s);
+    crate::user_object::release_all(&refs);
 }
 
 /// First handle value: small enough to print, far from NULL.
@@ -275,9 +286,15 @@ impl Store {
             }
             map.insert(n, copy);
         }
+        // The clone holds references of its own to the user objects the original holds.
+        let refs = self.graph(g)?.user_objects.clone();
+        for (&o, &n) in &refs {
+            crate::user_object::retain(o, n)?;
+        }
         let gr = self.graphs.get_mut(&new).ok_or(cuda::ERROR_INVALID_VALUE)?;
         gr.owner = owner;
         gr.cloned_from = map;
+        gr.user_objects = refs;
         Ok(new)
     }
 
@@ -318,6 +335,8 @@ impl Store {
 
     fn destroy_graph_inner(&mut self, g: u64) -> CudaResult<()> {
         let gr = self.graphs.remove(&g).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let refs: Vec<(u64, u32)> = gr.user_objects.into_iter().collect();
+        crate::user_object::release_all(&refs);
         for n in gr.nodes {
             if let Some(node) = self.nodes.remove(&n) {
                 if let NodeKind::Child(c) = node.kind {
@@ -326,6 +345,18 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// The user object references of `g` and of its child graphs.
+    fn user_object_refs(&self, g: u64) -> CudaResult<Vec<(u64, u32)>> {
+        let gr = self.graph(g)?;
+        let mut refs: Vec<(u64, u32)> = gr.user_objects.iter().map(|(&o, &n)| (o, n)).collect();
+        for n in &gr.nodes {
+            if let NodeKind::Child(c) = self.node(*n)?.kind {
+                refs.extend(self.user_object_refs(c)?);
+            }
+        }
+        Ok(refs)
     }
 
     /// `cudaGraphDestroy`: a graph that a child node owns cannot be destroyed on its own.
@@ -406,6 +437,10 @@ impl Store {
         let mut nodes = Vec::new();
         let mut index = HashMap::new();
         let shape = self.flatten(g, &mut nodes, &mut index)?;
+        let user_objects = self.user_object_refs(g)?;
+        for &(o, n) in &user_objects {
+            crate::user_object::retain(o, n)?;
+        }
         let h = self.handle();
         self.next_graph_id += 1;
         let id = self.next_graph_id;
@@ -419,6 +454,7 @@ impl Store {
                 id,
                 last_stream: None,
                 done_event: 0,
+                user_objects,
             },
         );
         Ok(h)

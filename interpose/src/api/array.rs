@@ -408,20 +408,48 @@ fn side(
 
 pub(crate) fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
     use crate::abi_gen::*;
-    let (s, spitch, sslice, selem) = side(
-        p,
-        CUDAMEMCPY3DPARMS_SRCARRAY,
-        CUDAMEMCPY3DPARMS_SRCPOS,
-        CUDAMEMCPY3DPARMS_SRCPTR,
-    )?;
-    let (d, dpitch, dslice, delem) = side(
-        p,
-        CUDAMEMCPY3DPARMS_DSTARRAY,
-        CUDAMEMCPY3DPARMS_DSTPOS,
-        CUDAMEMCPY3DPARMS_DSTPTR,
-    )?;
-    let ext: Extent = field(p, CUDAMEMCPY3DPARMS_EXTENT)?;
     let kind: u32 = field(p, CUDAMEMCPY3DPARMS_KIND)?;
+    let layout = Copy3d {
+        src: (CUDAMEMCPY3DPARMS_SRCARRAY, CUDAMEMCPY3DPARMS_SRCPOS, CUDAMEMCPY3DPARMS_SRCPTR),
+        dst: (CUDAMEMCPY3DPARMS_DSTARRAY, CUDAMEMCPY3DPARMS_DSTPOS, CUDAMEMCPY3DPARMS_DSTPTR),
+        extent: CUDAMEMCPY3DPARMS_EXTENT,
+    };
+    copy3d(p, &layout, kind, stream, sync)
+}
+
+/// `cudaMemcpy3DPeer[Async]`: with one device, a copy between device 0 and itself is
+/// `cudaMemcpy3D` with the direction inferred (`cudaMemcpyDefault`); any other device is
+/// `cudaErrorInvalidDevice`.
+fn memcpy3d_peer(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
+    use crate::abi_gen::*;
+    let sdev: i32 = field(p, CUDAMEMCPY3DPEERPARMS_SRCDEVICE)?;
+    let ddev: i32 = field(p, CUDAMEMCPY3DPEERPARMS_DSTDEVICE)?;
+    if sdev != 0 || ddev != 0 {
+        return Err(cuda::ERROR_INVALID_DEVICE);
+    }
+    let layout = Copy3d {
+        src: (CUDAMEMCPY3DPEERPARMS_SRCARRAY, CUDAMEMCPY3DPEERPARMS_SRCPOS, CUDAMEMCPY3DPEERPARMS_SRCPTR),
+        dst: (CUDAMEMCPY3DPEERPARMS_DSTARRAY, CUDAMEMCPY3DPEERPARMS_DSTPOS, CUDAMEMCPY3DPEERPARMS_DSTPTR),
+        extent: CUDAMEMCPY3DPEERPARMS_EXTENT,
+    };
+    copy3d(p, &layout, MEMCPY_DEFAULT, stream, sync)
+}
+
+/// `cudaMemcpyDefault`.
+const MEMCPY_DEFAULT: u32 = 4;
+
+/// Where the fields of a 3-D copy's parameter struct are: (array, position, pitched
+/// pointer) of each side, and the extent.
+struct Copy3d {
+    src: (usize, usize, usize),
+    dst: (usize, usize, usize),
+    extent: usize,
+}
+
+fn copy3d(p: *const u8, l: &Copy3d, kind: u32, stream: u64, sync: bool) -> CudaResult<()> {
+    let (s, spitch, sslice, selem) = side(p, l.src.0, l.src.1, l.src.2)?;
+    let (d, dpitch, dslice, delem) = side(p, l.dst.0, l.dst.1, l.dst.2)?;
+    let ext: Extent = field(p, l.extent)?;
     // Width is in elements when an array is involved, else in bytes.
     let width = ext.width as u64 * selem.max(delem);
     for z in 0..ext.depth.max(1) as u64 {
@@ -435,6 +463,100 @@ pub(crate) fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> 
             kind,
             stream,
             sync,
+        )?;
+    }
+    Ok(())
+}
+
+/// `cudaMemcpy2DArrayToArray`: `width` bytes of `height` rows between two arrays (offsets
+/// in bytes and rows), device to device.
+#[allow(clippy::too_many_arguments)]
+fn array_to_array_2d(
+    dst: *mut c_void,
+    wd: usize,
+    hd: usize,
+    src: *const c_void,
+    ws: usize,
+    hs: usize,
+    width: usize,
+    height: usize,
+    kind: u32,
+    stream: u64,
+) -> CudaResult<()> {
+    check_d2d(kind)?;
+    let (da, sa) = (array(dst)?, array(src)?);
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    let d = at(&da, wd, hd, width, height)?;
+    let s = at(&sa, ws, hs, width, height)?;
+    copy(d, da.pitch, s, sa.pitch, width as u64, height as u64, kind, stream, true)
+}
+
+/// `cudaMemcpyArrayToArray`: `count` bytes read row after row from one array from
+/// (ws, hs) and written the same way into the other from (wd, hd).
+#[allow(clippy::too_many_arguments)]
+fn array_to_array(
+    dst: *mut c_void,
+    wd: usize,
+    hd: usize,
+    src: *const c_void,
+    ws: usize,
+    hs: usize,
+    count: usize,
+    kind: u32,
+    stream: u64,
+) -> CudaResult<()> {
+    check_d2d(kind)?;
+    let (da, sa) = (array(dst)?, array(src)?);
+    let (drow, srow) = ((da.width * da.elem) as usize, (sa.width * sa.elem) as usize);
+    let (mut dw, mut dh, mut sw, mut sh, mut done) = (wd, hd, ws, hs, 0usize);
+    // Check the whole range before copying anything.
+    let fits = |row: usize, w: usize, h: usize, rows: u64| {
+        w <= row && (h as u64 * row as u64 + w as u64 + count as u64) <= rows * row as u64
+    };
+    if !fits(drow, wd, hd, da.height) || !fits(srow, ws, hs, sa.height) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    while done < count {
+        if dw == drow {
+            (dw, dh) = (0, dh + 1);
+        }
+        if sw == srow {
+            (sw, sh) = (0, sh + 1);
+        }
+        let n = (drow - dw).min(srow - sw).min(count - done);
+        let d = at(&da, dw, dh, n, 1)?;
+        let s = at(&sa, sw, sh, n, 1)?;
+        copy(d, n as u64, s, n as u64, n as u64, 1, kind, stream, true)?;
+        done += n;
+        dw += n;
+        sw += n;
+    }
+    Ok(())
+}
+
+/// Copies between arrays are device to device (`cudaMemcpyDeviceToDevice` or
+/// `cudaMemcpyDefault`); another direction is `cudaErrorInvalidMemcpyDirection`.
+fn check_d2d(kind: u32) -> CudaResult<()> {
+    match kind {
+        3 | MEMCPY_DEFAULT => Ok(()),
+        _ => Err(cuda::ERROR_INVALID_MEMCPY_DIRECTION),
+    }
+}
+
+/// `cudaMemset3D[Async]`: one pitched 2-D memset per slice, in stream order (checked and
+/// captured like any memset).
+fn memset3d(pitched: PitchedPtr, value: i32, extent: Extent, stream: u64) -> CudaResult<()> {
+    let slice = pitched.pitch as u64 * pitched.ysize as u64;
+    for z in 0..extent.depth as u64 {
+        super::memory::memset(
+            pitched.ptr + z * slice,
+            pitched.pitch as u64,
+            value,
+            extent.width as u64,
+            extent.height as u64,
+            stream,
         )?;
     }
     Ok(())
@@ -467,19 +589,39 @@ crate::export! {
         memcpy3d(p, s, false)
     }
     fn cudaMemset3D(pitched: PitchedPtr, value: i32, extent: Extent) {
-        let slice = pitched.pitch as u64 * pitched.ysize as u64;
-        for z in 0..extent.depth as u64 {
-            let req = Request::Memset2D {
-                dst: pitched.ptr + z * slice,
-                pitch: pitched.pitch as u64,
-                value: value as u8,
-                width: extent.width as u64,
-                height: extent.height as u64,
-                stream: 0,
-                sync: false,
-            };
-            crate::client::send(&req)?;
-        }
-        Ok(())
+        memset3d(pitched, value, extent, 0)
+    }
+    fn cudaMemcpy3DPeer(p: *const u8) {
+        memcpy3d_peer(p, 0, true)
+    }
+    fn cudaMemcpy3DPeer_ptds(p: *const u8) {
+        memcpy3d_peer(p, resolve_stream(0, true)?, true)
+    }
+    fn cudaMemcpy3DPeerAsync(p: *const u8, stream: *mut c_void) {
+        memcpy3d_peer(p, resolve_stream(stream as u64, false)?, false)
+    }
+    fn cudaMemcpy3DPeerAsync_ptsz(p: *const u8, stream: *mut c_void) {
+        memcpy3d_peer(p, resolve_stream(stream as u64, true)?, false)
+    }
+    fn cudaMemcpy2DArrayToArray(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, width: usize, height: usize, kind: u32) {
+        array_to_array_2d(dst, wd, hd, src, ws, hs, width, height, kind, 0)
+    }
+    fn cudaMemcpy2DArrayToArray_ptds(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, width: usize, height: usize, kind: u32) {
+        array_to_array_2d(dst, wd, hd, src, ws, hs, width, height, kind, resolve_stream(0, true)?)
+    }
+    fn cudaMemcpyArrayToArray(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, count: usize, kind: u32) {
+        array_to_array(dst, wd, hd, src, ws, hs, count, kind, 0)
+    }
+    fn cudaMemcpyArrayToArray_ptds(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, count: usize, kind: u32) {
+        array_to_array(dst, wd, hd, src, ws, hs, count, kind, resolve_stream(0, true)?)
+    }
+    fn cudaMemset3D_ptds(pitched: PitchedPtr, value: i32, extent: Extent) {
+        memset3d(pitched, value, extent, resolve_stream(0, true)?)
+    }
+    fn cudaMemset3DAsync(pitched: PitchedPtr, value: i32, extent: Extent, stream: *mut c_void) {
+        memset3d(pitched, value, extent, resolve_stream(stream as u64, false)?)
+    }
+    fn cudaMemset3DAsync_ptsz(pitched: PitchedPtr, value: i32, extent: Extent, stream: *mut c_void) {
+        memset3d(pitched, value, extent, resolve_stream(stream as u64, true)?)
     }
 }

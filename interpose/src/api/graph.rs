@@ -914,7 +914,50 @@ crate::export! {
         if e.done_event != 0 {
             let _ = call(&Request::EventDestroy { event: e.done_event });
         }
+        crate::user_object::release_after(e.last_stream, e.user_objects)
+    }
+    fn cudaUserObjectCreate(obj: *mut *mut c_void, ptr: *mut c_void, destroy: Option<unsafe extern "C" fn(*mut c_void)>, initial: u32, flags: u32) {
+        if obj.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let h = crate::user_object::create(ptr as u64, destroy, initial, flags)?;
+        out(obj, h as *mut c_void)
+    }
+    fn cudaUserObjectRetain(obj: *mut c_void, count: u32) {
+        crate::user_object::retain(obj as u64, count)
+    }
+    fn cudaUserObjectRelease(obj: *mut c_void, count: u32) {
+        crate::user_object::release(obj as u64, count)
+    }
+    fn cudaGraphRetainUserObject(graph: *mut c_void, obj: *mut c_void, count: u32, flags: u32) {
+        if count == 0 || flags & !crate::user_object::GRAPH_MOVE != 0 || !crate::user_object::exists(obj as u64) {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let mut s = store();
+        let g = s.graphs.get_mut(&(graph as u64)).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        // With cudaGraphUserObjectMove the caller's references move to the graph.
+        if flags & crate::user_object::GRAPH_MOVE == 0 {
+            crate::user_object::retain(obj as u64, count)?;
+        }
+        *g.user_objects.entry(obj as u64).or_insert(0) += count;
         Ok(())
+    }
+    fn cudaGraphReleaseUserObject(graph: *mut c_void, obj: *mut c_void, count: u32) {
+        if count == 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let mut s = store();
+        let g = s.graphs.get_mut(&(graph as u64)).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let held = g.user_objects.get_mut(&(obj as u64)).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        if *held < count {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        *held -= count;
+        if *held == 0 {
+            g.user_objects.remove(&(obj as u64));
+        }
+        drop(s);
+        crate::user_object::release(obj as u64, count)
     }
     fn cudaGraphLaunch(exec: *mut c_void, stream: *mut c_void) {
         launch(exec, stream, false)

@@ -502,12 +502,22 @@ crate::export! {
     fn cudaMemPrefetchAsync_ptsz(ptr: *const c_void, count: usize, location: u64, _flags: u32, _stream: *mut c_void) {
         prefetch(ptr as u64, count as u64, location)
     }
-    fn cudaStreamAttachMemAsync(_stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
-        // Managed memory is always visible to both sides here: attaching changes nothing.
-        match find_alloc(ptr as u64) {
-            Some((_, r)) if r.kind == MemKind::Managed => Ok(()),
-            _ => Err(cuda::ERROR_INVALID_VALUE),
-        }
+    fn cudaStreamAttachMemAsync(stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
+        attach_mem(stream, ptr, false)
+    }
+    fn cudaStreamAttachMemAsync_ptsz(stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
+        attach_mem(stream, ptr, true)
+    }
+}
+
+/// `cudaStreamAttachMemAsync`: managed memory is always visible to both sides here (the
+/// shadow pages are flushed before any device work), so attaching changes nothing; the
+/// stream (`_ptsz`: 0 is this thread's default stream) and the range are still checked.
+fn attach_mem(stream: *mut c_void, ptr: *mut c_void, ptsz: bool) -> CudaResult<()> {
+    resolve_stream(stream as u64, ptsz)?;
+    match find_alloc(ptr as u64) {
+        Some((_, r)) if r.kind == MemKind::Managed => Ok(()),
+        _ => Err(cuda::ERROR_INVALID_VALUE),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod launch;
 pub mod memory;
 pub mod pool;
 pub mod stream;
+pub mod stream_attrs;
 
 /// Generated stubs for the runtime entry points crum does not implement (see build.rs).
 #[allow(unsafe_code, non_snake_case, clippy::missing_safety_doc)]

@@ -823,6 +823,9 @@ fn touches_device(req: &Request) -> bool {
             | Request::GetSymbol { .. }
             | Request::ManagedVar { .. }
             | Request::FuncSetAttribute { .. }
+            | Request::StreamSetAttr { .. }
+            | Request::ResetPersistingL2
+            | Request::SetPersistingL2Limit { .. }
             | Request::StreamCreate { .. }
             | Request::EventCreate { .. }
             | Request::EventDestroy { .. }
