@@ -341,6 +341,7 @@ crate::export! {
             crate::client::unmap_shared(a, l);
         }
         crate::managed::unregister_all();
+        crate::managed::advice::clear();
         s.streams.lock().unwrap_or_else(|p| p.into_inner()).clear();
         s.limits.lock().unwrap_or_else(|p| p.into_inner()).remove(&cudaLimitPersistingL2CacheSize);
         super::stream_attrs::reset();

@@ -28,6 +28,7 @@
 //! a dirty page).
 #![allow(unsafe_code)]
 
+pub mod advice;
 mod fault;
 mod uffd;
 
