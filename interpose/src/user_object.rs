@@ -119,7 +119,10 @@ pub fn release_all(refs: &[(u64, u32)]) {
 }
 
 /// Host function (on the callback thread) releasing an executable graph's references after
-/// its last launch: `data` is a leaked `Box<Vec<(u64, u32)>>`.
+/// its last launch.
+///
+/// # Safety
+/// `data` is a `Box<Vec<(u64, u32)>>` leaked by [`release_after`], passed exactly once.
 pub unsafe extern "C" fn release_trampoline(data: *mut std::ffi::c_void) {
     // SAFETY: `data` is the box leaked by `release_after`, run exactly once.
     let refs = unsafe { Box::from_raw(data as *mut Vec<(u64, u32)>) };

@@ -626,7 +626,7 @@ fn range_attribute(data: *mut u8, size: usize, attr: u32, ptr: u64, count: u64) 
         1 => int(q.iter().all(|a| a.read_mostly) as i32),
         2 => int(legacy_id(same(|a| a.preferred))),
         3 => {
-            if size == 0 || size % 4 != 0 {
+            if size == 0 || !size.is_multiple_of(4) {
                 return Err(cuda::ERROR_INVALID_VALUE);
             }
             let mut ids = Vec::new();
