@@ -50,6 +50,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     case 10: *v = 32; break;                  /* warp size */
     case 12: case 82: *v = 65536; break;      /* registers per block / per SM */
     case 16: *v = 4; break;                   /* multiprocessors */
+    case 38: *v = 4 << 20; break;             /* L2 cache size */
     case 39: *v = 2048; break;                /* threads per SM */
     case 75: *v = 8; break;                   /* compute capability major */
     case 76: *v = 0; break;
