@@ -2,7 +2,8 @@
 // as CUDA checks them, read back before and after a restart (the gates), copied between
 // streams; stream ids; and entry points that were stubs before: kernel parameter queries,
 // kernel handles, texture descriptor queries, host functions v2, user objects, 3-D peer
-// copies and array-to-array copies. Results are checked against the CPU.
+// copies, array-to-array copies and copies with attributes. Results are checked against the
+// CPU.
 #include "common.h"
 #include <cstring>
 
@@ -245,6 +246,36 @@ int main() {
     CK(cudaMemcpy2DArrayToArray(B, 0, 0, A, 0, 2, W * sizeof(float), 8, cudaMemcpyDeviceToDevice));
     CK(cudaMemcpyArrayToArray(B, 8 * sizeof(float), 10, A, 0, 1, 100 * sizeof(float), cudaMemcpyDeviceToDevice));
     EXPECT_ERR(cudaMemcpyArrayToArray(B, 0, 15, A, 0, 0, 2 * W * sizeof(float), cudaMemcpyDeviceToDevice), cudaErrorInvalidValue);
+
+    // --- Copies with attributes: a batch of two (two attribute sets), then one alone ---
+    float *c1, *c2;
+    CK(cudaMalloc(&c1, 4096));
+    CK(cudaMalloc(&c2, 4096));
+    float src_h[1024], dst_h[512];  // on the stack: read during the call, as the order says
+    for (int i = 0; i < 1024; i++) src_h[i] = i * 0.5f;
+    cudaMemcpyAttributes at[2] = {};
+    at[0].srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+    at[1].srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t idx[2] = {0, 1};
+    void *dsts[2] = {c1, c2};
+    const void *srcs[2] = {src_h, src_h + 512};
+    size_t sz[2] = {4096, 2048};
+    CK(cudaMemcpyBatchAsync(dsts, srcs, sz, 2, at, idx, 2, s1));
+    cudaMemcpyAttributes one = {};
+    one.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    CK(cudaMemcpyWithAttributesAsync(dst_h, c2, 2048, &one, s1));
+    CK(cudaStreamSynchronize(s1));
+    for (int i = 0; i < 512; i++) EXPECT(dst_h[i] == src_h[512 + i]);
+    CK(cudaMemcpy(dst_h, c1, 2048, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 512; i++) EXPECT(dst_h[i] == src_h[i]);
+    EXPECT_ERR(cudaMemcpyBatchAsync(dsts, srcs, sz, 2, at, idx, 2, 0), cudaErrorInvalidValue);  // legacy stream
+    size_t bad_idx[2] = {0, 2};
+    EXPECT_ERR(cudaMemcpyBatchAsync(dsts, srcs, sz, 2, at, bad_idx, 2, s1), cudaErrorInvalidValue);
+    cudaMemcpyAttributes no_order = {};
+    EXPECT_ERR(cudaMemcpyWithAttributesAsync(dst_h, c2, 4, &no_order, s1), cudaErrorInvalidValue);
+    // Batched prefetches need concurrent managed access, which the device reports absent.
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrConcurrentManagedAccess, 0)); EXPECT(v == 0);
+    EXPECT_ERR(cudaMemPrefetchBatchAsync(nullptr, nullptr, 0, nullptr, nullptr, 0, 0, s1), cudaErrorNotSupported);
     GATE(3);
     float *bh = (float *)calloc(W * H, sizeof(float));
     CK(cudaMemcpy2DFromArray(bh, W * sizeof(float), B, 0, 0, W * sizeof(float), H, cudaMemcpyDeviceToHost));
@@ -256,7 +287,7 @@ int main() {
     CK(cudaDestroyTextureObject(tex));
     CK(cudaFreeArray(A)); CK(cudaFreeArray(B));
     CK(cudaFree(src3.ptr)); CK(cudaFree(dst3.ptr));
-    CK(cudaFree(d)); CK(cudaFree(o));
+    CK(cudaFree(d)); CK(cudaFree(o)); CK(cudaFree(c1)); CK(cudaFree(c2));
     CK(cudaStreamDestroy(s1)); CK(cudaStreamDestroy(s2)); CK(cudaStreamDestroy(s3));
     printf("stream attributes, stream ids, kernel handles, texture descriptors, user objects, peer and array copies\n");
     printf("PASS\n");

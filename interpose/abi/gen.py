@@ -47,6 +47,7 @@ fields = {
  'cudaAccessPolicyWindow': 'base_ptr num_bytes hitRatio hitProp missProp',
  'cudaResourceViewDesc': 'format width height depth',
  'cudaMemcpy3DPeerParms': 'srcArray srcPos srcPtr srcDevice dstArray dstPos dstPtr dstDevice extent',
+ 'cudaMemcpyAttributes': 'srcAccessOrder srcLocHint dstLocHint flags',
 }
 enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttributeID',
          'cudaMemPoolAttr', 'cudaGraphNodeType', 'cudaGraphExecUpdateResult',

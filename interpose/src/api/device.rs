@@ -71,8 +71,6 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrIsMultiGpuBoard => 0,
         cudaDevAttrHostNativeAtomicSupported => 0,
         cudaDevAttrPageableMemoryAccess => 0,
-        // Shadow pages: the host must not touch managed memory while kernels run.
-        cudaDevAttrConcurrentManagedAccess => 0,
         cudaDevAttrComputePreemptionSupported => 1,
         cudaDevAttrCanUseHostPointerForRegisteredMem => 1,
         cudaDevAttrCooperativeLaunch => b(p.cooperative_launch),
@@ -185,6 +183,8 @@ fn fill_props(prop: *mut u8) -> CudaResult<()> {
 /// skip them; their entry points return the documented error (`abi/unsupported.txt`,
 /// docs/runtime-api-coverage.md; a test checks that every attribute named there is here).
 pub const ABSENT_FEATURES: &[u32] = &[
+    // Shadow pages: the host must not touch managed memory while kernels run.
+    cudaDevAttrConcurrentManagedAccess,
     cudaDevAttrIpcEventSupport,
     // No IPC handle types (cudaMemHandleTypeNone).
     cudaDevAttrMemoryPoolSupportedHandleTypes,

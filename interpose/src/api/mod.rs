@@ -2,6 +2,7 @@
 //! calls safe code and returns a `cudaError_t` (see `ffi::export!`).
 
 pub mod array;
+pub mod copy_batch;
 pub mod device;
 pub mod graph;
 pub mod launch;
