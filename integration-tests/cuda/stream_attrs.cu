@@ -1,7 +1,8 @@
 // Stream attributes and the persisting L2 set-aside (issue 14): access policy windows checked
 // as CUDA checks them, read back before and after a restart (the gates), copied between
 // streams; stream ids; and entry points that were stubs before: kernel parameter queries,
-// kernel handles, texture descriptor queries, host functions v2, user objects, 3-D peer
+// kernel handles, texture descriptor queries, host functions v2, user objects, graph kernel
+// node attributes, 3-D peer
 // copies, array-to-array copies and copies with attributes. Results are checked against the
 // CPU.
 #include "common.h"
@@ -186,7 +187,44 @@ int main() {
     CK(cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove));  // one of ours moves
     CK(cudaUserObjectRetain(uo, 3));
     CK(cudaUserObjectRelease(uo, 4));  // the graph's reference is left
+    // Launch attributes of graph kernel nodes: set on one, copied to the other, kept.
+    float *e;
+    CK(cudaMalloc(&e, n * sizeof(float)));
+    CK(cudaMemset(e, 0, n * sizeof(float)));
+    cudaGraph_t kg;
+    CK(cudaGraphCreate(&kg, 0));
+    float one_f = 1.0f;
+    void *kargs[] = {&e, &nn, &one_f, &one_f};  // e = e + 1
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)axpb;
+    kp.gridDim = dim3((n + 255) / 256);
+    kp.blockDim = dim3(256);
+    kp.kernelParams = kargs;
+    cudaGraphNode_t kn1, kn2;
+    CK(cudaGraphAddKernelNode(&kn1, kg, nullptr, 0, &kp));
+    CK(cudaGraphAddKernelNode(&kn2, kg, &kn1, 1, &kp));
+    cudaKernelNodeAttrValue kv = {};
+    kv.accessPolicyWindow = w;
+    CK(cudaGraphKernelNodeSetAttribute(kn1, cudaKernelNodeAttributeAccessPolicyWindow, &kv));
+    kv.accessPolicyWindow.hitRatio = 3.0f;
+    EXPECT_ERR(cudaGraphKernelNodeSetAttribute(kn1, cudaKernelNodeAttributeAccessPolicyWindow, &kv), cudaErrorInvalidValue);
+    kv = {};
+    kv.priority = -3;
+    CK(cudaGraphKernelNodeSetAttribute(kn1, cudaKernelNodeAttributePriority, &kv));
+    CK(cudaGraphKernelNodeCopyAttributes(kn2, kn1));
+    cudaGraphExec_t kx;
+    CK(cudaGraphInstantiate(&kx, kg, 0));
+    CK(cudaGraphLaunch(kx, s3));
     GATE(2);
+    cudaKernelNodeAttrValue kgot;
+    CK(cudaGraphKernelNodeGetAttribute(kn2, cudaKernelNodeAttributeAccessPolicyWindow, &kgot));
+    EXPECT(kgot.accessPolicyWindow.base_ptr == w.base_ptr && kgot.accessPolicyWindow.num_bytes == w.num_bytes);
+    EXPECT(kgot.accessPolicyWindow.hitRatio == w.hitRatio && kgot.accessPolicyWindow.missProp == w.missProp);
+    CK(cudaGraphKernelNodeGetAttribute(kn2, cudaKernelNodeAttributePriority, &kgot));
+    EXPECT(kgot.priority == -3);
+    CK(cudaGraphKernelNodeGetAttribute(kn2, cudaLaunchAttributeCooperative, &kgot));
+    EXPECT(kgot.cooperative == 0);
+    CK(cudaGraphLaunch(kx, s3));
     cudaResourceDesc rd2;
     cudaTextureDesc td2;
     CK(cudaGetTextureObjectResourceDesc(&rd2, tex));
@@ -206,6 +244,11 @@ int main() {
     EXPECT(destroyed == 0);
     CK(cudaGraphDestroy(g));  // the last reference: the destructor runs
     EXPECT(destroyed == 1);
+    CK(cudaMemcpy(h, e, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) EXPECT(h[i] == 4.0f);  // two launches of two nodes
+    CK(cudaGraphExecDestroy(kx));
+    CK(cudaGraphDestroy(kg));
+    CK(cudaFree(e));
 
     // --- 3-D peer copies on the one device; copies between arrays ---
     const int W = 64, H = 16, D = 4;

@@ -30,6 +30,12 @@ pub struct KernelNode {
     pub shared: u32,
     pub cooperative: bool,
     pub params: Vec<u8>,
+    /// Launch attributes set on the node (`cudaGraphKernelNodeSetAttribute`): the access
+    /// policy window as the program gave it (a `cudaAccessPolicyWindow`, checked), and the
+    /// priority. Both are hints for the device's cache and scheduler; results never depend
+    /// on them.
+    pub access_window: Option<[u8; CUDAACCESSPOLICYWINDOW_SIZE]>,
+    pub priority: i32,
 }
 
 /// `cudaMemsetParams` (width in elements of `elem` bytes).

@@ -419,6 +419,8 @@ fn prepare(
         shared: shared as u32,
         cooperative,
         params,
+        access_window: None,
+        priority: 0,
     };
     Ok((node, info.handle))
 }

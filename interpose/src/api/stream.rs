@@ -18,6 +18,8 @@ const NON_BLOCKING: u32 = 1;
 /// Priorities of an sm_80 device: 0 (lowest) to -5 (highest).
 const PRIO_LEAST: i32 = 0;
 const PRIO_GREATEST: i32 = -5;
+/// (least, greatest) priority, as `cudaDeviceGetStreamPriorityRange` reports them.
+pub(crate) const PRIORITY_RANGE: (i32, i32) = (PRIO_LEAST, PRIO_GREATEST);
 
 fn create_stream(s: *mut *mut c_void, flags: u32, priority: i32) -> CudaResult<()> {
     if s.is_null() || flags > NON_BLOCKING {
