@@ -248,6 +248,30 @@ int main() {
     for (int i = 0; i < n; i++) EXPECT(h[i] == 4.0f);  // two launches of two nodes
     CK(cudaGraphExecDestroy(kx));
     CK(cudaGraphDestroy(kg));
+    // A child graph node of an executable graph takes another child graph's parameters.
+    float ten_f = 10.0f;
+    void *kargs10[] = {&e, &nn, &one_f, &ten_f};  // e = e + 10
+    cudaGraph_t child_a, child_b, parent;
+    CK(cudaGraphCreate(&child_a, 0));
+    CK(cudaGraphCreate(&child_b, 0));
+    CK(cudaGraphCreate(&parent, 0));
+    cudaGraphNode_t ca, cb, cn;
+    CK(cudaGraphAddKernelNode(&ca, child_a, nullptr, 0, &kp));
+    kp.kernelParams = kargs10;
+    CK(cudaGraphAddKernelNode(&cb, child_b, nullptr, 0, &kp));
+    CK(cudaGraphAddChildGraphNode(&cn, parent, nullptr, 0, child_a));
+    cudaGraphExec_t px;
+    CK(cudaGraphInstantiate(&px, parent, 0));
+    CK(cudaGraphLaunch(px, s3));  // 4 + 1
+    CK(cudaGraphExecChildGraphNodeSetParams(px, cn, child_b));
+    CK(cudaGraphLaunch(px, s3));  // 5 + 10
+    EXPECT_ERR(cudaGraphExecChildGraphNodeSetParams(px, cn, parent), cudaErrorInvalidValue);  // other topology
+    CK(cudaMemcpy(h, e, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) EXPECT(h[i] == 15.0f);
+    CK(cudaGraphExecDestroy(px));
+    CK(cudaGraphDestroy(parent));
+    CK(cudaGraphDestroy(child_a));
+    CK(cudaGraphDestroy(child_b));
     CK(cudaFree(e));
 
     // --- 3-D peer copies on the one device; copies between arrays ---

@@ -504,6 +504,39 @@ impl Store {
         Ok(())
     }
 
+    /// `cudaGraphExecChildGraphNodeSetParams`: the nodes that child-graph node `node` put
+    /// into exec `e` take the parameters of `child`'s nodes, which must have the topology and
+    /// node order of the node's own child graph (else `cudaErrorInvalidValue`, as must a
+    /// kernel node that would move between cooperative and plain launches).
+    pub fn exec_set_child(&mut self, e: u64, node: u64, child: u64) -> CudaResult<()> {
+        let &NodeKind::Child(own) = &self.node(node)?.kind else {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        };
+        let (mut old, mut new) = (Vec::new(), Vec::new());
+        let old_shape = self.flatten(own, &mut old, &mut HashMap::new())?;
+        let new_shape = self.flatten(child, &mut new, &mut HashMap::new())?;
+        if old_shape != new_shape {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let exec = self.execs.get_mut(&e).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let &start = exec.index.get(&node).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let segment = exec.nodes.get(start..start + new.len()).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        for (n, cur) in new.iter().zip(segment) {
+            match (&n.kind, &cur.kind) {
+                (NodeKind::Kernel(a), NodeKind::Kernel(b)) if a.cooperative != b.cooperative => {
+                    return Err(cuda::ERROR_INVALID_VALUE)
+                }
+                (a, b) if a.type_code() != b.type_code() => return Err(cuda::ERROR_INVALID_VALUE),
+                _ => {}
+            }
+        }
+        let nodes = Arc::make_mut(&mut exec.nodes);
+        for (i, n) in new.into_iter().enumerate() {
+            nodes[start + i].kind = n.kind;
+        }
+        Ok(())
+    }
+
     /// Edges of `g` as (from, to), in node creation order.
     pub fn edges(&self, g: u64) -> CudaResult<Vec<(u64, u64)>> {
         let mut e = Vec::new();

@@ -689,6 +689,9 @@ crate::export! {
             _ => Err(cuda::ERROR_INVALID_VALUE),
         })
     }
+    fn cudaGraphExecChildGraphNodeSetParams(exec: *mut c_void, node: *mut c_void, child: *mut c_void) {
+        store().exec_set_child(exec as u64, node as u64, child as u64)
+    }
     fn cudaGraphKernelNodeGetAttribute(node: *mut c_void, id: u32, value: *mut u8) {
         with_node(node, |_, n| match &n.kind {
             NodeKind::Kernel(k) => kernel_attr_get(k, id, value),
