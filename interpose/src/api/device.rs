@@ -195,6 +195,18 @@ pub const ABSENT_FEATURES: &[u32] = &[
     cudaDevAttrGPUDirectRDMAFlushWritesOptions,
     cudaDevAttrGPUDirectRDMAWritesOrdering,
     cudaDevAttrClusterLaunch,
+    cudaDevAttrCanFlushRemoteWrites,
+    cudaDevAttrPageableMemoryAccessUsesHostPageTables,
+    // Pools hold device memory only.
+    cudaDevAttrHostMemoryPoolsSupported,
+    cudaDevAttrHostNumaMemoryPoolsSupported,
+    cudaDevAttrHostNumaMultinodeIpcSupported,
+    // No graphics API shares a context with the proxy's device.
+    cudaDevAttrD3D12CigSupported,
+    cudaDevAttrVulkanCigSupported,
+    cudaDevAttrCigStreamsSupported,
+    // The proxy is the device's only client process, not an MPS server's.
+    cudaDevAttrMpsEnabled,
 ];
 
 /// The last `cudaAtomicOperation` (cudaAtomicOperationFloatMax).
