@@ -2,7 +2,7 @@
 // as CUDA checks them, read back before and after a restart (the gates), copied between
 // streams; stream ids; and entry points that were stubs before: kernel parameter queries,
 // kernel handles, texture descriptor queries, host functions v2, user objects, graph kernel
-// node attributes, 3-D peer
+// node attributes, 3-D and layered arrays read through textures, 3-D peer
 // copies, array-to-array copies and copies with attributes. Results are checked against the
 // CPU.
 #include "common.h"
@@ -16,6 +16,16 @@ __global__ void axpb(float *x, int n, float a, float b) {
 __global__ void tex_read(cudaTextureObject_t t, float *out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = tex1Dfetch<float>(t, i);
+}
+
+__global__ void tex3d_read(cudaTextureObject_t t, float *out, int w, int h) {
+    int x = threadIdx.x, y = blockIdx.x, z = blockIdx.y;
+    out[(z * h + y) * w + x] = tex3D<float>(t, x + 0.5f, y + 0.5f, z + 0.5f);
+}
+
+__global__ void tex_layered_read(cudaTextureObject_t t, float *out, int w, int h) {
+    int x = threadIdx.x, y = blockIdx.x, layer = blockIdx.y;
+    out[(layer * h + y) * w + x] = tex2DLayered<float>(t, x + 0.5f, y + 0.5f, layer);
 }
 
 static int host_calls = 0;
@@ -343,7 +353,59 @@ int main() {
     // Batched prefetches need concurrent managed access, which the device reports absent.
     CK(cudaDeviceGetAttribute(&v, cudaDevAttrConcurrentManagedAccess, 0)); EXPECT(v == 0);
     EXPECT_ERR(cudaMemPrefetchBatchAsync(nullptr, nullptr, 0, nullptr, nullptr, 0, 0, s1), cudaErrorNotSupported);
+
+    // --- 3-D and layered 2-D arrays, filled by 3-D copies and read through textures ---
+    const int AW = 16, AH = 8, AD = 3;
+    cudaArray_t a3, al;
+    CK(cudaMalloc3DArray(&a3, &cd, make_cudaExtent(AW, AH, AD)));
+    CK(cudaMalloc3DArray(&al, &cd, make_cudaExtent(AW, AH, AD), cudaArrayLayered));
+    EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AH, 6), cudaArrayCubemap), cudaErrorNotSupported);
+    cudaExtent ex;
+    unsigned int fl = 0;
+    cudaChannelFormatDesc cdq;
+    CK(cudaArrayGetInfo(&cdq, &ex, &fl, al));
+    EXPECT(ex.width == AW && ex.height == AH && ex.depth == AD && fl == cudaArrayLayered && cdq.x == 32);
+    cudaMemcpy3DParms c3 = {};
+    c3.srcPtr = make_cudaPitchedPtr(vol, AW * sizeof(float), AW, AH);
+    c3.dstArray = a3;
+    c3.extent = make_cudaExtent(AW, AH, AD);
+    c3.kind = cudaMemcpyHostToDevice;
+    CK(cudaMemcpy3D(&c3));
+    c3.dstArray = al;
+    CK(cudaMemcpy3D(&c3));
+    cudaTextureObject_t t3, tl;
+    cudaResourceDesc ra = {};
+    ra.resType = cudaResourceTypeArray;
+    ra.res.array.array = a3;
+    cudaTextureDesc pt = {};
+    pt.readMode = cudaReadModeElementType;
+    pt.filterMode = cudaFilterModePoint;
+    CK(cudaCreateTextureObject(&t3, &ra, &pt, nullptr));
+    ra.res.array.array = al;
+    CK(cudaCreateTextureObject(&tl, &ra, &pt, nullptr));
     GATE(3);
+    float *r3;
+    CK(cudaMalloc(&r3, AW * AH * AD * sizeof(float)));
+    float *rh = (float *)calloc(AW * AH * AD, sizeof(float));
+    tex3d_read<<<dim3(AH, AD), AW>>>(t3, r3, AW, AH);
+    CK(cudaMemcpy(rh, r3, AW * AH * AD * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < AW * AH * AD; i++) EXPECT(rh[i] == vol[i]);
+    tex_layered_read<<<dim3(AH, AD), AW>>>(tl, r3, AW, AH);
+    CK(cudaMemcpy(rh, r3, AW * AH * AD * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < AW * AH * AD; i++) EXPECT(rh[i] == vol[i]);
+    cudaMemcpy3DParms b3 = {};  // slice 1 of the 3-D array back to the host
+    b3.srcArray = a3;
+    b3.srcPos = make_cudaPos(0, 0, 1);
+    b3.dstPtr = make_cudaPitchedPtr(rh, AW * sizeof(float), AW, AH);
+    b3.extent = make_cudaExtent(AW, AH, 1);
+    b3.kind = cudaMemcpyDeviceToHost;
+    CK(cudaMemcpy3D(&b3));
+    for (int i = 0; i < AW * AH; i++) EXPECT(rh[i] == vol[AW * AH + i]);
+    CK(cudaDestroyTextureObject(t3));
+    CK(cudaDestroyTextureObject(tl));
+    CK(cudaFreeArray(a3));
+    CK(cudaFreeArray(al));
+    CK(cudaFree(r3));
     float *bh = (float *)calloc(W * H, sizeof(float));
     CK(cudaMemcpy2DFromArray(bh, W * sizeof(float), B, 0, 0, W * sizeof(float), H, cudaMemcpyDeviceToHost));
     for (int r = 0; r < 8; r++)

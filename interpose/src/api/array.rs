@@ -1,7 +1,8 @@
 //! CUDA arrays (`cudaMallocArray`, copies to and from them, texture objects over them),
 //! emulated as pitched device memory: an array handle is a heap record naming the
-//! allocation, its element format and its pitch. 1-D and 2-D arrays only (3-D arrays and
-//! mipmaps return cudaErrorNotSupported).
+//! allocation, its element format and its pitch. 1-D, 2-D and 3-D arrays and layered 1-D and
+//! 2-D arrays (`cudaMalloc3DArray`): slices (or layers) of `height` rows, `slice` bytes apart.
+//! Cube maps, sparse arrays and mipmaps return cudaErrorNotSupported.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -20,7 +21,8 @@ use crate::state::*;
 /// Row alignment of arrays (as pitched allocations).
 const ROW_ALIGN: u64 = 512;
 
-/// One array: `height` rows of `width` elements of `elem` bytes, rows `pitch` apart.
+/// One array: `depth` slices (or layers) `slice` bytes apart, each of `height` rows of `width`
+/// elements of `elem` bytes, rows `pitch` apart.
 #[derive(Debug, Clone, Copy)]
 pub struct ArrayRec {
     pub base: u64,
@@ -30,7 +32,24 @@ pub struct ArrayRec {
     pub pitch: u64,
     pub desc: ChannelFormatDesc,
     pub flags: u32,
+    pub depth: u64,
+    pub slice: u64,
+    /// The extent as the program asked for it (what `cudaArrayGetInfo` reports).
+    pub extent: [usize; 3],
 }
+
+impl ArrayRec {
+    /// Whether the array is layered (`cudaArrayLayered`).
+    pub fn layered(&self) -> bool {
+        self.flags & ARRAY_LAYERED != 0
+    }
+}
+
+/// `cudaArrayLayered`, `cudaArraySurfaceLoadStore`, `cudaArrayCubemap`, `cudaArrayTextureGather`.
+const ARRAY_LAYERED: u32 = 0x01;
+const ARRAY_SURFACE_LOAD_STORE: u32 = 0x02;
+const ARRAY_CUBEMAP: u32 = 0x04;
+const ARRAY_TEXTURE_GATHER: u32 = 0x08;
 
 /// Live arrays by handle (the handle is the address of a leaked record id; we hand out
 /// opaque numbers and look them up here, so a bad handle is an error, not a dereference).
@@ -61,22 +80,48 @@ fn malloc_array(
     height: usize,
     flags: u32,
 ) -> CudaResult<()> {
+    alloc_array(out_handle, desc, [width, height, 0], flags)
+}
+
+/// An array of `extent` (width in elements, height and depth 0 where absent; for a layered
+/// array the depth is the number of layers).
+fn alloc_array(
+    out_handle: *mut *mut c_void,
+    desc: *const ChannelFormatDesc,
+    extent: [usize; 3],
+    flags: u32,
+) -> CudaResult<()> {
     let desc = read(desc)?;
     let elem = elem_bytes(&desc)?;
-    if width == 0 {
+    let [width, height, depth] = extent;
+    let layered = flags & ARRAY_LAYERED != 0;
+    if flags & ARRAY_CUBEMAP != 0 {
+        return Err(crate::errors::unsupported("cudaMalloc3DArray (cube maps)"));
+    }
+    if flags & !(ARRAY_LAYERED | ARRAY_SURFACE_LOAD_STORE | ARRAY_TEXTURE_GATHER | ARRAY_CUBEMAP) != 0 {
+        // Sparse and deferred-mapping arrays: the device reports both absent.
+        return Err(cuda::ERROR_NOT_SUPPORTED);
+    }
+    // A 3-D extent needs a height; a layered array needs layers.
+    if width == 0 || (depth > 0 && height == 0 && !layered) || (layered && depth == 0) {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
     let rows = height.max(1) as u64;
+    let slices = depth.max(1) as u64;
     let pitch = (width as u64 * elem).next_multiple_of(ROW_ALIGN);
+    let size = pitch
+        .checked_mul(rows)
+        .and_then(|b| b.checked_mul(slices))
+        .ok_or(cuda::ERROR_MEMORY_ALLOCATION)?;
     crate::client::ensure()?;
     let Body::Alloc { addr, .. } = call(&Request::Malloc {
-        size: pitch * rows,
+        size,
         kind: AllocKind::Device,
     })?
     else {
         return Err(cuda::ERROR_UNKNOWN);
     };
-    add_alloc(addr, pitch * rows, MemKind::Device, 0);
+    add_alloc(addr, size, MemKind::Device, 0);
     let h = NEXT.fetch_add(0x10, std::sync::atomic::Ordering::Relaxed);
     let rec = ArrayRec {
         base: addr,
@@ -86,6 +131,9 @@ fn malloc_array(
         pitch,
         desc,
         flags,
+        depth: slices,
+        slice: pitch * rows,
+        extent,
     };
     ARRAYS
         .lock()
@@ -184,6 +232,9 @@ crate::export! {
     fn cudaMallocArray(handle: *mut *mut c_void, desc: *const ChannelFormatDesc, width: usize, height: usize, flags: u32) {
         malloc_array(handle, desc, width, height, flags)
     }
+    fn cudaMalloc3DArray(handle: *mut *mut c_void, desc: *const ChannelFormatDesc, extent: Extent, flags: u32) {
+        alloc_array(handle, desc, [extent.width, extent.height, extent.depth], flags)
+    }
     fn cudaFreeArray(handle: *mut c_void) {
         if handle.is_null() {
             return Ok(());
@@ -205,8 +256,7 @@ crate::export! {
             out(desc, a.desc)?;
         }
         if !extent.is_null() {
-            let h = if a.height == 1 { 0 } else { a.height as usize };
-            out(extent, [a.width as usize, h, 0])?;
+            out(extent, a.extent)?;
         }
         if !flags.is_null() {
             out(flags, a.flags)?;
@@ -319,6 +369,9 @@ mod tests {
             pitch: (width * elem).next_multiple_of(ROW_ALIGN),
             desc,
             flags: 0,
+            depth: 1,
+            slice: (width * elem).next_multiple_of(ROW_ALIGN) * height,
+            extent: [width as usize, height as usize, 0],
         }
     }
 
@@ -394,11 +447,11 @@ fn side(
     let pos: [usize; 3] = field(p, pos_off)?;
     if arr != 0 {
         let a = array(arr as *const c_void)?;
-        if pos[2] != 0 {
+        if pos[2] as u64 >= a.depth || pos[1] as u64 >= a.height || pos[0] as u64 >= a.width {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
-        let base = a.base + pos[1] as u64 * a.pitch + pos[0] as u64 * a.elem;
-        return Ok((base, a.pitch, a.pitch * a.height, a.elem));
+        let base = a.base + pos[2] as u64 * a.slice + pos[1] as u64 * a.pitch + pos[0] as u64 * a.elem;
+        return Ok((base, a.pitch, a.slice, a.elem));
     }
     let pp: PitchedPtr = field(p, ptr_off)?;
     let slice = pp.pitch as u64 * pp.ysize as u64;

@@ -525,6 +525,7 @@ fn copy_out(p: *mut u8, bytes: &[u8]) -> CudaResult<()> {
 fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
     let ty: u32 = field(res, CUDARESOURCEDESC_RESTYPE)?;
     // cudaResourceType: 0 array, 1 mipmapped array, 2 linear, 3 pitch2D.
+    let mut depth = 1;
     let (base, chan, width, height, pitch) = match ty {
         2 => {
             let base: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
@@ -546,11 +547,19 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
             let handle: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
             let a = super::array::array(handle as *const c_void)?;
             let d = a.desc;
+            // A layered 1-D array is read as rows of layers, every other array as slices
+            // (3-D) or layers (layered 2-D) of rows.
+            let rows = if a.layered() && a.extent[1] == 0 {
+                a.depth
+            } else {
+                depth = a.depth;
+                a.height
+            };
             (
                 a.base,
                 [d.x, d.y, d.z, d.w, d.f as i32],
                 a.width,
-                a.height,
+                rows,
                 a.pitch,
             )
         }
@@ -567,7 +576,7 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
         base,
         width,
         height,
-        depth: 1,
+        depth,
         pitch,
         bits: [
             chan[0] as u32,
