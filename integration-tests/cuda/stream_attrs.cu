@@ -360,6 +360,8 @@ int main() {
     CK(cudaMalloc3DArray(&a3, &cd, make_cudaExtent(AW, AH, AD)));
     CK(cudaMalloc3DArray(&al, &cd, make_cudaExtent(AW, AH, AD), cudaArrayLayered));
     EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AH, 6), cudaArrayCubemap), cudaErrorNotSupported);
+    cudaArray_t plane;
+    EXPECT_ERR(cudaArrayGetPlane(&plane, a3, 0), cudaErrorInvalidValue);  // not multi-planar
     cudaExtent ex;
     unsigned int fl = 0;
     cudaChannelFormatDesc cdq;

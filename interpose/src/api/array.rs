@@ -45,6 +45,9 @@ impl ArrayRec {
     }
 }
 
+/// `cudaChannelFormatKindNV12`, the multi-planar format.
+const CHANNEL_KIND_NV12: u32 = 4;
+
 /// `cudaArrayLayered`, `cudaArraySurfaceLoadStore`, `cudaArrayCubemap`, `cudaArrayTextureGather`.
 const ARRAY_LAYERED: u32 = 0x01;
 const ARRAY_SURFACE_LOAD_STORE: u32 = 0x02;
@@ -92,6 +95,10 @@ fn alloc_array(
     flags: u32,
 ) -> CudaResult<()> {
     let desc = read(desc)?;
+    if desc.f == CHANNEL_KIND_NV12 {
+        // Multi-planar (video) formats: one allocation per plane, not emulated.
+        return Err(crate::errors::unsupported("cudaMallocArray (multi-planar NV12 format)"));
+    }
     let elem = elem_bytes(&desc)?;
     let [width, height, depth] = extent;
     let layered = flags & ARRAY_LAYERED != 0;
@@ -231,6 +238,15 @@ fn from_array_linear(
 crate::export! {
     fn cudaMallocArray(handle: *mut *mut c_void, desc: *const ChannelFormatDesc, width: usize, height: usize, flags: u32) {
         malloc_array(handle, desc, width, height, flags)
+    }
+    fn cudaArrayGetPlane(plane: *mut *mut c_void, handle: *mut c_void, _index: u32) {
+        if plane.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        // No array here has a multi-planar format (NV12 is refused at allocation), and CUDA
+        // answers any plane of such an array with cudaErrorInvalidValue.
+        array(handle)?;
+        Err(cuda::ERROR_INVALID_VALUE)
     }
     fn cudaMalloc3DArray(handle: *mut *mut c_void, desc: *const ChannelFormatDesc, extent: Extent, flags: u32) {
         alloc_array(handle, desc, [extent.width, extent.height, extent.depth], flags)
