@@ -153,6 +153,14 @@ int main() {
     void *args[] = {&d, &nn, &a, &b};
     CK(cudaLaunchKernel((const void *)kern, dim3((n + 255) / 256), dim3(256), args, 0, s2));
     CK(cudaStreamSynchronize(s2));
+    // Copying from a stream that never had attributes gives back the defaults.
+    cudaStream_t fresh;
+    CK(cudaStreamCreate(&fresh));
+    CK(cudaStreamCopyAttributes(s2, fresh));
+    check_window(s2, none);
+    CK(cudaStreamGetAttribute(s2, cudaStreamAttributeSynchronizationPolicy, &got));
+    EXPECT(got.syncPolicy == cudaSyncPolicyAuto);
+    CK(cudaStreamDestroy(fresh));
     size_t count = 0, off = 0, size = 0;
     CK(cudaFuncGetParamCount((const void *)axpb, &count));
     EXPECT(count == 4);

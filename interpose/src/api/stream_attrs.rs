@@ -37,7 +37,29 @@ struct Attrs {
     domain_map: Option<(u8, u8)>,
 }
 
+/// What the driver reports for an attribute never set: an empty window (0 bytes, normal
+/// accesses), automatic synchronization, the default domain, and the default domain map
+/// (default → 0, remote → 1).
+const EMPTY_WINDOW: AccessPolicy = AccessPolicy { base: 0, bytes: 0, hit_ratio: 0.0, hit_prop: 0, miss_prop: 0 };
+const DEFAULT_DOMAIN_MAP: (u8, u8) = (0, 1);
+const DEFAULTS: Attrs = Attrs {
+    window: Some(EMPTY_WINDOW),
+    sync_policy: Some(cudaSyncPolicyAuto),
+    domain: Some(cudaLaunchMemSyncDomainDefault),
+    domain_map: Some(DEFAULT_DOMAIN_MAP),
+};
+
 impl Attrs {
+    /// Every attribute, the default where never set.
+    fn or_defaults(self) -> (AccessPolicy, u32, u32, (u8, u8)) {
+        (
+            self.window.unwrap_or(EMPTY_WINDOW),
+            self.sync_policy.unwrap_or(cudaSyncPolicyAuto),
+            self.domain.unwrap_or(cudaLaunchMemSyncDomainDefault),
+            self.domain_map.unwrap_or(DEFAULT_DOMAIN_MAP),
+        )
+    }
+
     fn each(&self) -> impl Iterator<Item = StreamAttr> {
         [
             self.window.map(StreamAttr::AccessPolicyWindow),
@@ -166,27 +188,18 @@ fn get_attr(stream: *mut c_void, id: u32, out_v: *mut u8, ptsz: bool) -> CudaRes
         return Err(cuda::ERROR_INVALID_VALUE);
     }
     zero(out_v, VALUE_SIZE)?;
+    let (w, sync_policy, domain, (dm, rm)) = a.or_defaults();
     match id {
         cudaLaunchAttributeAccessPolicyWindow => {
-            // Never set: an empty window (0 bytes, normal accesses), as the driver reports.
-            let w = a.window.unwrap_or(AccessPolicy { base: 0, bytes: 0, hit_ratio: 0.0, hit_prop: 0, miss_prop: 0 });
             set_field(out_v, CUDAACCESSPOLICYWINDOW_BASE_PTR, w.base);
             set_field(out_v, CUDAACCESSPOLICYWINDOW_NUM_BYTES, w.bytes);
             set_field(out_v, CUDAACCESSPOLICYWINDOW_HITRATIO, w.hit_ratio);
             set_field(out_v, CUDAACCESSPOLICYWINDOW_HITPROP, w.hit_prop);
             set_field(out_v, CUDAACCESSPOLICYWINDOW_MISSPROP, w.miss_prop);
         }
-        cudaLaunchAttributeSynchronizationPolicy => {
-            set_field(out_v, 0, a.sync_policy.unwrap_or(cudaSyncPolicyAuto))
-        }
-        cudaLaunchAttributeMemSyncDomain => {
-            set_field(out_v, 0, a.domain.unwrap_or(cudaLaunchMemSyncDomainDefault))
-        }
-        cudaLaunchAttributeMemSyncDomainMap => {
-            // The default map: the default domain is 0, the remote domain 1.
-            let (d, r) = a.domain_map.unwrap_or((0, 1));
-            set_field(out_v, 0, [d, r]);
-        }
+        cudaLaunchAttributeSynchronizationPolicy => set_field(out_v, 0, sync_policy),
+        cudaLaunchAttributeMemSyncDomain => set_field(out_v, 0, domain),
+        cudaLaunchAttributeMemSyncDomainMap => set_field(out_v, 0, [dm, rm]),
         _ => set_field(out_v, 0, priority()),
     }
     Ok(())
@@ -195,16 +208,20 @@ fn get_attr(stream: *mut c_void, id: u32, out_v: *mut u8, ptsz: bool) -> CudaRes
 fn copy_attrs(dst: *mut c_void, src: *mut c_void, ptsz: bool) -> CudaResult<()> {
     let d = known_stream(dst, ptsz)?;
     let s = known_stream(src, ptsz)?;
-    let a = with_attrs(|m| m.get(&s).copied()).unwrap_or_default();
-    for attr in a.each() {
+    let (from, to) = with_attrs(|m| (m.get(&s).copied().unwrap_or_default(), m.get(&d).copied().unwrap_or_default()));
+    // The destination takes every attribute of the source: what the source never set goes
+    // back to the driver's default where the destination had set it.
+    let defaults = DEFAULTS;
+    let send = Attrs {
+        window: from.window.or(to.window.and(defaults.window)),
+        sync_policy: from.sync_policy.or(to.sync_policy.and(defaults.sync_policy)),
+        domain: from.domain.or(to.domain.and(defaults.domain)),
+        domain_map: from.domain_map.or(to.domain_map.and(defaults.domain_map)),
+    };
+    for attr in send.each() {
         call(&Request::StreamSetAttr { stream: d, attr })?;
     }
-    with_attrs(|m| {
-        let e = m.entry(d).or_default();
-        for attr in a.each() {
-            e.set(attr);
-        }
-    });
+    with_attrs(|m| m.insert(d, from));
     Ok(())
 }
 
