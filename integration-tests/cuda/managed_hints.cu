@@ -2,7 +2,8 @@
 // cudaMemAdvise (read-mostly, preferred location, accessed-by, and their unsets),
 // cudaStreamAttachMemAsync (host, single, global) and cudaMallocManaged(cudaMemAttachHost)
 // all return cudaSuccess, and the data stays right around them: CPU writes before a hint,
-// kernels after it, CPU reads after a prefetch back to the host.
+// kernels after it, CPU reads after a prefetch back to the host. cudaMemRangeGetAttribute(s)
+// report the advice and prefetch locations per page, as CUDA documents them.
 #include "common.h"
 
 __global__ void scale(int *x, int n, int k) {
@@ -42,6 +43,40 @@ int main() {
     CK(cudaMemAdvise(b, n * 4, cudaMemAdviseSetPreferredLocation, dev0()));
     CK(cudaMemAdvise(b, 4096, cudaMemAdviseSetAccessedBy, host()));
     CK(cudaMemAdvise(a + 1024, 4096, cudaMemAdviseSetPreferredLocation, host()));
+    int v = -9, ids[3];
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeReadMostly, a, n * 4)); EXPECT(v == 1);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeReadMostly, b, n * 4)); EXPECT(v == 0);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributePreferredLocation, b, n * 4)); EXPECT(v == 0);
+    // Page 1 of a prefers the host, the others nothing: mixed over the whole range.
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributePreferredLocation, a, n * 4));
+    EXPECT(v == cudaInvalidDeviceId);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributePreferredLocation, a + 1024, 4096));
+    EXPECT(v == cudaCpuDeviceId);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributePreferredLocationType, a + 1024, 4096));
+    EXPECT(v == cudaMemLocationTypeHost);
+    CK(cudaMemRangeGetAttribute(ids, sizeof ids, cudaMemRangeAttributeAccessedBy, b, 4096));
+    EXPECT(ids[0] == cudaCpuDeviceId && ids[1] == cudaInvalidDeviceId && ids[2] == cudaInvalidDeviceId);
+    CK(cudaMemRangeGetAttribute(ids, sizeof ids, cudaMemRangeAttributeAccessedBy, b, n * 4));
+    EXPECT(ids[0] == cudaInvalidDeviceId);
+    // a was last prefetched to the host as a whole; only page 1 of b ever was (to the device).
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeLastPrefetchLocation, a, n * 4));
+    EXPECT(v == cudaCpuDeviceId);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeLastPrefetchLocation, b + 1024, 400));
+    EXPECT(v == 0);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeLastPrefetchLocationId, b + 1024, 400));
+    EXPECT(v == 0);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeLastPrefetchLocation, b, n * 4));
+    EXPECT(v == cudaInvalidDeviceId);
+    int rm = -1, pt = -1;
+    void *data[] = {&rm, &pt};
+    size_t sizes[] = {4, 4};
+    cudaMemRangeAttribute which[] = {cudaMemRangeAttributeReadMostly, cudaMemRangeAttributePreferredLocationType};
+    CK(cudaMemRangeGetAttributes(data, sizes, which, 2, b, n * 4));
+    EXPECT(rm == 0 && pt == cudaMemLocationTypeDevice);
+    EXPECT(cudaMemRangeGetAttribute(&v, 8, cudaMemRangeAttributeReadMostly, a, 4) == cudaErrorInvalidValue);
+    int on_stack = 0;
+    EXPECT(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeReadMostly, &on_stack, 4) == cudaErrorInvalidValue);
+    cudaGetLastError();
     scale<<<(n + 255) / 256, 256>>>(a, n, 2);
     scale<<<(n + 255) / 256, 256>>>(b, n, 5);
     CK(cudaDeviceSynchronize());
@@ -52,6 +87,9 @@ int main() {
     CK(cudaMemAdvise(b, n * 4, cudaMemAdviseUnsetPreferredLocation, dev0()));
     CK(cudaMemAdvise(b, 4096, cudaMemAdviseUnsetAccessedBy, host()));
     CK(cudaMemAdvise(a + 1024, 4096, cudaMemAdviseUnsetPreferredLocation, host()));
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeReadMostly, a, n * 4)); EXPECT(v == 0);
+    CK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributePreferredLocation, b, n * 4));
+    EXPECT(v == cudaInvalidDeviceId);
     scale<<<(n + 255) / 256, 256>>>(b, n, 1);
     CK(cudaDeviceSynchronize());
     for (int i = 0; i < n; i++) ref_b[i] = ref_b[i] + 1;

@@ -71,6 +71,10 @@ corpus_ckpt!(
     "device_query"
 );
 corpus_ckpt!(
+    stream_attributes_ids_textures_and_user_objects_survive_restarts,
+    "stream_attrs"
+);
+corpus_ckpt!(
     managed_memory_read_and_written_by_syscalls_restarts,
     "managed_fileio"
 );

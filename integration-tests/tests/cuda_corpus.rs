@@ -65,6 +65,10 @@ corpus_test!(
     "device_query"
 );
 corpus_test!(
+    stream_attributes_persisting_l2_and_former_stubs_behave_as_cuda_documents,
+    "stream_attrs"
+);
+corpus_test!(
     read_and_write_syscalls_on_managed_memory_match_cpu,
     "managed_fileio"
 );

@@ -44,13 +44,18 @@ fields = {
  'cudaMemAllocNodeParamsV2': 'poolProps accessDescs accessDescCount bytesize dptr',
  'cudaMemFreeNodeParams': 'dptr',
  'cudaGraphInstantiateParams_st': 'flags uploadStream errNode_out result_out',
+ 'cudaAccessPolicyWindow': 'base_ptr num_bytes hitRatio hitProp missProp',
+ 'cudaResourceViewDesc': 'format width height depth',
+ 'cudaMemcpy3DPeerParms': 'srcArray srcPos srcPtr srcDevice dstArray dstPos dstPtr dstDevice extent',
+ 'cudaMemcpyAttributes': 'srcAccessOrder srcLocHint dstLocHint flags',
 }
 enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttributeID',
          'cudaMemPoolAttr', 'cudaGraphNodeType', 'cudaGraphExecUpdateResult',
          'cudaStreamCaptureMode', 'cudaStreamCaptureStatus', 'cudaGraphInstantiateFlags',
          'cudaStreamUpdateCaptureDependenciesFlags', 'cudaKernelFunctionType',
          'cudaGraphChildGraphNodeOwnership', 'cudaGraphInstantiateResult',
-         'cudaGraphMemAttributeType']
+         'cudaGraphMemAttributeType', 'cudaAccessProperty', 'cudaSynchronizationPolicy',
+         'cudaLaunchMemSyncDomain']
 src = '#include <stddef.h>\n#include <stdio.h>\n#include <cuda_runtime_api.h>\nint main(void){\n'
 for s, fs in fields.items():
     t = s if s.endswith('_t') else 'struct ' + s
@@ -68,7 +73,7 @@ print('#![allow(dead_code, non_upper_case_globals)]')
 print(subprocess.check_output([f'{d}/g']).decode(), end='')
 text = open(f'{inc}/driver_types.h').read()
 for e in enums:
-    m = re.search(r'enum (?:__device_builtin__ )?' + e + r'\s*\{(.*?)\}', text, re.S)
+    m = re.search(r'enum (?:__device_builtin__ +)?' + e + r'\s*\{(.*?)\}', text, re.S)
     body = re.sub(r'/\*.*?\*/', '', m.group(1), flags=re.S)
     for name, val in re.findall(r'(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)', body):
         print(f'pub const {name}: u32 = {val};')

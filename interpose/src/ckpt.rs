@@ -323,6 +323,7 @@ fn restore(read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {
         })?;
     }
     crate::managed::after_restore()?;
+    crate::api::stream_attrs::replay_after_restart()?;
     open_gate();
     Ok(())
 }

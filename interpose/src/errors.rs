@@ -103,6 +103,23 @@ pub fn unsupported(name: &'static str) -> u32 {
     cuda::ERROR_NOT_SUPPORTED
 }
 
+/// A generated stub (`abi/unsupported.txt`): the entry point is not offered; it returns
+/// `code` (the error CUDA documents for a device without the feature, or
+/// cudaErrorNotSupported) and logs its name and `reason` once.
+pub fn not_offered(name: &'static str, code: u32, reason: &'static str) -> u32 {
+    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let first = SEEN
+        .lock()
+        .map(|mut g| g.get_or_insert_with(HashSet::new).insert(name))
+        .unwrap_or(false);
+    if first {
+        crate::client::init_logging();
+        tracing::warn!(api = name, error = cuda::name(code), "CUDA runtime API not offered by crum: {reason}");
+    }
+    record(code);
+    code
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

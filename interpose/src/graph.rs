@@ -30,6 +30,12 @@ pub struct KernelNode {
     pub shared: u32,
     pub cooperative: bool,
     pub params: Vec<u8>,
+    /// Launch attributes set on the node (`cudaGraphKernelNodeSetAttribute`): the access
+    /// policy window as the program gave it (a `cudaAccessPolicyWindow`, checked), and the
+    /// priority. Both are hints for the device's cache and scheduler; results never depend
+    /// on them.
+    pub access_window: Option<[u8; CUDAACCESSPOLICYWINDOW_SIZE]>,
+    pub priority: i32,
 }
 
 /// `cudaMemsetParams` (width in elements of `elem` bytes).
@@ -130,6 +136,8 @@ pub struct Graph {
     /// `cudaGraphClone`: original node → its copy here.
     pub cloned_from: HashMap<u64, u64>,
     pub id: u32,
+    /// User object → references this graph holds (`cudaGraphRetainUserObject`).
+    pub user_objects: HashMap<u64, u32>,
 }
 
 /// One node of an executable graph.
@@ -157,6 +165,9 @@ pub struct Exec {
     /// stream is ordered behind the previous launch, as CUDA orders launches of one exec.
     pub last_stream: Option<u64>,
     pub done_event: u64,
+    /// References to user objects taken from the graph (and its child graphs) at
+    /// instantiation; released after the last launch when the exec is destroyed.
+    pub user_objects: Vec<(u64, u32)>,
 }
 
 #[derive(Default)]
@@ -186,9 +197,15 @@ pub fn reset() {
             a.freed_in_graph.store(false, Ordering::Release);
         }
     }
+    // The graphs' and executable graphs' references to user objects go with them (the
+    // device's work is gone, so an exec's are released at once).
+    let mut refs: Vec<(u64, u32)> = s.graphs.values().flat_map(|g| g.user_objects.iter().map(|(&o, &n)| (o, n))).collect();
+    refs.extend(s.execs.values().flat_map(|e| e.user_objects.iter().copied()));
     s.graphs.clear();
     s.nodes.clear();
     s.execs.clear();
+    drop(s);
+    crate::user_object::release_all(&refs);
 }
 
 /// First handle value: small enough to print, far from NULL.
@@ -275,9 +292,15 @@ impl Store {
             }
             map.insert(n, copy);
         }
+        // The clone holds references of its own to the user objects the original holds.
+        let refs = self.graph(g)?.user_objects.clone();
+        for (&o, &n) in &refs {
+            crate::user_object::retain(o, n)?;
+        }
         let gr = self.graphs.get_mut(&new).ok_or(cuda::ERROR_INVALID_VALUE)?;
         gr.owner = owner;
         gr.cloned_from = map;
+        gr.user_objects = refs;
         Ok(new)
     }
 
@@ -318,6 +341,8 @@ impl Store {
 
     fn destroy_graph_inner(&mut self, g: u64) -> CudaResult<()> {
         let gr = self.graphs.remove(&g).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let refs: Vec<(u64, u32)> = gr.user_objects.into_iter().collect();
+        crate::user_object::release_all(&refs);
         for n in gr.nodes {
             if let Some(node) = self.nodes.remove(&n) {
                 if let NodeKind::Child(c) = node.kind {
@@ -326,6 +351,18 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// The user object references of `g` and of its child graphs.
+    fn user_object_refs(&self, g: u64) -> CudaResult<Vec<(u64, u32)>> {
+        let gr = self.graph(g)?;
+        let mut refs: Vec<(u64, u32)> = gr.user_objects.iter().map(|(&o, &n)| (o, n)).collect();
+        for n in &gr.nodes {
+            if let NodeKind::Child(c) = self.node(*n)?.kind {
+                refs.extend(self.user_object_refs(c)?);
+            }
+        }
+        Ok(refs)
     }
 
     /// `cudaGraphDestroy`: a graph that a child node owns cannot be destroyed on its own.
@@ -406,6 +443,10 @@ impl Store {
         let mut nodes = Vec::new();
         let mut index = HashMap::new();
         let shape = self.flatten(g, &mut nodes, &mut index)?;
+        let user_objects = self.user_object_refs(g)?;
+        for &(o, n) in &user_objects {
+            crate::user_object::retain(o, n)?;
+        }
         let h = self.handle();
         self.next_graph_id += 1;
         let id = self.next_graph_id;
@@ -419,6 +460,7 @@ impl Store {
                 id,
                 last_stream: None,
                 done_event: 0,
+                user_objects,
             },
         );
         Ok(h)
@@ -459,6 +501,39 @@ impl Store {
         }
         exec.nodes = Arc::new(nodes);
         exec.index.extend(index);
+        Ok(())
+    }
+
+    /// `cudaGraphExecChildGraphNodeSetParams`: the nodes that child-graph node `node` put
+    /// into exec `e` take the parameters of `child`'s nodes, which must have the topology and
+    /// node order of the node's own child graph (else `cudaErrorInvalidValue`, as must a
+    /// kernel node that would move between cooperative and plain launches).
+    pub fn exec_set_child(&mut self, e: u64, node: u64, child: u64) -> CudaResult<()> {
+        let &NodeKind::Child(own) = &self.node(node)?.kind else {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        };
+        let (mut old, mut new) = (Vec::new(), Vec::new());
+        let old_shape = self.flatten(own, &mut old, &mut HashMap::new())?;
+        let new_shape = self.flatten(child, &mut new, &mut HashMap::new())?;
+        if old_shape != new_shape {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let exec = self.execs.get_mut(&e).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let &start = exec.index.get(&node).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let segment = exec.nodes.get(start..start + new.len()).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        for (n, cur) in new.iter().zip(segment) {
+            match (&n.kind, &cur.kind) {
+                (NodeKind::Kernel(a), NodeKind::Kernel(b)) if a.cooperative != b.cooperative => {
+                    return Err(cuda::ERROR_INVALID_VALUE)
+                }
+                (a, b) if a.type_code() != b.type_code() => return Err(cuda::ERROR_INVALID_VALUE),
+                _ => {}
+            }
+        }
+        let nodes = Arc::make_mut(&mut exec.nodes);
+        for (i, n) in new.into_iter().enumerate() {
+            nodes[start + i].kind = n.kind;
+        }
         Ok(())
     }
 

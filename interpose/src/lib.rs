@@ -7,6 +7,7 @@
 //! - [`state`]: registered kernels/variables, allocations, per-thread launch configurations.
 //! - [`graph`], [`capture`]: CUDA graphs (recorded DAGs launched as ordinary requests) and
 //!   stream capture; [`pool`]: memory pools and the stream-ordered allocator.
+//! - [`user_object`]: reference-counted user objects held by the program and by graphs.
 //! - [`ckpt`]: the checkpoint gate and hooks (device state in images, restart on a new proxy).
 //! - [`errors`]: `cudaError_t` handling (last error, sticky errors, the panic guard).
 //! - [`ffi`]: raw argument decoding.
@@ -24,3 +25,4 @@ pub mod graph;
 pub mod managed;
 pub mod pool;
 pub mod state;
+pub mod user_object;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo, TexDesc};
+use crum_wire::{cuda, AllocKind, DeviceProps, FuncInfo, StreamAttr, TexDesc};
 
 use crate::hostmem::AppMemory;
 
@@ -258,6 +258,22 @@ pub trait Backend: Send + Sync {
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
         let _ = (stream, event);
         unsupported(self.name(), "cudaStreamWaitEvent")
+    }
+    /// `cudaStreamSetAttribute`: a hint about the stream's work for the device (L2 access
+    /// policy window, synchronization policy, memory synchronization domain). The request
+    /// was validated against [`DeviceProps`]; results never depend on it.
+    fn stream_set_attr(&self, stream: StreamId, attr: StreamAttr) -> Result<()> {
+        let _ = (stream, attr);
+        unsupported(self.name(), "cudaStreamSetAttribute")
+    }
+    /// `cudaCtxResetPersistingL2Cache`.
+    fn reset_persisting_l2(&self) -> Result<()> {
+        unsupported(self.name(), "cudaCtxResetPersistingL2Cache")
+    }
+    /// `cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, bytes)` (already clamped).
+    fn set_persisting_l2_limit(&self, bytes: u64) -> Result<()> {
+        let _ = bytes;
+        unsupported(self.name(), "cudaLimitPersistingL2CacheSize")
     }
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
         let _ = (stream, call);

@@ -485,6 +485,13 @@ impl Server {
             Request::StreamWaitEvent { stream, event } => {
                 code(b.stream_wait_event(StreamId(stream), EventId(event))).map(|_| Body::None)
             }
+            Request::StreamSetAttr { stream, attr } => {
+                code(b.stream_set_attr(StreamId(stream), attr)).map(|_| Body::None)
+            }
+            Request::ResetPersistingL2 => code(b.reset_persisting_l2()).map(|_| Body::None),
+            Request::SetPersistingL2Limit { bytes } => {
+                code(b.set_persisting_l2_limit(bytes)).map(|_| Body::None)
+            }
             Request::EventCreate { flags } => {
                 let e = code(b.event_create(flags))?;
                 self.objects.lock().unwrap().events.insert(e.0, flags);

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crum_proxy::backend::*;
 use crum_proxy::hostmem::AppMemory;
-use crum_wire::{cuda, AllocKind, FuncInfo};
+use crum_wire::{cuda, AccessPolicy, AllocKind, FuncInfo, StreamAttr};
 
 const FATBIN: &[u8] = include_bytes!("data/kernels.fatbin");
 const WINDOW: u64 = 1 << 34;
@@ -432,6 +432,28 @@ fn errors_are_reported_as_the_runtime_does(b: &dyn Backend) {
     assert!(b.load_module(b"\x50\xed\x55\xba not a real fat binary at all").is_err());
 }
 
+/// Stream attributes and the persisting L2 set-aside are hints the device takes (the emulated
+/// one has no cache); the device reports its limits, and an unknown stream is an error.
+fn stream_hints_are_taken_and_limits_reported(b: &dyn Backend) {
+    let p = b.device_props();
+    assert!(p.max_persisting_l2 > 0 && p.max_persisting_l2 <= p.l2_bytes, "{p:?}");
+    assert!(p.max_access_policy_window > 0, "{p:?}");
+    let s = need!(b.stream_create(0, 0));
+    let d = need!(b.malloc(4096, AllocKind::Device)).addr;
+    let w = AccessPolicy { base: d, bytes: 4096, hit_ratio: 0.5, hit_prop: 2, miss_prop: 1 };
+    need!(b.stream_set_attr(s, StreamAttr::AccessPolicyWindow(w)));
+    need!(b.stream_set_attr(s, StreamAttr::MemSyncDomain(1)));
+    need!(b.stream_set_attr(s, StreamAttr::MemSyncDomainMap(0, 1)));
+    need!(b.stream_set_attr(LEGACY_STREAM, StreamAttr::SyncPolicy(3)));
+    need!(b.set_persisting_l2_limit(p.max_persisting_l2 as u64 / 2));
+    need!(b.reset_persisting_l2());
+    assert_eq!(
+        b.stream_set_attr(StreamId(0xdead), StreamAttr::SyncPolicy(1)),
+        Err(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE))
+    );
+    need!(b.stream_destroy(s));
+}
+
 /// Device state saved from one backend instance comes back at the same addresses in a new
 /// one (as after a restart).
 fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box<dyn Backend>>) {
@@ -544,6 +566,7 @@ conformance!(emu, super::make_emu;
     registered_memory_is_copied_in_stream_order,
     concurrent_lanes_do_not_interfere,
     errors_are_reported_as_the_runtime_does,
+    stream_hints_are_taken_and_limits_reported,
 );
 
 conformance!(gpu, super::make_cuda;
@@ -559,6 +582,7 @@ conformance!(gpu, super::make_cuda;
     registered_memory_is_copied_in_stream_order,
     concurrent_lanes_do_not_interfere,
     errors_are_reported_as_the_runtime_does,
+    stream_hints_are_taken_and_limits_reported,
 );
 
 /// The PTX fallback of the `cuda` backend (drivers without `cuFuncGetParamInfo`) reads the
@@ -596,7 +620,7 @@ fn gpu_backend_plumbing_against_a_fake_driver() {
     }
     let Some(text) = run_on_fake_driver(&[], &["gpu::"]) else { return };
     let passed = text.lines().filter(|l| l.starts_with("test gpu::") && l.ends_with("... ok")).count();
-    assert!(passed >= 12, "only {passed} gpu cases ran:\n{text}");
+    assert!(passed >= 13, "only {passed} gpu cases ran:\n{text}");
 }
 
 /// The same against a fake of a driver older than CUDA 12.4 (no `cuFuncGetParamInfo`): kernel

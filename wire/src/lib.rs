@@ -10,7 +10,10 @@ pub mod cuda;
 pub mod msg;
 
 pub use channel::{Channel, ClientLane, Incoming, PeerWatch, ServerLane};
-pub use msg::{AllocKind, Body, CopyKind, DeviceProps, FuncInfo, Reply, Request, TexDesc};
+pub use msg::{
+    AccessPolicy, AllocKind, Body, CopyKind, DeviceProps, FuncInfo, Reply, Request, StreamAttr,
+    TexDesc,
+};
 
 /// Environment variable holding the channel memfd number (set by `crum run`).
 pub const ENV_CHANNEL: &str = "CRUM_CHANNEL";

@@ -225,6 +225,43 @@ pub enum Request {
         data_addr: u64,
         data_len: u64,
     },
+    /// `cudaStreamSetAttribute`: a stream attribute the device's driver takes as a hint
+    /// (validated by the interposer, which also remembers it for `cudaStreamGetAttribute`).
+    StreamSetAttr {
+        stream: u64,
+        attr: StreamAttr,
+    },
+    /// `cudaCtxResetPersistingL2Cache`: persisting L2 lines back to normal.
+    ResetPersistingL2,
+    /// `cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)`: the L2 set-aside, already
+    /// clamped to [`DeviceProps::max_persisting_l2`].
+    SetPersistingL2Limit {
+        bytes: u64,
+    },
+}
+
+/// `cudaAccessPolicyWindow`: an L2 persistence hint for accesses to `[base, base+bytes)`.
+#[derive(Debug, Clone, Copy, PartialEq, Encode, Decode)]
+pub struct AccessPolicy {
+    pub base: u64,
+    pub bytes: u64,
+    pub hit_ratio: f32,
+    /// `cudaAccessProperty` of the hit lines (normal, streaming, persisting).
+    pub hit_prop: u32,
+    /// `cudaAccessProperty` of the others (normal or streaming).
+    pub miss_prop: u32,
+}
+
+/// The stream attributes a backend is told about (`cudaStreamAttrID`).
+#[derive(Debug, Clone, Copy, PartialEq, Encode, Decode)]
+pub enum StreamAttr {
+    AccessPolicyWindow(AccessPolicy),
+    /// `cudaSynchronizationPolicy` of host threads waiting for the stream.
+    SyncPolicy(u32),
+    /// `cudaLaunchMemSyncDomain` of the stream's kernels.
+    MemSyncDomain(u32),
+    /// `cudaLaunchMemSyncDomainMap`: (default, remote) domain.
+    MemSyncDomainMap(u8, u8),
 }
 
 /// Texture object description (the subset of `cudaResourceDesc`/`cudaTextureDesc` the
@@ -276,6 +313,11 @@ pub struct DeviceProps {
     pub cooperative_launch: bool,
     pub pci_bus_id: i32,
     pub uuid: [u8; 16],
+    /// Most bytes of L2 a program may set aside for persisting accesses
+    /// (`cudaDevAttrMaxPersistingL2CacheSize`; 0 where the device has no such feature).
+    pub max_persisting_l2: i32,
+    /// Largest access policy window (`cudaDevAttrMaxAccessPolicyWindowSize`).
+    pub max_access_policy_window: i32,
 }
 
 /// What the interposer needs about a kernel: attributes and the packed parameter layout.

@@ -1,7 +1,8 @@
 //! CUDA arrays (`cudaMallocArray`, copies to and from them, texture and surface objects over
 //! them: `api::device`), emulated as pitched device memory: an array handle is a heap record
-//! naming the allocation, its element format and its pitch. 1-D and 2-D arrays only (3-D
-//! arrays and mipmaps return cudaErrorNotSupported).
+//! naming the allocation, its element format and its pitch. 1-D, 2-D and 3-D arrays and
+//! layered 1-D and 2-D arrays (`cudaMalloc3DArray`): slices (or layers) of `height` rows,
+//! `slice` bytes apart. Cube maps, sparse arrays and mipmaps return cudaErrorNotSupported.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -20,7 +21,8 @@ use crate::state::*;
 /// Row alignment of arrays (as pitched allocations).
 const ROW_ALIGN: u64 = 512;
 
-/// One array: `height` rows of `width` elements of `elem` bytes, rows `pitch` apart.
+/// One array: `depth` slices (or layers) `slice` bytes apart, each of `height` rows of `width`
+/// elements of `elem` bytes, rows `pitch` apart.
 #[derive(Debug, Clone, Copy)]
 pub struct ArrayRec {
     pub base: u64,
@@ -30,7 +32,27 @@ pub struct ArrayRec {
     pub pitch: u64,
     pub desc: ChannelFormatDesc,
     pub flags: u32,
+    pub depth: u64,
+    pub slice: u64,
+    /// The extent as the program asked for it (what `cudaArrayGetInfo` reports).
+    pub extent: [usize; 3],
 }
+
+impl ArrayRec {
+    /// Whether the array is layered (`cudaArrayLayered`).
+    pub fn layered(&self) -> bool {
+        self.flags & ARRAY_LAYERED != 0
+    }
+}
+
+/// `cudaChannelFormatKindNV12`, the multi-planar format.
+const CHANNEL_KIND_NV12: u32 = 4;
+
+/// `cudaArrayLayered`, `cudaArraySurfaceLoadStore`, `cudaArrayCubemap`, `cudaArrayTextureGather`.
+const ARRAY_LAYERED: u32 = 0x01;
+const ARRAY_SURFACE_LOAD_STORE: u32 = 0x02;
+const ARRAY_CUBEMAP: u32 = 0x04;
+const ARRAY_TEXTURE_GATHER: u32 = 0x08;
 
 /// Live arrays by handle (the handle is the address of a leaked record id; we hand out
 /// opaque numbers and look them up here, so a bad handle is an error, not a dereference).
@@ -61,22 +83,52 @@ fn malloc_array(
     height: usize,
     flags: u32,
 ) -> CudaResult<()> {
+    alloc_array(out_handle, desc, [width, height, 0], flags)
+}
+
+/// An array of `extent` (width in elements, height and depth 0 where absent; for a layered
+/// array the depth is the number of layers).
+fn alloc_array(
+    out_handle: *mut *mut c_void,
+    desc: *const ChannelFormatDesc,
+    extent: [usize; 3],
+    flags: u32,
+) -> CudaResult<()> {
     let desc = read(desc)?;
+    if desc.f == CHANNEL_KIND_NV12 {
+        // Multi-planar (video) formats: one allocation per plane, not emulated.
+        return Err(crate::errors::unsupported("cudaMallocArray (multi-planar NV12 format)"));
+    }
     let elem = elem_bytes(&desc)?;
-    if width == 0 {
+    let [width, height, depth] = extent;
+    let layered = flags & ARRAY_LAYERED != 0;
+    if flags & ARRAY_CUBEMAP != 0 {
+        return Err(crate::errors::unsupported("cudaMalloc3DArray (cube maps)"));
+    }
+    if flags & !(ARRAY_LAYERED | ARRAY_SURFACE_LOAD_STORE | ARRAY_TEXTURE_GATHER | ARRAY_CUBEMAP) != 0 {
+        // Sparse and deferred-mapping arrays: the device reports both absent.
+        return Err(cuda::ERROR_NOT_SUPPORTED);
+    }
+    // A 3-D extent needs a height; a layered array needs layers.
+    if width == 0 || (depth > 0 && height == 0 && !layered) || (layered && depth == 0) {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
     let rows = height.max(1) as u64;
+    let slices = depth.max(1) as u64;
     let pitch = (width as u64 * elem).next_multiple_of(ROW_ALIGN);
+    let size = pitch
+        .checked_mul(rows)
+        .and_then(|b| b.checked_mul(slices))
+        .ok_or(cuda::ERROR_MEMORY_ALLOCATION)?;
     crate::client::ensure()?;
     let Body::Alloc { addr, .. } = call(&Request::Malloc {
-        size: pitch * rows,
+        size,
         kind: AllocKind::Device,
     })?
     else {
         return Err(cuda::ERROR_UNKNOWN);
     };
-    add_alloc(addr, pitch * rows, MemKind::Device, 0);
+    add_alloc(addr, size, MemKind::Device, 0);
     let h = NEXT.fetch_add(0x10, std::sync::atomic::Ordering::Relaxed);
     let rec = ArrayRec {
         base: addr,
@@ -86,6 +138,9 @@ fn malloc_array(
         pitch,
         desc,
         flags,
+        depth: slices,
+        slice: pitch * rows,
+        extent,
     };
     ARRAYS
         .lock()
@@ -184,6 +239,18 @@ crate::export! {
     fn cudaMallocArray(handle: *mut *mut c_void, desc: *const ChannelFormatDesc, width: usize, height: usize, flags: u32) {
         malloc_array(handle, desc, width, height, flags)
     }
+    fn cudaArrayGetPlane(plane: *mut *mut c_void, handle: *mut c_void, _index: u32) {
+        if plane.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        // No array here has a multi-planar format (NV12 is refused at allocation), and CUDA
+        // answers any plane of such an array with cudaErrorInvalidValue.
+        array(handle)?;
+        Err(cuda::ERROR_INVALID_VALUE)
+    }
+    fn cudaMalloc3DArray(handle: *mut *mut c_void, desc: *const ChannelFormatDesc, extent: Extent, flags: u32) {
+        alloc_array(handle, desc, [extent.width, extent.height, extent.depth], flags)
+    }
     fn cudaFreeArray(handle: *mut c_void) {
         if handle.is_null() {
             return Ok(());
@@ -205,8 +272,7 @@ crate::export! {
             out(desc, a.desc)?;
         }
         if !extent.is_null() {
-            let h = if a.height == 1 { 0 } else { a.height as usize };
-            out(extent, [a.width as usize, h, 0])?;
+            out(extent, a.extent)?;
         }
         if !flags.is_null() {
             out(flags, a.flags)?;
@@ -319,6 +385,9 @@ mod tests {
             pitch: (width * elem).next_multiple_of(ROW_ALIGN),
             desc,
             flags: 0,
+            depth: 1,
+            slice: (width * elem).next_multiple_of(ROW_ALIGN) * height,
+            extent: [width as usize, height as usize, 0],
         }
     }
 
@@ -394,11 +463,11 @@ fn side(
     let pos: [usize; 3] = field(p, pos_off)?;
     if arr != 0 {
         let a = array(arr as *const c_void)?;
-        if pos[2] != 0 {
+        if pos[2] as u64 >= a.depth || pos[1] as u64 >= a.height || pos[0] as u64 >= a.width {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
-        let base = a.base + pos[1] as u64 * a.pitch + pos[0] as u64 * a.elem;
-        return Ok((base, a.pitch, a.pitch * a.height, a.elem));
+        let base = a.base + pos[2] as u64 * a.slice + pos[1] as u64 * a.pitch + pos[0] as u64 * a.elem;
+        return Ok((base, a.pitch, a.slice, a.elem));
     }
     let pp: PitchedPtr = field(p, ptr_off)?;
     let slice = pp.pitch as u64 * pp.ysize as u64;
@@ -408,20 +477,48 @@ fn side(
 
 pub(crate) fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
     use crate::abi_gen::*;
-    let (s, spitch, sslice, selem) = side(
-        p,
-        CUDAMEMCPY3DPARMS_SRCARRAY,
-        CUDAMEMCPY3DPARMS_SRCPOS,
-        CUDAMEMCPY3DPARMS_SRCPTR,
-    )?;
-    let (d, dpitch, dslice, delem) = side(
-        p,
-        CUDAMEMCPY3DPARMS_DSTARRAY,
-        CUDAMEMCPY3DPARMS_DSTPOS,
-        CUDAMEMCPY3DPARMS_DSTPTR,
-    )?;
-    let ext: Extent = field(p, CUDAMEMCPY3DPARMS_EXTENT)?;
     let kind: u32 = field(p, CUDAMEMCPY3DPARMS_KIND)?;
+    let layout = Copy3d {
+        src: (CUDAMEMCPY3DPARMS_SRCARRAY, CUDAMEMCPY3DPARMS_SRCPOS, CUDAMEMCPY3DPARMS_SRCPTR),
+        dst: (CUDAMEMCPY3DPARMS_DSTARRAY, CUDAMEMCPY3DPARMS_DSTPOS, CUDAMEMCPY3DPARMS_DSTPTR),
+        extent: CUDAMEMCPY3DPARMS_EXTENT,
+    };
+    copy3d(p, &layout, kind, stream, sync)
+}
+
+/// `cudaMemcpy3DPeer[Async]`: with one device, a copy between device 0 and itself is
+/// `cudaMemcpy3D` with the direction inferred (`cudaMemcpyDefault`); any other device is
+/// `cudaErrorInvalidDevice`.
+fn memcpy3d_peer(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
+    use crate::abi_gen::*;
+    let sdev: i32 = field(p, CUDAMEMCPY3DPEERPARMS_SRCDEVICE)?;
+    let ddev: i32 = field(p, CUDAMEMCPY3DPEERPARMS_DSTDEVICE)?;
+    if sdev != 0 || ddev != 0 {
+        return Err(cuda::ERROR_INVALID_DEVICE);
+    }
+    let layout = Copy3d {
+        src: (CUDAMEMCPY3DPEERPARMS_SRCARRAY, CUDAMEMCPY3DPEERPARMS_SRCPOS, CUDAMEMCPY3DPEERPARMS_SRCPTR),
+        dst: (CUDAMEMCPY3DPEERPARMS_DSTARRAY, CUDAMEMCPY3DPEERPARMS_DSTPOS, CUDAMEMCPY3DPEERPARMS_DSTPTR),
+        extent: CUDAMEMCPY3DPEERPARMS_EXTENT,
+    };
+    copy3d(p, &layout, MEMCPY_DEFAULT, stream, sync)
+}
+
+/// `cudaMemcpyDefault`.
+const MEMCPY_DEFAULT: u32 = 4;
+
+/// Where the fields of a 3-D copy's parameter struct are: (array, position, pitched
+/// pointer) of each side, and the extent.
+struct Copy3d {
+    src: (usize, usize, usize),
+    dst: (usize, usize, usize),
+    extent: usize,
+}
+
+fn copy3d(p: *const u8, l: &Copy3d, kind: u32, stream: u64, sync: bool) -> CudaResult<()> {
+    let (s, spitch, sslice, selem) = side(p, l.src.0, l.src.1, l.src.2)?;
+    let (d, dpitch, dslice, delem) = side(p, l.dst.0, l.dst.1, l.dst.2)?;
+    let ext: Extent = field(p, l.extent)?;
     // Width is in elements when an array is involved, else in bytes.
     let width = ext.width as u64 * selem.max(delem);
     for z in 0..ext.depth.max(1) as u64 {
@@ -435,6 +532,100 @@ pub(crate) fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> 
             kind,
             stream,
             sync,
+        )?;
+    }
+    Ok(())
+}
+
+/// `cudaMemcpy2DArrayToArray`: `width` bytes of `height` rows between two arrays (offsets
+/// in bytes and rows), device to device.
+#[allow(clippy::too_many_arguments)]
+fn array_to_array_2d(
+    dst: *mut c_void,
+    wd: usize,
+    hd: usize,
+    src: *const c_void,
+    ws: usize,
+    hs: usize,
+    width: usize,
+    height: usize,
+    kind: u32,
+    stream: u64,
+) -> CudaResult<()> {
+    check_d2d(kind)?;
+    let (da, sa) = (array(dst)?, array(src)?);
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    let d = at(&da, wd, hd, width, height)?;
+    let s = at(&sa, ws, hs, width, height)?;
+    copy(d, da.pitch, s, sa.pitch, width as u64, height as u64, kind, stream, true)
+}
+
+/// `cudaMemcpyArrayToArray`: `count` bytes read row after row from one array from
+/// (ws, hs) and written the same way into the other from (wd, hd).
+#[allow(clippy::too_many_arguments)]
+fn array_to_array(
+    dst: *mut c_void,
+    wd: usize,
+    hd: usize,
+    src: *const c_void,
+    ws: usize,
+    hs: usize,
+    count: usize,
+    kind: u32,
+    stream: u64,
+) -> CudaResult<()> {
+    check_d2d(kind)?;
+    let (da, sa) = (array(dst)?, array(src)?);
+    let (drow, srow) = ((da.width * da.elem) as usize, (sa.width * sa.elem) as usize);
+    let (mut dw, mut dh, mut sw, mut sh, mut done) = (wd, hd, ws, hs, 0usize);
+    // Check the whole range before copying anything.
+    let fits = |row: usize, w: usize, h: usize, rows: u64| {
+        w <= row && (h as u64 * row as u64 + w as u64 + count as u64) <= rows * row as u64
+    };
+    if !fits(drow, wd, hd, da.height) || !fits(srow, ws, hs, sa.height) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    while done < count {
+        if dw == drow {
+            (dw, dh) = (0, dh + 1);
+        }
+        if sw == srow {
+            (sw, sh) = (0, sh + 1);
+        }
+        let n = (drow - dw).min(srow - sw).min(count - done);
+        let d = at(&da, dw, dh, n, 1)?;
+        let s = at(&sa, sw, sh, n, 1)?;
+        copy(d, n as u64, s, n as u64, n as u64, 1, kind, stream, true)?;
+        done += n;
+        dw += n;
+        sw += n;
+    }
+    Ok(())
+}
+
+/// Copies between arrays are device to device (`cudaMemcpyDeviceToDevice` or
+/// `cudaMemcpyDefault`); another direction is `cudaErrorInvalidMemcpyDirection`.
+fn check_d2d(kind: u32) -> CudaResult<()> {
+    match kind {
+        3 | MEMCPY_DEFAULT => Ok(()),
+        _ => Err(cuda::ERROR_INVALID_MEMCPY_DIRECTION),
+    }
+}
+
+/// `cudaMemset3D[Async]`: one pitched 2-D memset per slice, in stream order (checked and
+/// captured like any memset).
+fn memset3d(pitched: PitchedPtr, value: i32, extent: Extent, stream: u64) -> CudaResult<()> {
+    let slice = pitched.pitch as u64 * pitched.ysize as u64;
+    for z in 0..extent.depth as u64 {
+        super::memory::memset(
+            pitched.ptr + z * slice,
+            pitched.pitch as u64,
+            value,
+            extent.width as u64,
+            extent.height as u64,
+            stream,
         )?;
     }
     Ok(())
@@ -467,19 +658,39 @@ crate::export! {
         memcpy3d(p, s, false)
     }
     fn cudaMemset3D(pitched: PitchedPtr, value: i32, extent: Extent) {
-        let slice = pitched.pitch as u64 * pitched.ysize as u64;
-        for z in 0..extent.depth as u64 {
-            let req = Request::Memset2D {
-                dst: pitched.ptr + z * slice,
-                pitch: pitched.pitch as u64,
-                value: value as u8,
-                width: extent.width as u64,
-                height: extent.height as u64,
-                stream: 0,
-                sync: false,
-            };
-            crate::client::send(&req)?;
-        }
-        Ok(())
+        memset3d(pitched, value, extent, 0)
+    }
+    fn cudaMemcpy3DPeer(p: *const u8) {
+        memcpy3d_peer(p, 0, true)
+    }
+    fn cudaMemcpy3DPeer_ptds(p: *const u8) {
+        memcpy3d_peer(p, resolve_stream(0, true)?, true)
+    }
+    fn cudaMemcpy3DPeerAsync(p: *const u8, stream: *mut c_void) {
+        memcpy3d_peer(p, resolve_stream(stream as u64, false)?, false)
+    }
+    fn cudaMemcpy3DPeerAsync_ptsz(p: *const u8, stream: *mut c_void) {
+        memcpy3d_peer(p, resolve_stream(stream as u64, true)?, false)
+    }
+    fn cudaMemcpy2DArrayToArray(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, width: usize, height: usize, kind: u32) {
+        array_to_array_2d(dst, wd, hd, src, ws, hs, width, height, kind, 0)
+    }
+    fn cudaMemcpy2DArrayToArray_ptds(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, width: usize, height: usize, kind: u32) {
+        array_to_array_2d(dst, wd, hd, src, ws, hs, width, height, kind, resolve_stream(0, true)?)
+    }
+    fn cudaMemcpyArrayToArray(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, count: usize, kind: u32) {
+        array_to_array(dst, wd, hd, src, ws, hs, count, kind, 0)
+    }
+    fn cudaMemcpyArrayToArray_ptds(dst: *mut c_void, wd: usize, hd: usize, src: *const c_void, ws: usize, hs: usize, count: usize, kind: u32) {
+        array_to_array(dst, wd, hd, src, ws, hs, count, kind, resolve_stream(0, true)?)
+    }
+    fn cudaMemset3D_ptds(pitched: PitchedPtr, value: i32, extent: Extent) {
+        memset3d(pitched, value, extent, resolve_stream(0, true)?)
+    }
+    fn cudaMemset3DAsync(pitched: PitchedPtr, value: i32, extent: Extent, stream: *mut c_void) {
+        memset3d(pitched, value, extent, resolve_stream(stream as u64, false)?)
+    }
+    fn cudaMemset3DAsync_ptsz(pitched: PitchedPtr, value: i32, extent: Extent, stream: *mut c_void) {
+        memset3d(pitched, value, extent, resolve_stream(stream as u64, true)?)
     }
 }

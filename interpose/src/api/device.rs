@@ -71,8 +71,6 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrIsMultiGpuBoard => 0,
         cudaDevAttrHostNativeAtomicSupported => 0,
         cudaDevAttrPageableMemoryAccess => 0,
-        // Shadow pages: the host must not touch managed memory while kernels run.
-        cudaDevAttrConcurrentManagedAccess => 0,
         cudaDevAttrComputePreemptionSupported => 1,
         cudaDevAttrCanUseHostPointerForRegisteredMem => 1,
         cudaDevAttrCooperativeLaunch => b(p.cooperative_launch),
@@ -82,14 +80,15 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrReservedSharedMemoryPerBlock => 1024,
         cudaDevAttrHostRegisterSupported => 1,
         cudaDevAttrMemoryPoolsSupported => 1,
-        // No IPC handle types (cudaMemHandleTypeNone).
-        cudaDevAttrMemoryPoolSupportedHandleTypes => 0,
         cudaDevAttrMaxTexture1DWidth => 131072,
         cudaDevAttrMaxTexture2DWidth | cudaDevAttrMaxTexture2DHeight => 131072,
         cudaDevAttrMaxTexture3DWidth
         | cudaDevAttrMaxTexture3DHeight
         | cudaDevAttrMaxTexture3DDepth => 16384,
         cudaDevAttrSingleToDoublePrecisionPerfRatio => 2,
+        a if ABSENT_FEATURES.contains(&a) => 0,
+        cudaDevAttrMaxPersistingL2CacheSize => p.max_persisting_l2,
+        cudaDevAttrMaxAccessPolicyWindowSize => p.max_access_policy_window,
         _ => return Err(cuda::ERROR_INVALID_VALUE),
     })
 }
@@ -138,6 +137,8 @@ fn fill_props(prop: *mut u8) -> CudaResult<()> {
     set_field(prop, CUDADEVICEPROP_UNIFIEDADDRESSING, 1i32);
     set_field(prop, CUDADEVICEPROP_MEMORYBUSWIDTH, p.mem_bus_width);
     set_field(prop, CUDADEVICEPROP_L2CACHESIZE, p.l2_bytes);
+    set_field(prop, CUDADEVICEPROP_PERSISTINGL2CACHEMAXSIZE, p.max_persisting_l2);
+    set_field(prop, CUDADEVICEPROP_ACCESSPOLICYMAXWINDOWSIZE, p.max_access_policy_window);
     set_field(
         prop,
         CUDADEVICEPROP_MAXTHREADSPERMULTIPROCESSOR,
@@ -177,6 +178,39 @@ fn fill_props(prop: *mut u8) -> CudaResult<()> {
     set_field(prop, CUDADEVICEPROP_MEMORYPOOLSSUPPORTED, 1i32);
     Ok(())
 }
+
+/// Attributes of features crum does not offer, reported 0 (absent) so programs that check
+/// skip them; their entry points return the documented error (`abi/unsupported.txt`,
+/// docs/runtime-api-coverage.md; a test checks that every attribute named there is here).
+pub const ABSENT_FEATURES: &[u32] = &[
+    // Shadow pages: the host must not touch managed memory while kernels run.
+    cudaDevAttrConcurrentManagedAccess,
+    cudaDevAttrIpcEventSupport,
+    // No IPC handle types (cudaMemHandleTypeNone).
+    cudaDevAttrMemoryPoolSupportedHandleTypes,
+    cudaDevAttrSparseCudaArraySupported,
+    cudaDevAttrDeferredMappingCudaArraySupported,
+    cudaDevAttrTimelineSemaphoreInteropSupported,
+    cudaDevAttrGPUDirectRDMASupported,
+    cudaDevAttrGPUDirectRDMAFlushWritesOptions,
+    cudaDevAttrGPUDirectRDMAWritesOrdering,
+    cudaDevAttrClusterLaunch,
+    cudaDevAttrCanFlushRemoteWrites,
+    cudaDevAttrPageableMemoryAccessUsesHostPageTables,
+    // Pools hold device memory only.
+    cudaDevAttrHostMemoryPoolsSupported,
+    cudaDevAttrHostNumaMemoryPoolsSupported,
+    cudaDevAttrHostNumaMultinodeIpcSupported,
+    // No graphics API shares a context with the proxy's device.
+    cudaDevAttrD3D12CigSupported,
+    cudaDevAttrVulkanCigSupported,
+    cudaDevAttrCigStreamsSupported,
+    // The proxy is the device's only client process, not an MPS server's.
+    cudaDevAttrMpsEnabled,
+];
+
+/// The last `cudaAtomicOperation` (cudaAtomicOperationFloatMax).
+const ATOMIC_OP_LAST: u32 = 12;
 
 /// Default limits (`cudaLimit`): stack size, printf FIFO, malloc heap.
 fn default_limit(limit: u32) -> Option<u64> {
@@ -319,12 +353,16 @@ crate::export! {
             crate::client::unmap_shared(a, l);
         }
         crate::managed::unregister_all();
+        crate::managed::advice::clear();
         s.streams.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        s.limits.lock().unwrap_or_else(|p| p.into_inner()).remove(&cudaLimitPersistingL2CacheSize);
+        super::stream_attrs::reset();
         // The device's memory is gone: so are its pools' blocks, graphs and captures.
         crate::capture::reset();
         crate::graph::reset();
         crate::api::graph::reset_graph_mem();
         crate::pool::reset();
+        with_textures(|m| m.clear());
         Ok(())
     }
     fn cudaThreadSynchronize() {
@@ -335,7 +373,12 @@ crate::export! {
     }
     fn cudaDeviceSetLimit(limit: u32, value: usize) {
         default_limit(limit).ok_or(cuda::ERROR_UNSUPPORTED_LIMIT)?;
-        state().limits.lock().unwrap_or_else(|p| p.into_inner()).insert(limit, value as u64);
+        let value = if limit == cudaLimitPersistingL2CacheSize {
+            super::stream_attrs::set_persisting_limit(value as u64)?
+        } else {
+            value as u64
+        };
+        state().limits.lock().unwrap_or_else(|p| p.into_inner()).insert(limit, value);
         Ok(())
     }
     fn cudaDeviceGetLimit(value: *mut usize, limit: u32) {
@@ -368,6 +411,32 @@ crate::export! {
         check_device(peer).map_err(|_| cuda::ERROR_INVALID_DEVICE)?;
         out(can, 0)
     }
+    // One device: every pair a peer query can name is the same device or not a device,
+    // which CUDA answers with cudaErrorInvalidDevice.
+    fn cudaDeviceGetP2PAttribute(_value: *mut i32, _attr: u32, _src: i32, _dst: i32) {
+        Err(cuda::ERROR_INVALID_DEVICE)
+    }
+    fn cudaDeviceGetP2PAtomicCapabilities(_caps: *mut u32, _ops: *const u32, _count: u32, _src: i32, _dst: i32) {
+        Err(cuda::ERROR_INVALID_DEVICE)
+    }
+    fn cudaDeviceGetHostAtomicCapabilities(caps: *mut u32, ops: *const u32, count: u32, dev: i32) {
+        check_device(dev)?;
+        if caps.is_null() || ops.is_null() || count == 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        // Check every operation (cudaAtomicOperation 0..=12) before writing anything.
+        for i in 0..count as usize {
+            if read(ops.wrapping_add(i))? > ATOMIC_OP_LAST {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+        }
+        // No operation is native over the link to the host (cudaDevAttrHostNativeAtomicSupported
+        // is 0): the host and the device never touch managed memory at the same time here.
+        for i in 0..count as usize {
+            out(caps.wrapping_add(i), 0u32)?;
+        }
+        Ok(())
+    }
     fn cudaDeviceEnablePeerAccess(_peer: i32, _flags: u32) {
         Err(cuda::ERROR_INVALID_DEVICE)
     }
@@ -386,13 +455,24 @@ crate::export! {
     fn cudaProfilerStop() {
         Ok(())
     }
-    fn cudaCreateTextureObject(tex: *mut u64, res: *const u8, tdesc: *const u8, _view: *const c_void) {
+    fn cudaCreateTextureObject(tex: *mut u64, res: *const u8, tdesc: *const u8, view: *const u8) {
+        if tex.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
         let desc = texture_desc(res, tdesc)?;
+        let kept = TexDescriptors {
+            res: copy_in(res, CUDARESOURCEDESC_SIZE)?,
+            tex: copy_in(tdesc, CUDATEXTUREDESC_SIZE)?,
+            view: if view.is_null() { None } else { Some(copy_in(view, CUDARESOURCEVIEWDESC_SIZE)?) },
+        };
         let Body::Value(h) = call(&Request::TexCreate { desc })? else { return Err(cuda::ERROR_UNKNOWN) };
+        with_textures(|m| m.insert(h, kept));
         out(tex, h)
     }
     fn cudaDestroyTextureObject(tex: u64) {
-        call(&Request::TexDestroy { tex }).map(|_| ())
+        call(&Request::TexDestroy { tex })?;
+        with_textures(|m| m.remove(&tex));
+        Ok(())
     }
     fn cudaCreateSurfaceObject(surf: *mut u64, res: *const u8) {
         let (desc, array) = surface_desc(res)?;
@@ -419,7 +499,21 @@ crate::export! {
         set_field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR, array);
         Ok(())
     }
+    fn cudaGetTextureObjectResourceDesc(res: *mut u8, tex: u64) {
+        let d = with_textures(|m| m.get(&tex).map(|d| d.res.clone())).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        copy_out(res, &d)
+    }
+    fn cudaGetTextureObjectTextureDesc(tdesc: *mut u8, tex: u64) {
+        let d = with_textures(|m| m.get(&tex).map(|d| d.tex.clone())).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        copy_out(tdesc, &d)
+    }
+    fn cudaGetTextureObjectResourceViewDesc(view: *mut u8, tex: u64) {
+        // A texture created without a view has none to report (CUDA: invalid value).
+        let d = with_textures(|m| m.get(&tex).and_then(|d| d.view.clone())).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        copy_out(view, &d)
+    }
 }
+
 
 /// Live surface objects: handle (the proxy's, shared with textures) → the array they cover.
 static SURFACES: std::sync::Mutex<std::collections::BTreeMap<u64, u64>> =
@@ -440,12 +534,17 @@ fn surface_desc(res: *const u8) -> CudaResult<(TexDesc, u64)> {
     if a.flags & ARRAY_SURFACE_LOAD_STORE == 0 {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
+    if a.layered() {
+        return Err(crate::errors::unsupported("cudaCreateSurfaceObject (layered arrays)"));
+    }
     let d = a.desc;
+    // 1-D, 2-D and 3-D arrays: slices of `height` rows, `pitch * height` bytes apart, as the
+    // engine addresses a surface's z.
     let desc = TexDesc {
         base: a.base,
         width: a.width,
         height: a.height,
-        depth: 1,
+        depth: a.depth.max(1),
         pitch: a.pitch,
         bits: [d.x as u32, d.y as u32, d.z as u32, d.w as u32],
         format_kind: d.f,
@@ -457,11 +556,44 @@ fn surface_desc(res: *const u8) -> CudaResult<(TexDesc, u64)> {
     Ok((desc, handle))
 }
 
+
+/// The descriptors a texture object was created from, as the program gave them (what
+/// `cudaGetTextureObject*Desc` report). Kept in the interposer, so they survive a restart
+/// with the program's memory; the proxy re-creates the object behind the same handle.
+struct TexDescriptors {
+    res: Vec<u8>,
+    tex: Vec<u8>,
+    view: Option<Vec<u8>>,
+}
+
+static TEXTURES: std::sync::Mutex<Option<std::collections::HashMap<u64, TexDescriptors>>> =
+    std::sync::Mutex::new(None);
+
+fn with_textures<R>(f: impl FnOnce(&mut std::collections::HashMap<u64, TexDescriptors>) -> R) -> R {
+    let mut g = TEXTURES.lock().unwrap_or_else(|p| p.into_inner());
+    f(g.get_or_insert_with(Default::default))
+}
+
+/// A copy of the `len`-byte struct the program passed at `p`.
+fn copy_in(p: *const u8, len: usize) -> CudaResult<Vec<u8>> {
+    (0..len).map(|i| field::<u8>(p, i)).collect()
+}
+
+/// Write `bytes` to the program's out-struct at `p` (of that size).
+fn copy_out(p: *mut u8, bytes: &[u8]) -> CudaResult<()> {
+    zero(p, bytes.len())?;
+    for (i, &b) in bytes.iter().enumerate() {
+        set_field(p, i, b);
+    }
+    Ok(())
+}
+
 /// `cudaResourceDesc` + `cudaTextureDesc` → the wire description (linear and pitch-2D
 /// resources; arrays are not supported).
 fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
     let ty: u32 = field(res, CUDARESOURCEDESC_RESTYPE)?;
     // cudaResourceType: 0 array, 1 mipmapped array, 2 linear, 3 pitch2D.
+    let mut depth = 1;
     let (base, chan, width, height, pitch) = match ty {
         2 => {
             let base: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
@@ -483,11 +615,19 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
             let handle: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
             let a = super::array::array(handle as *const c_void)?;
             let d = a.desc;
+            // A layered 1-D array is read as rows of layers, every other array as slices
+            // (3-D) or layers (layered 2-D) of rows.
+            let rows = if a.layered() && a.extent[1] == 0 {
+                a.depth
+            } else {
+                depth = a.depth;
+                a.height
+            };
             (
                 a.base,
                 [d.x, d.y, d.z, d.w, d.f as i32],
                 a.width,
-                a.height,
+                rows,
                 a.pitch,
             )
         }
@@ -504,7 +644,7 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
         base,
         width,
         height,
-        depth: 1,
+        depth,
         pitch,
         bits: [
             chan[0] as u32,

@@ -75,6 +75,57 @@ fn read_kernel(p: *const u8) -> CudaResult<KernelNode> {
     crate::api::launch::kernel_node(func, grid, block, args, extra, shared as usize, false)
 }
 
+/// A kernel node launch attribute (`cudaLaunchAttributeID`) a node keeps.
+enum KernelAttr {
+    Window([u8; CUDAACCESSPOLICYWINDOW_SIZE]),
+    Cooperative(bool),
+    Priority(i32),
+}
+
+/// Decode and check a kernel node attribute value: the access policy window as for streams,
+/// cooperative, and a priority (clamped to the device's range, as for streams).
+fn kernel_attr_decode(id: u32, v: *const u8) -> CudaResult<KernelAttr> {
+    if v.is_null() {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    match id {
+        cudaLaunchAttributeAccessPolicyWindow => {
+            let w = crate::api::stream_attrs::read_window(v)?;
+            crate::api::stream_attrs::check_window(&w)?;
+            let mut raw = [0u8; CUDAACCESSPOLICYWINDOW_SIZE];
+            for (i, b) in raw.iter_mut().enumerate() {
+                *b = field(v, i)?;
+            }
+            Ok(KernelAttr::Window(raw))
+        }
+        cudaLaunchAttributeCooperative => Ok(KernelAttr::Cooperative(field::<i32>(v, 0)? != 0)),
+        cudaLaunchAttributePriority => {
+            let (least, greatest) = crate::api::stream::PRIORITY_RANGE;
+            Ok(KernelAttr::Priority(field::<i32>(v, 0)?.clamp(greatest, least)))
+        }
+        _ => Err(cuda::ERROR_INVALID_VALUE),
+    }
+}
+
+/// A kernel node's attribute `id` into the `cudaLaunchAttributeValue` at `v`.
+fn kernel_attr_get(k: &KernelNode, id: u32, v: *mut u8) -> CudaResult<()> {
+    if !matches!(id, cudaLaunchAttributeAccessPolicyWindow | cudaLaunchAttributeCooperative | cudaLaunchAttributePriority) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    zero(v, CUDALAUNCHATTRIBUTE_ST_SIZE - CUDALAUNCHATTRIBUTE_ST_VAL)?;
+    match id {
+        // Never set: an empty window.
+        cudaLaunchAttributeAccessPolicyWindow => {
+            for (i, &b) in k.access_window.iter().flatten().enumerate() {
+                set_field(v, i, b);
+            }
+        }
+        cudaLaunchAttributeCooperative => set_field(v, 0, k.cooperative as i32),
+        _ => set_field(v, 0, k.priority),
+    }
+    Ok(())
+}
+
 fn read_memset(p: *const u8) -> CudaResult<MemsetNode> {
     let m = MemsetNode {
         dst: field(p, CUDAMEMSETPARAMS_DST)?,
@@ -627,8 +678,51 @@ crate::export! {
     }
     fn cudaGraphKernelNodeSetParams(node: *mut c_void, params: *const u8) {
         let k = read_kernel(params)?;
+        // New parameters keep the node's launch attributes.
         set_kind(node, |old| match old {
-            NodeKind::Kernel(_) => Ok(NodeKind::Kernel(k)),
+            NodeKind::Kernel(o) => Ok(NodeKind::Kernel(KernelNode {
+                cooperative: o.cooperative,
+                access_window: o.access_window,
+                priority: o.priority,
+                ..k
+            })),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
+    }
+    fn cudaGraphExecChildGraphNodeSetParams(exec: *mut c_void, node: *mut c_void, child: *mut c_void) {
+        store().exec_set_child(exec as u64, node as u64, child as u64)
+    }
+    fn cudaGraphKernelNodeGetAttribute(node: *mut c_void, id: u32, value: *mut u8) {
+        with_node(node, |_, n| match &n.kind {
+            NodeKind::Kernel(k) => kernel_attr_get(k, id, value),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
+    }
+    fn cudaGraphKernelNodeSetAttribute(node: *mut c_void, id: u32, value: *const u8) {
+        let a = kernel_attr_decode(id, value)?;
+        set_kind(node, |old| match old {
+            NodeKind::Kernel(k) => {
+                let mut k = k.clone();
+                match a {
+                    KernelAttr::Window(w) => k.access_window = Some(w),
+                    KernelAttr::Cooperative(c) => k.cooperative = c,
+                    KernelAttr::Priority(p) => k.priority = p,
+                }
+                Ok(NodeKind::Kernel(k))
+            }
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })
+    }
+    fn cudaGraphKernelNodeCopyAttributes(dst: *mut c_void, src: *mut c_void) {
+        let from = with_node(src, |_, n| match &n.kind {
+            NodeKind::Kernel(k) => Ok((k.access_window, k.cooperative, k.priority)),
+            _ => Err(cuda::ERROR_INVALID_VALUE),
+        })?;
+        set_kind(dst, |old| match old {
+            NodeKind::Kernel(k) => {
+                let (access_window, cooperative, priority) = from;
+                Ok(NodeKind::Kernel(KernelNode { access_window, cooperative, priority, ..k.clone() }))
+            }
             _ => Err(cuda::ERROR_INVALID_VALUE),
         })
     }
@@ -914,7 +1008,50 @@ crate::export! {
         if e.done_event != 0 {
             let _ = call(&Request::EventDestroy { event: e.done_event });
         }
+        crate::user_object::release_after(e.last_stream, e.user_objects)
+    }
+    fn cudaUserObjectCreate(obj: *mut *mut c_void, ptr: *mut c_void, destroy: Option<unsafe extern "C" fn(*mut c_void)>, initial: u32, flags: u32) {
+        if obj.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let h = crate::user_object::create(ptr as u64, destroy, initial, flags)?;
+        out(obj, h as *mut c_void)
+    }
+    fn cudaUserObjectRetain(obj: *mut c_void, count: u32) {
+        crate::user_object::retain(obj as u64, count)
+    }
+    fn cudaUserObjectRelease(obj: *mut c_void, count: u32) {
+        crate::user_object::release(obj as u64, count)
+    }
+    fn cudaGraphRetainUserObject(graph: *mut c_void, obj: *mut c_void, count: u32, flags: u32) {
+        if count == 0 || flags & !crate::user_object::GRAPH_MOVE != 0 || !crate::user_object::exists(obj as u64) {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let mut s = store();
+        let g = s.graphs.get_mut(&(graph as u64)).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        // With cudaGraphUserObjectMove the caller's references move to the graph.
+        if flags & crate::user_object::GRAPH_MOVE == 0 {
+            crate::user_object::retain(obj as u64, count)?;
+        }
+        *g.user_objects.entry(obj as u64).or_insert(0) += count;
         Ok(())
+    }
+    fn cudaGraphReleaseUserObject(graph: *mut c_void, obj: *mut c_void, count: u32) {
+        if count == 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let mut s = store();
+        let g = s.graphs.get_mut(&(graph as u64)).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let held = g.user_objects.get_mut(&(obj as u64)).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        if *held < count {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        *held -= count;
+        if *held == 0 {
+            g.user_objects.remove(&(obj as u64));
+        }
+        drop(s);
+        crate::user_object::release(obj as u64, count)
     }
     fn cudaGraphLaunch(exec: *mut c_void, stream: *mut c_void) {
         launch(exec, stream, false)

@@ -493,6 +493,8 @@ fn prepare(
         shared: shared as u32,
         cooperative,
         params,
+        access_window: None,
+        priority: 0,
     };
     Ok((node, info.handle))
 }
@@ -556,14 +558,43 @@ crate::export! {
         Ok(())
     }
     fn cudaFuncSetAttribute(func: *const c_void, attr: u32, value: i32) {
-        let (rec, info) = function(func as usize)?;
-        call(&Request::FuncSetAttribute { func: info.handle, attr, value })?;
-        if attr == cudaFuncAttributeMaxDynamicSharedMemorySize {
-            if let Some(i) = rec.info.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-                i.max_dynamic_shared = value;
-            }
+        set_func_attribute(func, attr, value)
+    }
+    fn cudaFuncGetParamCount(func: *const c_void, count: *mut usize) {
+        let (_, info) = function(func as usize)?;
+        out(count, info.params.len())
+    }
+    fn cudaFuncGetParamInfo(func: *const c_void, index: usize, offset: *mut usize, size: *mut usize) {
+        let (_, info) = function(func as usize)?;
+        let &(o, n) = info.params.get(index).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        if offset.is_null() || size.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
         }
-        Ok(())
+        out(offset, o as usize)?;
+        out(size, n as usize)
+    }
+    // A `cudaFunction_t` or `cudaKernel_t` handed out here is the kernel's host stub address:
+    // every runtime entry point that takes an entry function takes it as is (kernels are
+    // looked up by that address), and it stays valid across a restart.
+    fn cudaGetFuncBySymbol(f: *mut *const c_void, symbol: *const c_void) {
+        if f.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        function(symbol as usize)?;
+        out(f, symbol)
+    }
+    fn cudaGetKernel(k: *mut *const c_void, entry: *const c_void) {
+        if k.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        function(entry as usize)?;
+        out(k, entry)
+    }
+    fn cudaKernelSetAttributeForDevice(kernel: *const c_void, attr: u32, value: i32, device: i32) {
+        if device != 0 {
+            return Err(cuda::ERROR_INVALID_DEVICE);
+        }
+        set_func_attribute(kernel, attr, value)
     }
     fn cudaFuncSetCacheConfig(func: *const c_void, _config: u32) {
         function(func as usize).map(|_| ())
@@ -621,6 +652,17 @@ fn occupancy(func: *const c_void, block_size: i32, dynamic_smem: usize) -> CudaR
         .max(0))
 }
 
+fn set_func_attribute(func: *const c_void, attr: u32, value: i32) -> CudaResult<()> {
+    let (rec, info) = function(func as usize)?;
+    call(&Request::FuncSetAttribute { func: info.handle, attr, value })?;
+    if attr == cudaFuncAttributeMaxDynamicSharedMemorySize {
+        if let Some(i) = rec.info.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            i.max_dynamic_shared = value;
+        }
+    }
+    Ok(())
+}
+
 fn launch_ex(
     config: *const u8,
     func: *const c_void,
@@ -639,6 +681,13 @@ fn launch_ex(
         let id: u32 = field(a, CUDALAUNCHATTRIBUTE_ST_ID)?;
         if id == cudaLaunchAttributeCooperative {
             cooperative = field::<i32>(a, CUDALAUNCHATTRIBUTE_ST_VAL)? != 0;
+        } else if id == cudaLaunchAttributeAccessPolicyWindow {
+            // An L2 hint for this launch: checked as CUDA does (window size, hit ratio,
+            // properties). It changes no result; the emulated device has no cache, and the
+            // cuda backend launches with cuLaunchKernel, which takes no per-launch attributes
+            // (a stream's window, cudaStreamSetAttribute, does reach the driver).
+            let w = super::stream_attrs::read_window(a.wrapping_add(CUDALAUNCHATTRIBUTE_ST_VAL))?;
+            super::stream_attrs::check_window(&w)?;
         }
     }
     launch(

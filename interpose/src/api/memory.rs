@@ -16,6 +16,7 @@ use crate::abi_gen::*;
 use crate::client::{call, map_shared, send, unmap_shared};
 use crate::errors::CudaResult;
 use crate::ffi::*;
+use crate::managed::advice::{self, Advice, Loc};
 use crate::state::*;
 
 /// `cudaMemcpyKind`.
@@ -98,7 +99,10 @@ pub(crate) fn free_any(addr: u64, host: bool) -> CudaResult<()> {
     call(&Request::Free { addr })?;
     if let Some(r) = remove_alloc(addr) {
         match r.kind {
-            MemKind::Managed => crate::managed::unregister(addr),
+            MemKind::Managed => {
+                crate::managed::unregister(addr);
+                advice::forget(addr, r.len);
+            }
             MemKind::Device => {}
             _ => unmap_shared(addr, r.len),
         }
@@ -435,11 +439,47 @@ crate::export! {
     fn cudaMemPrefetchAsync(ptr: *const c_void, count: usize, location: u64, _flags: u32, _stream: *mut c_void) {
         prefetch(ptr as u64, count as u64, location)
     }
-    fn cudaMemAdvise(ptr: *const c_void, count: usize, _advice: u32, _location: u64) {
-        match find_alloc(ptr as u64) {
-            Some((b, r)) if r.kind == MemKind::Managed && ptr as u64 + count as u64 <= b + r.len => Ok(()),
-            _ => Err(cuda::ERROR_INVALID_VALUE),
+    fn cudaMemAdvise(ptr: *const c_void, count: usize, advice: u32, location: u64) {
+        check_managed_range(ptr as u64, count as u64)?;
+        let loc = mem_location(location);
+        // Where data lives does not change (the shadow pages fetch what the program touches,
+        // the proxy holds the memory): the advice is recorded for cudaMemRangeGetAttribute.
+        let f: Box<dyn Fn(&mut Advice)> = match advice {
+            1 => Box::new(|a| a.read_mostly = true),
+            2 => Box::new(|a| a.read_mostly = false),
+            3 => {
+                let l = check_location(loc)?;
+                Box::new(move |a| a.preferred = Some(l))
+            }
+            4 => Box::new(|a| a.preferred = None),
+            5 | 6 => {
+                let on = advice == 5;
+                match check_location(loc)?.ty {
+                    advice::LOC_DEVICE => Box::new(move |a| a.accessed_by_device = on),
+                    _ => Box::new(move |a| a.accessed_by_host = on),
+                }
+            }
+            _ => return Err(cuda::ERROR_INVALID_VALUE),
+        };
+        advice::update(ptr as u64, count as u64, f);
+        Ok(())
+    }
+    fn cudaMemRangeGetAttribute(data: *mut u8, size: usize, attr: u32, ptr: *const c_void, count: usize) {
+        check_managed_range(ptr as u64, count as u64)?;
+        range_attribute(data, size, attr, ptr as u64, count as u64)
+    }
+    fn cudaMemRangeGetAttributes(data: *const *mut u8, sizes: *const usize, attrs: *const u32, num: usize, ptr: *const c_void, count: usize) {
+        check_managed_range(ptr as u64, count as u64)?;
+        if num == 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
         }
+        for i in 0..num {
+            let d = read(data.wrapping_add(i))?;
+            let n = read(sizes.wrapping_add(i))?;
+            let a = read(attrs.wrapping_add(i))?;
+            range_attribute(d, n, a, ptr as u64, count as u64)?;
+        }
+        Ok(())
     }
     fn cudaPointerGetAttributes(attr: *mut u8, ptr: *const c_void) {
         zero(attr, CUDAPOINTERATTRIBUTES_SIZE)?;
@@ -502,12 +542,22 @@ crate::export! {
     fn cudaMemPrefetchAsync_ptsz(ptr: *const c_void, count: usize, location: u64, _flags: u32, _stream: *mut c_void) {
         prefetch(ptr as u64, count as u64, location)
     }
-    fn cudaStreamAttachMemAsync(_stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
-        // Managed memory is always visible to both sides here: attaching changes nothing.
-        match find_alloc(ptr as u64) {
-            Some((_, r)) if r.kind == MemKind::Managed => Ok(()),
-            _ => Err(cuda::ERROR_INVALID_VALUE),
-        }
+    fn cudaStreamAttachMemAsync(stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
+        attach_mem(stream, ptr, false)
+    }
+    fn cudaStreamAttachMemAsync_ptsz(stream: *mut c_void, ptr: *mut c_void, _len: usize, _flags: u32) {
+        attach_mem(stream, ptr, true)
+    }
+}
+
+/// `cudaStreamAttachMemAsync`: managed memory is always visible to both sides here (the
+/// shadow pages are flushed before any device work), so attaching changes nothing; the
+/// stream (`_ptsz`: 0 is this thread's default stream) and the range are still checked.
+fn attach_mem(stream: *mut c_void, ptr: *mut c_void, ptsz: bool) -> CudaResult<()> {
+    resolve_stream(stream as u64, ptsz)?;
+    match find_alloc(ptr as u64) {
+        Some((_, r)) if r.kind == MemKind::Managed => Ok(()),
+        _ => Err(cuda::ERROR_INVALID_VALUE),
     }
 }
 
@@ -515,14 +565,87 @@ crate::export! {
 /// half). To the device: the dirty shadow pages are sent now. To the host: pages are fetched
 /// when first touched after the stream's work (read-ahead), as nothing is current before.
 fn prefetch(ptr: u64, count: u64, location: u64) -> CudaResult<()> {
-    const LOCATION_DEVICE: u64 = 1;
+    check_managed_range(ptr, count)?;
+    let loc = check_location(mem_location(location))?;
+    if loc.ty == advice::LOC_DEVICE {
+        crate::managed::sync_point();
+    }
+    advice::update(ptr, count, |a| a.prefetched = Some(loc));
+    Ok(())
+}
+
+/// `[ptr, ptr+count)` inside one managed allocation (what advice and range queries take).
+fn check_managed_range(ptr: u64, count: u64) -> CudaResult<()> {
     match find_alloc(ptr) {
-        Some((b, r)) if r.kind == MemKind::Managed && ptr + count <= b + r.len => {
-            if location & 0xffff_ffff == LOCATION_DEVICE {
-                crate::managed::sync_point();
+        Some((b, r)) if r.kind == MemKind::Managed && ptr.saturating_add(count) <= b + r.len => Ok(()),
+        _ => Err(cuda::ERROR_INVALID_VALUE),
+    }
+}
+
+/// A `cudaMemLocation` passed by value: `type` in the low half, `id` in the high half.
+fn mem_location(v: u64) -> Loc {
+    Loc { ty: v as u32, id: (v >> 32) as u32 as i32 }
+}
+
+/// A location advice or a prefetch may name: device 0 or the host (any NUMA form).
+fn check_location(l: Loc) -> CudaResult<Loc> {
+    match l.ty {
+        advice::LOC_DEVICE if l.id == 0 => Ok(l),
+        advice::LOC_DEVICE => Err(cuda::ERROR_INVALID_DEVICE),
+        advice::LOC_HOST | advice::LOC_HOST_NUMA | advice::LOC_HOST_NUMA_CURRENT => Ok(l),
+        _ => Err(cuda::ERROR_INVALID_VALUE),
+    }
+}
+
+/// `cudaCpuDeviceId` and `cudaInvalidDeviceId`.
+const CPU_DEVICE_ID: i32 = -1;
+const INVALID_DEVICE_ID: i32 = -2;
+
+/// One `cudaMemRangeAttribute` of `[ptr, ptr+count)` into `data` (`size` bytes), as CUDA
+/// documents it: a value only when every page of the range has it.
+fn range_attribute(data: *mut u8, size: usize, attr: u32, ptr: u64, count: u64) -> CudaResult<()> {
+    let q = advice::query(ptr, count);
+    let same = |f: fn(&Advice) -> Option<Loc>| -> Option<Loc> {
+        let v = f(&q[0]);
+        q.iter().all(|a| f(a) == v).then_some(v).flatten()
+    };
+    let legacy_id = |l: Option<Loc>| match l {
+        Some(Loc { ty: advice::LOC_DEVICE, id }) => id,
+        Some(_) => CPU_DEVICE_ID,
+        None => INVALID_DEVICE_ID,
+    };
+    let int = |v: i32| -> CudaResult<()> {
+        if size != 4 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        out(data as *mut i32, v)
+    };
+    // The id of a location type other than device or host NUMA node is to be ignored.
+    let id = |l: Option<Loc>| l.map_or(INVALID_DEVICE_ID, |l| l.id);
+    match attr {
+        1 => int(q.iter().all(|a| a.read_mostly) as i32),
+        2 => int(legacy_id(same(|a| a.preferred))),
+        3 => {
+            if size == 0 || !size.is_multiple_of(4) {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+            let mut ids = Vec::new();
+            if q.iter().all(|a| a.accessed_by_device) {
+                ids.push(0);
+            }
+            if q.iter().all(|a| a.accessed_by_host) {
+                ids.push(CPU_DEVICE_ID);
+            }
+            for i in 0..size / 4 {
+                out((data as *mut i32).wrapping_add(i), ids.get(i).copied().unwrap_or(INVALID_DEVICE_ID))?;
             }
             Ok(())
         }
+        4 => int(legacy_id(same(|a| a.prefetched))),
+        5 => int(same(|a| a.preferred).map_or(0, |l| l.ty) as i32),
+        6 => int(id(same(|a| a.preferred))),
+        7 => int(same(|a| a.prefetched).map_or(0, |l| l.ty) as i32),
+        8 => int(id(same(|a| a.prefetched))),
         _ => Err(cuda::ERROR_INVALID_VALUE),
     }
 }

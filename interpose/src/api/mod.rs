@@ -2,12 +2,14 @@
 //! calls safe code and returns a `cudaError_t` (see `ffi::export!`).
 
 pub mod array;
+pub mod copy_batch;
 pub mod device;
 pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod pool;
 pub mod stream;
+pub mod stream_attrs;
 
 /// Generated stubs for the runtime entry points crum does not implement (see build.rs).
 #[allow(unsafe_code, non_snake_case, clippy::missing_safety_doc)]

@@ -18,6 +18,8 @@ const NON_BLOCKING: u32 = 1;
 /// Priorities of an sm_80 device: 0 (lowest) to -5 (highest).
 const PRIO_LEAST: i32 = 0;
 const PRIO_GREATEST: i32 = -5;
+/// (least, greatest) priority, as `cudaDeviceGetStreamPriorityRange` reports them.
+pub(crate) const PRIORITY_RANGE: (i32, i32) = (PRIO_LEAST, PRIO_GREATEST);
 
 fn create_stream(s: *mut *mut c_void, flags: u32, priority: i32) -> CudaResult<()> {
     if s.is_null() || flags > NON_BLOCKING {
@@ -58,6 +60,17 @@ fn host_func(stream: *mut c_void, func: u64, data: u64, ptsz: bool) -> CudaResul
         return Ok(());
     }
     host_func_on(s, func, data)
+}
+
+/// `cudaHostTaskSyncMode` of `cudaLaunchHostFunc_v2`: blocking (0) or spin-wait (1) says
+/// how the stream waits for the function to finish; both run it in stream order on the
+/// callback thread here, which is what either mode promises.
+fn check_sync_mode(mode: u32) -> CudaResult<()> {
+    if mode <= 1 {
+        Ok(())
+    } else {
+        Err(cuda::ERROR_INVALID_VALUE)
+    }
 }
 
 /// Queue host function `func(data)` on `stream` (resolved).
@@ -133,6 +146,7 @@ crate::export! {
         }
         call(&Request::StreamDestroy { stream: h })?;
         state().streams.lock().unwrap_or_else(|p| p.into_inner()).remove(&h);
+        super::stream_attrs::forget(h);
         Ok(())
     }
     fn cudaStreamQuery(stream: *mut c_void) {
@@ -205,6 +219,14 @@ crate::export! {
         host_func(stream, func as u64, data as u64, false)
     }
     fn cudaLaunchHostFunc_ptsz(stream: *mut c_void, func: *const c_void, data: *mut c_void) {
+        host_func(stream, func as u64, data as u64, true)
+    }
+    fn cudaLaunchHostFunc_v2(stream: *mut c_void, func: *const c_void, data: *mut c_void, sync_mode: u32) {
+        check_sync_mode(sync_mode)?;
+        host_func(stream, func as u64, data as u64, false)
+    }
+    fn cudaLaunchHostFunc_v2_ptsz(stream: *mut c_void, func: *const c_void, data: *mut c_void, sync_mode: u32) {
+        check_sync_mode(sync_mode)?;
         host_func(stream, func as u64, data as u64, true)
     }
     fn cudaEventCreate(event: *mut *mut c_void) {

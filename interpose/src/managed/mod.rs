@@ -28,6 +28,7 @@
 //! a dirty page).
 #![allow(unsafe_code)]
 
+pub mod advice;
 mod fault;
 mod uffd;
 
@@ -823,6 +824,9 @@ fn touches_device(req: &Request) -> bool {
             | Request::GetSymbol { .. }
             | Request::ManagedVar { .. }
             | Request::FuncSetAttribute { .. }
+            | Request::StreamSetAttr { .. }
+            | Request::ResetPersistingL2
+            | Request::SetPersistingL2Limit { .. }
             | Request::StreamCreate { .. }
             | Request::EventCreate { .. }
             | Request::EventDestroy { .. }

@@ -549,6 +549,72 @@ pub fn stream_wait_event(s: &Stream, e: &Event) -> DResult<()> {
     ck(unsafe { sys::cuStreamWaitEvent(s.0, e.0, 0) })
 }
 
+/// [`cuStreamSetAttribute`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html)
+/// for the stream attributes the runtime forwards (values checked by the interposer; an
+/// enum value the driver's bindings do not know is `CUDA_ERROR_INVALID_VALUE`).
+pub fn stream_set_attr(s: &Stream, attr: crum_wire::StreamAttr) -> DResult<()> {
+    use crum_wire::StreamAttr as A;
+    use sys::CUlaunchAttributeID as Id;
+    let invalid = sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32;
+    let prop = |p: u32| match p {
+        0 => Ok(sys::CUaccessProperty::CU_ACCESS_PROPERTY_NORMAL),
+        1 => Ok(sys::CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING),
+        2 => Ok(sys::CUaccessProperty::CU_ACCESS_PROPERTY_PERSISTING),
+        _ => Err(invalid),
+    };
+    // SAFETY: an all-zero union of plain integers, floats and pointers is a valid value.
+    let mut v: sys::CUstreamAttrValue = unsafe { std::mem::zeroed() };
+    let id = match attr {
+        A::AccessPolicyWindow(w) => {
+            v.accessPolicyWindow = sys::CUaccessPolicyWindow {
+                base_ptr: w.base as *mut std::ffi::c_void,
+                num_bytes: w.bytes as usize,
+                hitRatio: w.hit_ratio,
+                hitProp: prop(w.hit_prop)?,
+                missProp: prop(w.miss_prop)?,
+            };
+            Id::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW
+        }
+        A::SyncPolicy(p) => {
+            v.syncPolicy = match p {
+                1 => sys::CUsynchronizationPolicy::CU_SYNC_POLICY_AUTO,
+                2 => sys::CUsynchronizationPolicy::CU_SYNC_POLICY_SPIN,
+                3 => sys::CUsynchronizationPolicy::CU_SYNC_POLICY_YIELD,
+                4 => sys::CUsynchronizationPolicy::CU_SYNC_POLICY_BLOCKING_SYNC,
+                _ => return Err(invalid),
+            };
+            Id::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY
+        }
+        A::MemSyncDomain(d) => {
+            v.memSyncDomain = match d {
+                0 => sys::CUlaunchMemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT,
+                1 => sys::CUlaunchMemSyncDomain::CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE,
+                _ => return Err(invalid),
+            };
+            Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN
+        }
+        A::MemSyncDomainMap(default_, remote) => {
+            v.memSyncDomainMap = sys::CUlaunchMemSyncDomainMap { default_, remote };
+            Id::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP
+        }
+    };
+    // SAFETY: live stream; `v` is a fully initialized attribute value of the kind `id` names,
+    // read by the driver during the call only.
+    ck(unsafe { sys::cuStreamSetAttribute(s.0, id, &v) })
+}
+
+/// [`cuCtxResetPersistingL2Cache`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)
+pub fn reset_persisting_l2() -> DResult<()> {
+    // SAFETY: no arguments; acts on the current context (bound by the caller).
+    ck(unsafe { sys::cuCtxResetPersistingL2Cache() })
+}
+
+/// [`cuCtxSetLimit`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)`(CU_LIMIT_PERSISTING_L2_CACHE_SIZE)`
+pub fn set_persisting_l2_limit(bytes: u64) -> DResult<()> {
+    // SAFETY: plain values; acts on the current context (bound by the caller).
+    ck(unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE, bytes as usize) })
+}
+
 /// [`cuLaunchKernel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html) or
 /// `cuLaunchCooperativeKernel`. `params` must match the kernel's layout (checked by the caller
 /// against the driver's or the PTX's parameter list).

@@ -50,12 +50,15 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     case 10: *v = 32; break;                  /* warp size */
     case 12: case 82: *v = 65536; break;      /* registers per block / per SM */
     case 16: *v = 4; break;                   /* multiprocessors */
+    case 38: *v = 4 << 20; break;             /* L2 cache size */
     case 39: *v = 2048; break;                /* threads per SM */
     case 75: *v = 8; break;                   /* compute capability major */
     case 76: *v = 0; break;
     case 81: *v = 164 << 10; break;           /* shared memory per SM */
     case 97: *v = 163 << 10; break;           /* shared memory per block, opt-in */
     case 106: *v = 32; break;                 /* blocks per SM */
+    case 108: *v = 3 << 20; break;            /* max persisting L2 */
+    case 109: *v = 4 << 20; break;            /* max access policy window */
     default: *v = 1; break;                   /* every feature flag, including VMM (102) */
     }
     return OK;
@@ -270,6 +273,25 @@ CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) {
 CUresult cuStreamDestroy_v2(CUstream s) { if (!s) return INVALID_VALUE; free(s); return OK; }
 CUresult cuStreamQuery(CUstream s) { (void)s; return OK; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; return OK; }
+/* Stream attributes (hints): the window (id 1) is checked against attribute 109 as the driver
+ * does; synchronization policy (3) and memory sync domain map/domain (9, 10) are taken. */
+struct access_window { void *base; size_t bytes; float hit_ratio; int hit, miss; };
+static size_t persisting_limit;
+CUresult cuStreamSetAttribute(CUstream s, int attr, const void *value) {
+    (void)s;
+    if (attr == 1) {
+        const struct access_window *w = value;
+        if (w->bytes > (size_t)(4 << 20) || w->hit_ratio < 0 || w->hit_ratio > 1) return INVALID_VALUE;
+        return OK;
+    }
+    return attr == 3 || attr == 9 || attr == 10 ? OK : INVALID_VALUE;
+}
+CUresult cuCtxResetPersistingL2Cache(void) { return OK; }
+CUresult cuCtxSetLimit(int limit, size_t value) {
+    if (limit != 6) return NOT_SUPPORTED;
+    persisting_limit = value;
+    return OK;
+}
 
 struct event { int recorded; double t; };
 static double now_ms(void) {

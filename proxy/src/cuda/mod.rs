@@ -839,6 +839,8 @@ fn read_props(dev: Device) -> DResult<DeviceProps> {
         cooperative_launch: a(DA::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0,
         pci_bus_id: pci_bus,
         uuid: driver::device_uuid(dev)?,
+        max_persisting_l2: a(DA::CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE)?,
+        max_access_policy_window: a(DA::CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE)?,
     })
 }
 
@@ -1187,6 +1189,22 @@ impl Backend for Cuda {
         let s = self.stream(stream)?;
         let e = self.tables.lock().unwrap().events.get(&event.0).map(|e| e.ev.clone()).ok_or_else(handle_err)?;
         driver::stream_wait_event(&s, &e).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn stream_set_attr(&self, stream: StreamId, attr: crum_wire::StreamAttr) -> Result<()> {
+        self.bind()?;
+        let s = self.stream(stream)?;
+        driver::stream_set_attr(&s, attr).map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn reset_persisting_l2(&self) -> Result<()> {
+        self.bind()?;
+        driver::reset_persisting_l2().map_err(|c| self.err(Op::Other, c))
+    }
+
+    fn set_persisting_l2_limit(&self, bytes: u64) -> Result<()> {
+        self.bind()?;
+        driver::set_persisting_l2_limit(bytes).map_err(|c| self.err(Op::Other, c))
     }
 
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {

@@ -290,6 +290,9 @@ fn emu_props() -> DeviceProps {
         cooperative_launch: true,
         pci_bus_id: 0,
         uuid: *b"crum-emu-device\0",
+        // As an A100 reports them: 75% of L2 may persist, windows up to 128 MiB.
+        max_persisting_l2: 30 << 20,
+        max_access_policy_window: 128 << 20,
     }
 }
 
@@ -663,6 +666,26 @@ impl Backend for Emu {
             let desc = Desc::op(QueuedOp::WaitFor { on_stream: es.id, on_seq: seq });
             s.submit(vec![(es, seq)], desc, Box::new(|| Ok(())));
         }
+        Ok(())
+    }
+
+    /// The emulated device has no cache: an L2 or synchronization hint changes nothing it
+    /// does (the stream must exist, as on a GPU).
+    fn stream_set_attr(&self, stream: StreamId, _attr: crum_wire::StreamAttr) -> Result<()> {
+        if stream != LEGACY_STREAM {
+            self.stream(stream)?;
+        }
+        Ok(())
+    }
+
+    /// No cache, so no persisting lines to reset.
+    fn reset_persisting_l2(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// No cache to set aside; the limit is remembered by the interposer for
+    /// `cudaDeviceGetLimit`.
+    fn set_persisting_l2_limit(&self, _bytes: u64) -> Result<()> {
         Ok(())
     }
 
