@@ -128,6 +128,10 @@ corpus_ckpt!(
     an_occupancy_sized_cooperative_grid_runs_after_restart,
     "cg_grid_sync"
 );
+corpus_ckpt!(
+    checkpoints_succeed_while_threads_beyond_the_lanes_hold_the_overflow_lane,
+    "many_threads"
+);
 
 // Programs that fail without checkpoints too (see cuda_corpus.rs).
 #[test]

@@ -180,3 +180,7 @@ corpus_test!(
     separately_compiled_files_share_device_functions_and_variables_and_match_cpu,
     "rdc_linked"
 );
+corpus_test!(
+    more_host_threads_than_channel_lanes_share_the_overflow_lane,
+    "many_threads"
+);

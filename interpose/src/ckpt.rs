@@ -172,11 +172,11 @@ fn quiesce() -> Result<(), String> {
         return Ok(());
     }
     let td = Instant::now();
+    // Set before asking: whatever becomes of the answer (an error after the proxy started the
+    // cut), `resume` ends the cut, so the program is never left held.
+    CUT.store(true, Ordering::SeqCst);
     let sizes = match client::agent_call(&Request::CheckpointState)? {
-        Body::CkptPlan { state_len, copied_len, snapshot } => {
-            CUT.store(true, Ordering::SeqCst);
-            (state_len, copied_len, snapshot)
-        }
+        Body::CkptPlan { state_len, copied_len, snapshot } => (state_len, copied_len, snapshot),
         other => return Err(format!("unexpected reply to a device checkpoint: {other:?}")),
     };
     let drain = td.elapsed();

@@ -12,7 +12,7 @@
 //! exactly as the CUDA runtime would.
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Duration;
@@ -28,6 +28,10 @@ struct Conn {
     /// Reserved for the host-callback thread (claimed up front: it blocks in WaitCallback and
     /// must never have to share the overflow lane).
     callbacks: Mutex<Option<ClientLane>>,
+    /// Reserved for the checkpoint agent: a program thread that holds the overflow lane (one
+    /// exiting: its own lane is gone with its thread-locals) and waits on a checkpoint's cut
+    /// must not keep the agent from finishing, or ending, that checkpoint.
+    agent: Mutex<Option<ClientLane>>,
     proxy_pid: u32,
 }
 
@@ -49,6 +53,12 @@ extern "C" fn after_fork_in_child() {
 thread_local! {
     /// This thread's lane and the connection generation it belongs to.
     static LANE: RefCell<Option<(u64, ClientLane)>> = const { RefCell::new(None) };
+    /// 1 + the connection generation in which this thread found no free lane and went to the
+    /// overflow lane (0: never). It stays there for that connection: requests it sent on the
+    /// overflow lane may still be unread, and a call on a lane claimed later (one freed by a
+    /// thread that exited) would overtake them (a stream synchronize answered before the
+    /// launch it must wait for was even seen).
+    static ON_OVERFLOW: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Start logging if `CRUM_LOG` asks for it (silent otherwise): to `CRUM_LOG_FILE` or stderr.
@@ -167,11 +177,13 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
         return Err(reply.status);
     }
     let callbacks = ch.claim_lane();
+    let agent = ch.claim_lane();
     let proxy_pid = ch.proxy_pid();
     Ok(Conn {
         ch,
         overflow: Mutex::new(overflow),
         callbacks: Mutex::new(callbacks),
+        agent: Mutex::new(agent),
         proxy_pid,
     })
 }
@@ -237,15 +249,26 @@ pub fn reconnect(fd: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// A request from the checkpoint agent (not a program thread): sent on the shared overflow
-/// lane, without the managed-memory hook. The proxy answers checkpoint requests without
+/// A request from the checkpoint agent (not a program thread): sent on the agent's own lane,
+/// without the managed-memory hook. The proxy answers checkpoint requests without
 /// touching the program's pending errors and printf output (they are part of the saved
 /// state). Must not block on locks a stopped program thread may hold: the lane is only tried.
 pub fn agent_call(req: &Request) -> Result<Body, String> {
     let c = conn().map_err(|e| format!("no device connection ({})", cuda::name(e)))?;
-    let mut lane = c.overflow.try_lock().map_err(|_| "the shared channel lane is busy".to_string())?;
-    let reply = lane.call(req).map_err(|e| format!("the device proxy did not answer: {e}"))?;
-    drop(lane);
+    // The agent's own lane (only the agent uses it, one call at a time); the shared overflow
+    // lane only where every lane was taken at connection.
+    let reply = match c.agent.try_lock() {
+        Ok(mut g) if g.is_some() => g.as_mut().map(|l| l.call(req)),
+        _ => None,
+    };
+    let reply = match reply {
+        Some(r) => r,
+        None => {
+            let mut lane = c.overflow.try_lock().map_err(|_| "the shared channel lane is busy".to_string())?;
+            lane.call(req)
+        }
+    };
+    let reply = reply.map_err(|e| format!("the device proxy did not answer: {e}"))?;
     if let Body::Failed(msg) = reply.body {
         return Err(msg);
     }
@@ -286,7 +309,13 @@ fn with_lane<R>(f: &mut dyn FnMut(&mut ClientLane) -> R) -> CudaResult<R> {
             }
         }
         if b.is_none() {
+            if ON_OVERFLOW.try_with(|o| o.get() == gen + 1).unwrap_or(true) {
+                return None;
+            }
             *b = c.ch.claim_lane().map(|l| (gen, l));
+            if b.is_none() {
+                let _ = ON_OVERFLOW.try_with(|o| o.set(gen + 1));
+            }
         }
         b.as_mut().map(|(_, l)| f(l))
     });

@@ -137,7 +137,11 @@ impl Server {
         let carried = self.carried_calls(lane);
         let regions = match b.saved_regions() {
             Ok(r) => r,
-            Err(e) => return failed(format!("the {} device cannot save its memory: {e}", b.name())),
+            Err(e) => {
+                // No checkpoint follows a failed step 1: the program must not stay held.
+                self.checkpoint_end();
+                return failed(format!("the {} device cannot save its memory: {e}", b.name()));
+            }
         };
         let snapshot = use_snapshot(&b.capabilities());
         let mut offsets = HashMap::new();

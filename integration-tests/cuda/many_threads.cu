@@ -1,0 +1,53 @@
+// More host threads than the channel has lanes (64): the last ones share the overflow lane,
+// each holding it for a whole call (a stream synchronize that waits for the device). The
+// checkpoints at the gates come while they work, so the checkpoint agent must not need that
+// lane (it has its own). Each thread adds 1 to its buffer per round until told to stop, and
+// checks the buffer against its own count. Checked; PASS.
+#include "common.h"
+#include <atomic>
+#include <thread>
+#include <vector>
+__global__ void inc(int *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1;
+}
+int main() {
+    const int threads = 80, n = 256;
+    std::atomic<bool> stop{false};
+    std::atomic<int> bad{0}, started{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; t++) {
+        ts.emplace_back([&, t] {
+            cudaStream_t s;
+            int *d, h[n];
+            if (cudaStreamCreate(&s) != cudaSuccess || cudaMalloc(&d, n * 4) != cudaSuccess ||
+                cudaMemsetAsync(d, 0, n * 4, s) != cudaSuccess) {
+                bad++;
+                return;
+            }
+            int rounds = 0;
+            started++;
+            // At least a few rounds, so every thread is inside CUDA calls at the gates.
+            while (!stop || rounds < 3) {
+                inc<<<1, n, 0, s>>>(d, n);
+                if (cudaStreamSynchronize(s) != cudaSuccess) { bad++; return; }
+                rounds++;
+            }
+            if (cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) { bad++; return; }
+            for (int i = 0; i < n; i++) if (h[i] != rounds) { bad++; break; }
+            cudaFree(d);
+            cudaStreamDestroy(s);
+            (void)t;
+        });
+    }
+    while (started < threads && bad == 0) std::this_thread::yield();
+    GATE(1);
+    GATE(2);
+    GATE(3);
+    stop = true;
+    for (auto &t : ts) t.join();
+    EXPECT(bad == 0);
+    printf("%d threads, each its own stream: every buffer matches its count\n", threads);
+    printf("PASS\n");
+    return 0;
+}
