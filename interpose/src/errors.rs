@@ -88,14 +88,17 @@ pub fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
     }
 }
 
+/// Whether `name` is reported for the first time (entry points crum lacks log once each).
+fn first_time(name: &'static str) -> bool {
+    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    SEEN.lock()
+        .map(|mut g| g.get_or_insert_with(HashSet::new).insert(name))
+        .unwrap_or(false)
+}
+
 /// An API crum does not implement: `cudaErrorNotSupported`, its name logged once.
 pub fn unsupported(name: &'static str) -> u32 {
-    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let first = SEEN
-        .lock()
-        .map(|mut g| g.get_or_insert_with(HashSet::new).insert(name))
-        .unwrap_or(false);
-    if first {
+    if first_time(name) {
         crate::client::init_logging();
         tracing::warn!(api = name, "CUDA runtime API not supported by crum");
     }
@@ -107,12 +110,7 @@ pub fn unsupported(name: &'static str) -> u32 {
 /// `code` (the error CUDA documents for a device without the feature, or
 /// cudaErrorNotSupported) and logs its name and `reason` once.
 pub fn not_offered(name: &'static str, code: u32, reason: &'static str) -> u32 {
-    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let first = SEEN
-        .lock()
-        .map(|mut g| g.get_or_insert_with(HashSet::new).insert(name))
-        .unwrap_or(false);
-    if first {
+    if first_time(name) {
         crate::client::init_logging();
         tracing::warn!(api = name, error = cuda::name(code), "CUDA runtime API not offered by crum: {reason}");
     }

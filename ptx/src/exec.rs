@@ -209,9 +209,8 @@ pub(crate) fn launch(
     let results: Mutex<Vec<BlockResult>> = Mutex::new(Vec::new());
     let total_insts = std::sync::atomic::AtomicU64::new(0);
     let workers = (pool.threads as u64).min(nblocks - first_block + to_resume.lock().unwrap_or_else(|e| e.into_inner()).len() as u64).max(1) as usize;
-    // Runs blocks from the shared counter until none is left (or `limit` blocks are done).
-    let work = |limit: Option<usize>| {
-        let mut done = 0usize;
+    // A worker's block state (reused from block to block), warps taking turns of `quantum`.
+    let new_block = |quantum: u64| {
         let mut b = Block {
             l: &l,
             regions: Regions::new(mem),
@@ -223,9 +222,15 @@ pub(crate) fn launch(
             nthreads: nthreads as u32,
             saved: None,
             starve: Vec::new(),
-            quantum: YIELD_AFTER,
+            quantum,
         };
         b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
+        b
+    };
+    // Runs blocks from the shared counter until none is left (or `limit` blocks are done).
+    let work = |limit: Option<usize>| {
+        let mut done = 0usize;
+        let mut b = new_block(YIELD_AFTER);
         let mut threads: Vec<Thread> = Vec::new();
         loop {
             if stopped(&l) || limit.is_some_and(|n| done >= n) {
@@ -285,20 +290,7 @@ pub(crate) fn launch(
             l.stop.store(true, Ordering::Relaxed);
         };
         for i in (k..nblocks as usize).step_by(workers) {
-            let mut b = Block {
-                l: &l,
-                regions: Regions::new(mem),
-                ctaid: [0; 3],
-                shared: Vec::new(),
-                printf: Vec::new(),
-                arrivals: [0; 16],
-                insts: 0,
-                nthreads: nthreads as u32,
-                saved: None,
-                starve: Vec::new(),
-                quantum: COOP_QUANTUM,
-            };
-            b.regions.extra = l.grid_buf.as_deref().map(|buf| region_of(buf, GRID_WIN));
+            let mut b = new_block(COOP_QUANTUM);
             let g = cfg.grid;
             b.ctaid = [i as u32 % g[0], (i as u32 / g[0]) % g[1], i as u32 / (g[0] * g[1])];
             let mut th = Vec::new();
