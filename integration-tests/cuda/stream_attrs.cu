@@ -367,7 +367,8 @@ int main() {
     cudaArray_t a3, al;
     CK(cudaMalloc3DArray(&a3, &cd, make_cudaExtent(AW, AH, AD)));
     CK(cudaMalloc3DArray(&al, &cd, make_cudaExtent(AW, AH, AD), cudaArrayLayered));
-    EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AH, 6), cudaArrayCubemap), cudaErrorNotSupported);
+    EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AH, 6), cudaArrayCubemap), cudaErrorInvalidValue);  // faces not square
+    EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AW, 12), cudaArrayCubemap | cudaArrayLayered), cudaErrorNotSupported);
     cudaArray_t plane;
     EXPECT_ERR(cudaArrayGetPlane(&plane, a3, 0), cudaErrorInvalidValue);  // not multi-planar
     cudaExtent ex;

@@ -21,6 +21,23 @@ __global__ void ramp(cudaSurfaceObject_t s, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) surf1Dwrite((unsigned)(i * i), s, i * 4);
 }
+// Reads texel (x, y) of every face through texCubemap, at the direction of its centre.
+__global__ void cube_read(cudaTextureObject_t t, float *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 6 * n * n) return;
+    int face = i / (n * n), y = (i / n) % n, x = i % n;
+    float s = (x + 0.5f) / n * 2 - 1, u = (y + 0.5f) / n * 2 - 1;
+    float dx, dy, dz;  // the inverse of the programming guide's cubemap table
+    switch (face) {
+    case 0: dx = 1; dz = -s; dy = -u; break;
+    case 1: dx = -1; dz = s; dy = -u; break;
+    case 2: dy = 1; dx = s; dz = u; break;
+    case 3: dy = -1; dx = s; dz = -u; break;
+    case 4: dz = 1; dx = s; dy = -u; break;
+    default: dz = -1; dx = -s; dy = -u; break;
+    }
+    out[i] = texCubemap<float>(t, dx * 3.0f, dy * 3.0f, dz * 3.0f);  // any length points the same way
+}
 int main() {
     const int w = 37, h = 23, n = 300;
     float in[h][w], back[h][w], got[h * w];
@@ -82,6 +99,37 @@ int main() {
         }
     for (int i = 0; i < n; i++) EXPECT(lv[i] == (unsigned)(i * i));
     printf("surfaces %dx%d and %d: sum %.1f\n", w, h, n, sum);
+
+    // A cube map: six square faces, each texel read back through texCubemap.
+    const int cn = 8;
+    float faces[6 * cn * cn], fr[6 * cn * cn];
+    for (int i = 0; i < 6 * cn * cn; i++) faces[i] = (float)(i / (cn * cn) * 100 + i % (cn * cn));
+    cudaArray_t cube;
+    CK(cudaMalloc3DArray(&cube, &f, make_cudaExtent(cn, cn, 6), cudaArrayCubemap));
+    cudaMemcpy3DParms cp = {};
+    cp.srcPtr = make_cudaPitchedPtr(faces, cn * sizeof(float), cn, cn);
+    cp.dstArray = cube;
+    cp.extent = make_cudaExtent(cn, cn, 6);
+    cp.kind = cudaMemcpyHostToDevice;
+    CK(cudaMemcpy3D(&cp));
+    cudaResourceDesc rc = {};
+    rc.resType = cudaResourceTypeArray;
+    rc.res.array.array = cube;
+    cudaTextureDesc tc = {};
+    tc.addressMode[0] = tc.addressMode[1] = tc.addressMode[2] = cudaAddressModeClamp;
+    tc.filterMode = cudaFilterModePoint;
+    tc.readMode = cudaReadModeElementType;
+    tc.normalizedCoords = 1;
+    cudaTextureObject_t ctex;
+    CK(cudaCreateTextureObject(&ctex, &rc, &tc, nullptr));
+    float *d_c;
+    CK(cudaMalloc(&d_c, sizeof fr));
+    cube_read<<<(6 * cn * cn + 127) / 128, 128>>>(ctex, d_c, cn);
+    CK(cudaMemcpy(fr, d_c, sizeof fr, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 6 * cn * cn; i++) EXPECT(fr[i] == faces[i]);
+    printf("cube map %dx%d: every texel of the six faces read by direction\n", cn, cn);
+    CK(cudaDestroyTextureObject(ctex));
+    CK(cudaFreeArray(cube));
     GATE(3);
     CK(cudaDestroySurfaceObject(surf));
     CK(cudaDestroySurfaceObject(line));

@@ -362,7 +362,7 @@ pub(crate) struct Mods {
     pub(crate) to: bool,
     /// shf `.wrap` (else clamp); bfind `.shiftamt`; testp kind in `cmp`.
     pub(crate) flag: bool,
-    /// Geometry of tex (1, 2, 3 dims; 4 = array 2d / cube).
+    /// Geometry of tex (1, 2, 3 dims; 4 = array 2d, 5 = array 1d, 6 = cube, 7 = array cube).
     pub(crate) geom: u8,
     /// suld/sust `.clamp`: out-of-range coordinates are clamped to the surface's edge.
     pub(crate) clamp: bool,

@@ -1586,7 +1586,8 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
             "3d" => mm.geom = 3,
             "a1d" => mm.geom = 5,
             "a2d" => mm.geom = 4,
-            "cube" | "acube" => mm.geom = 6,
+            "cube" => mm.geom = 6,
+            "acube" => mm.geom = 7,
             // Memory-order, scope, cache and alignment hints: no effect on a sequentially
             // consistent, cache-less emulation.
             "sync" | "aligned" | "volatile" | "relaxed" | "acquire" | "release" | "acq_rel" | "sc" | "cta"

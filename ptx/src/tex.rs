@@ -17,15 +17,33 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
     };
     // Layered textures (`a1d`, `a2d`) take the layer index first; it selects the row (1D)
     // or slice (2D) and is never filtered.
+    let cube = i.m.geom == 6;
     let (dims, layered) = match i.m.geom {
         1 => (1, false),
         2 => (2, false),
         3 => (3, false),
         4 => (2, true),
         5 => (1, true),
-        _ => return Err(LaunchError::Unsupported("cube-map textures".into())),
+        // A cube map: six square faces, read as the layers of a 2-D layered texture.
+        6 => (2, true),
+        _ => return Err(LaunchError::Unsupported("layered cube-map textures".into())),
     };
-    let (layer, coords) = if layered { (coords[0] as u32 as i32 as i64, coords[1..].to_vec()) } else { (0, coords) };
+    let (layer, coords) = if cube {
+        if i.ty2 != Ty::F32 {
+            return Err(LaunchError::Unsupported("cube-map texture fetch with integer coordinates".into()));
+        }
+        let f = |k: usize| coords.get(k).map_or(0.0, |v| f32::from_bits(*v as u32));
+        let (face, s, t) = cube_face(f(0), f(1), f(2));
+        // Face coordinates are normalized; scaled here (the generic path scales only when
+        // the texture asks for normalized coordinates).
+        let (w, h) = (desc.width.max(1) as f32, desc.height.max(1) as f32);
+        let scale = if desc.normalized_coords { (1.0, 1.0) } else { (w, h) };
+        (face, vec![(s * scale.0).to_bits() as u64, (t * scale.1).to_bits() as u64])
+    } else if layered {
+        (coords[0] as u32 as i32 as i64, coords[1..].to_vec())
+    } else {
+        (0, coords)
+    };
     let layers = if layered { [desc.height.max(1), desc.depth.max(1)][dims - 1] as i64 } else { 1 };
     let layer = layer.clamp(0, layers - 1);
     let texel = |b: &mut Block, xyz: [i64; 3]| -> Result<[f32; 4], LaunchError> { texel(b, &desc, xyz, i.ty) };
@@ -94,6 +112,26 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
         Ty::F16 => fp::f32_to_f16(v) as u64,
         _ => v.to_bits() as u64,
     }))
+}
+
+/// The face of a cube map a direction points at and the normalized (s, t) on it, as the CUDA
+/// programming guide's cubemap table gives them: the major axis picks the face (+x, -x, +y,
+/// -y, +z, -z = 0..5), s = (sc / |ma| + 1) / 2, t = (tc / |ma| + 1) / 2.
+fn cube_face(x: f32, y: f32, z: f32) -> (i64, f32, f32) {
+    let (ax, ay, az) = (x.abs(), y.abs(), z.abs());
+    let (face, sc, tc, ma) = if ax >= ay && ax >= az {
+        if x >= 0.0 { (0, -z, -y, ax) } else { (1, z, -y, ax) }
+    } else if ay >= az {
+        if y >= 0.0 { (2, x, z, ay) } else { (3, x, -z, ay) }
+    } else if z >= 0.0 {
+        (4, x, -y, az)
+    } else {
+        (5, -x, -y, az)
+    };
+    if ma == 0.0 {
+        return (0, 0.5, 0.5);
+    }
+    (face, (sc / ma + 1.0) / 2.0, (tc / ma + 1.0) / 2.0)
 }
 
 /// Apply the address mode; -1 = border (reads zero).

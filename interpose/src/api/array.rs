@@ -2,7 +2,8 @@
 //! them: `api::device`), emulated as pitched device memory: an array handle is a heap record
 //! naming the allocation, its element format and its pitch. 1-D, 2-D and 3-D arrays and
 //! layered 1-D and 2-D arrays (`cudaMalloc3DArray`): slices (or layers) of `height` rows,
-//! `slice` bytes apart. Cube maps, sparse arrays and mipmaps return cudaErrorNotSupported.
+//! `slice` bytes apart; cube maps as six slices (faces). Layered cube maps, sparse arrays and
+//! mipmaps return cudaErrorNotSupported.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -103,7 +104,14 @@ fn alloc_array(
     let [width, height, depth] = extent;
     let layered = flags & ARRAY_LAYERED != 0;
     if flags & ARRAY_CUBEMAP != 0 {
-        return Err(crate::errors::unsupported("cudaMalloc3DArray (cube maps)"));
+        // Six square faces, stored as six slices (+x, -x, +y, -y, +z, -z), as CUDA requires
+        // (width == height, depth 6). Layered cube maps are not emulated.
+        if layered {
+            return Err(crate::errors::unsupported("cudaMalloc3DArray (layered cube maps)"));
+        }
+        if width == 0 || width != height || depth != 6 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
     }
     if flags & !(ARRAY_LAYERED | ARRAY_SURFACE_LOAD_STORE | ARRAY_TEXTURE_GATHER | ARRAY_CUBEMAP) != 0 {
         // Sparse and deferred-mapping arrays: the device reports both absent.
