@@ -42,6 +42,9 @@ static CURRENT: AtomicPtr<Conn> = AtomicPtr::new(std::ptr::null_mut());
 /// Bumped when [`CURRENT`] changes: lanes claimed under an older generation are stale.
 static GEN: AtomicU64 = AtomicU64::new(0);
 static GONE: AtomicBool = AtomicBool::new(false);
+/// The device address window is reserved in this process (by the first connection; an image
+/// brings the reservation back with it).
+static WINDOW_RESERVED: AtomicBool = AtomicBool::new(false);
 /// Set in a child created by fork(): it shares our lanes' memory, so it must not use them
 /// (CUDA, too, refuses a forked child with cudaErrorInitializationError).
 static FORKED: AtomicBool = AtomicBool::new(false);
@@ -134,8 +137,11 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
         tracing::error!("process {owner} already uses this crum proxy; run other CUDA programs under their own `crum run`");
         return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
     }
-    if first {
+    // The window may be ours already: an image taken while the first connection was under
+    // way (its threads had registered kernels, no call had finished) restarts with it.
+    if first && !WINDOW_RESERVED.load(Ordering::SeqCst) {
         reserve_window()?;
+        WINDOW_RESERVED.store(true, Ordering::SeqCst);
     }
     // The proxy is our sibling, not our parent: under Yama ptrace_scope=1 it may only read
     // our memory (cross-memory attach) if we name it. EINVAL without Yama is fine.
@@ -200,7 +206,15 @@ fn conn() -> CudaResult<&'static Conn> {
         // SAFETY: CURRENT only ever holds leaked (never freed) connections.
         return Ok(unsafe { &*p });
     }
-    *CONN.get_or_init(|| connect().map(|c| &*Box::leak(Box::new(c))))
+    let r = *CONN.get_or_init(|| connect().map(|c| &*Box::leak(Box::new(c))));
+    // A restart connected this process anew while this thread waited for a first connection
+    // that began before the checkpoint (and cannot finish: its channel is gone).
+    let p = CURRENT.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: as above.
+        return Ok(unsafe { &*p });
+    }
+    r
 }
 
 /// The connection in use, if this process has one (without connecting).

@@ -155,6 +155,12 @@ pub struct Channel {
     fd: OwnedFd,
     /// Application side: a pidfd of the proxy (-1: none), owned by the channel.
     watch: AtomicI32,
+    /// Application side: the proxy was seen ready. The shared state never goes back to
+    /// STARTING, so a channel seen ready that reads STARTING (all zeros) is the memory of a
+    /// channel from before a restart that the image kept only as a place — retired, whether
+    /// or not `retire` ran in this process (a channel two restarts old was retired by the
+    /// process of the first restart).
+    seen_ready: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and the disciplined
@@ -248,7 +254,7 @@ impl Channel {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Channel { base: p.cast(), fd, watch: AtomicI32::new(-1) })
+        Ok(Channel { base: p.cast(), fd, watch: AtomicI32::new(-1), seen_ready: std::sync::atomic::AtomicBool::new(false) })
     }
 
     /// In a restarted process, for the channel of a proxy that no longer exists (its memory
@@ -278,7 +284,11 @@ impl Channel {
 
     /// Whether this is the retired channel of a proxy from before a restart.
     pub fn retired(&self) -> bool {
-        self.header().state.load(Acquire) == RETIRED
+        match self.header().state.load(Acquire) {
+            RETIRED => true,
+            STARTING => self.seen_ready.load(Acquire),
+            _ => false,
+        }
     }
 
     /// The channel's random identity.
@@ -386,7 +396,10 @@ impl Channel {
         let t0 = Instant::now();
         loop {
             match self.header().state.load(Acquire) {
-                READY => return Ok(()),
+                READY => {
+                    self.seen_ready.store(true, Release);
+                    return Ok(());
+                }
                 DEAD | RETIRED => return Err(ChannelError::ProxyGone),
                 _ if t0.elapsed() > timeout => return Err(ChannelError::ProxyGone),
                 _ => std::thread::sleep(Duration::from_millis(1)),
@@ -428,7 +441,8 @@ impl Channel {
         let h = self.header();
         match h.state.load(Acquire) {
             DEAD | RETIRED => false,
-            STARTING => true,
+            // Zeros where a ready channel was: retired (see `seen_ready`).
+            STARTING => !self.seen_ready.load(Acquire),
             _ => {
                 let w = self.watch.load(Acquire);
                 match pidfd_exited(w) {
