@@ -454,6 +454,32 @@ pub fn agent_running(dir: &Path, pid: u32) -> bool {
     path.exists() && UnixStream::connect(&path).is_ok()
 }
 
+/// Whether the socket file of `pid` in `dir` may be that process's own: it exists and was
+/// made after the process started. A control socket outlives a process killed with SIGKILL,
+/// and its pid is reused (often, with a small `pid_max`): an older file belongs to a dead
+/// process and says nothing about this one (before, `crum checkpoint <crum run's pid>` took
+/// the launcher for the program when an earlier process with its pid had left a socket).
+pub fn socket_may_be_current(dir: &Path, pid: u32) -> bool {
+    let Ok(meta) = std::fs::metadata(socket_path_in(dir, pid)) else { return false };
+    let (Ok(made), Some(started)) = (meta.modified(), process_start(pid)) else { return true };
+    // The start time is known to a clock tick or two.
+    made + Duration::from_millis(50) >= started
+}
+
+/// When process `pid` started (wall clock), from its start in clock ticks since boot
+/// (`/proc/<pid>/stat` field 22) and the time since boot (`/proc/uptime`).
+fn process_start(pid: u32) -> Option<SystemTime> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let ticks: u64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    if hz <= 0 {
+        return None;
+    }
+    let ago = uptime - ticks as f64 / hz as f64;
+    SystemTime::now().checked_sub(Duration::from_secs_f64(ago.max(0.0)))
+}
+
 /// Whether `pid` runs with crum's agent (libcrum) loaded.
 fn agent_loaded(pid: u32) -> bool {
     // A restarted program runs in the `crum restart` process, its libraries' mappings
@@ -771,6 +797,20 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn a_socket_older_than_its_process_is_a_dead_ones() {
+        let t = scratch("stale");
+        let pid = std::process::id();
+        assert!(!socket_may_be_current(&t, pid), "no file");
+        let f = std::fs::File::create(socket_path_in(&t, pid)).unwrap();
+        assert!(socket_may_be_current(&t, pid), "made now, after this process started");
+        let started = process_start(pid).unwrap();
+        assert!(started <= SystemTime::now() && SystemTime::now().duration_since(started).unwrap() < Duration::from_secs(3600));
+        f.set_modified(started - Duration::from_secs(2)).unwrap();
+        assert!(!socket_may_be_current(&t, pid), "made before this process started");
+        std::fs::remove_dir_all(&t).unwrap();
     }
 
     #[test]

@@ -50,7 +50,7 @@ fn spinner(pid: u32) -> indicatif::ProgressBar {
 /// socket), else the nearest process below it that does (`crum run`'s pid names its
 /// program, as a batch script knows it from `$!`).
 fn target(sock_dir: &Path, pid: u32) -> u32 {
-    let has_socket = |p: u32| control::socket_path_in(sock_dir, p).exists();
+    let has_socket = |p: u32| control::socket_may_be_current(sock_dir, p);
     if has_socket(pid) {
         // A member of a job: the job is checkpointed, by its root.
         let root = crum_ckpt::job::root_of(pid as i32, |p| p > 0 && control::agent_running(sock_dir, p as u32)) as u32;

@@ -6,6 +6,7 @@
 
 use anyhow::Context;
 use crum_proxy::backend::{open, DeviceChoice};
+use std::os::unix::process::CommandExt;
 use crum_wire::Channel;
 use std::sync::Arc;
 
@@ -37,7 +38,40 @@ pub fn device_choice(s: &str) -> anyhow::Result<DeviceChoice> {
     })
 }
 
+/// A proxy that may drive a GPU runs with its address space laid out without randomization
+/// (`personality(ADDR_NO_RANDOMIZE)`, as `setarch -R`): re-executes itself so once. The
+/// driver places module variables (`__device__`, `__constant__`) itself, at addresses a
+/// restart must reproduce since the program holds them; without randomization a fresh proxy
+/// that loads the same modules in the same order is given the same addresses where the
+/// driver is deterministic (a restart that does not get them fails, naming the variable).
+fn without_address_randomization(choice: DeviceChoice) -> anyhow::Result<()> {
+    use nix::sys::personality::{self, Persona};
+    if choice == DeviceChoice::Emu || !crum_proxy::cuda::driver::library_present() {
+        return Ok(());
+    }
+    let now = personality::get().context("reading the process personality")?;
+    if now.contains(Persona::ADDR_NO_RANDOMIZE) {
+        return Ok(());
+    }
+    if let Err(e) = personality::set(now | Persona::ADDR_NO_RANDOMIZE) {
+        // Not fatal: only a restart's module variables depend on it.
+        tracing::warn!("cannot turn address randomization off for the device proxy: {e}");
+        return Ok(());
+    }
+    let mut argv = std::env::args_os();
+    let mut again = std::process::Command::new("/proc/self/exe");
+    if let Some(arg0) = argv.next() {
+        again.arg0(arg0);
+    }
+    let err = again.args(argv).exec();
+    // exec returned: carry on randomized.
+    tracing::warn!("cannot re-execute the device proxy without address randomization: {err}");
+    let _ = personality::set(now);
+    Ok(())
+}
+
 pub fn main(args: Args) -> anyhow::Result<i32> {
+    without_address_randomization(device_choice(&args.device)?)?;
     if let Some(pid) = args.watch_pid {
         // Started detached by `crum restart` for the program it becomes.
         let program = match crum_wire::PeerWatch::open(pid) {

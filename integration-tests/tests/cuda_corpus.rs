@@ -100,6 +100,10 @@ fn per_thread_default_streams_with_large_dynamic_shared_memory_match_cpu() {
 
 corpus_test!(warp_size_loop_bound_matches_cpu, "warp_size_loop");
 corpus_test!(
+    corner_case_answers_and_device_facts_are_printed,
+    "cuda_facts"
+);
+corpus_test!(
     multi_warp_tiles_use_reserved_shared_memory_and_match_cpu,
     "cg_tiles"
 );

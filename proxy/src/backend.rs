@@ -383,9 +383,11 @@ pub trait Backend: Send + Sync {
     /// Restart: load a module again, with its variables at their checkpointed addresses
     /// (`vars`: name, address, kind). A backend that cannot choose (the driver places module
     /// variables) loads it and fails, naming the variable, if an address differs.
+    /// (`__managed__` variables, kind managed, are the backend's allocations: [`Backend::restore`]
+    /// makes them again.)
     fn restore_module(&self, image: &[u8], vars: &[(String, u64, AllocKind)]) -> Result<ModuleId> {
         let m = self.load_module(image)?;
-        for (name, addr, _) in vars {
+        for (name, addr, _) in vars.iter().filter(|v| v.2 != AllocKind::Managed) {
             let (now, _) = self.symbol(m, name)?;
             if now != *addr {
                 tracing::error!(

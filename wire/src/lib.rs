@@ -21,6 +21,10 @@ pub const ENV_CHANNEL: &str = "CRUM_CHANNEL";
 pub const DEVICE_VA_BASE: u64 = 0x2000_0000_0000;
 /// Size of the device virtual-address window (address space only; nothing is committed).
 pub const DEVICE_VA_SIZE: u64 = 1 << 40;
+/// The start of the device window that no allocation gets: read-only zeros on every
+/// backend, so that reads just below a program's first allocation (a[-1] of a stencil) read
+/// memory, as on a GPU, where the runtime's own allocations lie below the program's.
+pub const DEVICE_RESERVED: u64 = 2 << 20;
 
 /// Channel failures (either side).
 #[derive(Debug, thiserror::Error)]

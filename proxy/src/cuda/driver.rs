@@ -184,16 +184,19 @@ fn alloc_prop(dev: Device) -> sys::CUmemAllocationProp {
     p
 }
 
-/// [`cuMemGetAllocationGranularity`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
-/// (recommended granularity of pinned device memory).
-pub fn granularity(dev: Device) -> DResult<u64> {
+/// [`cuMemGetAllocationGranularity`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html):
+/// the minimum granularity of pinned device memory (what `cuMemMap` requires; 2 MiB on every
+/// GPU so far, the emulated device's layout too) and the recommended one (for speed; it may be
+/// larger).
+pub fn granularity(dev: Device) -> DResult<(u64, u64)> {
+    use sys::CUmemAllocationGranularity_flags as F;
     let prop = alloc_prop(dev);
-    let mut g = 0usize;
-    // SAFETY: valid prop and out-pointer.
-    ck(unsafe {
-        sys::cuMemGetAllocationGranularity(&mut g, &prop, sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
-    })?;
-    Ok(g as u64)
+    let get = |flag| {
+        let mut g = 0usize;
+        // SAFETY: valid prop and out-pointer.
+        ck(unsafe { sys::cuMemGetAllocationGranularity(&mut g, &prop, flag) }).map(|_| g as u64)
+    };
+    Ok((get(F::CU_MEM_ALLOC_GRANULARITY_MINIMUM)?, get(F::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)?))
 }
 
 /// Reserve the virtual range `[addr, addr+len)` for device memory with
@@ -270,6 +273,17 @@ pub fn map_in(dev: Device, addr: u64, len: u64) -> DResult<Mapping> {
         return Err(e);
     }
     Ok(Mapping { addr, len, handle })
+}
+
+/// Make a mapped range read-only for the device (`cuMemSetAccess` with `PROT_READ`).
+pub fn set_read_only(dev: Device, addr: u64, len: u64) -> DResult<()> {
+    let prop = alloc_prop(dev);
+    // SAFETY: all-zero is a valid CUmemAccessDesc; its fields are set below.
+    let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+    access.location = prop.location;
+    access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ;
+    // SAFETY: the range is mapped (caller contract); one descriptor.
+    ck(unsafe { sys::cuMemSetAccess(addr, len as usize, &access, 1) })
 }
 
 /// Undo [`map_in`]: `cuMemUnmap`, then `cuMemRelease` (the physical memory is freed once

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,9 +73,11 @@ CUresult cuCtxSynchronize(void) { return OK; }
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = (size_t)15 << 30; *t = (size_t)16 << 30; return OK; }
 
 #define GRANULE ((size_t)2 << 20)
+/* The minimum granularity (option 0) is what mappings need; the recommended one (1) is
+ * larger here, as it may be on a GPU. */
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) {
-    (void)prop; (void)option;
-    *g = GRANULE;
+    (void)prop;
+    *g = option == 1 ? 4 * GRANULE : GRANULE;
     return OK;
 }
 
@@ -106,7 +109,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long lon
 }
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
     if (count != 1 || !desc) return INVALID_VALUE;
-    return mprotect((void *)ptr, size, PROT_READ | PROT_WRITE) ? INVALID_VALUE : OK;
+    /* CUmemAccessDesc: location (type, id), then flags: 1 read, 3 read and write. */
+    int flags = ((const int *)desc)[2];
+    int prot = flags == 3 ? PROT_READ | PROT_WRITE : flags == 1 ? PROT_READ : PROT_NONE;
+    return mprotect((void *)ptr, size, prot) ? INVALID_VALUE : OK;
 }
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     void *p = mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
@@ -158,20 +164,40 @@ static struct func funcs[] = {
     {"bump", 0, {0}, {0}},
     {"scale_table", 1, {0}, {4}},
     {"incr", 2, {0, 8}, {8, 4}},
+    {"bump_managed", 0, {0}, {0}},
 };
 /* Each loaded module has its own module variables, as on a GPU. */
-struct module { int counter; float table[4]; };
+struct module { int counter; float table[4]; int mcount; };
 /* A kernel handle: the kernel and the module it came from. */
 struct kernel { struct func *fn; struct module *mod; };
 
+/* Modules take the lowest free slot of a fixed table: as a driver in a process without
+ * address randomization does, the same loads in the same order place module variables at the
+ * same addresses (what a restart needs). */
+static struct module module_slots[64];
+static int module_used[64];
+static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     if (!image) return INVALID_VALUE;
-    struct module *mod = calloc(1, sizeof *mod);
-    for (int i = 0; i < 4; i++) mod->table[i] = (float)(i + 1);
+    pthread_mutex_lock(&module_lock);
+    int i = 0;
+    while (i < 64 && module_used[i]) i++;
+    if (i < 64) module_used[i] = 1;
+    pthread_mutex_unlock(&module_lock);
+    if (i == 64) return OUT_OF_MEMORY;
+    struct module *mod = &module_slots[i];
+    memset(mod, 0, sizeof *mod);
+    for (int k = 0; k < 4; k++) mod->table[k] = (float)(k + 1);
+    mod->mcount = 5;
     *m = mod;
     return OK;
 }
-CUresult cuModuleUnload(CUmodule m) { free(m); return OK; }
+CUresult cuModuleUnload(CUmodule m) {
+    pthread_mutex_lock(&module_lock);
+    module_used[(struct module *)m - module_slots] = 0;
+    pthread_mutex_unlock(&module_lock);
+    return OK;
+}
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) {
     for (size_t i = 0; i < sizeof funcs / sizeof funcs[0]; i++) {
         if (!strcmp(funcs[i].name, n)) {
@@ -188,6 +214,7 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *b, CUmodule m, const char 
     struct module *mod = m;
     if (!strcmp(n, "counter")) { *p = (CUdeviceptr)&mod->counter; *b = sizeof mod->counter; return OK; }
     if (!strcmp(n, "table")) { *p = (CUdeviceptr)mod->table; *b = sizeof mod->table; return OK; }
+    if (!strcmp(n, "mcount")) { *p = (CUdeviceptr)&mod->mcount; *b = sizeof mod->mcount; return OK; }
     return NOT_FOUND;
 }
 /* Built with -DNO_PARAM_INFO it stands for a driver older than 12.4 (PTX fallback). */
@@ -246,6 +273,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         for (unsigned t = 0; t < bx; t++) out[t] = (int)(bx - 1 - t);
     } else if (!strcmp(fn->name, "bump")) {
         mod->counter += (int)threads;
+    } else if (!strcmp(fn->name, "bump_managed")) {
+        mod->mcount += (int)(threads * by * bz * gy * gz);
     } else if (!strcmp(fn->name, "scale_table")) {
         for (unsigned t = 0; t < bx && t < 4; t++) mod->table[t] *= ARG(float, 0);
     } else if (!strcmp(fn->name, "incr")) {

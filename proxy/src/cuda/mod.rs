@@ -188,10 +188,43 @@ struct ModuleRec {
     /// The image's PTX, extracted on first need (parameter layouts on drivers without
     /// `cuFuncGetParamInfo`).
     ptx: OnceLock<Option<String>>,
+    /// Its `__managed__` variables ([`Mirror`]).
+    mirrors: Vec<Mirror>,
+    /// Recorded after the last launch of one of its kernels while it has mirrors (after the
+    /// copies back): the next such launch, on any stream, waits for it.
+    last_use: Option<Arc<driver::Event>>,
+    /// Whether every module variable of its PTX has been looked up ([`Cuda::learn_globals`]).
+    globals_known: bool,
+}
+
+/// A `__managed__` variable. The driver places it (in its own managed memory, which the
+/// program cannot map); the program's host code reaches it through a managed allocation of
+/// this backend (host memory shared with the program, `host`). A launch of a kernel of its
+/// module copies `host` to the driver's variable (`dev`), and that back into `before`, ahead of
+/// the kernel; after it, the variable comes back into `after` and a host function writes into
+/// `host` the bytes that differ from `before`: what the kernel changed through the variable.
+/// (Device copies only: a host-to-host `cuMemcpyAsync` waits for the stream in the calling
+/// thread, and one that waited for a host function wanting a lock it held hung on a GPU.) Bytes a
+/// kernel wrote through a pointer to `host` (the program passes `&var` to kernels, as
+/// `managed_vars.cu` does) are not overwritten with the variable's stale copy. Launches of
+/// that module's kernels run one after the other (a counter that kernels on two streams add
+/// to stays right). Host code that writes the variable while such a kernel runs keeps its
+/// write unless the kernel changed the same bytes.
+struct Mirror {
+    name: String,
+    dev: u64,
+    host: u64,
+    len: u64,
+    before: Arc<Mutex<driver::HostBuf>>,
+    after: Arc<Mutex<driver::HostBuf>>,
+    /// Their addresses (the launching thread never locks them: only the host function does).
+    before_addr: u64,
+    after_addr: u64,
 }
 
 struct FuncRec {
     f: driver::Function,
+    module: u64,
     layout: Vec<(u32, u32)>,
     param_bytes: u32,
 }
@@ -200,6 +233,11 @@ struct EventRec {
     ev: Arc<driver::Event>,
     recorded: bool,
     timing: bool,
+    /// Milliseconds this event completed before its device record: an event restored at a
+    /// restart is recorded again then, `shift` older (its age at the checkpoint), so times
+    /// between events keep the program's time (the downtime between checkpoint and restart
+    /// left out). 0 for an event recorded in this process.
+    shift: f64,
 }
 
 #[derive(Default)]
@@ -208,6 +246,9 @@ struct Tables {
     mappings: BTreeMap<u64, driver::Mapping>,
     /// Module variables found so far: address → (length, module, name).
     globals: BTreeMap<u64, (u64, u64, String)>,
+    /// The managed allocations that hold `__managed__` variables ([`Mirror`]): host address
+    /// → (module, name).
+    managed_vars: BTreeMap<u64, (u64, String)>,
     /// Application ranges registered with cudaHostRegister: start → length.
     registered: BTreeMap<u64, u64>,
     modules: HashMap<u64, ModuleRec>,
@@ -242,6 +283,8 @@ pub struct Cuda {
     next_handle: AtomicU64,
     props: DeviceProps,
     legacy: Arc<driver::Stream>,
+    /// The read-only zeros at the start of the window (unmapped on drop).
+    guard: Mutex<Option<driver::Mapping>>,
 }
 
 fn bad() -> BackendError {
@@ -265,6 +308,21 @@ impl Cuda {
         Ok(c)
     }
 
+    /// Maps `[base, base+len)` zero-filled and read-only for the device.
+    fn guard(dev: Device, base: u64, len: u64) -> std::result::Result<driver::Mapping, u32> {
+        let m = driver::map_in(dev, base, len)?;
+        let zeroed = driver::memset(base, len, 0, len, 1, &driver::Stream::LEGACY)
+            .and_then(|_| driver::stream_sync(&driver::Stream::LEGACY))
+            .and_then(|_| driver::set_read_only(dev, base, len));
+        match zeroed {
+            Ok(()) => Ok(m),
+            Err(c) => {
+                let _ = driver::unmap(m);
+                Err(c)
+            }
+        }
+    }
+
     /// Route this process's standard output (fd 1), where the driver prints device `printf`
     /// output at synchronization points, into [`printf::Capture`], which
     /// [`Backend::take_printf`] drains (the server returns it with the synchronizing reply).
@@ -281,7 +339,10 @@ impl Cuda {
         let ctx = driver::primary_ctx_retain(dev).map_err(drv("cuDevicePrimaryCtxRetain"))?;
         driver::ctx_set_current(&ctx).map_err(drv("cuCtxSetCurrent"))?;
         CURRENT.with(|c| c.set(ctx.raw()));
-        let granule = driver::granularity(dev).map_err(drv("cuMemGetAllocationGranularity"))?;
+        // The minimum granularity: an image's allocations (of this backend or the emulated
+        // device, which lays memory out in 2 MiB steps) go back to their addresses; a larger
+        // recommended one would move the start of the window and refuse them.
+        let (granule, recommended) = driver::granularity(dev).map_err(drv("cuMemGetAllocationGranularity"))?;
         if !granule.is_power_of_two() || !base.is_multiple_of(granule) || !size.is_multiple_of(granule) {
             return Err(ProbeError::Driver { call: "cuMemGetAllocationGranularity", code: 1, name: format!("granularity {granule:#x} does not divide the window") });
         }
@@ -303,17 +364,32 @@ impl Cuda {
             return Err(ProbeError::Window { base: base + half, got: 0 });
         }
         let pinned = Planner::new(base + half, size - half, granule);
+        // The start of the window: zeros, read-only, never handed out. On a GPU the runtime's
+        // own allocations lie below a program's first one, and a stencil that reads a[-1] of it
+        // reads memory; here it reads zeros (as on the emulated device) instead of faulting.
+        let guard_len = crum_wire::DEVICE_RESERVED.next_multiple_of(granule).min(dev_size / 2);
+        let guard = match Self::guard(dev, base, guard_len) {
+            Ok(m) => m,
+            Err(code) => {
+                let _ = driver::release_reservation(base, dev_size);
+                // SAFETY: the pinned half was reserved just above by `host_reserve`, unused.
+                unsafe { libc::munmap((base + half) as *mut libc::c_void, (size - half) as usize) };
+                return Err(drv("cuMemMap")(code));
+            }
+        };
         tracing::info!(
             device = %props.name,
             driver = driver::driver_version().unwrap_or(0),
             window = format_args!("{base:#x}+{dev_size:#x}"),
             granule,
+            recommended,
             "cuda backend ready"
         );
         Ok(Cuda {
             dev,
             ctx,
-            planner: Mutex::new(Planners { device: Planner::new(base, dev_size, granule), pinned }),
+            planner: Mutex::new(Planners { device: Planner::new(base + guard_len, dev_size - guard_len, granule), pinned }),
+            guard: Mutex::new(Some(guard)),
             window: (base, size),
             reserved: (base, dev_size),
             host_reserved: (base + half, size - half),
@@ -743,6 +819,16 @@ impl Cuda {
 /// and nothing else may access it meanwhile: a staging buffer reserved for one piece of a copy
 /// (returned to the pool only after that piece is done), or a live pinned allocation while
 /// the device is drained or the access is ordered on a stream (a free drains the device first).
+/// Writes into `dst` the bytes of `after` that differ from `before` (a kernel's changes to a
+/// `__managed__` variable, [`Mirror`]).
+fn merge_changed(dst: &mut [u8], before: &[u8], after: &[u8]) {
+    for ((d, b), a) in dst.iter_mut().zip(before).zip(after) {
+        if a != b {
+            *d = *a;
+        }
+    }
+}
+
 unsafe fn stage_slice<'a>(addr: u64, len: u64) -> &'a mut [u8] {
     // SAFETY: the caller guarantees the range is mapped, writable and exclusively ours.
     unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len as usize) }
@@ -1000,7 +1086,7 @@ impl Backend for Cuda {
         }
         let module = driver::module_load(image).map_err(|c| self.err(Op::ModuleLoad, c))?;
         let id = self.handle();
-        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new() });
+        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new(), mirrors: Vec::new(), last_use: None, globals_known: false });
         Ok(ModuleId(id))
     }
 
@@ -1010,7 +1096,13 @@ impl Backend for Cuda {
         let mut t = self.tables.lock().unwrap();
         let m = t.modules.remove(&module.0).ok_or_else(handle_err)?;
         t.globals.retain(|_, g| g.1 != module.0);
+        for x in &m.mirrors {
+            t.managed_vars.remove(&x.host);
+        }
         drop(t);
+        for x in &m.mirrors {
+            self.free(x.host)?;
+        }
         driver::module_unload(m.module).map_err(|c| self.err(Op::Other, c))
     }
 
@@ -1048,7 +1140,7 @@ impl Backend for Cuda {
             max_dynamic_shared: fa(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
         };
         let id = self.handle();
-        t.funcs.insert(id, FuncRec { f, layout, param_bytes });
+        t.funcs.insert(id, FuncRec { f, module: module.0, layout, param_bytes });
         Ok(FuncInfo { handle: id, ..info })
     }
 
@@ -1056,16 +1148,34 @@ impl Backend for Cuda {
         self.bind()?;
         let mut t = self.tables.lock().unwrap();
         let m = t.modules.get(&module.0).ok_or_else(handle_err)?;
+        // A `__managed__` variable is where the program sees it.
+        if let Some(x) = m.mirrors.iter().find(|x| x.name == name) {
+            return Ok((x.host, x.len));
+        }
         let (addr, len) = driver::module_global(&m.module, name).map_err(|c| self.err(Op::SymbolLookup, c))?;
         t.globals.insert(addr, (len, module.0, name.to_string()));
         Ok((addr, len))
     }
 
     fn managed_var(&self, module: ModuleId, name: &str) -> Result<Allocation> {
-        // A `__managed__` variable of a module loaded by the driver is already managed memory
-        // at a driver-chosen address.
-        let (addr, _) = self.symbol(module, name)?;
-        Ok(Allocation { addr, memfd: None })
+        self.bind()?;
+        let (dev, len) = {
+            let t = self.tables.lock().unwrap();
+            let m = t.modules.get(&module.0).ok_or_else(handle_err)?;
+            if m.mirrors.iter().any(|x| x.name == name) {
+                return Err(bad());
+            }
+            driver::module_global(&m.module, name).map_err(|c| self.err(Op::SymbolLookup, c))?
+        };
+        let a = self.place(len, AllocKind::Managed, None)?;
+        // Its initial value.
+        let copied = driver::copy_2d(a.addr, len, dev, len, len, 1, &self.legacy).and_then(|_| driver::stream_sync(&self.legacy));
+        if let Err(c) = copied {
+            let _ = self.free(a.addr);
+            return Err(self.err(Op::Other, c));
+        }
+        self.mirror(module.0, name, dev, a.addr, len)?;
+        Ok(a)
     }
 
     fn func_set_attribute(&self, func: FuncId, attr: u32, value: i32) -> Result<()> {
@@ -1077,16 +1187,53 @@ impl Backend for Cuda {
 
     fn launch(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>) -> Result<()> {
         self.bind()?;
-        let (f, mut packed) = {
+        let (f, module, mut packed, mirrored) = {
             let t = self.tables.lock().unwrap();
             let r = t.funcs.get(&func.0).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
             if params.len() < r.param_bytes as usize {
                 return Err(bad());
             }
-            (r.f, params::pointers(&params, &r.layout).map_err(|_| bad())?)
+            let mirrored = t.modules.get(&r.module).is_some_and(|m| !m.mirrors.is_empty());
+            (r.f, r.module, params::pointers(&params, &r.layout).map_err(|_| bad())?, mirrored)
         };
         let s = self.stream(stream)?;
-        driver::launch(f, dims.grid, dims.block, dims.shared, &s, &mut packed, dims.cooperative).map_err(|c| self.err(Op::Launch, c))
+        let launch = |packed: &mut params::Packed| {
+            driver::launch(f, dims.grid, dims.block, dims.shared, &s, packed, dims.cooperative).map_err(|c| self.err(Op::Launch, c))
+        };
+        if !mirrored {
+            return launch(&mut packed);
+        }
+        // One launch of a module with `__managed__` variables at a time: copies in, kernel,
+        // copies out, after the previous one's (`Mirror`).
+        let mut t = self.tables.lock().unwrap();
+        let m = t.modules.get_mut(&module).ok_or_else(handle_err)?;
+        let d = |c| self.err(Op::Other, c);
+        if let Some(e) = &m.last_use {
+            driver::stream_wait_event(&s, e).map_err(d)?;
+        }
+        for x in &m.mirrors {
+            driver::copy_2d(x.dev, x.len, x.host, x.len, x.len, 1, &s).map_err(d)?;
+            driver::copy_2d(x.before_addr, x.len, x.dev, x.len, x.len, 1, &s).map_err(d)?;
+        }
+        launch(&mut packed)?;
+        for x in &m.mirrors {
+            driver::copy_2d(x.after_addr, x.len, x.dev, x.len, x.len, 1, &s).map_err(d)?;
+            let (host, len, before, after) = (x.host, x.len, x.before.clone(), x.after.clone());
+            driver::launch_host_func(
+                &s,
+                Box::new(move || {
+                    // SAFETY: `host` is this backend's managed allocation of `len` bytes, mapped
+                    // here while the module lives (its unload synchronizes the device first).
+                    let dst = unsafe { stage_slice(host, len) };
+                    merge_changed(dst, before.lock().unwrap().as_slice(), after.lock().unwrap().as_slice());
+                }),
+            )
+            .map_err(d)?;
+        }
+        let e = driver::event_create(2).map_err(d)?;
+        driver::event_record(&e, &s).map_err(d)?;
+        m.last_use = Some(Arc::new(e));
+        Ok(())
     }
 
     fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
@@ -1220,7 +1367,7 @@ impl Backend for Cuda {
         }
         let ev = driver::event_create(flags).map_err(|c| self.err(Op::Other, c))?;
         let id = self.handle();
-        self.tables.lock().unwrap().events.insert(id, EventRec { ev: Arc::new(ev), recorded: false, timing: flags & 2 == 0 });
+        self.tables.lock().unwrap().events.insert(id, EventRec { ev: Arc::new(ev), recorded: false, timing: flags & 2 == 0, shift: 0.0 });
         Ok(EventId(id))
     }
 
@@ -1237,6 +1384,45 @@ impl Backend for Cuda {
         let e = t.events.get_mut(&event.0).ok_or_else(handle_err)?;
         driver::event_record(&e.ev, &s).map_err(|c| self.err(Op::Other, c))?;
         e.recorded = true;
+        e.shift = 0.0;
+        Ok(())
+    }
+
+    fn event_completed_ago(&self, event: EventId) -> Result<Option<u64>> {
+        self.bind()?;
+        let (ev, timing, shift) = {
+            let t = self.tables.lock().unwrap();
+            let e = t.events.get(&event.0).ok_or_else(handle_err)?;
+            if !e.recorded {
+                return Ok(None);
+            }
+            (e.ev.clone(), e.timing, e.shift)
+        };
+        // The device is idle at a checkpoint: the event is complete.
+        if !driver::event_query(&ev).map_err(|c| self.err(Op::Other, c))? {
+            return Err(BackendError::Cuda(cuda::ERROR_NOT_READY));
+        }
+        if !timing {
+            return Ok(Some(0));
+        }
+        // Its age: the time from it to an event recorded now.
+        let now = driver::event_create(0).map_err(|c| self.err(Op::Other, c))?;
+        let s = self.stream(LEGACY_STREAM)?;
+        driver::event_record(&now, &s).map_err(|c| self.err(Op::Other, c))?;
+        driver::event_sync(&now).map_err(|c| self.err(Op::Other, c))?;
+        let ms = driver::event_elapsed(&ev, &now).map_err(|c| self.err(Op::Other, c))? as f64 + shift;
+        Ok(Some((ms.max(0.0) * 1e6) as u64))
+    }
+
+    fn event_restore(&self, event: EventId, ago_ns: u64) -> Result<()> {
+        self.bind()?;
+        let s = self.stream(LEGACY_STREAM)?;
+        let mut t = self.tables.lock().unwrap();
+        let e = t.events.get_mut(&event.0).ok_or_else(handle_err)?;
+        driver::event_record(&e.ev, &s).map_err(|c| self.err(Op::Other, c))?;
+        driver::event_sync(&e.ev).map_err(|c| self.err(Op::Other, c))?;
+        e.recorded = true;
+        e.shift = ago_ns as f64 / 1e6;
         Ok(())
     }
 
@@ -1268,7 +1454,8 @@ impl Backend for Cuda {
         if !a.timing || !b.timing || !a.recorded || !b.recorded {
             return Err(handle_err());
         }
-        driver::event_elapsed(&a.ev, &b.ev).map_err(|c| self.err(Op::Other, c))
+        let ms = driver::event_elapsed(&a.ev, &b.ev).map_err(|c| self.err(Op::Other, c))?;
+        Ok((ms as f64 + a.shift - b.shift) as f32)
     }
 
     fn device_sync(&self) -> Result<()> {
@@ -1306,11 +1493,17 @@ impl Backend for Cuda {
         Some(self.shared.sticky.load(Ordering::SeqCst)).filter(|&c| c != 0)
     }
 
+    fn peek_printf(&self) -> Vec<u8> {
+        // The checkpoint synchronized the device: the driver has printed its kernels' output.
+        self.shared.printf.get().map(|c| c.peek()).unwrap_or_default()
+    }
+
     fn take_printf(&self, max: usize) -> Vec<u8> {
         self.shared.printf.get().map(|c| c.take(max)).unwrap_or_default()
     }
 
     fn saved_regions(&self) -> Result<Vec<SavedRegion>> {
+        self.learn_globals();
         Ok(self.regions())
     }
 
@@ -1326,6 +1519,7 @@ impl Backend for Cuda {
     fn snapshot(&self, sink: SaveSink<'_>) -> Result<Vec<SavedRegion>> {
         self.bind()?;
         self.sync_result(driver::ctx_synchronize())?;
+        self.learn_globals();
         let regions = self.regions();
         let stream = driver::stream_create(true, 0).map_err(|c| self.err(Op::Other, c))?;
         self.drain_out(&stream, &regions, sink).map(|_| regions)
@@ -1337,6 +1531,24 @@ impl Backend for Cuda {
         let mut targets = Vec::new();
         for r in regions {
             match &r.symbol {
+                Some((module, name)) if r.kind == AllocKind::Managed => {
+                    // A `__managed__` variable: its managed allocation at its address, tied
+                    // to the driver's variable again.
+                    let dev = {
+                        let t = self.tables.lock().unwrap();
+                        let m = t.modules.get(&module.0).ok_or_else(handle_err)?;
+                        let (dev, len) = driver::module_global(&m.module, name).map_err(|c| self.err(Op::SymbolLookup, c))?;
+                        if len != r.len {
+                            tracing::error!(symbol = %name, "module variable changed size ({} → {len})", r.len);
+                            return Err(BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL));
+                        }
+                        dev
+                    };
+                    let a = self.place(r.len, AllocKind::Managed, Some(r.addr))?;
+                    self.mirror(module.0, name, dev, a.addr, r.len)?;
+                    targets.push(a.addr);
+                    out.push(a);
+                }
                 Some((module, name)) => {
                     let (addr, len) = self.symbol(*module, name)?;
                     if len != r.len {
@@ -1391,6 +1603,9 @@ impl Drop for Cuda {
         for (_, m) in std::mem::take(&mut t.mappings) {
             let _ = driver::unmap(m);
         }
+        if let Some(g) = self.guard.lock().unwrap().take() {
+            let _ = driver::unmap(g);
+        }
         let _ = driver::release_reservation(self.reserved.0, self.reserved.1);
         let (addr, len) = self.host_reserved;
         if len > 0 {
@@ -1414,6 +1629,52 @@ struct InFlight {
 }
 
 impl Cuda {
+    /// Ties the driver's `__managed__` variable `name` of `module` (at `dev`) to the managed
+    /// allocation `host` the program sees ([`Mirror`]).
+    fn mirror(&self, module: u64, name: &str, dev: u64, host: u64, len: u64) -> Result<()> {
+        let buf = || driver::HostBuf::new(len as usize).map_err(|c| self.err(Op::Other, c));
+        let (before, after) = (buf()?, buf()?);
+        let (before_addr, after_addr) = (before.addr(), after.addr());
+        let (before, after) = (Arc::new(Mutex::new(before)), Arc::new(Mutex::new(after)));
+        let mut t = self.tables.lock().unwrap();
+        let m = t.modules.get_mut(&module).ok_or_else(handle_err)?;
+        m.mirrors.push(Mirror { name: name.to_string(), dev, host, len, before, after, before_addr, after_addr });
+        t.managed_vars.insert(host, (module, name.to_string()));
+        Ok(())
+    }
+
+    /// Looks up every module variable of every module's PTX, so that a checkpoint saves them
+    /// all: the driver places them and cannot list them, and until now only those the program
+    /// named through the runtime were known (a kernel's output in a variable the program had
+    /// not touched yet was lost at a restart). `__managed__` variables are mirrored instead.
+    fn learn_globals(&self) {
+        let mut t = self.tables.lock().unwrap();
+        let mut found = Vec::new();
+        for (&id, m) in t.modules.iter_mut().filter(|(_, m)| !m.globals_known) {
+            m.globals_known = true;
+            let images = crum_ptx::fatbin::program_ptx(m.module.image()).unwrap_or_default();
+            let texts: Vec<&str> = images.iter().map(|i| i.ptx.as_str()).collect();
+            let parsed = if texts.is_empty() { None } else { crum_ptx::Module::link(&texts).ok() };
+            let Some(ptx) = parsed else {
+                tracing::warn!(
+                    module = id,
+                    "no readable PTX in the module: only the variables the program named are saved at a checkpoint"
+                );
+                continue;
+            };
+            for g in ptx.globals() {
+                if m.mirrors.iter().any(|x| x.name == g.name) {
+                    continue;
+                }
+                match driver::module_global(&m.module, &g.name) {
+                    Ok((addr, len)) => found.push((addr, (len, id, g.name.clone()))),
+                    Err(c) => tracing::debug!(symbol = %g.name, code = c, "module variable of the PTX not in the loaded module"),
+                }
+            }
+        }
+        t.globals.extend(found);
+    }
+
     /// Every region a checkpoint must save, in address order.
     fn regions(&self) -> Vec<SavedRegion> {
         let t = self.tables.lock().unwrap();
@@ -1428,7 +1689,7 @@ impl Cuda {
                     Region::Managed { .. } => AllocKind::Managed,
                     Region::Pinned { .. } => AllocKind::PinnedHost,
                 },
-                symbol: None,
+                symbol: t.managed_vars.get(&addr).map(|(m, name)| (ModuleId(*m), name.clone())),
             })
             .collect();
         v.extend(t.globals.iter().map(|(&addr, (len, m, name))| SavedRegion { addr, len: *len, kind: AllocKind::Device, symbol: Some((ModuleId(*m), name.clone())) }));

@@ -4,8 +4,8 @@
 //! that a restarted proxy can put every allocation back where the application remembers it.
 //! Physical memory is mapped in *chunks* whose size and address are multiples of the device's
 //! allocation granularity (2 MiB on current GPUs). An allocation of at least half a granule
-//! gets chunks of its own; smaller ones share "small chunks" (256-byte aligned, as `cudaMalloc`
-//! aligns), so a program making thousands of tiny allocations does not pay a granule for each.
+//! gets chunks of its own; smaller ones share "small chunks" (page aligned, as on the emulated
+//! device), so a program making thousands of tiny allocations does not pay a granule for each.
 //!
 //! The planner is deterministic: the same sequence of `alloc`/`free` calls yields the same
 //! addresses, and [`Planner::place_at`] re-creates an allocation at a recorded address in any
@@ -13,8 +13,11 @@
 
 use std::collections::BTreeMap;
 
-/// Alignment of every allocation (what `cudaMalloc` guarantees).
-pub const ALLOC_ALIGN: u64 = 256;
+/// Alignment of every allocation: a page, more than the 256 bytes `cudaMalloc` guarantees, so
+/// that the emulated device, which maps each allocation in pages of its own, can restore an
+/// image taken here at the same addresses (with 256 bytes, two small allocations sharing a
+/// page could not come back there: found on a GPU).
+pub const ALLOC_ALIGN: u64 = 4096;
 
 /// What kind of chunk an allocation lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,13 +270,13 @@ mod tests {
     }
 
     #[test]
-    fn small_allocations_share_a_chunk_at_256_byte_alignment() {
+    fn small_allocations_share_a_chunk_at_page_alignment() {
         let mut p = planner();
         let a = p.alloc(100, false).unwrap();
         let b = p.alloc(300, false).unwrap();
         assert_eq!(a.new_chunks.len(), 1);
         assert!(b.new_chunks.is_empty());
-        assert_eq!(b.addr, a.addr + 256);
+        assert_eq!(b.addr, a.addr + ALLOC_ALIGN);
         assert_eq!(p.find(b.addr + 10, 4), Some((b.addr, 300)));
     }
 
@@ -310,7 +313,7 @@ mod tests {
         assert!(matches!(p.place_at(a, G, false), Err(PlanError::Overlap { .. })));
         assert!(matches!(p.place_at(BASE + G + 4096, G, false), Err(PlanError::OutOfWindow { .. })));
         assert!(matches!(p.place_at(0x1000, 64, false), Err(PlanError::OutOfWindow { .. })));
-        assert!(matches!(p.place_at(a + 256, 64, false), Err(PlanError::Overlap { .. })));
+        assert!(matches!(p.place_at(a + ALLOC_ALIGN, 64, false), Err(PlanError::Overlap { .. })));
     }
 
     #[test]

@@ -79,6 +79,15 @@ impl Capture {
         Ok(Capture { inner })
     }
 
+    /// A copy of everything written so far and not taken (a checkpoint saves it: the program
+    /// still gets it from [`Capture::take`]).
+    pub fn peek(&self) -> Vec<u8> {
+        // SAFETY: as in `take`.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        self.inner.drain();
+        self.inner.buf.lock().unwrap().clone()
+    }
+
     /// Everything written so far (at most `max` bytes; the rest stays queued).
     pub fn take(&self, max: usize) -> Vec<u8> {
         // The driver may print through C stdio: flush it into the pipe first.
@@ -115,7 +124,9 @@ mod tests {
         let c = Capture::start(target.as_raw_fd()).unwrap();
         write_all(target.as_raw_fd(), b"hello ");
         write_all(target.as_raw_fd(), b"world\n");
+        assert_eq!(c.peek(), b"hello world\n");
         assert_eq!(c.take(1 << 20), b"hello world\n");
+        assert_eq!(c.peek(), b"");
         assert_eq!(c.take(1 << 20), b"");
     }
 

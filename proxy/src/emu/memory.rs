@@ -27,7 +27,7 @@ pub const GRANULE: u64 = 4096;
 /// The start of the window that no allocation takes, as a GPU's runtime keeps its own
 /// allocations below the program's: kernels read it as zeros (a small negative index into
 /// the first allocation reads memory, as on a GPU) and cannot write it.
-pub const RESERVED: u64 = 2 << 20;
+pub const RESERVED: u64 = crum_wire::DEVICE_RESERVED;
 /// Allocations at least this large start on a huge-page boundary and ask for transparent
 /// huge pages (fewer page faults and faster cross-memory copies into them).
 pub const HUGE: u64 = 2 << 20;

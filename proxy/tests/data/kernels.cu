@@ -1,8 +1,12 @@
 // Kernels of the backend conformance suite (proxy/tests/conformance.rs).
 // Regenerate the committed binaries after editing (from the repository root):
 //   eval "$(scripts/setup-cuda.sh --env)"
-//   nvcc -fatbin -arch=sm_80 proxy/tests/data/kernels.cu -o proxy/tests/data/kernels.fatbin
+//   nvcc -fatbin -gencode arch=compute_80,code=[sm_80,compute_80] -gencode arch=compute_90,code=sm_90 \
+//        -gencode arch=compute_100,code=sm_100 -gencode arch=compute_120,code=sm_120 \
+//        proxy/tests/data/kernels.cu -o proxy/tests/data/kernels.fatbin
 //   nvcc -ptx -arch=sm_80 proxy/tests/data/kernels.cu -o proxy/tests/data/kernels.ptx
+// (machine code for the GPUs of the last generations: the PTX of a newer nvcc than the
+// driver cannot be compiled by it, CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
 #include <cuda_runtime.h>
 
 struct Mixed {
@@ -12,6 +16,7 @@ struct Mixed {
 };
 
 __device__ int counter;
+__managed__ int mcount = 5;
 __device__ float table[4] = {1.0f, 2.0f, 3.0f, 4.0f};
 
 // Every kind of parameter: integers of each width, float, double, a struct with padding and a
@@ -43,6 +48,9 @@ extern "C" __global__ void reverse_shared(int *out) {
 }
 
 extern "C" __global__ void bump() { atomicAdd(&counter, 1); }
+
+// Adds one per thread to a __managed__ variable.
+extern "C" __global__ void bump_managed() { atomicAdd(&mcount, 1); }
 
 extern "C" __global__ void scale_table(float k) { table[threadIdx.x] *= k; }
 
