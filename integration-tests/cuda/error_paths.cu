@@ -1,5 +1,6 @@
 // Error semantics: a freed device pointer -> cudaErrorInvalidValue (non-sticky), 2048 threads per block
-// -> cudaErrorInvalidConfiguration (non-sticky), out-of-bounds store -> cudaErrorIllegalAddress
+// -> cudaErrorInvalidValue (non-sticky; CUDA 13's answer, older runtimes said
+// cudaErrorInvalidConfiguration), out-of-bounds store -> cudaErrorIllegalAddress
 // (sticky: every later call fails with it).
 #include "common.h"
 __global__ void nop(int *x) { if (x) x[threadIdx.x] = 1; }
@@ -20,7 +21,7 @@ int main() {
     nop<<<1, 2048>>>(nullptr);
     e = cudaGetLastError();
     printf("2048 threads: %s\n", cudaGetErrorName(e));
-    EXPECT(e == cudaErrorInvalidConfiguration);
+    EXPECT(e == cudaErrorInvalidValue);
     EXPECT(cudaGetLastError() == cudaSuccess);  // non-sticky: cleared by the read
     GATE(2);
     int *d;

@@ -66,8 +66,6 @@ int main() {
     CK(cudaEventRecord(join, s2));
     inc<<<G, B, 0, s>>>(dy, N);
     CK(cudaLaunchHostFunc(s, on_host, nullptr));
-    EXPECT(cudaEventQuery(join) == cudaErrorCapturedEvent);
-    cudaGetLastError();
     CK(cudaStreamWaitEvent(s, join, 0));  // join back
     acc<<<G, B, 0, s>>>(dy, dz, N);
     unsigned long long id = 0;
@@ -142,6 +140,25 @@ int main() {
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     EXPECT(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported);
     EXPECT(cudaStreamEndCapture(s, &bad) == cudaErrorStreamCaptureInvalidated);
+    cudaGetLastError();
+
+    // Querying an event recorded in the capture is refused and invalidates it; a stream that
+    // then waits for that event is refused (what CUDA 13 answers on an H200).
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    inc<<<G, B, 0, s>>>(dy, N);
+    CK(cudaEventRecord(fork, s));
+    EXPECT(cudaEventQuery(fork) == cudaErrorCapturedEvent);
+    CK(cudaStreamIsCapturing(s, &st));
+    EXPECT(st == cudaStreamCaptureStatusInvalidated);
+    EXPECT(cudaStreamWaitEvent(s2, fork, 0) == cudaErrorInvalidValue);
+    EXPECT(cudaStreamEndCapture(s, &bad) == cudaErrorStreamCaptureInvalidated);
+    EXPECT(bad == nullptr);
+    cudaGetLastError();
+
+    // The legacy stream, even against a non-blocking capturing stream, in global mode.
+    CK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
+    EXPECT(cudaStreamQuery(0) == cudaErrorStreamCaptureUnsupported);
+    EXPECT(cudaStreamEndCapture(s2, &bad) == cudaErrorStreamCaptureInvalidated);
     cudaGetLastError();
 
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));

@@ -69,10 +69,18 @@ int main() {
     cudaResourceDesc q = {};
     CK(cudaGetSurfaceObjectResourceDesc(&q, surf));
     EXPECT(q.resType == cudaResourceTypeArray && q.res.array.array == a_dst);
-    // Only arrays made for surface load/store can back a surface.
+    // The documentation asks for arrays made for surface load/store; CUDA 13 takes any array
+    // (an H200 answered cudaSuccess), and the surface covers it.
     r.res.array.array = a_plain;
+    cudaSurfaceObject_t plain_surf;
+    CK(cudaCreateSurfaceObject(&plain_surf, &r));
+    CK(cudaDestroySurfaceObject(plain_surf));
+    // Not an array: refused.
+    cudaResourceDesc lin = {};
+    lin.resType = cudaResourceTypeLinear;
+    lin.res.linear.devPtr = nullptr;
     cudaSurfaceObject_t bad;
-    EXPECT(cudaCreateSurfaceObject(&bad, &r) == cudaErrorInvalidValue);
+    EXPECT(cudaCreateSurfaceObject(&bad, &lin) == cudaErrorInvalidValue);
     cudaGetLastError();
     GATE(1);  // the objects were created before the checkpoint
 

@@ -1,11 +1,14 @@
 // System-scope atomics on mapped pinned memory while the host does atomics on the same words
 // (issue 14). Pinned memory is one set of pages mapped by the program and by the device, so
-// atomicAdd_system and the host's __atomic_fetch_add meet on the same bytes and the total is
-// exact; a flag handshake in both directions (system-scope load/exchange, __threadfence_system)
-// completes. Managed memory is not for this on the emulated device: it reports
+// atomicAdd_system and the host's __atomic_fetch_add meet on the same bytes. The total is
+// exact where the device reports host native atomics; without them (a PCIe GPU: an H200 lost
+// about a third of the adds) only bounds hold: no more than all adds, no fewer than either
+// side's. A flag handshake in both directions (system-scope load/exchange,
+// __threadfence_system) completes. Managed memory is not for this on the emulated device: it reports
 // cudaDevAttrConcurrentManagedAccess 0 (the host must not touch managed memory while kernels
 // run), and cudaDevAttrHostNativeAtomicSupported 0, as a PCIe GPU does.
 #include "common.h"
+#include <cstring>
 #include <thread>
 __global__ void add(unsigned long long *c, int *started, int iters) {
     if (blockIdx.x == 0 && threadIdx.x == 0) atomicExch_system(started, 1);
@@ -23,6 +26,11 @@ int main() {
     printf("concurrent managed access: %d\n", v);
     CK(cudaDeviceGetAttribute(&v, cudaDevAttrHostNativeAtomicSupported, 0));
     printf("host native atomics: %d\n", v);
+    // crum's emulated device runs kernels on the host's cores: its system atomics are the
+    // host's, exact although it reports no host native atomics (as a PCIe GPU).
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    const bool native = v == 1 || strstr(p.name, "crum emulated") != nullptr;
     unsigned long long *c;
     int *started, *flag, *seen;
     CK(cudaHostAlloc(&c, sizeof *c, cudaHostAllocMapped));
@@ -40,9 +48,13 @@ int main() {
         });
         t.join();
         CK(cudaDeviceSynchronize());
-        unsigned long long want = (unsigned long long)blocks * threads * iters + host_adds;
-        printf("round %d: total %llu (want %llu)\n", round, *c, want);
-        EXPECT(*c == want);
+        const unsigned long long dev = (unsigned long long)blocks * threads * iters, want = dev + host_adds;
+        if (native) {
+            EXPECT(*c == want);
+        } else {
+            EXPECT(*c <= want && *c >= (dev > host_adds ? dev : (unsigned long long)host_adds));
+        }
+        printf("round %d: total %s\n", round, native ? "exact" : "within its bounds");
         handshake<<<1, 1>>>(flag, seen);
         __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(flag, __ATOMIC_SEQ_CST) != 2) { }

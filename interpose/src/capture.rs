@@ -223,17 +223,33 @@ pub fn check_sync(stream: u64) -> CudaResult<()> {
     if !any() {
         return Ok(());
     }
-    let mut c = captures();
-    if let Some(&id) = c.stream.get(&stream) {
-        c.invalidate(id);
-        return Err(cuda::ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    {
+        let mut c = captures();
+        if let Some(&id) = c.stream.get(&stream) {
+            c.invalidate(id);
+            return Err(cuda::ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        c.implicit(stream)?;
     }
-    c.implicit(stream)
+    if stream == 0 {
+        // The legacy stream waits for every blocking stream, captured or not: an unsafe call
+        // for any global capture, non-blocking streams' too (CUDA 13 on an H200:
+        // cudaStreamQuery(0) answered cudaErrorStreamCaptureUnsupported and invalidated it).
+        forbid_unsafe()?;
+    }
+    Ok(())
 }
 
-/// `cudaEventQuery`/`cudaEventSynchronize`/elapsed time on an event recorded in a capture.
+/// `cudaEventQuery`/`cudaEventSynchronize`/elapsed time on an event recorded in a capture:
+/// refused, and the capture is invalidated (CUDA 13 on an H200: the capture's status became
+/// invalidated and its end failed).
 pub fn check_event(event: u64) -> CudaResult<()> {
-    if any() && captures().events.contains_key(&event) {
+    if !any() {
+        return Ok(());
+    }
+    let mut c = captures();
+    if let Some(&(id, _)) = c.events.get(&event) {
+        c.invalidate(id);
         return Err(cuda::ERROR_CAPTURED_EVENT);
     }
     Ok(())
@@ -287,7 +303,8 @@ pub fn wait_event(stream: u64, event: u64, external: bool) -> CudaResult<bool> {
         }
         (Some((id, deps)), None) => {
             if c.by_id[&id].invalidated {
-                return Err(cuda::ERROR_STREAM_CAPTURE_INVALIDATED);
+                // What CUDA 13 answers (an H200), where one would expect "invalidated".
+                return Err(cuda::ERROR_INVALID_VALUE);
             }
             c.stream.insert(stream, id);
             c.by_id

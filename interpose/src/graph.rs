@@ -12,7 +12,7 @@
 #![allow(non_upper_case_globals)]
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crum_wire::cuda;
@@ -61,6 +61,65 @@ pub struct GraphAlloc {
     pub freed_in_graph: AtomicBool,
     /// What gives the memory back (the device, through the proxy); `None` in unit tests.
     pub release: Option<fn(u64, u64)>,
+    /// Whether it counts as graph memory ([`GraphMem`]): from the first launch of its node until
+    /// a trim after it was freed, or until it goes.
+    pub counted: AtomicU8,
+}
+
+/// Graph memory as `cudaDeviceGetGraphMemAttribute` reports it, as CUDA 13 does (an H200,
+/// `cuda_facts.cu`): an allocation node counts from its graph's first launch (not when it is
+/// added or instantiated), and stays counted after it is freed, until
+/// `cudaDeviceGraphMemTrim` (or its memory goes with its graph).
+pub struct GraphMem;
+
+/// `GraphAlloc::counted` states.
+const UNCOUNTED: u8 = 0;
+const COUNTED: u8 = 1;
+const FREED: u8 = 2;
+const GONE: u8 = 3;
+static GRAPH_MEM: AtomicU64 = AtomicU64::new(0);
+static GRAPH_MEM_HIGH: AtomicU64 = AtomicU64::new(0);
+
+impl GraphMem {
+    /// Bytes counted now, and the most there were.
+    pub fn current() -> u64 {
+        GRAPH_MEM.load(Ordering::SeqCst)
+    }
+    pub fn high() -> u64 {
+        GRAPH_MEM_HIGH.load(Ordering::SeqCst)
+    }
+    /// `cudaDeviceSetGraphMemAttribute`: the high-water mark back to the current amount.
+    pub fn reset_high() {
+        GRAPH_MEM_HIGH.store(GRAPH_MEM.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+    /// `cudaDeviceReset`: nothing is left.
+    pub fn reset() {
+        GRAPH_MEM.store(0, Ordering::SeqCst);
+        GRAPH_MEM_HIGH.store(0, Ordering::SeqCst);
+    }
+    /// Its allocation node ran.
+    pub fn launched(a: &GraphAlloc) {
+        if a.counted.compare_exchange(UNCOUNTED, COUNTED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let now = GRAPH_MEM.fetch_add(a.size, Ordering::SeqCst) + a.size;
+            GRAPH_MEM_HIGH.fetch_max(now, Ordering::SeqCst);
+        }
+    }
+    /// Freed (a free node ran, or `cudaFree[Async]`): counted until a trim.
+    pub fn freed(a: &GraphAlloc) {
+        let _ = a.counted.compare_exchange(COUNTED, FREED, Ordering::AcqRel, Ordering::Acquire);
+    }
+    /// `cudaDeviceGraphMemTrim`: what was freed stops counting.
+    pub fn trim(a: &GraphAlloc) {
+        if a.counted.compare_exchange(FREED, GONE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            GRAPH_MEM.fetch_sub(a.size, Ordering::SeqCst);
+        }
+    }
+    /// Its memory went back to the device.
+    fn gone(a: &GraphAlloc) {
+        if matches!(a.counted.swap(GONE, Ordering::AcqRel), COUNTED | FREED) {
+            GRAPH_MEM.fetch_sub(a.size, Ordering::SeqCst);
+        }
+    }
 }
 
 impl PartialEq for GraphAlloc {
@@ -73,6 +132,8 @@ impl Eq for GraphAlloc {}
 
 impl Drop for GraphAlloc {
     fn drop(&mut self) {
+        // Its graph is gone: the memory stops counting (and goes back, if the graph freed it).
+        GraphMem::gone(self);
         if let (true, Some(f)) = (self.freed_in_graph.load(Ordering::Acquire), self.release) {
             f(self.addr, self.size);
         }

@@ -145,9 +145,9 @@ int main() {
   cudaFuncAttributes fa; OK(cudaFuncGetAttributes(&fa, saxpy)); CHECK(fa.maxThreadsPerBlock >= 256);
   int blocks = 0; OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, saxpy, 256, 0)); CHECK(blocks > 0);
 
-  // Launch errors are reported at the launch, and are not sticky.
+  // Launch errors are reported at the launch, and are not sticky (CUDA 13: invalid value).
   saxpy<<<1, 2048>>>(n, 1.0f, x, dy);
-  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
   saxpy<<<1, 1, 1 << 20>>>(n, 1.0f, x, dy);
   CHECK(cudaGetLastError() != cudaSuccess);
   OK(cudaDeviceSynchronize());

@@ -216,7 +216,9 @@ const ATOMIC_OP_LAST: u32 = 12;
 fn default_limit(limit: u32) -> Option<u64> {
     match limit {
         cudaLimitStackSize => Some(1024),
-        cudaLimitPrintfFifoSize => Some(1 << 20),
+        // What CUDA 13 reports before any printf (an H200: 8.25 MiB; the documentation's 1 MiB
+        // is older drivers').
+        cudaLimitPrintfFifoSize => Some(8_650_752),
         cudaLimitMallocHeapSize => Some(8 << 20),
         cudaLimitDevRuntimeSyncDepth => Some(2),
         cudaLimitDevRuntimePendingLaunchCount => Some(2048),
@@ -519,21 +521,18 @@ crate::export! {
 static SURFACES: std::sync::Mutex<std::collections::BTreeMap<u64, u64>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
-/// A surface object's memory, from its `cudaResourceDesc`: CUDA takes only arrays made with
-/// `cudaArraySurfaceLoadStore` (anything else is cudaErrorInvalidValue). Returns the
-/// description (sampling fields unused: `suld`/`sust` carry their own boundary mode) and the
-/// array handle.
+/// A surface object's memory, from its `cudaResourceDesc`: an array (any other resource is
+/// cudaErrorInvalidValue). The documentation asks for arrays made with
+/// `cudaArraySurfaceLoadStore`, but CUDA 13 takes any array (measured on an H200,
+/// `cuda_facts.cu`), and so does crum. Returns the description (sampling fields unused:
+/// `suld`/`sust` carry their own boundary mode) and the array handle.
 fn surface_desc(res: *const u8) -> CudaResult<(TexDesc, u64)> {
-    const ARRAY_SURFACE_LOAD_STORE: u32 = 0x02;
     let ty: u32 = field(res, CUDARESOURCEDESC_RESTYPE)?;
     if ty != 0 {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
     let handle: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
     let a = super::array::array(handle as *const c_void)?;
-    if a.flags & ARRAY_SURFACE_LOAD_STORE == 0 {
-        return Err(cuda::ERROR_INVALID_VALUE);
-    }
     if a.layered() {
         return Err(crate::errors::unsupported("cudaCreateSurfaceObject (layered arrays)"));
     }

@@ -6,7 +6,7 @@
 #![allow(unsafe_code, non_upper_case_globals)]
 
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crum_wire::{cuda, AllocKind, Body, Request};
@@ -247,13 +247,23 @@ fn run_node(kind: &NodeKind, stream: u64) -> CudaResult<()> {
         NodeKind::EventRecord(e) => send(&Request::EventRecord { event: *e, stream }),
         NodeKind::EventWait(e) => send(&Request::StreamWaitEvent { stream, event: *e }),
         // The memory was allocated with the node and stays at its address.
-        NodeKind::MemAlloc(_) | NodeKind::MemFree(_) => Ok(()),
+        NodeKind::MemAlloc(a) => {
+            crate::graph::GraphMem::launched(a);
+            Ok(())
+        }
+        NodeKind::MemFree(addr) => {
+            let s = store();
+            if let Some(a) = s.nodes.values().find_map(|n| match &n.kind {
+                NodeKind::MemAlloc(a) if a.addr == *addr => Some(a.clone()),
+                _ => None,
+            }) {
+                drop(s);
+                crate::graph::GraphMem::freed(&a);
+            }
+            Ok(())
+        }
     }
 }
-
-/// Bytes of graph allocations alive, and the most there were.
-static GRAPH_MEM: AtomicU64 = AtomicU64::new(0);
-static GRAPH_MEM_HIGH: AtomicU64 = AtomicU64::new(0);
 
 /// A graph allocation of `size` bytes (device memory, 512-byte granularity).
 pub fn graph_alloc(size: u64) -> CudaResult<Arc<GraphAlloc>> {
@@ -262,42 +272,40 @@ pub fn graph_alloc(size: u64) -> CudaResult<Arc<GraphAlloc>> {
     }
     let size = size.checked_next_multiple_of(crate::pool::BLOCK_ALIGN).ok_or(cuda::ERROR_MEMORY_ALLOCATION)?;
     let addr = crate::api::memory::alloc_any(size, AllocKind::Device, MemKind::Device, 0)?;
-    let now = GRAPH_MEM.fetch_add(size, Ordering::SeqCst) + size;
-    GRAPH_MEM_HIGH.fetch_max(now, Ordering::SeqCst);
     Ok(Arc::new(GraphAlloc {
         addr,
         size,
         freed_in_graph: AtomicBool::new(false),
         release: Some(release_graph_alloc),
+        counted: Default::default(),
     }))
 }
 
 /// `cudaDeviceReset`: no graph memory is left.
 pub fn reset_graph_mem() {
-    GRAPH_MEM.store(0, Ordering::SeqCst);
-    GRAPH_MEM_HIGH.store(0, Ordering::SeqCst);
+    crate::graph::GraphMem::reset();
 }
 
-fn release_graph_alloc(addr: u64, size: u64) {
-    GRAPH_MEM.fetch_sub(size, Ordering::SeqCst);
+fn release_graph_alloc(addr: u64, _size: u64) {
     if crate::api::memory::free_any(addr, false).is_err() {
         tracing::warn!(addr, "could not free a graph allocation");
     }
 }
 
-/// `cudaFree`/`cudaFreeAsync` of a graph allocation the graph does not free: no longer
-/// counted as graph memory.
+/// `cudaFree`/`cudaFreeAsync` of a graph allocation the graph does not free: counted as graph
+/// memory until a trim.
 pub fn forget_graph_alloc(addr: u64) {
-    if GRAPH_MEM.load(Ordering::Acquire) == 0 {
+    if crate::graph::GraphMem::current() == 0 {
         return;
     }
     let s = store();
     let hit = s.nodes.values().find_map(|n| match &n.kind {
-        NodeKind::MemAlloc(a) if a.addr == addr && !a.freed_in_graph.load(Ordering::Acquire) => Some(a.size),
+        NodeKind::MemAlloc(a) if a.addr == addr && !a.freed_in_graph.load(Ordering::Acquire) => Some(a.clone()),
         _ => None,
     });
-    if let Some(size) = hit {
-        GRAPH_MEM.fetch_sub(size, Ordering::SeqCst);
+    drop(s);
+    if let Some(a) = hit {
+        crate::graph::GraphMem::freed(&a);
     }
 }
 
@@ -1154,8 +1162,8 @@ crate::export! {
         }
         // Graph memory is allocated when the node is made: reserved equals used.
         let v = match attr {
-            cudaGraphMemAttrUsedMemCurrent | cudaGraphMemAttrReservedMemCurrent => GRAPH_MEM.load(Ordering::SeqCst),
-            cudaGraphMemAttrUsedMemHigh | cudaGraphMemAttrReservedMemHigh => GRAPH_MEM_HIGH.load(Ordering::SeqCst),
+            cudaGraphMemAttrUsedMemCurrent | cudaGraphMemAttrReservedMemCurrent => crate::graph::GraphMem::current(),
+            cudaGraphMemAttrUsedMemHigh | cudaGraphMemAttrReservedMemHigh => crate::graph::GraphMem::high(),
             _ => return Err(cuda::ERROR_INVALID_VALUE),
         };
         out(value, v)
@@ -1166,16 +1174,29 @@ crate::export! {
         }
         match (attr, read(value as *const u64)?) {
             (cudaGraphMemAttrUsedMemHigh | cudaGraphMemAttrReservedMemHigh, 0) => {
-                GRAPH_MEM_HIGH.store(GRAPH_MEM.load(Ordering::SeqCst), Ordering::SeqCst);
+                crate::graph::GraphMem::reset_high();
                 Ok(())
             }
             _ => Err(cuda::ERROR_INVALID_VALUE),
         }
     }
     fn cudaDeviceGraphMemTrim(dev: i32) {
-        // Nothing is cached: graph memory goes back when its graph does.
+        // Freed graph memory stops counting (its memory went back at the free).
         if dev != 0 {
             return Err(cuda::ERROR_INVALID_DEVICE);
+        }
+        let s = store();
+        let freed: Vec<Arc<GraphAlloc>> = s
+            .nodes
+            .values()
+            .filter_map(|n| match &n.kind {
+                NodeKind::MemAlloc(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect();
+        drop(s);
+        for a in freed {
+            crate::graph::GraphMem::trim(&a);
         }
         Ok(())
     }

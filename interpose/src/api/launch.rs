@@ -438,9 +438,12 @@ fn prepare(
             .zip(m)
             .any(|(&x, &l)| x == 0 || x as i64 > l as i64)
     };
+    // CUDA 13's runtime answers cudaErrorInvalidValue to a block or grid out of bounds (2048
+    // threads, a grid of 0 or 65536 in y: measured on an H200, `cuda_facts.cu`), where older
+    // ones answered cudaErrorInvalidConfiguration.
     if bad(&g, &p.max_grid) || bad(&b, &p.max_block) || threads > info.max_threads_per_block as u64
     {
-        return Err(cuda::ERROR_INVALID_CONFIGURATION);
+        return Err(cuda::ERROR_INVALID_VALUE);
     }
     if shared as u64 > info.max_dynamic_shared as u64 {
         return Err(cuda::ERROR_INVALID_VALUE);

@@ -324,7 +324,8 @@ impl Kernels {
             .zip(props.max_grid)
             .any(|(&d, m)| d == 0 || d as i64 > m as i64);
         if bad_block || bad_grid || threads > f.info.max_threads_per_block as u64 {
-            return Err(err(cuda::ERROR_INVALID_CONFIGURATION));
+            // As CUDA 13's runtime answers (the interposer checks first, `api::launch`).
+            return Err(err(cuda::ERROR_INVALID_VALUE));
         }
         if dims.shared as i64 > f.max_dynamic_shared.load(Ordering::Relaxed) as i64 {
             return Err(err(cuda::ERROR_INVALID_VALUE));
