@@ -109,5 +109,7 @@ fn guard_regions_come_back_as_guards() {
 fn shared_memory_in_an_image_is_as_it_was_at_the_cut() {
     // Private and shared memory written together without pause: the image holds the
     // shared memory as it was when the program stopped, not as the writer found it later.
-    scenario("shared_cut", &["60"]);
+    // 250 steps: with 60 the program (about 5 ms a step) could finish while a checkpoint of
+    // the loaded machine was on its way ("process … is not running").
+    scenario("shared_cut", &["250"]);
 }
