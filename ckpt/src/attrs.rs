@@ -27,12 +27,13 @@ const PERSONALITY: usize = 5;
 const UID: usize = 6;
 const GID: usize = 7;
 const MEMBARRIER: usize = 8;
-const N: usize = 9;
+const LOGINUID: usize = 9;
+const N: usize = 10;
 /// Not captured (an image of an older crum, or a capture that failed): `apply` leaves it.
 const UNSET: i64 = i64::MIN;
 
 const NAMES: [&str; N] =
-    ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group", "membarrier registrations"];
+    ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group", "membarrier registrations", "audit login uid"];
 
 /// `membarrier` commands: (the private expedited barrier, the registration it needs). Where
 /// the kernel cannot tell registrations (`MEMBARRIER_CMD_GET_REGISTRATIONS`, Linux 6.3), the
@@ -136,6 +137,7 @@ pub fn capture() {
         status_field(&status, "Uid:"),
         status_field(&status, "Gid:"),
         Some(membarrier_registered()),
+        std::fs::read_to_string("/proc/self/loginuid").ok().and_then(|s| s.trim().parse().ok()),
     ];
     for (s, v) in SAVED.iter().zip(values) {
         s.store(v.unwrap_or(UNSET), Relaxed);
@@ -151,12 +153,15 @@ pub fn capture() {
     }
 }
 
-/// Reads /proc/self/oom_score_adj with raw calls (nothing allocated).
-fn raw_oom() -> Option<i64> {
-    let mut b = [0u8; 16];
+const OOM_FILE: &std::ffi::CStr = c"/proc/self/oom_score_adj";
+const LOGINUID_FILE: &std::ffi::CStr = c"/proc/self/loginuid";
+
+/// Reads a number from a /proc file with raw calls (nothing allocated).
+fn raw_proc_num(path: &std::ffi::CStr) -> Option<i64> {
+    let mut b = [0u8; 24];
     // SAFETY: open/read/close of our own descriptor into the live buffer.
     let n = unsafe {
-        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return None;
         }
@@ -168,7 +173,8 @@ fn raw_oom() -> Option<i64> {
     s.trim().parse().ok()
 }
 
-fn write_oom(v: i64) -> bool {
+/// Writes a number into a /proc file with raw calls.
+fn write_proc_num(path: &std::ffi::CStr, v: i64) -> bool {
     let mut b = [0u8; 24];
     let mut n = 0;
     let neg = v < 0;
@@ -188,7 +194,7 @@ fn write_oom(v: i64) -> bool {
     b[..n].reverse();
     // SAFETY: open/write/close of our own descriptor from the live buffer.
     unsafe {
-        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return false;
         }
@@ -209,8 +215,15 @@ pub fn apply() {
     };
     let want = |i: usize| Some(SAVED[i].load(Relaxed)).filter(|v| *v != UNSET);
     if let Some(v) = want(OOM) {
-        if raw_oom() != Some(v) && !write_oom(v) {
-            refuse(OOM, raw_oom().unwrap_or(UNSET));
+        if raw_proc_num(OOM_FILE) != Some(v) && !write_proc_num(OOM_FILE, v) {
+            refuse(OOM, raw_proc_num(OOM_FILE).unwrap_or(UNSET));
+        }
+    }
+    // The audit login uid (4294967295: none): setting it needs CAP_AUDIT_CONTROL, and once set
+    // it may be immutable (`audit --loginuid-immutable`).
+    if let Some(v) = want(LOGINUID) {
+        if raw_proc_num(LOGINUID_FILE) != Some(v) && !write_proc_num(LOGINUID_FILE, v) {
+            refuse(LOGINUID, raw_proc_num(LOGINUID_FILE).unwrap_or(UNSET));
         }
     }
     if let Some(v) = want(SUBREAPER) {
@@ -331,7 +344,7 @@ mod tests {
     fn capture_reads_this_process_and_apply_keeps_it() {
         let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
         capture();
-        assert_eq!(SAVED[OOM].load(Relaxed), raw_oom().unwrap());
+        assert_eq!(SAVED[OOM].load(Relaxed), raw_proc_num(OOM_FILE).unwrap());
         assert_eq!(SAVED[DUMPABLE].load(Relaxed), 1);
         // SAFETY: getuid cannot fail.
         assert_eq!(SAVED[UID].load(Relaxed), unsafe { libc::getuid() } as i64);
@@ -341,9 +354,9 @@ mod tests {
 
     #[test]
     fn oom_score_adj_is_written_as_text() {
-        let now = raw_oom().unwrap();
-        assert!(write_oom(now));
-        assert_eq!(raw_oom(), Some(now));
+        let now = raw_proc_num(OOM_FILE).unwrap();
+        assert!(write_proc_num(OOM_FILE, now));
+        assert_eq!(raw_proc_num(OOM_FILE), Some(now));
     }
 
     #[test]

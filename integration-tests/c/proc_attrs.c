@@ -3,7 +3,8 @@
  * the program may set them: as root), and per thread the nice value, scheduling policy and
  * timer slack (a worker thread at SCHED_BATCH, nice 7, slack 654321 ns; the main thread nice
  * 3, slack 123456 ns, parent-death signal SIGURG), and the membarrier registration for private
- * expedited barriers (without it such a barrier fails with EPERM). At every step each thread
+ * expedited barriers (without it such a barrier fails with EPERM), and the audit login uid
+ * (when the program may set it: as root, where it is not yet immutable). At every step each thread
  * checks them from inside; a restart must bring all back. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,6 +29,14 @@ static int oom_adj(void) {
     FILE *f = fopen("/proc/self/oom_score_adj", "r");
     int v = -9999;
     if (f) { if (fscanf(f, "%d", &v) != 1) v = -9999; fclose(f); }
+    return v;
+}
+
+/* The audit login uid, -2 when unreadable. */
+static long loginuid(void) {
+    FILE *f = fopen("/proc/self/loginuid", "r");
+    long v = -2;
+    if (f) { if (fscanf(f, "%ld", &v) != 1) v = -2; fclose(f); }
     return v;
 }
 
@@ -84,6 +93,13 @@ int main(int argc, char **argv) {
     int mbg = syscall(SYS_membarrier, 1 << 9, 0, 0) >= 0 &&
               (syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
     if (mbg && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0)) { printf("FAIL: global membarrier registration\n"); return 1; }
+    /* The login uid, where we may set it. */
+    int set_loginuid = 0;
+    FILE *lf = fopen("/proc/self/loginuid", "w");
+    if (lf) {
+        set_loginuid = fprintf(lf, "%u", 4321u) > 0;
+        set_loginuid = fclose(lf) == 0 && set_loginuid && loginuid() == 4321;
+    }
     gid_t want_groups[3] = { 4242, 4343, 4444 };
     int set_groups = setgroups(3, want_groups) == 0;
     /* Last: no_new_privs is inherited by the threads created after it. */
@@ -108,6 +124,7 @@ int main(int argc, char **argv) {
             int k = getgroups(8, g);
             if (k != 3 || g[0] != 4242 || g[1] != 4343 || g[2] != 4444) { printf("FAIL: supplementary groups (%d)\n", k); return 1; }
         }
+        if (set_loginuid && loginuid() != 4321) { printf("FAIL: audit login uid %ld, not 4321\n", loginuid()); return 1; }
         if (mbg && !(syscall(SYS_membarrier, 1 << 9, 0, 0) & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED)) {
             printf("FAIL: global expedited membarrier registration gone: %ld\n", syscall(SYS_membarrier, 1 << 9, 0, 0));
             return 1;
