@@ -123,8 +123,12 @@ pub struct FileContent {
 
 /// What `/proc/self/smaps` says of a mapping (its `VmFlags` token) and how a restart gives
 /// it again: bit i of an [`ProcessState::advice`] entry is `ADVICE[i]`. `madvise` advice
-/// (`MADV_*`), or for "lo"/"lf" `mlock`/`mlock2(MLOCK_ONFAULT)` (passed as -1/-2).
-pub const ADVICE: [(&str, i32); 8] = [
+/// (`MADV_*`), or for "lo"/"lf" `mlock`/`mlock2(MLOCK_ONFAULT)` (passed as -1/-2), or for
+/// "nr" `MAP_NORESERVE` (-3) and "dp" `MAP_DROPPABLE` (-4), which only the `mmap` of a private
+/// region at restart can give:
+/// without it a restart mapped every private region so, and the program's own mappings showed
+/// the flag afterwards (zdtm `thp_disable`, `maps02`).
+pub const ADVICE: [(&str, i32); 12] = [
     ("dd", libc::MADV_DONTDUMP),
     ("dc", libc::MADV_DONTFORK),
     ("wf", libc::MADV_WIPEONFORK),
@@ -133,7 +137,21 @@ pub const ADVICE: [(&str, i32); 8] = [
     ("mg", libc::MADV_MERGEABLE),
     ("lo", -1),
     ("lf", -2),
+    ("nr", ADVICE_NORESERVE),
+    ("sr", libc::MADV_SEQUENTIAL),
+    ("rr", libc::MADV_RANDOM),
+    ("dp", ADVICE_DROPPABLE),
 ];
+
+/// The [`ADVICE`] code of `MAP_NORESERVE`, and its bit.
+pub const ADVICE_NORESERVE: i32 = -3;
+pub const ADVICE_NORESERVE_BIT: u32 = 1 << 8;
+/// The [`ADVICE`] code of a `MAP_DROPPABLE` mapping (Linux 6.11: pages the kernel may drop,
+/// read back as zeros), and its bit: like `MAP_NORESERVE`, given by the `mmap` at restart.
+pub const ADVICE_DROPPABLE: i32 = -4;
+pub const ADVICE_DROPPABLE_BIT: u32 = 1 << 11;
+/// `MAP_DROPPABLE` (a mapping type, not in every libc's headers yet).
+pub const MAP_DROPPABLE: i32 = 0x08;
 
 /// A POSIX timer: created again at restart with the same id, clock, notification and value,
 /// and armed with the time that was left (as if the program had been paused).

@@ -1,7 +1,10 @@
 /* Advice and locks on memory survive restarts: regions with MADV_DONTDUMP, MADV_DONTFORK,
- * MADV_WIPEONFORK, MADV_HUGEPAGE/MADV_NOHUGEPAGE and one mlock'ed. At every step the program
+ * MADV_WIPEONFORK, MADV_HUGEPAGE/MADV_NOHUGEPAGE, MADV_SEQUENTIAL, MADV_RANDOM and one mlock'ed. At every step the program
  * reads its own smaps for each region's VmFlags, and checks what the flags do: a forked
- * child sees the wipe-on-fork region zeroed and the dont-fork region unmapped. */
+ * child sees the wipe-on-fork region zeroed and the dont-fork region unmapped. A private
+ * mapping made with MAP_NORESERVE keeps the flag ("nr"), and one made without it does not get
+ * it (a restart used to map every private region so); a MAP_DROPPABLE one (Linux 6.11) stays
+ * droppable ("dp"). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <signal.h>
@@ -48,6 +51,8 @@ int main(int argc, char **argv) {
         { "dontfork", NULL, MADV_DONTFORK, "dc" },
         { "wipeonfork", NULL, MADV_WIPEONFORK, "wf" },
         { "nohugepage", NULL, MADV_NOHUGEPAGE, "nh" },
+        { "sequential", NULL, MADV_SEQUENTIAL, "sr" },
+        { "random", NULL, MADV_RANDOM, "rr" },
         { "locked", NULL, -1, "lo" },
     };
     int nw = sizeof w / sizeof w[0];
@@ -59,7 +64,22 @@ int main(int argc, char **argv) {
         int r = w[i].advice == -1 ? mlock(w[i].p, PAGES * pg) : madvise(w[i].p, PAGES * pg, w[i].advice);
         if (r != 0) { printf("FAIL: setting up %s\n", w[i].name); return 1; }
     }
+    char *reserved = NULL, *noreserve = NULL;
+    for (int i = 0; i < 2; i++) {
+        char *g = mmap(NULL, (PAGES + 2) * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *p = mmap(g + pg, PAGES * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | (i ? MAP_NORESERVE : 0), -1, 0);
+        if (p == MAP_FAILED) { printf("FAIL: mmap\n"); return 1; }
+        memset(p, 'x', PAGES * pg);
+        *(i ? &noreserve : &reserved) = p;
+    }
+    /* MAP_DROPPABLE (0x08), where the kernel has it. */
+    char *gd = mmap(NULL, (PAGES + 2) * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *droppable = mmap(gd + pg, PAGES * pg, PROT_READ | PROT_WRITE, 0x08 | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (droppable == MAP_FAILED) droppable = NULL;
     for (int s = 0; s < n; s++) {
+        if (droppable && has_flag(droppable, "dp") != 1) { printf("FAIL: a droppable mapping is not droppable at step %d\n", s); return 1; }
+        if (has_flag(reserved, "nr") != 0) { printf("FAIL: a mapping made without MAP_NORESERVE has it at step %d\n", s); return 1; }
+        if (has_flag(noreserve, "nr") != 1) { printf("FAIL: a mapping made with MAP_NORESERVE lost it at step %d\n", s); return 1; }
         for (int i = 0; i < nw; i++) {
             if (has_flag(w[i].p, w[i].flag) != 1) { printf("FAIL: %s lost VmFlags '%s' at step %d\n", w[i].name, w[i].flag, s); return 1; }
             if (w[i].p[s % (PAGES * pg)] != 'a' + i) { printf("FAIL: %s contents at step %d\n", w[i].name, s); return 1; }

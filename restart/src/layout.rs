@@ -109,9 +109,13 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64), job_shm: &[(u64, u64
         } else if r.flags & REGION_SHARED_ANON != 0 {
             flags |= libc::MAP_SHARED | libc::MAP_ANONYMOUS;
         } else {
-            // NORESERVE: large reservations (allocator arenas, the agent's scratch arena)
-            // must not be refused by overcommit accounting; written pages count anyway.
-            flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            // MAP_NORESERVE where the program's mapping had it (its `VmFlags` "nr": allocator
+            // arenas, the agent's scratch arena), not elsewhere: the flag shows in smaps, and
+            // without it the memory is accounted as the program's was.
+            let has = |bit: u32| plan.state.advice.iter().any(|&(a, b, bits)| bits & bit != 0 && a < r.start + r.len && b > r.start);
+            // A droppable mapping (its type instead of private) comes back droppable.
+            let kind = if has(crum_ckpt::state::ADVICE_DROPPABLE_BIT) { crum_ckpt::state::MAP_DROPPABLE } else { libc::MAP_PRIVATE };
+            flags |= kind | libc::MAP_ANONYMOUS | if has(crum_ckpt::state::ADVICE_NORESERVE_BIT) { libc::MAP_NORESERVE } else { 0 };
             if r.flags & REGION_GROWSDOWN != 0 {
                 flags |= libc::MAP_GROWSDOWN;
             }

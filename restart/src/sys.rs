@@ -1162,7 +1162,8 @@ pub fn install_guards(guards: &[(u64, u64)]) {
 pub fn apply_advice(advice: &[(u64, u64, u32)]) {
     for &(start, end, bits) in advice {
         for (i, (name, how)) in crum_ckpt::state::ADVICE.iter().enumerate() {
-            if bits & (1 << i) == 0 {
+            // (MAP_NORESERVE was given when the region was mapped.)
+            if bits & (1 << i) == 0 || matches!(*how, crum_ckpt::state::ADVICE_NORESERVE | crum_ckpt::state::ADVICE_DROPPABLE) {
                 continue;
             }
             let (p, len) = (start as *mut libc::c_void, (end - start) as usize);
