@@ -136,7 +136,6 @@ corpus_ckpt!(
 /// found their call cut twice (a channel from two restarts ago read as "starting"; zeroed
 /// channels seen ready now count as retired). Run it with `--ignored`.
 #[test]
-#[ignore = "restarts of 80 threads sharing the overflow lane fail now and then (open bug)"]
 fn checkpoints_succeed_while_threads_beyond_the_lanes_hold_the_overflow_lane() {
     scenario("many_threads", ScenarioOpts::default());
 }
