@@ -20,21 +20,31 @@ int main() {
         ts.emplace_back([&, t] {
             cudaStream_t s;
             int *d, h[n];
-            if (cudaStreamCreate(&s) != cudaSuccess || cudaMalloc(&d, n * 4) != cudaSuccess ||
-                cudaMemsetAsync(d, 0, n * 4, s) != cudaSuccess) {
+            // What went wrong, named (a failure says which thread, which call, which error).
+            auto failed = [&](const char *what, cudaError_t e) {
+                printf("thread %d: %s: %s\n", t, what, cudaGetErrorName(e));
                 bad++;
-                return;
-            }
+            };
+            cudaError_t e;
+            if ((e = cudaStreamCreate(&s)) != cudaSuccess) return failed("cudaStreamCreate", e);
+            if ((e = cudaMalloc(&d, n * 4)) != cudaSuccess) return failed("cudaMalloc", e);
+            if ((e = cudaMemsetAsync(d, 0, n * 4, s)) != cudaSuccess) return failed("cudaMemsetAsync", e);
             int rounds = 0;
             // At least 200 rounds: threads end at different times, and the lanes they free
             // must not be taken by a thread with requests still unread on the overflow lane.
             while (!stop || rounds < 200) {
                 inc<<<1, n, 0, s>>>(d, n);
-                if (cudaStreamSynchronize(s) != cudaSuccess) { bad++; return; }
+                if ((e = cudaStreamSynchronize(s)) != cudaSuccess) return failed("cudaStreamSynchronize", e);
                 rounds++;
             }
-            if (cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) { bad++; return; }
-            for (int i = 0; i < n; i++) if (h[i] != rounds) { bad++; break; }
+            if ((e = cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost)) != cudaSuccess) return failed("cudaMemcpy", e);
+            for (int i = 0; i < n; i++) {
+                if (h[i] != rounds) {
+                    printf("thread %d: buffer[%d] = %d after %d rounds\n", t, i, h[i], rounds);
+                    bad++;
+                    break;
+                }
+            }
             cudaFree(d);
             cudaStreamDestroy(s);
             (void)t;
