@@ -123,6 +123,13 @@ pub fn option_list(domain: i32, ty: i32) -> Vec<(i32, i32)> {
         (SOL_SOCKET, SO_RCVTIMEO),
         (SOL_SOCKET, SO_SNDTIMEO),
         (SOL_SOCKET, SO_LINGER),
+        (SOL_SOCKET, SO_MARK),
+        (SOL_SOCKET, SO_PASSSEC),
+        (SOL_SOCKET, SO_DONTROUTE),
+        (SOL_SOCKET, SO_NO_CHECK),
+        (SOL_SOCKET, SO_BINDTODEVICE),
+        // After the buffer sizes, which lock them when set.
+        (SOL_SOCKET, SO_BUF_LOCK),
         // After the filter ([`filter`], first in the list): a locked filter cannot be set.
         (SOL_SOCKET, SO_LOCK_FILTER),
     ];
@@ -130,7 +137,15 @@ pub fn option_list(domain: i32, ty: i32) -> Vec<(i32, i32)> {
         v.push((IPPROTO_IPV6, IPV6_V6ONLY));
     }
     if domain != AF_UNIX && ty == SOCK_STREAM {
-        v.extend([(IPPROTO_TCP, TCP_NODELAY), (IPPROTO_TCP, TCP_KEEPIDLE), (IPPROTO_TCP, TCP_KEEPINTVL), (IPPROTO_TCP, TCP_KEEPCNT)]);
+        v.extend([
+            (IPPROTO_TCP, TCP_NODELAY),
+            (IPPROTO_TCP, TCP_CORK),
+            (IPPROTO_TCP, TCP_KEEPIDLE),
+            (IPPROTO_TCP, TCP_KEEPINTVL),
+            (IPPROTO_TCP, TCP_KEEPCNT),
+            (IPPROTO_TCP, TCP_USER_TIMEOUT),
+            (IPPROTO_TCP, TCP_NOTSENT_LOWAT),
+        ]);
     }
     v
 }
@@ -287,23 +302,58 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
         )
         .collect();
     let listening = opt_int(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1);
-    let mut s = SocketState { domain, ty, protocol, local, peer, options, shutdown: 0, role: SocketRole::Unconnected, lost: String::new() };
+    let mut s = SocketState {
+        domain,
+        ty,
+        protocol,
+        local,
+        peer,
+        options,
+        shutdown: 0,
+        role: SocketRole::Unconnected,
+        lost: String::new(),
+        refuse: String::new(),
+    };
     if filter_lost {
         s.lost = "the eBPF program attached to it (SO_ATTACH_BPF) cannot be read back: it comes back without it".into();
     }
     let mut peer_ino = 0;
     if domain == libc::AF_UNIX {
-        let d = diag.get_or_insert_with(unix_diag).get(&(ino as u32)).copied().unwrap_or_default();
+        let all = diag.get_or_insert_with(unix_diag);
+        let d = all.get(&(ino as u32)).copied().unwrap_or_default();
         s.shutdown = d.shutdown & 3;
         peer_ino = d.peer;
+        // A peer the kernel still names but no longer lists was closed (a datagram socket
+        // keeps pointing at the peer it was connected to).
+        if peer_ino != 0 && !all.is_empty() && !all.contains_key(&peer_ino) {
+            peer_ino = 0;
+        }
+        if let Some(why) = removed_socket_file(&s.local) {
+            add_lost(&mut s.refuse, &why);
+        }
         if listening {
             s.role = SocketRole::Listening { backlog: d.backlog.max(1) };
             if d.pending > 0 {
-                add_lost(&mut s.lost, &format!("{} connection(s) waiting to be accepted are not in the image: their clients are cut off", d.pending));
+                add_lost(
+                    &mut s.refuse,
+                    &format!("{} connection(s) waiting to be accepted cannot be carried (a restart would cut their clients off)", d.pending),
+                );
             }
         } else if peer_ino != 0 {
             // Decided in `pair_up` once every descriptor is known.
             s.role = SocketRole::Pair { id: 0, first: false, queued: Vec::new() };
+        } else if !s.peer.is_empty() && !is_named(domain, &s.peer) {
+            // Its unnamed peer (the other end of a socket pair) is closed: one end of a pair
+            // whose other end is gone, with what waits in it.
+            let queued = if ty == libc::SOCK_STREAM {
+                let mut fds_lost = 0;
+                let b = peek_stream(fd, &mut fds_lost, &mut s.refuse);
+                refuse_fds(&mut s.refuse, fds_lost);
+                if b.is_empty() { Vec::new() } else { vec![b] }
+            } else {
+                peek_messages(fd, ty, s.shutdown, &mut s.refuse)
+            };
+            s.role = SocketRole::Pair { id: ino, first: true, queued };
         } else if !s.peer.is_empty() && ty != libc::SOCK_DGRAM {
             closed(fd, &mut s);
         } else if !s.peer.is_empty() {
@@ -312,11 +362,19 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
     } else if listening {
         s.role = SocketRole::Listening { backlog: libc::SOMAXCONN as u32 };
         if readable(fd) {
-            add_lost(&mut s.lost, "connections waiting to be accepted are not in the image: their clients are cut off");
+            add_lost(&mut s.refuse, "connections waiting to be accepted cannot be carried (a restart would cut their clients off)");
         }
+    } else if ty == libc::SOCK_STREAM && tcp_state(fd).is_some_and(|st| !matches!(st, 1 | 7)) {
+        // Neither established nor closed (nor a socket never connected, which is CLOSE too).
+        let st = tcp_state(fd).unwrap_or(0);
+        add_lost(
+            &mut s.refuse,
+            &format!("the TCP connection is {} (state {}): crum cannot make a half-closed or closing connection again", tcp_state_name(st), st),
+        );
     } else if !s.peer.is_empty() {
         if ty == libc::SOCK_DGRAM {
             s.role = SocketRole::Connected;
+            s.shutdown = inet_shutdown(domain, ino).unwrap_or(0) & 3;
         } else if job.iter().any(|j| j.0 == ino && j.1 != 0) {
             // A connection between processes of the job: decided in `pair_up`.
             s.role = SocketRole::Pair { id: 0, first: false, queued: Vec::new() };
@@ -325,12 +383,187 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
         }
     }
     if matches!(s.role, SocketRole::Unconnected | SocketRole::Connected | SocketRole::Listening { .. }) && ty != libc::SOCK_STREAM {
-        let n = inq(fd);
-        if n > 0 || readable(fd) {
-            add_lost(&mut s.lost, "datagrams waiting to be read are not in the image");
+        if has_messages(fd, s.shutdown) {
+            add_lost(&mut s.refuse, "datagrams waiting to be read in it cannot be carried (with their senders' addresses)");
+        }
+    } else if domain != libc::AF_UNIX && ty == libc::SOCK_DGRAM && matches!(s.role, SocketRole::Unconnected) {
+        // Shut down without a peer (the kernel allows it on a UDP socket).
+        if let Some(sh) = inet_shutdown(domain, ino).filter(|&b| b & 3 != 0) {
+            add_lost(&mut s.refuse, &format!("it is shut down ({}) without being connected: crum cannot shut it down again", shutdown_name(sh)));
         }
     }
     (FdKind::Socket(Box::new(s)), peer_ino)
+}
+
+/// Refuses a socket with descriptors in flight (`SCM_RIGHTS`): a restart cannot make the
+/// files they name again.
+fn refuse_fds(refuse: &mut String, fds: usize) {
+    if fds > 0 {
+        add_lost(refuse, &format!("{fds} file descriptor(s) in flight in it (SCM_RIGHTS) cannot be carried"));
+    }
+}
+
+/// The messages waiting in a datagram or seqpacket socket, one by one, left in place (peeked
+/// with a peek offset, `SO_PEEK_OFF`). What cannot be taken exactly is added to `refuse`:
+/// descriptors in flight, an empty message (a peek offset cannot step over it), a kernel
+/// that cannot peek.
+///
+/// A socket shut down for receiving (`shutdown` bit 0, or its peer closed) reads as empty
+/// once its queue is: for a seqpacket socket the bytes waiting in all (`SIOCINQ`) tell
+/// the end from an empty message; for a datagram socket the memory its queue holds.
+fn peek_messages(fd: i32, ty: i32, shutdown: u8, refuse: &mut String) -> Vec<Vec<u8>> {
+    let mut queued = Vec::new();
+    if !has_messages(fd, shutdown) {
+        return queued;
+    }
+    let mut fds_lost = 0;
+    let before = opt_int(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF).unwrap_or(-1);
+    let set = |v: libc::c_int| {
+        // SAFETY: setsockopt reads one int.
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF, &v as *const libc::c_int as *const libc::c_void, 4) == 0 }
+    };
+    if set(0) {
+        let total = inq(fd);
+        while let Some(m) = recv_one(fd, 1 << 18, true, &mut fds_lost) {
+            if m.is_empty() && shutdown & 1 != 0 {
+                // The end of the queue, or an empty message before it?
+                let seen: usize = queued.iter().map(Vec::len).sum();
+                let end = if ty == libc::SOCK_SEQPACKET { seen >= total } else { queued.is_empty() && rmem_alloc(fd) == Some(0) };
+                if !end {
+                    add_lost(refuse, "an empty message waiting in this shut-down socket cannot be told from its end");
+                }
+                break;
+            }
+            if m.is_empty() || queued.len() >= 1 << 16 {
+                add_lost(refuse, "messages waiting in it after an empty one cannot be carried");
+                break;
+            }
+            queued.push(m);
+        }
+        set(before);
+    } else {
+        add_lost(refuse, "the messages waiting in it cannot be carried (the kernel cannot peek at them)");
+    }
+    refuse_fds(refuse, fds_lost);
+    queued
+}
+
+/// Whether messages wait in a socket: a socket shut down for receiving polls readable
+/// whether or not they do, so there only the bytes or memory its queue holds count.
+fn has_messages(fd: i32, shutdown: u8) -> bool {
+    if shutdown & 1 == 0 {
+        return inq(fd) > 0 || readable(fd);
+    }
+    inq(fd) > 0 || rmem_alloc(fd).is_none_or(|m| m > 0)
+}
+
+/// The memory a socket's receive queue holds (`SO_MEMINFO`'s `SK_MEMINFO_RMEM_ALLOC`).
+fn rmem_alloc(fd: i32) -> Option<u32> {
+    let mut v = [0u32; 9];
+    let mut len = std::mem::size_of_val(&v) as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live array.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_MEMINFO, v.as_mut_ptr() as *mut libc::c_void, &mut len) };
+    (r == 0).then_some(v[0])
+}
+
+/// A TCP socket's state (`TCP_INFO`: 1 established, 7 closed, 10 listening, …).
+fn tcp_state(fd: i32) -> Option<u8> {
+    let mut info = [0u8; 8];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live buffer.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr() as *mut libc::c_void, &mut len) };
+    (r == 0).then_some(info[0])
+}
+
+fn tcp_state_name(st: u8) -> &'static str {
+    match st {
+        2 => "SYN_SENT",
+        3 => "SYN_RECV",
+        4 => "FIN_WAIT1",
+        5 => "FIN_WAIT2",
+        6 => "TIME_WAIT",
+        8 => "CLOSE_WAIT",
+        9 => "LAST_ACK",
+        11 => "CLOSING",
+        _ => "not established",
+    }
+}
+
+fn shutdown_name(bits: u8) -> &'static str {
+    match bits & 3 {
+        1 => "for receiving",
+        2 => "for sending",
+        _ => "both ways",
+    }
+}
+
+/// Whether the Unix socket file a socket is bound to (`local`, a path) was removed or
+/// replaced by something else than a socket since the bind: a restart would make it again.
+fn removed_socket_file(local: &[u8]) -> Option<String> {
+    if local.len() <= 2 || local[2] == 0 {
+        return None;
+    }
+    let path: Vec<u8> = local[2..].split(|&c| c == 0).next().unwrap_or(&[]).to_vec();
+    let shown = String::from_utf8_lossy(&path).into_owned();
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: stat is plain data; lstat of a NUL-terminated path into the live local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0 {
+        return Some(format!("its socket file {shown} was removed after the bind: a restart would make it again"));
+    }
+    (st.st_mode & libc::S_IFMT != libc::S_IFSOCK)
+        .then(|| format!("its socket file {shown} was replaced by another file: a restart could not bind it again"))
+}
+
+/// A UDP or TCP socket's shutdown state (bit 0: no more receiving, bit 1: no more
+/// sending), from the kernel's inet_diag (`INET_DIAG_SHUTDOWN`), by inode. None where the
+/// kernel does not answer.
+pub fn inet_shutdown(domain: i32, ino: u64) -> Option<u8> {
+    use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+    use netlink_packet_sock_diag::inet::{nlas::Nla, ExtensionFlags, InetRequest, SocketId, StateFlags};
+    use netlink_packet_sock_diag::SockDiagMessage;
+    use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
+
+    let mut sock = Socket::new(NETLINK_SOCK_DIAG).ok()?;
+    sock.bind_auto().ok()?;
+    sock.connect(&SocketAddr::new(0, 0)).ok()?;
+    let mut hdr = NetlinkHeader::default();
+    hdr.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    let req = InetRequest {
+        family: domain as u8,
+        protocol: libc::IPPROTO_UDP as u8,
+        extensions: ExtensionFlags::empty(),
+        states: StateFlags::all(),
+        socket_id: if domain == libc::AF_INET6 { SocketId::new_v6() } else { SocketId::new_v4() },
+    };
+    let mut msg = NetlinkMessage::new(hdr, SockDiagMessage::InetRequest(req).into());
+    msg.finalize();
+    let mut buf = vec![0u8; msg.buffer_len()];
+    msg.serialize(&mut buf);
+    sock.send(&buf, 0).ok()?;
+    let mut rx = vec![0u8; 1 << 16];
+    while let Ok(n) = sock.recv(&mut &mut rx[..], 0) {
+        let mut off = 0;
+        while off < n {
+            let m = NetlinkMessage::<SockDiagMessage>::deserialize(&rx[off..n]).ok()?;
+            let len = m.header.length as usize;
+            match m.payload {
+                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
+                    if u64::from(r.header.inode) == ino {
+                        return r.nlas.iter().find_map(|a| if let Nla::Shutdown(b) = a { Some(*b) } else { None }).or(Some(0));
+                    }
+                }
+                NetlinkPayload::InnerMessage(_) | NetlinkPayload::Noop => {}
+                _ => return None,
+            }
+            if len == 0 {
+                return None;
+            }
+            off += len;
+        }
+    }
+    None
 }
 
 /// Adds `what` to what a restart does not bring back.
@@ -349,15 +582,15 @@ fn readable(fd: i32) -> bool {
 }
 
 /// The bytes waiting in a stream socket, left in it. Where one peek cannot see them all (a
-/// message with other credentials or descriptors stops it), `lost` says so.
-fn peek_stream(fd: i32, fds_lost: &mut usize, lost: &mut String) -> Vec<u8> {
+/// message with other credentials or descriptors stops it), `refuse` says so.
+fn peek_stream(fd: i32, fds_lost: &mut usize, refuse: &mut String) -> Vec<u8> {
     let n = inq(fd);
     if n == 0 {
         return Vec::new();
     }
     let b = recv_one(fd, n, true, fds_lost).unwrap_or_default();
     if b.len() < n {
-        add_lost(lost, &format!("only the first {} of the {n} bytes waiting in it are in the image", b.len()));
+        add_lost(refuse, &format!("only the first {} of the {n} bytes waiting in it can be carried", b.len()));
     }
     b
 }
@@ -366,7 +599,7 @@ fn peek_stream(fd: i32, fds_lost: &mut usize, lost: &mut String) -> Vec<u8> {
 /// bytes, peeked: the running program still reads them).
 fn closed(fd: i32, s: &mut SocketState) {
     let mut fds_lost = 0;
-    let queued = if s.ty == libc::SOCK_STREAM { peek_stream(fd, &mut fds_lost, &mut s.lost) } else { Vec::new() };
+    let queued = if s.ty == libc::SOCK_STREAM { peek_stream(fd, &mut fds_lost, &mut s.refuse) } else { Vec::new() };
     let mut lost = if s.peer.is_empty() || !is_named(s.domain, &s.peer) {
         "its peer is outside the process: it comes back closed".to_string()
     } else {
@@ -374,12 +607,10 @@ fn closed(fd: i32, s: &mut SocketState) {
     };
     if !queued.is_empty() {
         lost += &format!(" (after the {} bytes that had arrived)", queued.len());
-    } else if s.ty != libc::SOCK_STREAM && (inq(fd) > 0 || readable(fd)) {
-        lost += " and the messages waiting in it are not in the image";
+    } else if s.ty != libc::SOCK_STREAM && has_messages(fd, s.shutdown) {
+        add_lost(&mut s.refuse, "the messages waiting in it cannot be carried (its peer is outside the process)");
     }
-    if fds_lost > 0 {
-        lost += &format!("; {fds_lost} file descriptor(s) in flight in it are not in the image");
-    }
+    refuse_fds(&mut s.refuse, fds_lost);
     if !s.lost.is_empty() {
         lost = format!("{lost}; {}", s.lost);
     }
@@ -402,10 +633,12 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)], job: &[(u64, u64)
                 continue;
             }
         }
-        if !matches!(s.role, SocketRole::Pair { .. }) {
+        // Not a pair, or one whose other end is closed (decided in `describe`).
+        if !matches!(s.role, SocketRole::Pair { id: 0, .. }) {
             continue;
         }
-        let other = socks.iter().find(|e| e.1 == peer as u64 && e.2 as u64 == ino).map(|e| e.0);
+        // (A datagram socket connected to its own address is its own peer: connected again.)
+        let other = socks.iter().find(|e| e.1 == peer as u64 && e.2 as u64 == ino && peer as u64 != ino).map(|e| e.0);
         let Some(other) = other else {
             if s.ty == libc::SOCK_DGRAM && is_named(s.domain, &s.peer) {
                 s.role = SocketRole::Connected;
@@ -414,29 +647,18 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)], job: &[(u64, u64)
             }
             continue;
         };
-        let mut fds_lost = 0;
+        let _ = other;
         let mut queued = Vec::new();
         if s.ty == libc::SOCK_STREAM {
-            let b = peek_stream(fd, &mut fds_lost, &mut s.lost);
+            let mut fds_lost = 0;
+            let b = peek_stream(fd, &mut fds_lost, &mut s.refuse);
+            refuse_fds(&mut s.refuse, fds_lost);
             if !b.is_empty() {
                 queued.push(b);
             }
-        } else if s.shutdown != 0 {
-            if inq(fd) > 0 || readable(fd) {
-                add_lost(&mut s.lost, "messages waiting at this shut-down socket are not in the image");
-            }
         } else {
-            // Taken one by one and sent again through the other end, in order.
-            while let Some(m) = recv_one(fd, 1 << 18, false, &mut fds_lost) {
-                queued.push(m);
-            }
-            for m in &queued {
-                // SAFETY: send from a live buffer on our own socket.
-                unsafe { libc::send(other, m.as_ptr() as *const libc::c_void, m.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-            }
-        }
-        if fds_lost > 0 {
-            add_lost(&mut s.lost, &format!("{fds_lost} file descriptor(s) in flight in it are not in the image"));
+            // Peeked one by one (left in place), sent again through the other end at restart.
+            queued = peek_messages(fd, s.ty, s.shutdown, &mut s.refuse);
         }
         if is_named(s.domain, &s.local) || is_named(s.domain, &s.peer) {
             add_lost(&mut s.lost, "it comes back as an unnamed socket pair: its address is not reported after a restart");
@@ -458,36 +680,16 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)], job: &[(u64, u64)
 /// the messages waiting at it, left in place (a datagram or seqpacket socket's one by one
 /// with a peek offset).
 fn job_pair(fd: i32, ino: u64, other: u64, s: &mut SocketState) {
-    let mut fds_lost = 0;
     let mut queued = Vec::new();
     if s.ty == libc::SOCK_STREAM {
-        let b = peek_stream(fd, &mut fds_lost, &mut s.lost);
+        let mut fds_lost = 0;
+        let b = peek_stream(fd, &mut fds_lost, &mut s.refuse);
+        refuse_fds(&mut s.refuse, fds_lost);
         if !b.is_empty() {
             queued.push(b);
         }
     } else {
-        let before = opt_int(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF).unwrap_or(-1);
-        let set = |v: libc::c_int| {
-            // SAFETY: setsockopt reads one int.
-            unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF, &v as *const libc::c_int as *const libc::c_void, 4) == 0 }
-        };
-        if set(0) {
-            while let Some(m) = recv_one(fd, 1 << 18, true, &mut fds_lost) {
-                if m.is_empty() || queued.len() >= 1 << 16 {
-                    if readable(fd) {
-                        add_lost(&mut s.lost, "messages waiting in it after an empty one are not in the image");
-                    }
-                    break;
-                }
-                queued.push(m);
-            }
-            set(before);
-        } else if inq(fd) > 0 || readable(fd) {
-            add_lost(&mut s.lost, "the messages waiting in it are not in the image (the kernel cannot peek at them)");
-        }
-    }
-    if fds_lost > 0 {
-        add_lost(&mut s.lost, &format!("{fds_lost} file descriptor(s) in flight in it are not in the image"));
+        queued = peek_messages(fd, s.ty, s.shutdown, &mut s.refuse);
     }
     if s.domain != libc::AF_UNIX {
         // Bytes the program wrote that TCP has not sent yet (the other end's window was
@@ -495,7 +697,7 @@ fn job_pair(fd: i32, ino: u64, other: u64, s: &mut SocketState) {
         let mut unsent: libc::c_int = 0;
         // SAFETY: SIOCOUTQNSD writes an int.
         if unsafe { libc::ioctl(fd, 0x894B /* SIOCOUTQNSD */, &mut unsent) } == 0 && unsent > 0 {
-            add_lost(&mut s.lost, &format!("{unsent} bytes written to it and not sent yet are not in the image"));
+            add_lost(&mut s.refuse, &format!("{unsent} bytes written to it and not sent yet cannot be carried"));
         }
     }
     if s.domain == libc::AF_UNIX && s.ty == libc::SOCK_DGRAM && (is_named(s.domain, &s.local) || is_named(s.domain, &s.peer)) {

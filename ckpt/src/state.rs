@@ -408,6 +408,10 @@ pub struct SocketState {
     /// is written.
     #[serde(deserialize_with = "bounded::string")]
     pub lost: String,
+    /// Why a restart could not bring it back as it was, so that no image is written (empty:
+    /// nothing). Decided at the checkpoint, never in the image.
+    #[serde(skip)]
+    pub refuse: String,
 }
 
 /// One socket option as `getsockopt` returned it.
@@ -701,6 +705,7 @@ mod tests {
                         _ => SocketRole::Connected,
                     },
                     lost: path,
+                    refuse: String::new(),
                 })),
                 11 => FdKind::Inotify {
                     watches: vec![InotifyWatch { wd: fd, mask: flags, path: path.clone(), dev: 3, ino: 4, dont_follow: fd % 2 == 0 }],

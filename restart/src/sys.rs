@@ -1018,13 +1018,27 @@ pub fn socket(s: &SocketState, cwd: &str) -> Result<i32, RestartError> {
     Ok(fd)
 }
 
-/// Connects a datagram socket to its peer again; a refusal is a warning (it stays
-/// unconnected: the program's sends fail as if the peer had gone).
-pub fn connect_socket(fd: i32, s: &SocketState, cwd: &str) {
+/// Connects a datagram socket to its peer again, then shuts it down as it was; a refusal is
+/// a warning (it stays unconnected: the program's sends fail as if the peer had gone).
+/// `patience`: how long a Unix peer that is not there yet (`ENOENT`, `ECONNREFUSED`) is
+/// waited for — in a job, another process's restorer may not have bound it yet.
+pub fn connect_socket(fd: i32, s: &SocketState, cwd: &str, patience: std::time::Duration) {
     in_cwd_for(&s.peer, cwd, || {
         let (ss, len) = sockaddr_of(&s.peer);
-        // SAFETY: connect reads `len` bytes of the live storage.
-        if unsafe { libc::connect(fd, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) } != 0 {
+        let t0 = std::time::Instant::now();
+        loop {
+            // SAFETY: connect reads `len` bytes of the live storage.
+            if unsafe { libc::connect(fd, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) } == 0 {
+                shutdown(fd, s.shutdown);
+                return;
+            }
+            let e = std::io::Error::last_os_error().raw_os_error();
+            if s.domain != libc::AF_UNIX || !matches!(e, Some(libc::ENOENT | libc::ECONNREFUSED)) || t0.elapsed() >= patience {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        {
             eprintln!(
                 "crum: warning: fd {fd} ({}) could not be connected again ({}): it is not connected now",
                 s.describe(),
@@ -1056,7 +1070,7 @@ pub fn send_messages(fd: i32, msgs: &[Vec<u8>]) -> Result<(), RestartError> {
     Ok(())
 }
 
-/// Shuts a Unix socket down as it was (bit 0: receiving, bit 1: sending).
+/// Shuts a socket down as it was (bit 0: receiving, bit 1: sending).
 pub fn shutdown(fd: i32, bits: u8) {
     let how = match bits & 3 {
         1 => libc::SHUT_RD,
