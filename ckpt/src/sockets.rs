@@ -10,8 +10,14 @@
 //!   had arrived and were not read yet: as after a network failure, and named when the
 //!   image is written ([`SocketState::lost`]).
 //!
-//! Runs while the program's threads are stopped; the queues it takes messages from are
-//! filled again at once, so the program sees them as before.
+//! - One end of a pair whose other end is closed comes back so, with what waits in it.
+//! - What a restart could not bring back exactly — descriptors in flight (`SCM_RIGHTS`),
+//!   datagrams waiting with their senders, connections waiting to be accepted, a half-closed
+//!   TCP connection, a removed socket file — is [`SocketState::refuse`]: no image.
+//!
+//! Runs while the program's threads are stopped; queues are peeked (`SO_PEEK_OFF`), or, where
+//! a peek cannot see past an empty message, taken and sent back at once, so the program sees
+//! them as before.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
