@@ -368,7 +368,9 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
     } else if listening {
         s.role = SocketRole::Listening { backlog: libc::SOMAXCONN as u32 };
         if readable(fd) {
-            add_lost(&mut s.refuse, "connections waiting to be accepted cannot be carried (a restart would cut their clients off)");
+            // Clients outside are cut off, as by a network failure (a client of this process
+            // comes back closed, named too).
+            add_lost(&mut s.lost, "connections waiting to be accepted are not in the image: their clients are cut off");
         }
     } else if ty == libc::SOCK_STREAM && tcp_state(fd).is_some_and(|st| !matches!(st, 1 | 7)) {
         // Neither established nor closed (nor a socket never connected, which is CLOSE too).
@@ -752,6 +754,29 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)], job: &[(u64, u64)
             add_lost(&mut s.lost, "it comes back as an unnamed socket pair: its address is not reported after a restart");
         }
         s.role = SocketRole::Pair { id: ino.min(peer as u64), first: ino < peer as u64, queued };
+    }
+    // A TCP connection whose both ends are this process's: closing both would break the
+    // program's own connection, with nothing outside to blame.
+    let ends: Vec<(i32, Vec<u8>, Vec<u8>)> = out
+        .iter()
+        .filter_map(|e| match &e.kind {
+            FdKind::Socket(s) if s.domain != libc::AF_UNIX && s.ty == libc::SOCK_STREAM && matches!(s.role, SocketRole::Closed { .. }) => {
+                Some((e.fd, s.local.clone(), s.peer.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    for e in out.iter_mut() {
+        let FdKind::Socket(s) = &mut e.kind else { continue };
+        if !matches!(s.role, SocketRole::Closed { .. }) || s.domain == libc::AF_UNIX || s.ty != libc::SOCK_STREAM {
+            continue;
+        }
+        if let Some(other) = ends.iter().find(|o| o.0 != e.fd && o.1 == s.peer && o.2 == s.local) {
+            add_lost(
+                &mut s.refuse,
+                &format!("the other end of this TCP connection is fd {} of the same process: crum cannot make the connection again", other.0),
+            );
+        }
     }
     // Held by several processes of the job: made once by its restart, as it is.
     for e in out.iter_mut() {

@@ -7,6 +7,7 @@
  * - listen: a connection waiting to be accepted by a Unix listener;
  * - tcp-half: a TCP connection its client shut down for sending (the server's end in
  *   CLOSE_WAIT);
+ * - tcp-self: an established TCP connection whose two ends are this process's;
  * - removed: a socket whose file was removed after the bind. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -101,6 +102,20 @@ int main(int argc, char **argv) {
         wait_go();
         if (read(s, b, sizeof b) != 0) FAIL("the server end lost its end of file");
         if (write(s, "back", 4) != 4 || read(c, b, sizeof b) != 4 || memcmp(b, "back", 4)) FAIL("the half-closed connection does not carry the other way");
+    } else if (!strcmp(mode, "tcp-self")) {
+        int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t al = sizeof a;
+        if (bind(l, (struct sockaddr *)&a, al) || listen(l, 4) || getsockname(l, (struct sockaddr *)&a, &al)) FAIL("listen");
+        if (connect(c, (struct sockaddr *)&a, al)) FAIL("connect");
+        int s = accept(l, NULL, NULL);
+        if (s < 0 || write(c, "there", 5) != 5) FAIL("accept/write");
+        printf("ready\n");
+        wait_go();
+        char b[8];
+        if (read(s, b, sizeof b) != 5 || memcmp(b, "there", 5)) FAIL("the bytes in flight are gone");
+        if (write(s, "back", 4) != 4 || read(c, b, sizeof b) != 4 || memcmp(b, "back", 4)) FAIL("the connection is broken");
     } else if (!strcmp(mode, "removed")) {
         int u = socket(AF_UNIX, SOCK_DGRAM, 0);
         struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "gone.sock" };

@@ -4,7 +4,8 @@
 //! server outside the process comes back closed after the bytes that had arrived, named
 //! when the image is written; a socket crum cannot restore is still named; state a restart
 //! could not bring back exactly (descriptors in flight, datagrams with their senders,
-//! connections waiting to be accepted, a half-closed TCP connection, a removed socket file)
+//! connections waiting to be accepted by a Unix listener, a half-closed TCP connection, one
+//! between two descriptors of the process, a removed socket file)
 //! refuses the checkpoint and leaves the program as it was.
 mod proc_common;
 use proc_common::*;
@@ -32,6 +33,7 @@ fn socket_state_a_restart_cannot_bring_back_refuses_the_checkpoint_and_leaves_th
         ("dgram", "datagrams waiting to be read in it cannot be carried"),
         ("listen", "1 connection(s) waiting to be accepted cannot be carried"),
         ("tcp-half", "is CLOSE_WAIT"),
+        ("tcp-self", "of the same process: crum cannot make the connection again"),
         ("removed", "gone.sock was removed after the bind"),
     ] {
         let sb = Sandbox::new();
