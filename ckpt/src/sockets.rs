@@ -330,8 +330,10 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
         s.shutdown = d.shutdown & 3;
         peer_ino = d.peer;
         // A peer the kernel still names but no longer lists was closed (a datagram socket
-        // keeps pointing at the peer it was connected to).
-        if peer_ino != 0 && !all.is_empty() && !all.contains_key(&peer_ino) {
+        // keeps pointing at the peer it was connected to; a stream or seqpacket socket whose
+        // peer closed is shut down both ways — one in another network namespace is not
+        // listed either, and is not taken for closed).
+        if peer_ino != 0 && !all.is_empty() && !all.contains_key(&peer_ino) && (ty == libc::SOCK_DGRAM || s.shutdown == 3) {
             peer_ino = 0;
         }
         if let Some(why) = removed_socket_file(&s.local) {
