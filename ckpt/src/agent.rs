@@ -183,7 +183,7 @@ fn refresh_inherited() {
 }
 
 /// The sockets whose state a restart could not bring back exactly (descriptors in flight,
-/// datagrams with their senders, connections waiting to be accepted, a half-closed TCP
+/// datagrams whose senders cannot send again, connections waiting to be accepted, a half-closed TCP
 /// connection, …), each named with its fd: the checkpoint is refused for them.
 fn socket_refusals(fds: &[FdState]) -> Vec<String> {
     fds.iter()

@@ -11,8 +11,10 @@
 //!   image is written ([`SocketState::lost`]).
 //!
 //! - One end of a pair whose other end is closed comes back so, with what waits in it.
+//! - Datagrams waiting in a bound Unix datagram socket are taken with their senders'
+//!   addresses and sent again from sockets of those names ([`SocketRole::Queued`]).
 //! - What a restart could not bring back exactly — descriptors in flight (`SCM_RIGHTS`),
-//!   datagrams waiting with their senders, connections waiting to be accepted, a half-closed
+//!   datagrams whose senders cannot send again, connections waiting to be accepted, a half-closed
 //!   TCP connection, a removed socket file — is [`SocketState::refuse`]: no image.
 //!
 //! Runs while the program's threads are stopped; queues are peeked (`SO_PEEK_OFF`), or, where
@@ -394,7 +396,15 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
     }
     if matches!(s.role, SocketRole::Unconnected | SocketRole::Connected | SocketRole::Listening { .. }) && ty != libc::SOCK_STREAM {
         if has_messages(fd, s.shutdown) {
-            add_lost(&mut s.refuse, "datagrams waiting to be read in it cannot be carried (with their senders' addresses)");
+            if domain == libc::AF_UNIX && ty == libc::SOCK_DGRAM && is_named(domain, &s.local) && s.shutdown & 1 == 0 {
+                // Taken with their senders' addresses; whether each sender can send again is
+                // decided in `pair_up`, once every socket is known.
+                let queued = peek_datagrams(fd, &mut s.refuse);
+                let role = std::mem::replace(&mut s.role, SocketRole::Unconnected);
+                s.role = SocketRole::Queued { role: Box::new(role), queued };
+            } else {
+                add_lost(&mut s.refuse, "datagrams waiting to be read in it cannot be carried (with their senders' addresses)");
+            }
         }
     } else if domain != libc::AF_UNIX && ty == libc::SOCK_DGRAM && matches!(s.role, SocketRole::Unconnected) {
         // Shut down without a peer (the kernel allows it on a UDP socket).
@@ -528,6 +538,84 @@ fn take_and_send_back(fd: i32, other: i32, refuse: &mut String) -> Vec<Vec<u8>> 
     }
     refuse_fds(refuse, fds_seen);
     taken.into_iter().map(|(b, _)| b).collect()
+}
+
+/// Whether two Unix socket addresses name the same socket (a path's bytes up to its NUL;
+/// an abstract name's whole length).
+pub fn sun_eq(a: &[u8], b: &[u8]) -> bool {
+    let name = |x: &[u8]| -> Vec<u8> {
+        if x.len() > 2 && x[2] == 0 {
+            x[2..].to_vec()
+        } else {
+            x.get(2..).unwrap_or(&[]).split(|&c| c == 0).next().unwrap_or(&[]).to_vec()
+        }
+    };
+    a.len() >= 2 && b.len() >= 2 && a[..2] == b[..2] && name(a) == name(b)
+}
+
+/// The datagrams waiting in a Unix datagram socket with their senders' addresses, in order,
+/// left in place (peeked with a peek offset). What cannot be taken exactly is added to
+/// `refuse`.
+fn peek_datagrams(fd: i32, refuse: &mut String) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut queued = Vec::new();
+    let before = opt_int(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF).unwrap_or(-1);
+    let set = |v: libc::c_int| {
+        // SAFETY: setsockopt reads one int.
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_PEEK_OFF, &v as *const libc::c_int as *const libc::c_void, 4) == 0 }
+    };
+    if !set(0) {
+        add_lost(refuse, "the datagrams waiting in it cannot be carried (the kernel cannot peek at them)");
+        return queued;
+    }
+    let mut fds_lost = 0;
+    loop {
+        let mut buf = vec![0u8; 1 << 18];
+        let mut ctl = [0u64; 64];
+        // SAFETY: sockaddr_storage is plain bytes.
+        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: msghdr is plain data; every pointer set below is to a live buffer.
+        let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+        mh.msg_name = &mut from as *mut libc::sockaddr_storage as *mut libc::c_void;
+        mh.msg_namelen = std::mem::size_of_val(&from) as libc::socklen_t;
+        mh.msg_iov = &mut iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
+        mh.msg_controllen = std::mem::size_of_val(&ctl);
+        // SAFETY: as above.
+        let n = unsafe { libc::recvmsg(fd, &mut mh, libc::MSG_DONTWAIT | libc::MSG_PEEK | libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 {
+            break;
+        }
+        // SAFETY: walking the control messages the kernel wrote into `ctl`; the descriptors
+        // a peek gives are copies, closed here.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&mh);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(c) as *const i32;
+                    let count = ((*c).cmsg_len as usize - (data as usize - c as usize)) / 4;
+                    for i in 0..count {
+                        libc::close(data.add(i).read_unaligned());
+                    }
+                    fds_lost += count;
+                }
+                c = libc::CMSG_NXTHDR(&mh, c);
+            }
+        }
+        if n == 0 || queued.len() >= 1 << 16 {
+            add_lost(refuse, "datagrams waiting in it after an empty one cannot be carried");
+            break;
+        }
+        buf.truncate(n as usize);
+        let len = (mh.msg_namelen as usize).min(std::mem::size_of_val(&from));
+        // SAFETY: `len` bytes of the storage were written by the kernel (capped at its size).
+        let addr = unsafe { std::slice::from_raw_parts(&from as *const libc::sockaddr_storage as *const u8, len) }.to_vec();
+        queued.push((addr, buf));
+    }
+    set(before);
+    refuse_fds(refuse, fds_lost);
+    queued
 }
 
 /// Whether messages wait in a socket: a socket shut down for receiving polls readable
@@ -779,6 +867,42 @@ pub fn pair_up(out: &mut [FdState], socks: &[(i32, u64, u32)], job: &[(u64, u64)
                 &format!("the other end of this TCP connection is fd {} of the same process: crum cannot make the connection again", other.0),
             );
         }
+    }
+    // Datagrams waiting with their senders: each sender must be able to send again — a
+    // socket of this process with that name, an abstract name, or no name; to a connected
+    // socket only its peer can send.
+    let named: Vec<Vec<u8>> = out
+        .iter()
+        .filter_map(|e| match &e.kind {
+            FdKind::Socket(s) if s.domain == libc::AF_UNIX && is_named(s.domain, &s.local) => Some(s.local.clone()),
+            _ => None,
+        })
+        .collect();
+    for e in out.iter_mut() {
+        let FdKind::Socket(s) = &mut e.kind else { continue };
+        let SocketRole::Queued { role, queued } = &s.role else { continue };
+        let Some(&(_, ino, _)) = socks.iter().find(|x| x.0 == e.fd) else { continue };
+        let mut why = String::new();
+        if job.iter().any(|j| j.0 == ino) {
+            why = "datagrams waiting in a socket shared with other processes of the job cannot be carried".into();
+        }
+        for (from, _) in queued {
+            let ours = is_named(libc::AF_UNIX, from) && named.iter().any(|n| sun_eq(n, from));
+            let connected = matches!(**role, SocketRole::Connected);
+            if connected && !(ours && sun_eq(from, &s.peer)) {
+                why = "datagrams waiting in this connected socket from a sender that is not its peer of this process cannot be carried".into();
+                break;
+            }
+            let abstract_name = from.len() > 2 && from[2] == 0;
+            if is_named(libc::AF_UNIX, from) && !ours && !abstract_name {
+                why = format!(
+                    "a datagram waiting in it from {} (a socket file of another process) cannot be carried with its sender",
+                    crate::state::sockaddr_text(from)
+                );
+                break;
+            }
+        }
+        add_lost(&mut s.refuse, &why);
     }
     // Held by several processes of the job: made once by its restart, as it is.
     for e in out.iter_mut() {

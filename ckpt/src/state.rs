@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`]; older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`SocketRole::Queued`] (same layout); older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 14;
+pub const PROCESS_STATE_VERSION: u32 = 15;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -449,6 +449,11 @@ pub enum SocketRole {
     /// between them (a listener shared by forked workers): made once by the job's restart,
     /// as `role` says, and handed to each (version 12). `id`: its inode at the checkpoint.
     JobShared { id: u64, role: Box<SocketRole> },
+    /// A bound Unix datagram socket with datagrams waiting (version 15): made as `role`
+    /// says, then each datagram (`queued`: sender's address, bytes; in order) is sent to it
+    /// again from a socket with its sender's address — the process's own socket of that
+    /// name, a socket bound to an abstract name for the moment, or an unnamed one.
+    Queued { role: Box<SocketRole>, queued: Vec<(Vec<u8>, Vec<u8>)> },
 }
 
 /// One entry of an epoll interest list: the watched descriptor (the number it was added by,

@@ -3,7 +3,8 @@
  * file named "go" in its directory (the test checkpoints meanwhile), then checks the state
  * is intact and prints PASS.
  * - scm: a pipe's read end in flight (SCM_RIGHTS) in a datagram socket pair;
- * - dgram: a datagram from a named sender waiting in a bound, unconnected socket;
+ * - dgram: a datagram waiting in a bound socket from a sender bound to a path and closed
+ *   since (a restart could not send it again from that name);
  * - listen: a connection waiting to be accepted by a Unix listener;
  * - tcp-half: a TCP connection its client shut down for sending (the server's end in
  *   CLOSE_WAIT);
@@ -66,6 +67,7 @@ int main(int argc, char **argv) {
         unlink(sa.sun_path);
         if (bind(r, (struct sockaddr *)&ra, sizeof ra) || bind(s, (struct sockaddr *)&sa, sizeof sa)) FAIL("bind");
         if (sendto(s, "datagram", 8, 0, (struct sockaddr *)&ra, sizeof ra) != 8) FAIL("sendto");
+        close(s);
         printf("ready\n");
         wait_go();
         char b[16];

@@ -5,6 +5,9 @@
  *   closed, with messages waiting: one is read per step, in order, boundaries kept; the
  *   seqpacket end then reads end of file, the datagram end EAGAIN;
  * - a Unix datagram socket bound to a relative path and connected to itself;
+ * - a bound Unix datagram socket always holding 9 datagrams, from a sender bound to a path,
+ *   an unnamed sender, and one bound to an abstract name and closed right after sending:
+ *   each step reads one and checks its bytes and its sender's address;
  * - options: SO_BUF_LOCK, SO_DONTROUTE, TCP_CORK, SO_NO_CHECK, and SO_MARK and
  *   SO_BINDTODEVICE where the process may set them (root).
  * Output is deterministic. */
@@ -12,6 +15,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +37,35 @@ static int geti(int fd, int level, int name) {
     socklen_t l = sizeof v;
     if (getsockopt(fd, level, name, &v, &l)) FAIL("getsockopt %d/%d", level, name);
     return v;
+}
+
+/* Datagram k comes from the path-named sender (k % 3 == 0), the unnamed one (1) or a
+ * socket bound to the abstract name `gone` for the moment (2). */
+static void send_from(int k, int rcv, struct sockaddr_un *ra, int snd, int anon, const char *gone, int gone_len) {
+    (void)rcv;
+    char m[32];
+    int len = snprintf(m, sizeof m, "datagram %d", k);
+    int s = k % 3 == 0 ? snd : k % 3 == 1 ? anon : socket(AF_UNIX, SOCK_DGRAM, 0);
+    if (k % 3 == 2) {
+        struct sockaddr_un ga = { .sun_family = AF_UNIX };
+        memcpy(ga.sun_path, gone, gone_len);
+        if (bind(s, (struct sockaddr *)&ga, offsetof(struct sockaddr_un, sun_path) + gone_len)) FAIL("abstract bind");
+    }
+    if (sendto(s, m, len, 0, (struct sockaddr *)ra, sizeof *ra) != len) FAIL("sendto %d", k);
+    if (k % 3 == 2) close(s);
+}
+
+static void expect_from(int k, int rcv, const char *gone, int gone_len) {
+    char m[32], got[64];
+    int len = snprintf(m, sizeof m, "datagram %d", k);
+    struct sockaddr_un from = { 0 };
+    socklen_t fl = sizeof from;
+    ssize_t n = recvfrom(rcv, got, sizeof got, 0, (struct sockaddr *)&from, &fl);
+    if (n != len || memcmp(got, m, len)) FAIL("datagram %d: got %zd bytes", k, n);
+    int ok = k % 3 == 0 ? !strcmp(from.sun_path, "snd.sock")
+           : k % 3 == 1 ? fl <= offsetof(struct sockaddr_un, sun_path)
+           : fl == offsetof(struct sockaddr_un, sun_path) + gone_len && !memcmp(from.sun_path, gone, gone_len);
+    if (!ok) FAIL("datagram %d: wrong sender (length %u)", k, (unsigned)fl);
 }
 
 int main(int argc, char **argv) {
@@ -70,6 +103,16 @@ int main(int argc, char **argv) {
     struct sockaddr_un sa = { .sun_family = AF_UNIX, .sun_path = "self.sock" };
     if (bind(self, (struct sockaddr *)&sa, sizeof sa) || connect(self, (struct sockaddr *)&sa, sizeof sa)) FAIL("self bind/connect");
 
+    /* Datagrams waiting with their senders. */
+    unlink("rcv.sock");
+    unlink("snd.sock");
+    int rcv = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0), snd = socket(AF_UNIX, SOCK_DGRAM, 0), anon = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct sockaddr_un ra = { .sun_family = AF_UNIX, .sun_path = "rcv.sock" }, na = { .sun_family = AF_UNIX, .sun_path = "snd.sock" };
+    if (bind(rcv, (struct sockaddr *)&ra, sizeof ra) || bind(snd, (struct sockaddr *)&na, sizeof na)) FAIL("datagram bind");
+    char gone[32];
+    int gone_len = snprintf(gone, sizeof gone, "%ccrum-gone-%d", 0, getpid());
+    for (int k = 0; k < 9; k++) send_from(k, rcv, &ra, snd, anon, gone, gone_len);
+
     /* Options. */
     int one = 1, lock = 1 /* SOCK_SNDBUF_LOCK */, mark = 7;
     int t = socket(AF_INET, SOCK_STREAM, 0);
@@ -95,6 +138,9 @@ int main(int argc, char **argv) {
         if (recv(dg[0], got, sizeof got, 0) != len || memcmp(got, m, len)) FAIL("dgram message %d", step);
         len = snprintf(m, sizeof m, "seq %d%.*s", step, step % 5, "yyyyy");
         if (recv(sq[0], got, sizeof got, 0) != len || memcmp(got, m, len)) FAIL("seq message %d", step);
+        /* The datagram of this step, from its sender; one more in its place. */
+        expect_from(step, rcv, gone, gone_len);
+        send_from(step + 9, rcv, &ra, snd, anon, gone, gone_len);
         /* Self-connected socket. */
         len = snprintf(m, sizeof m, "self %d", step);
         if (send(self, m, len, 0) != len) FAIL("self send");
@@ -121,6 +167,8 @@ int main(int argc, char **argv) {
     if (recv(dg[0], &c, 1, 0) != -1 || errno != EAGAIN) FAIL("the datagram end has more");
     if (recv(sq[0], &c, 1, 0) != 0) FAIL("the seqpacket end does not read end of file");
     unlink("self.sock");
+    unlink("rcv.sock");
+    unlink("snd.sock");
     printf("PASS\n");
     return 0;
 }

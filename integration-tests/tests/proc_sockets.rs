@@ -18,7 +18,8 @@ fn sockets_of_one_process_survive_restart_with_data_in_flight() {
 }
 
 /// What CRIU's zdtm found lost: a UDP socket's shutdown, pair ends whose other end is closed
-/// with messages waiting, a datagram socket connected to its own name, SO_BUF_LOCK,
+/// with messages waiting, a datagram socket connected to its own name, datagrams waiting in a
+/// bound socket with their senders' addresses (a path, none, an abstract name), SO_BUF_LOCK,
 /// TCP_CORK, SO_DONTROUTE, SO_NO_CHECK (and SO_MARK, SO_BINDTODEVICE as root).
 #[test]
 fn shutdowns_closed_peers_and_more_options_survive_restart() {
@@ -30,7 +31,7 @@ fn socket_state_a_restart_cannot_bring_back_refuses_the_checkpoint_and_leaves_th
     let prog = build_c("socket_refusals");
     for (mode, want) in [
         ("scm", "1 file descriptor(s) in flight in it (SCM_RIGHTS) cannot be carried"),
-        ("dgram", "datagrams waiting to be read in it cannot be carried"),
+        ("dgram", "send.sock (a socket file of another process) cannot be carried with its sender"),
         ("listen", "1 connection(s) waiting to be accepted cannot be carried"),
         ("tcp-half", "is CLOSE_WAIT"),
         ("tcp-self", "of the same process: crum cannot make the connection again"),

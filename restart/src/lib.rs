@@ -865,6 +865,13 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
     let mut socket_pairs: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut socket_data: Vec<(i32, &Vec<Vec<u8>>)> = Vec::new();
     let mut shutdowns: Vec<(i32, u8)> = Vec::new();
+    use crum_ckpt::state::SocketState;
+    // (fd, its socket, the datagrams that waited in it with their senders)
+    type Datagrams<'a> = (i32, &'a SocketState, &'a [(Vec<u8>, Vec<u8>)]);
+    let mut datagrams: Vec<Datagrams> = Vec::new();
+    let mut owned_connects: Vec<(i32, SocketState)> = Vec::new();
+    // In a job the peer may be another process's socket, bound by its own restorer.
+    let patience = if job.is_job() { JOB_CONNECT_PATIENCE } else { std::time::Duration::ZERO };
     let mut connects: Vec<(i32, &crum_ckpt::state::SocketState)> = Vec::new();
     for f in &fds {
         let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
@@ -992,6 +999,17 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
                     connects.push((f.fd, s));
                     sys::socket(s, &st.cwd)?
                 }
+                SocketRole::Queued { role, queued } => {
+                    // Made as its own role says; its datagrams sent to it again once every
+                    // socket (their senders among them) is back.
+                    let inner = SocketState { role: (**role).clone(), ..(**s).clone() };
+                    let fd = sys::socket(&inner, &st.cwd)?;
+                    datagrams.push((f.fd, s, queued));
+                    if matches!(inner.role, SocketRole::Connected) {
+                        owned_connects.push((f.fd, inner));
+                    }
+                    fd
+                }
                 _ => sys::socket(s, &st.cwd)?,
             },
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
@@ -1045,11 +1063,25 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
         sys::close(a);
         sys::close(b);
     }
+    // The datagrams that waited in bound sockets, each from a socket with its sender's
+    // name (before the connects: a connected socket takes datagrams from its peer only).
+    let named: Vec<(Vec<u8>, i32)> = st
+        .fds
+        .iter()
+        .filter_map(|f| match &f.kind {
+            FdKind::Socket(s) if s.domain == libc::AF_UNIX && s.local.len() > 2 => Some((s.local.clone(), f.fd)),
+            _ => None,
+        })
+        .collect();
+    for (fd, s, queued) in datagrams {
+        sys::send_datagrams(fd, s, &st.cwd, queued, &named)?;
+    }
+    for (fd, s) in &owned_connects {
+        sys::connect_socket(*fd, s, &st.cwd, patience);
+    }
     for (fd, bits) in shutdowns {
         sys::shutdown(fd, bits);
     }
-    // In a job the peer may be another process's socket, bound by its own restorer.
-    let patience = if job.is_job() { JOB_CONNECT_PATIENCE } else { std::time::Duration::ZERO };
     for (fd, s) in connects {
         sys::connect_socket(fd, s, &st.cwd, patience);
     }

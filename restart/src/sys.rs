@@ -1048,6 +1048,55 @@ pub fn connect_socket(fd: i32, s: &SocketState, cwd: &str, patience: std::time::
     })
 }
 
+/// Sends the datagrams that waited in the socket at `fd` (described by `to`, bound to its
+/// name) to it again, in order, each from a socket with its sender's name: the program's own
+/// socket of that name (`named`: name, fd), a socket bound to the abstract name for the
+/// moment, or an unnamed one.
+pub fn send_datagrams(fd: i32, to: &SocketState, cwd: &str, queued: &[(Vec<u8>, Vec<u8>)], named: &[(Vec<u8>, i32)]) -> Result<(), RestartError> {
+    let what = || format!("putting a datagram that waited in fd {fd} ({}) back", to.describe());
+    for (from, data) in queued {
+        let own = named.iter().find(|(n, _)| crum_ckpt::sockets::sun_eq(n, from)).map(|&(_, f)| f);
+        let sender = match own {
+            Some(f) => f,
+            None => {
+                let t = new_socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0)?;
+                if from.len() > 2 {
+                    let (ss, len) = sockaddr_of(from);
+                    // SAFETY: bind reads `len` bytes of the live storage.
+                    if unsafe { libc::bind(t, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) } != 0 {
+                        let e = std::io::Error::last_os_error();
+                        close(t);
+                        return Err(RestartError::Sys { what: format!("{} (binding its sender's name again)", what()), source: e });
+                    }
+                }
+                t
+            }
+        };
+        let r = in_cwd_for(&to.local, cwd, || {
+            let (ss, len) = sockaddr_of(&to.local);
+            // SAFETY: sendto reads the live buffer and `len` bytes of the live storage.
+            unsafe {
+                libc::sendto(
+                    sender,
+                    data.as_ptr() as *const libc::c_void,
+                    data.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    &ss as *const libc::sockaddr_storage as *const libc::sockaddr,
+                    len,
+                )
+            }
+        });
+        let e = std::io::Error::last_os_error();
+        if own.is_none() {
+            close(sender);
+        }
+        if r != data.len() as isize {
+            return Err(RestartError::Sys { what: what(), source: e });
+        }
+    }
+    Ok(())
+}
+
 /// A connected pair of Unix sockets of type `ty`.
 pub fn socketpair(ty: i32) -> Result<(i32, i32), RestartError> {
     let mut p = [0i32; 2];
