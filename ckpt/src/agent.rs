@@ -182,6 +182,18 @@ fn refresh_inherited() {
     });
 }
 
+/// The sockets whose state a restart could not bring back exactly (descriptors in flight,
+/// datagrams whose senders cannot send again, connections waiting to be accepted, a half-closed TCP
+/// connection, …), each named with its fd: the checkpoint is refused for them.
+fn socket_refusals(fds: &[FdState]) -> Vec<String> {
+    fds.iter()
+        .filter_map(|f| match &f.kind {
+            FdKind::Socket(s) if !s.refuse.is_empty() => Some(format!("fd {} ({}): {}", f.fd, s.describe(), s.refuse)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Marks the unrestorable descriptors the program inherited at `crum run` as
 /// [`FdKind::Inherited`], and names what remains that a restart cannot restore.
 fn classify_fds(fds: &mut [FdState]) -> Vec<String> {
@@ -1962,6 +1974,11 @@ fn prepare(
     }
     let mut problems = classify_fds(&mut fds);
     problems.extend(pipe_problems);
+    // What a restart would bring back wrong: no image, whatever `--strict` says.
+    let socket_refusals = socket_refusals(&fds);
+    if !socket_refusals.is_empty() {
+        return Err(format!("a restart could not restore this process exactly: {}", socket_refusals.join("; ")));
+    }
     // Child processes are not in a process's image (one process is): named, not dropped
     // silently — after a restart the program's waitpid would fail, its pipes to them hang.
     let in_job = part.as_ref().map(|p| p.others).unwrap_or(&[]);

@@ -1184,6 +1184,59 @@ mod tests {
     }
 
     #[test]
+    fn descriptors_in_flight_behind_an_empty_message_refuse_the_socket_and_stay_with_the_program() {
+        let (mut dg, mut p) = ([0i32; 2], [0i32; 2]);
+        // SAFETY: fd-creating calls, sends from live buffers (one carrying a pipe's read end
+        // in a control message laid out by the CMSG macros); every fd is closed below.
+        unsafe {
+            assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, dg.as_mut_ptr()), 0);
+            assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
+            assert_eq!(libc::write(p[1], b"hi".as_ptr() as *const libc::c_void, 2), 2);
+            libc::send(dg[0], b"".as_ptr() as *const libc::c_void, 0, 0);
+            let mut ctl = [0u64; 4];
+            let mut iov = libc::iovec { iov_base: b"m".as_ptr() as *mut libc::c_void, iov_len: 1 };
+            let mut mh: libc::msghdr = std::mem::zeroed();
+            mh.msg_iov = &mut iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
+            mh.msg_controllen = libc::CMSG_SPACE(4) as usize;
+            let c = libc::CMSG_FIRSTHDR(&mh);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+            (libc::CMSG_DATA(c) as *mut i32).write_unaligned(p[0]);
+            assert_eq!(libc::sendmsg(dg[0], &mh, 0), 1);
+            libc::close(p[0]);
+        }
+        let mut own = Vec::new();
+        let list = fds(&[], None, &mut own, &[]);
+        let FdKind::Socket(s) = &list.iter().find(|f| f.fd == dg[1]).expect("the socket").kind else { panic!("not a socket") };
+        assert!(s.refuse.contains("1 file descriptor(s) in flight in it (SCM_RIGHTS)"), "{}", s.refuse);
+        // The program still has both messages, in order, and the pipe behind the second.
+        // SAFETY: receives into live buffers; reads our pipe; closes our fds.
+        unsafe {
+            let mut buf = [0u8; 4];
+            assert_eq!(libc::recv(dg[1], buf.as_mut_ptr() as *mut libc::c_void, 4, libc::MSG_DONTWAIT), 0);
+            let mut ctl = [0u64; 4];
+            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: 4 };
+            let mut mh: libc::msghdr = std::mem::zeroed();
+            mh.msg_iov = &mut iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
+            mh.msg_controllen = std::mem::size_of_val(&ctl);
+            assert_eq!(libc::recvmsg(dg[1], &mut mh, libc::MSG_DONTWAIT), 1);
+            let c = libc::CMSG_FIRSTHDR(&mh);
+            assert!(!c.is_null() && (*c).cmsg_type == libc::SCM_RIGHTS, "the descriptor is gone");
+            let fd = (libc::CMSG_DATA(c) as *const i32).read_unaligned();
+            assert_eq!(libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, 4), 2);
+            assert_eq!(&buf[..2], b"hi");
+            for f in [fd, p[1], dg[0], dg[1]] {
+                libc::close(f);
+            }
+        }
+    }
+
+    #[test]
     fn socket_pairs_carry_their_queues_and_listeners_their_addresses() {
         use crate::state::SocketRole;
         let (mut st, mut dg) = ([0i32; 2], [0i32; 2]);

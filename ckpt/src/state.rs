@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`]; older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`SocketRole::Queued`] (same layout); older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 14;
+pub const PROCESS_STATE_VERSION: u32 = 15;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -426,6 +426,10 @@ pub struct SocketState {
     /// is written.
     #[serde(deserialize_with = "bounded::string")]
     pub lost: String,
+    /// Why a restart could not bring it back as it was, so that no image is written (empty:
+    /// nothing). Decided at the checkpoint, never in the image.
+    #[serde(skip)]
+    pub refuse: String,
 }
 
 /// One socket option as `getsockopt` returned it.
@@ -463,6 +467,11 @@ pub enum SocketRole {
     /// between them (a listener shared by forked workers): made once by the job's restart,
     /// as `role` says, and handed to each (version 12). `id`: its inode at the checkpoint.
     JobShared { id: u64, role: Box<SocketRole> },
+    /// A bound Unix datagram socket with datagrams waiting (version 15): made as `role`
+    /// says, then each datagram (`queued`: sender's address, bytes; in order) is sent to it
+    /// again from a socket with its sender's address — the process's own socket of that
+    /// name, a socket bound to an abstract name for the moment, or an unnamed one.
+    Queued { role: Box<SocketRole>, queued: Vec<(Vec<u8>, Vec<u8>)> },
 }
 
 /// One entry of an epoll interest list: the watched descriptor (the number it was added by,
@@ -719,6 +728,7 @@ mod tests {
                         _ => SocketRole::Connected,
                     },
                     lost: path,
+                    refuse: String::new(),
                 })),
                 11 => FdKind::Inotify {
                     watches: vec![InotifyWatch { wd: fd, mask: flags, path: path.clone(), dev: 3, ino: 4, dont_follow: fd % 2 == 0 }],

@@ -396,6 +396,7 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
                         if n > 0 { format!(", {} waiting", bytes(n)) } else { String::new() }
                     )
                 }
+                SocketRole::Queued { queued, .. } => format!(", {} datagram(s) waiting", queued.len()),
                 SocketRole::JobShared { role, .. } => format!(
                     ", shared with other processes of the job{}",
                     if matches!(**role, SocketRole::Listening { .. }) { ", listening" } else { "" }

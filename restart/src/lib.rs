@@ -675,10 +675,14 @@ fn make_job_sockets(parts: &[&ProcessState]) -> Result<String, RestartError> {
         out.push(format!("{id}:{fd}:-1"));
     }
     for (fd, s, cwd) in connects {
-        sys::connect_socket(fd, s, cwd);
+        sys::connect_socket(fd, s, cwd, JOB_CONNECT_PATIENCE);
     }
     Ok(out.join(","))
 }
+
+/// How long a datagram socket of a job waits for the peer it was connected to, when that is
+/// a Unix address nobody serves yet (the other processes are restored side by side).
+const JOB_CONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A progress bar on a terminal for images of at least this many bytes of memory.
 const PROGRESS_MIN: u64 = 256 << 20;
@@ -750,7 +754,12 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     };
     let mut keep: Vec<i32> = table_fd.into_iter().collect();
     keep.extend(opts.job_pipes.iter().chain(&opts.job_socks).chain(&opts.job_files).flat_map(|p| [p.1, p.2]).filter(|&f| f >= 0));
-    let job = JobObjects { pipes: &opts.job_pipes, socks: &opts.job_socks, files: &opts.job_files };
+    let job = JobObjects {
+        pipes: &opts.job_pipes,
+        socks: &opts.job_socks,
+        files: &opts.job_files,
+        member: opts.job_table_fd.is_some(),
+    };
     restore_fds(&state, &keep, &job, &contents)?;
     // The job's pipes and sockets are in place wherever this process had them.
     for p in opts.job_pipes.iter().chain(&opts.job_socks).chain(&opts.job_files) {
@@ -811,6 +820,14 @@ struct JobObjects<'a> {
     pipes: &'a [(u64, i32, i32)],
     socks: &'a [(u64, i32, i32)],
     files: &'a [(u64, i32, i32)],
+    /// A process of a job (restored side by side with the others).
+    member: bool,
+}
+
+impl JobObjects<'_> {
+    fn is_job(&self) -> bool {
+        self.member
+    }
 }
 
 /// Puts the job's shared file description `id` ([`FdKind::JobFile`]) at `f`'s descriptor.
@@ -848,6 +865,13 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
     let mut socket_pairs: HashMap<u64, (i32, i32)> = HashMap::new();
     let mut socket_data: Vec<(i32, &Vec<Vec<u8>>)> = Vec::new();
     let mut shutdowns: Vec<(i32, u8)> = Vec::new();
+    use crum_ckpt::state::SocketState;
+    // (fd, its socket, the datagrams that waited in it with their senders)
+    type Datagrams<'a> = (i32, &'a SocketState, &'a [(Vec<u8>, Vec<u8>)]);
+    let mut datagrams: Vec<Datagrams> = Vec::new();
+    let mut owned_connects: Vec<(i32, SocketState)> = Vec::new();
+    // In a job the peer may be another process's socket, bound by its own restorer.
+    let patience = if job.is_job() { JOB_CONNECT_PATIENCE } else { std::time::Duration::ZERO };
     let mut connects: Vec<(i32, &crum_ckpt::state::SocketState)> = Vec::new();
     for f in &fds {
         let cloexec = f.flags & libc::O_CLOEXEC as u32 != 0;
@@ -975,6 +999,17 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
                     connects.push((f.fd, s));
                     sys::socket(s, &st.cwd)?
                 }
+                SocketRole::Queued { role, queued } => {
+                    // Made as its own role says; its datagrams sent to it again once every
+                    // socket (their senders among them) is back.
+                    let inner = SocketState { role: (**role).clone(), ..(**s).clone() };
+                    let fd = sys::socket(&inner, &st.cwd)?;
+                    datagrams.push((f.fd, s, queued));
+                    if matches!(inner.role, SocketRole::Connected) {
+                        owned_connects.push((f.fd, inner));
+                    }
+                    fd
+                }
                 _ => sys::socket(s, &st.cwd)?,
             },
             FdKind::Unsupported { what } => return Err(RestartError::Unsupported { fd: f.fd, what: what.clone() }),
@@ -1028,11 +1063,27 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
         sys::close(a);
         sys::close(b);
     }
+    // The datagrams that waited in bound sockets, each from a socket with its sender's
+    // name (before the connects: a connected socket takes datagrams from its peer only).
+    let named: Vec<(Vec<u8>, i32)> = st
+        .fds
+        .iter()
+        .filter_map(|f| match &f.kind {
+            FdKind::Socket(s) if s.domain == libc::AF_UNIX && s.local.len() > 2 => Some((s.local.clone(), f.fd)),
+            _ => None,
+        })
+        .collect();
+    for (fd, s, queued) in datagrams {
+        sys::send_datagrams(fd, s, &st.cwd, queued, &named)?;
+    }
+    for (fd, s) in &owned_connects {
+        sys::connect_socket(*fd, s, &st.cwd, patience);
+    }
     for (fd, bits) in shutdowns {
         sys::shutdown(fd, bits);
     }
     for (fd, s) in connects {
-        sys::connect_socket(fd, s, &st.cwd);
+        sys::connect_socket(fd, s, &st.cwd, patience);
     }
     for (ep, watches) in epolls {
         for w in watches {

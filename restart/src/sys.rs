@@ -1018,13 +1018,27 @@ pub fn socket(s: &SocketState, cwd: &str) -> Result<i32, RestartError> {
     Ok(fd)
 }
 
-/// Connects a datagram socket to its peer again; a refusal is a warning (it stays
-/// unconnected: the program's sends fail as if the peer had gone).
-pub fn connect_socket(fd: i32, s: &SocketState, cwd: &str) {
+/// Connects a datagram socket to its peer again, then shuts it down as it was; a refusal is
+/// a warning (it stays unconnected: the program's sends fail as if the peer had gone).
+/// `patience`: how long a Unix peer that is not there yet (`ENOENT`, `ECONNREFUSED`) is
+/// waited for — in a job, another process's restorer may not have bound it yet.
+pub fn connect_socket(fd: i32, s: &SocketState, cwd: &str, patience: std::time::Duration) {
     in_cwd_for(&s.peer, cwd, || {
         let (ss, len) = sockaddr_of(&s.peer);
-        // SAFETY: connect reads `len` bytes of the live storage.
-        if unsafe { libc::connect(fd, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) } != 0 {
+        let t0 = std::time::Instant::now();
+        loop {
+            // SAFETY: connect reads `len` bytes of the live storage.
+            if unsafe { libc::connect(fd, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) } == 0 {
+                shutdown(fd, s.shutdown);
+                return;
+            }
+            let e = std::io::Error::last_os_error().raw_os_error();
+            if s.domain != libc::AF_UNIX || !matches!(e, Some(libc::ENOENT | libc::ECONNREFUSED)) || t0.elapsed() >= patience {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        {
             eprintln!(
                 "crum: warning: fd {fd} ({}) could not be connected again ({}): it is not connected now",
                 s.describe(),
@@ -1032,6 +1046,55 @@ pub fn connect_socket(fd: i32, s: &SocketState, cwd: &str) {
             );
         }
     })
+}
+
+/// Sends the datagrams that waited in the socket at `fd` (described by `to`, bound to its
+/// name) to it again, in order, each from a socket with its sender's name: the program's own
+/// socket of that name (`named`: name, fd), a socket bound to the abstract name for the
+/// moment, or an unnamed one.
+pub fn send_datagrams(fd: i32, to: &SocketState, cwd: &str, queued: &[(Vec<u8>, Vec<u8>)], named: &[(Vec<u8>, i32)]) -> Result<(), RestartError> {
+    let what = || format!("putting a datagram that waited in fd {fd} ({}) back", to.describe());
+    for (from, data) in queued {
+        let own = named.iter().find(|(n, _)| crum_ckpt::sockets::sun_eq(n, from)).map(|&(_, f)| f);
+        let sender = match own {
+            Some(f) => f,
+            None => {
+                let t = new_socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0)?;
+                if from.len() > 2 {
+                    let (ss, len) = sockaddr_of(from);
+                    // SAFETY: bind reads `len` bytes of the live storage.
+                    if unsafe { libc::bind(t, &ss as *const libc::sockaddr_storage as *const libc::sockaddr, len) } != 0 {
+                        let e = std::io::Error::last_os_error();
+                        close(t);
+                        return Err(RestartError::Sys { what: format!("{} (binding its sender's name again)", what()), source: e });
+                    }
+                }
+                t
+            }
+        };
+        let r = in_cwd_for(&to.local, cwd, || {
+            let (ss, len) = sockaddr_of(&to.local);
+            // SAFETY: sendto reads the live buffer and `len` bytes of the live storage.
+            unsafe {
+                libc::sendto(
+                    sender,
+                    data.as_ptr() as *const libc::c_void,
+                    data.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    &ss as *const libc::sockaddr_storage as *const libc::sockaddr,
+                    len,
+                )
+            }
+        });
+        let e = std::io::Error::last_os_error();
+        if own.is_none() {
+            close(sender);
+        }
+        if r != data.len() as isize {
+            return Err(RestartError::Sys { what: what(), source: e });
+        }
+    }
+    Ok(())
 }
 
 /// A connected pair of Unix sockets of type `ty`.
@@ -1056,7 +1119,7 @@ pub fn send_messages(fd: i32, msgs: &[Vec<u8>]) -> Result<(), RestartError> {
     Ok(())
 }
 
-/// Shuts a Unix socket down as it was (bit 0: receiving, bit 1: sending).
+/// Shuts a socket down as it was (bit 0: receiving, bit 1: sending).
 pub fn shutdown(fd: i32, bits: u8) {
     let how = match bits & 3 {
         1 => libc::SHUT_RD,
