@@ -457,7 +457,13 @@ pub fn parse_lock_line(fd: i32, line: &str) -> Result<Option<FileLock>, String> 
 /// The locks this process holds through its descriptors (fdinfo's `lock:` lines), each
 /// once: a POSIX lock shows on every descriptor of its file, a flock or OFD lock on every
 /// descriptor of its open file description (dups). Also what cannot be taken again.
-pub fn locks(fds: &[FdState]) -> (Vec<FileLock>, Vec<String>) {
+///
+/// A flock or OFD lock belongs to an open file description, which a fork shares: every
+/// process of a job holding it sees the lock. It is left to the process that took it (the
+/// owner the kernel names) when that is another of `others` (kernel pids of the job's other
+/// processes) still holding the file, so that after a restart the kernel names the same
+/// owner (the restorer that takes a lock first is named).
+pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
     let mut out: Vec<FileLock> = Vec::new();
     let mut problems = Vec::new();
     // Per lock: the file it is on (dev:ino field) and its range, to drop repeats.
@@ -468,6 +474,17 @@ pub fn locks(fds: &[FdState]) -> (Vec<FileLock>, Vec<String>) {
             match parse_lock_line(f.fd, l) {
                 Ok(Some(lock)) => {
                     let file = l.split_whitespace().nth(5).unwrap_or("").to_string();
+                    let owner_pid: i32 = l
+                        .split_whitespace()
+                        .nth(4)
+                        .and_then(|p| p.parse().ok())
+                        .unwrap_or(0);
+                    if lock.kind != LockKind::Posix
+                        && others.contains(&owner_pid)
+                        && holds_file(owner_pid, f.fd)
+                    {
+                        continue;
+                    }
                     // POSIX locks belong to the process: the same lock through another fd
                     // is a repeat. Flock/OFD ones belong to the open file description.
                     let owner = if lock.kind == LockKind::Posix { 0 } else { f.fd };
@@ -483,6 +500,21 @@ pub fn locks(fds: &[FdState]) -> (Vec<FileLock>, Vec<String>) {
         }
     }
     (out, problems)
+}
+
+/// Whether process `pid` has the file open at our `fd` open too.
+fn holds_file(pid: i32, fd: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(format!("/proc/self/fd/{fd}")) else {
+        return false;
+    };
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten().any(|e| {
+                std::fs::metadata(e.path()).is_ok_and(|o| (o.dev(), o.ino()) == (m.dev(), m.ino()))
+            })
+        })
+        .unwrap_or(false)
 }
 
 /// The capacity of each pipe of `fds` (by id, from its read end).
@@ -684,8 +716,10 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
         let first = fifos.iter().find(|f| f.1 == id).map_or(-1, |f| f.0);
         let readable = fifos.iter().find(|f| f.1 == id && f.2 != libc::O_WRONLY).map(|f| f.0);
         let writable = fifos.iter().any(|f| f.1 == id && f.2 != libc::O_RDONLY);
+        // Without a write end here the bytes are still this process's alone when no other
+        // process has the pipe open (its writer wrote and closed it): then they are carried.
         let (carrier, bytes, why) = match readable {
-            Some(r) if writable => match crate::job::peek_pipe(r) {
+            Some(r) if writable || !open_elsewhere(r) => match crate::job::peek_pipe(r) {
                 Ok(d) => (r, d, String::new()),
                 Err(err) => (-1, Vec::new(), err),
             },
@@ -733,7 +767,8 @@ pub type FileContents = (Vec<crate::state::FileContent>, Vec<(String, Vec<u8>)>,
 /// program changes in it after the checkpoint is not undone by a restart); one open
 /// write-only is taken as written from start to end (a restart cuts it back to its size) and
 /// is not, nor is one the process holds POSIX locks on (reading it needs a second
-/// descriptor, and closing that would drop the locks). Read with `pread`: no offset moves.
+/// descriptor, and closing that would drop the locks) or a lease on (opening it again would
+/// break the lease). Read with `pread`: no offset moves.
 pub fn file_contents(fds: &[FdState], locks: &[crate::state::FileLock], budget: u64) -> FileContents {
     let (mut out, mut sections, mut problems) = (Vec::new(), Vec::new(), Vec::new());
     let mut seen: Vec<(u64, u64)> = Vec::new();
@@ -761,8 +796,10 @@ pub fn file_contents(fds: &[FdState], locks: &[crate::state::FileLock], budget: 
         let r = if acc == libc::O_RDWR {
             f.fd
         } else {
+            // Nor a file with a lease on it: opening it again would break the lease, and the
+            // open would wait for the stopped program to give it up (lease-break-time).
             let locked = locks.iter().any(|l| {
-                l.kind == crate::state::LockKind::Posix
+                matches!(l.kind, crate::state::LockKind::Posix | crate::state::LockKind::Lease)
                     && fds.iter().any(|g| g.fd == l.fd && matches!(&g.kind, FdKind::File { dev: d, ino: i, .. } if (*d, *i) == (*dev, *ino)))
             });
             if locked {
@@ -813,6 +850,33 @@ fn queued_bytes(fd: i32) -> usize {
         return 0;
     }
     n.max(0) as usize
+}
+
+/// Whether a process other than this one has the file open at `fd` open too (a descriptor
+/// in `/proc/<pid>/fd` with its device and inode). Processes whose descriptors cannot be
+/// read (another user's) are passed over.
+fn open_elsewhere(fd: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fstat of our own descriptor into a live local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return true;
+    }
+    // The kernel's pid (the C library's `getpid` answers the program's after a restart).
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+    for pid in numeric_entries(c"/proc").into_iter().filter(|&p| p != me) {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        if dir.flatten().any(|e| {
+            std::fs::metadata(e.path()).is_ok_and(|m| (m.dev(), m.ino()) == (st.st_dev, st.st_ino))
+        }) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether the pipe whose write end is `fd` has a read end open anywhere (the kernel
@@ -877,6 +941,60 @@ fn deleted_file(fd: i32, link: &str, st: &libc::stat, pos: u64, carried: &mut Ve
     };
     let path = if memfd { name.trim_start_matches("/memfd:").to_string() } else { name.to_string() };
     FdKind::DeletedFile { path, memfd, id, pos, data, seals }
+}
+
+/// The data extents of each deleted file and memfd of `fds` that has holes, by id
+/// ([`crate::state::ProcessState::deleted_extents`]): `SEEK_DATA`/`SEEK_HOLE` through a
+/// descriptor of crum's own (the program's offset stays). A file without holes, or one whose
+/// extents cannot be read, is not listed (written whole at restart).
+pub fn deleted_extents(fds: &[FdState]) -> Vec<(u64, Vec<(u64, u64)>)> {
+    let mut out = Vec::new();
+    for f in fds {
+        let FdKind::DeletedFile {
+            id,
+            data: Some(data),
+            ..
+        } = &f.kind
+        else {
+            continue;
+        };
+        let size = data.len() as i64;
+        let own = format!("/proc/self/fd/{}\0", f.fd);
+        // SAFETY: opens a NUL-terminated path; the descriptor is closed below.
+        let rfd = unsafe { libc::open(own.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if rfd < 0 {
+            continue;
+        }
+        let mut extents = Vec::new();
+        let mut at = 0i64;
+        let mut ok = true;
+        while at < size {
+            // SAFETY: lseek on our own descriptor.
+            let start = unsafe { libc::lseek(rfd, at, libc::SEEK_DATA) };
+            if start < 0 {
+                // ENXIO: no data from `at` to the end; anything else: the file system cannot say.
+                ok = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+                break;
+            }
+            // SAFETY: as above.
+            let end = unsafe { libc::lseek(rfd, start, libc::SEEK_HOLE) };
+            if end <= start {
+                ok = false;
+                break;
+            }
+            let end = end.min(size);
+            if start < end {
+                extents.push((start as u64, (end - start) as u64));
+            }
+            at = end;
+        }
+        // SAFETY: ours, closed once.
+        unsafe { libc::close(rfd) };
+        if ok && extents != [(0, size as u64)] {
+            out.push((*id, extents));
+        }
+    }
+    out
 }
 
 /// The lines of /proc/self/fdinfo/<fd> as (key, value) pairs.
@@ -1294,7 +1412,7 @@ mod tests {
             FdState { fd, flags: 0, kind: FdKind::CharDev { path: String::new() } },
             FdState { fd: dup, flags: 0, kind: FdKind::Dup { of: fd } },
         ];
-        let (locks, problems) = locks(&fds);
+        let (locks, problems) = locks(&fds, &[]);
         // SAFETY: as above.
         unsafe { libc::close(dup) };
         assert!(problems.is_empty(), "{problems:?}");

@@ -919,7 +919,10 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
             FdKind::DeletedFile { path, memfd, id, pos, data, seals } => {
                 let acc = (f.flags as i32) & libc::O_ACCMODE;
                 let fd = match data {
-                    Some(bytes) => sys::deleted_file(path, *memfd, bytes, *seals, acc)?,
+                    Some(bytes) => {
+                        let extents = st.deleted_extents.iter().find(|e| e.0 == *id).map(|e| &e.1[..]);
+                        sys::deleted_file(path, *memfd, bytes, extents, *seals, acc)?
+                    }
                     None => {
                         let Some(first) = deleted.get(id) else {
                             return Err(RestartError::Invalid(format!("fd {}: deleted file {path} without its contents", f.fd)));
@@ -1044,6 +1047,9 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
     }
     for l in &st.locks {
         sys::take_lock(l)?;
+    }
+    for &(fd, owner, sig) in &st.fd_owners {
+        sys::set_fd_owner(fd, owner, sig)?;
     }
     Ok(())
 }
@@ -1217,6 +1223,8 @@ mod tests {
             guards: vec![],
             file_contents: vec![],
             fd_attrs: vec![],
+            deleted_extents: vec![],
+            fd_owners: vec![],
         }
     }
 
