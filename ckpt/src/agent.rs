@@ -186,7 +186,10 @@ fn refresh_inherited() {
 /// pid; `F_SETLEASE` sets it too), as [`crate::state::ProcessState::fd_owners`], and each
 /// one whose owner is another process, thread or group, named (a restart cannot aim it at
 /// them again). A signal set with `F_SETSIG` without an owner is kept too.
-fn fd_owners(fds: &[FdState]) -> (Vec<(i32, i32, i32)>, Vec<String>) {
+///
+/// A description shared with another process of the job (`others`, kernel pids) that is its
+/// owner is left to that process's part, which sets it to itself again.
+fn fd_owners(fds: &[FdState], others: &[i32]) -> (Vec<(i32, i32, i32)>, Vec<String>) {
     let link = |fd: i32| {
         std::fs::read_link(format!("/proc/self/fd/{fd}"))
             .map(|p| p.display().to_string())
@@ -213,6 +216,9 @@ fn fd_owners(fds: &[FdState]) -> (Vec<(i32, i32, i32)>, Vec<String>) {
             continue;
         }
         let sig = sig.max(0);
+        if own[1] != me && others.contains(&own[1]) && capture::holds_file(own[1], f.fd) {
+            continue;
+        }
         // F_OWNER_PID (1) of this process: aimed at the restarted process again.
         if own[1] == me && own[0] == 1 || own[1] == 0 && sig > 0 {
             owners.push((f.fd, if own[1] == me { own[0] } else { -1 }, sig));
@@ -1775,6 +1781,12 @@ fn job_checkpoint(
     if attempt < JOB_RETRIES && coming {
         resume_program(&h);
         let _ = give_up(&mut links, String::new());
+        // What was allocated while the threads were stopped lives in the agent's arena,
+        // which the next attempt's stop reuses: dropped after it, these lists would be read
+        // from memory written over since (a panic that aborted the program, seen with
+        // children made by a raw `clone`, which keep crum's library without an agent).
+        // Freeing arena memory is nothing; system memory among it is left (a few lists).
+        std::mem::forget((held, held_socks, pipes, socks, held_files, files, parents, zombies, groups, group_problems));
         std::thread::sleep(Duration::from_millis(20 << attempt.min(4)));
         return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
     }
@@ -2110,7 +2122,7 @@ fn prepare(
     sections.extend(file_sections.into_iter().map(|(n, b)| (n, SectionData::Bytes(b))));
     problems.extend(content_problems);
     refusals.extend(shared_fd_tables());
-    let (fd_owners, owner_refusals) = fd_owners(&fds);
+    let (fd_owners, owner_refusals) = fd_owners(&fds, in_job);
     refusals.extend(owner_refusals);
     let pipe_sizes = capture::pipe_sizes(&fds);
     if strict && !problems.is_empty() {

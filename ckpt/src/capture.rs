@@ -503,7 +503,7 @@ pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
 }
 
 /// Whether process `pid` has the file open at our `fd` open too.
-fn holds_file(pid: i32, fd: i32) -> bool {
+pub(crate) fn holds_file(pid: i32, fd: i32) -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(m) = std::fs::metadata(format!("/proc/self/fd/{fd}")) else {
         return false;

@@ -759,6 +759,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
             sys::close(p.2);
         }
     }
+    take_locks(&state)?;
     let channel_fd = match (&opts.proxy, device) {
         (Some((exe, dev)), true) => start_proxy(exe, dev)?,
         _ => -1,
@@ -1045,6 +1046,13 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
     for (fd, watches) in inotifies {
         sys::inotify_watch(fd, watches)?;
     }
+    Ok(())
+}
+
+/// Takes the program's locks again and aims its descriptors' I/O signals at it, once no
+/// descriptor of crum's own is left open on its files (closing one drops the process's POSIX
+/// locks on the file: the job's shared files were, after they were put in place).
+fn take_locks(st: &ProcessState) -> Result<(), RestartError> {
     for l in &st.locks {
         sys::take_lock(l)?;
     }
