@@ -502,19 +502,23 @@ pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
     (out, problems)
 }
 
-/// Whether process `pid` has the file open at our `fd` open too.
+/// Whether process `pid` holds the open file description of our `fd` (a descriptor of the
+/// same file that `kcmp` finds the same).
 pub(crate) fn holds_file(pid: i32, fd: i32) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let Ok(m) = std::fs::metadata(format!("/proc/self/fd/{fd}")) else {
-        return false;
-    };
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten().any(|e| {
-                std::fs::metadata(e.path()).is_ok_and(|o| (o.dev(), o.ino()) == (m.dev(), m.ino()))
-            })
+    let Ok(m) = std::fs::metadata(format!("/proc/self/fd/{fd}")) else { return false };
+    // The kernel's pid (the C library's `getpid` answers the program's after a restart).
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_getpid) };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    dir.flatten().any(|e| {
+        let theirs: Option<i64> = e.file_name().to_str().and_then(|n| n.parse().ok());
+        theirs.is_some_and(|t| {
+            std::fs::metadata(e.path()).is_ok_and(|o| (o.dev(), o.ino()) == (m.dev(), m.ino()))
+                // SAFETY: kcmp compares two descriptors of two processes; no memory is passed.
+                && unsafe { libc::syscall(libc::SYS_kcmp, me, pid, 0 /* KCMP_FILE */, fd, t) } == 0
         })
-        .unwrap_or(false)
+    })
 }
 
 /// The capacity of each pipe of `fds` (by id, from its read end).
