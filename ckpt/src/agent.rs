@@ -204,13 +204,12 @@ fn fd_owners(fds: &[FdState], others: &[i32]) -> (Vec<(i32, i32, i32)>, Vec<Stri
         // struct f_owner_ex { int type; pid_t pid; } (F_GETOWN_EX = 16, F_GETSIG = 11; the
         // libc crate has neither).
         let mut own = [0i32; 2];
+        // The system call itself: the C library's `fcntl` is libcrum_libc.so's after a
+        // restart, which answers with the program's pids.
         // SAFETY: F_GETOWN_EX writes one struct f_owner_ex into the live local; F_GETSIG
         // takes no argument.
         let (r, sig) = unsafe {
-            (
-                libc::fcntl(f.fd, 16, own.as_mut_ptr()),
-                libc::fcntl(f.fd, 11),
-            )
+            (libc::syscall(libc::SYS_fcntl, f.fd, 16, own.as_mut_ptr()) as i32, libc::syscall(libc::SYS_fcntl, f.fd, 11) as i32)
         };
         if r != 0 {
             continue;

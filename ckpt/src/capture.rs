@@ -469,7 +469,7 @@ pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
     // Per lock: the file it is on (dev:ino field) and its range, to drop repeats.
     let mut seen: Vec<(String, LockKind, bool, u64, Option<u64>, i32)> = Vec::new();
     for f in fds.iter().filter(|f| !matches!(f.kind, FdKind::Dup { .. })) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.fd)) else { continue };
+        let Some(text) = read_raw(&format!("/proc/self/fdinfo/{}", f.fd)) else { continue };
         for l in text.lines().filter_map(|l| l.strip_prefix("lock:")) {
             match parse_lock_line(f.fd, l) {
                 Ok(Some(lock)) => {
@@ -500,6 +500,32 @@ pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
         }
     }
     (out, problems)
+}
+
+/// A small file read with the system calls themselves: after a restart the C library's
+/// `open` is libcrum_libc.so's, which gives fdinfo files with lock owners in the program's
+/// pids, and crum compares them with the kernel's.
+fn read_raw(path: &str) -> Option<String> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: openat of a NUL-terminated path; our descriptor, read into a live buffer and
+    // closed once.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) as i32;
+        if fd < 0 {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n as usize]);
+        }
+        libc::close(fd);
+        String::from_utf8(out).ok()
+    }
 }
 
 /// Whether process `pid` holds the open file description of our `fd` (a descriptor of the
@@ -711,7 +737,8 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
         }
     }
     // Named pipes: the bytes in one are carried (by its first readable descriptor) when
-    // both ends are here; else they cannot be, and are named (a job's are settled by
+    // both ends are here, or a read end is and no other process has it open; else they
+    // cannot be, and are named (a job's are settled by
     // `crate::job::mark_pipes`).
     let mut fifo_ids: Vec<u64> = fifos.iter().map(|f| f.1).collect();
     fifo_ids.sort_unstable();
