@@ -96,8 +96,8 @@ pub struct ProcessState {
     pub deleted_extents: Vec<(u64, Vec<(u64, u64)>)>,
     /// The descriptors whose I/O signals go to the process itself (`F_SETOWN` of its own
     /// pid, which `F_SETLEASE` sets too) as (fd, owner type of `F_GETOWN_EX` or -1 for no
-    /// owner, signal of `F_GETSIG`, 0 for `SIGIO`): set again to the restarted process (version 15; none
-    /// before). An owner other than the process refuses the checkpoint.
+    /// owner, signal of `F_GETSIG`, 0 for `SIGIO`): set again to the restarted process
+    /// (version 15; none before). An owner outside the job refuses the checkpoint.
     pub fd_owners: Vec<(i32, i32, i32)>,
 }
 
@@ -661,6 +661,8 @@ mod tests {
             guards: vec![(0x2000, 0x3000)],
             file_contents: vec![FileContent { fd: 7, section: "crum.file.7".into() }],
             fd_attrs: vec![FdAttr { fd: 4, mode: 0o645, times: Some([(1, 2), (3, 4)]), owner: (5, 6) }],
+            deleted_extents: vec![(4, vec![(0, 4096), (8192, 4096)])],
+            fd_owners: vec![(4, 1, 0)],
         }
     }
 
@@ -705,8 +707,6 @@ mod tests {
                     peer: Vec::new(),
                     options: vec![SockOpt { level: 1, name: 9, value: vec![1, 0, 0, 0] }],
                     shutdown: (flags % 4) as u8,
-            deleted_extents: vec![(4, vec![(0, 4096), (8192, 4096)])],
-            fd_owners: vec![(4, 1, 0)],
                     role: match flags % 4 {
                         0 => SocketRole::Pair { id: 7, first: true, queued: vec![data, Vec::new()] },
                         1 => SocketRole::Closed { queued: data },
