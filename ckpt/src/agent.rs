@@ -228,7 +228,7 @@ fn fd_owners(fds: &[FdState], others: &[i32]) -> (Vec<(i32, i32, i32)>, Vec<Stri
                 _ => "process",
             };
             refused.push(format!(
-                "fd {} ({}) sends its I/O signals to {whose} {} (F_SETOWN), not to this process: a restart cannot aim them there again",
+                "fd {} ({}) sends its I/O signals to {whose} {} (F_SETOWN), not to this process nor to a process of the job holding it: a restart cannot aim them there again",
                 f.fd,
                 link(f.fd),
                 own[1]

@@ -427,7 +427,9 @@ fn fdinfo(fd: i32) -> Option<(u64, u32)> {
 
 /// One `lock:` line of a /proc/self/fdinfo file (the format of /proc/locks):
 /// `1: POSIX  ADVISORY  WRITE 1234 fe:00:5678 5 14`. Err names a lock that cannot be taken
-/// again (a lease being broken); Ok(None) a line that is not a lock held (a waiter, `->`).
+/// again (a delegation, a mandatory lock); Ok(None) a line that is not a lock held (a
+/// waiter, `->`, or a lease being broken to nothing). A lease being broken is the lease it
+/// is being broken to, as `F_GETLEASE` says.
 pub fn parse_lock_line(fd: i32, line: &str) -> Result<Option<FileLock>, String> {
     let rest = line.split_once(':').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -437,11 +439,16 @@ pub fn parse_lock_line(fd: i32, line: &str) -> Result<Option<FileLock>, String> 
     if f.len() < 7 {
         return Err(format!("fd {fd}: a lock the kernel describes as '{}' is not taken again by a restart", line.trim()));
     }
+    // A lease being broken shows the type it is being broken to (what `F_GETLEASE`
+    // answers): it is taken again as that, the break done — none when it goes to UNLCK.
+    if f[0] == "LEASE" && f[1] == "BREAKING" && f[2] == "UNLCK" {
+        return Ok(None);
+    }
     let kind = match f[0] {
         "FLOCK" => LockKind::Flock,
         "POSIX" => LockKind::Posix,
         "OFDLCK" => LockKind::Ofd,
-        "LEASE" if f[1] == "ACTIVE" => LockKind::Lease,
+        "LEASE" if f[1] == "ACTIVE" || f[1] == "BREAKING" => LockKind::Lease,
         _ => return Err(format!("fd {fd}: a {} {} lock is not taken again by a restart", f[0], f[1])),
     };
     let write = match f[2] {
@@ -472,6 +479,14 @@ pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
         let Some(text) = read_raw(&format!("/proc/self/fdinfo/{}", f.fd)) else { continue };
         for l in text.lines().filter_map(|l| l.strip_prefix("lock:")) {
             match parse_lock_line(f.fd, l) {
+                // A write lease being broken to a read lease on a descriptor open for writing:
+                // a read lease cannot be taken there, only reached by a break.
+                Ok(Some(lock)) if lock.kind == LockKind::Lease && !lock.write && f.flags as i32 & libc::O_ACCMODE != libc::O_RDONLY => {
+                    problems.push(format!(
+                        "fd {}: a write lease being broken to a read lease cannot be taken again on a descriptor open for writing",
+                        f.fd
+                    ));
+                }
                 Ok(Some(lock)) => {
                     let file = l.split_whitespace().nth(5).unwrap_or("").to_string();
                     let owner_pid: i32 = l
@@ -833,7 +848,8 @@ pub fn file_contents(fds: &[FdState], locks: &[crate::state::FileLock], budget: 
                 matches!(l.kind, crate::state::LockKind::Posix | crate::state::LockKind::Lease)
                     && fds.iter().any(|g| g.fd == l.fd && matches!(&g.kind, FdKind::File { dev: d, ino: i, .. } if (*d, *i) == (*dev, *ino)))
             });
-            if locked {
+            // (A lease being broken to nothing is not among `locks`: its line is.)
+            if locked || read_raw(&format!("/proc/self/fdinfo/{}", f.fd)).is_some_and(|t| t.contains(" LEASE ")) {
                 continue;
             }
             let Ok(name) = std::ffi::CString::new(format!("/proc/self/fd/{}", f.fd)) else { continue };
@@ -1405,7 +1421,7 @@ mod tests {
     }
 
     #[test]
-    fn lock_lines_of_every_kind_parse_and_waiters_and_breaking_leases_do_not() {
+    fn lock_lines_of_every_kind_parse_waiters_do_not_and_breaking_leases_as_their_target() {
         let l = |s| parse_lock_line(3, s);
         assert_eq!(
             l("\t1: FLOCK  ADVISORY  WRITE 2241 fe:00:10182730 0 EOF"),
@@ -1418,7 +1434,13 @@ mod tests {
         assert_eq!(l("\t1: OFDLCK ADVISORY  WRITE -1 fe:00:1 0 EOF").unwrap().unwrap().kind, LockKind::Ofd);
         assert_eq!(l("\t1: LEASE  ACTIVE    READ 7 fe:00:1 0 EOF").unwrap().unwrap().kind, LockKind::Lease);
         assert_eq!(l("\t1: -> FLOCK  ADVISORY  WRITE 9 fe:00:1 0 EOF"), Ok(None));
-        assert!(l("\t1: LEASE  BREAKING  READ 7 fe:00:1 0 EOF").unwrap_err().contains("fd 3"));
+        // A lease being broken: taken again as what it is being broken to.
+        assert_eq!(
+            l("\t1: LEASE  BREAKING  READ 7 fe:00:1 0 EOF"),
+            Ok(Some(FileLock { fd: 3, kind: LockKind::Lease, write: false, start: 0, end: None }))
+        );
+        assert_eq!(l("\t1: LEASE  BREAKING  UNLCK 7 fe:00:1 0 EOF"), Ok(None));
+        assert!(l("\t1: DELEG  ACTIVE    READ 7 fe:00:1 0 EOF").is_err());
         assert!(l("\t1: garbage").is_err());
     }
 
