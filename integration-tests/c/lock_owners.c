@@ -6,10 +6,12 @@
  * flock and the POSIX lock, that both leases are still there (F_GETLEASE), and asks its
  * child, through a pipe, to check with F_GETLK on its own descriptor of p.lock that the
  * POSIX lock's owner is its parent (getppid()). After a restart the locks are taken again
- * by the restorer, under the kernel's new pid: the program must still see its own. */
+ * by the restorer, under the kernel's new pid: the program must still see its own. A third
+ * file's write lease is being broken (to F_UNLCK) when the image is cut. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,13 @@ int main(int argc, char **argv) {
     if (f < 0 || p < 0 || w0 < 0 || w1 < 0) { printf("FAIL: setup\n"); return 1; }
     close(w0);
     int r = open("r.lease", O_RDONLY);
+    /* A write lease being broken (an open for writing of ours, refused at once): the lease
+     * goes to F_UNLCK, which F_GETLEASE answers from then on. The break's signal (SIGIO) is
+     * ignored. */
+    signal(SIGIO, SIG_IGN);
+    int b = open("b.lease", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (b < 0 || fcntl(b, F_SETLEASE, F_WRLCK) != 0) { printf("FAIL: b.lease: %s\n", strerror(errno)); return 1; }
+    if (open("b.lease", O_WRONLY | O_NONBLOCK) >= 0 || errno != EWOULDBLOCK) { printf("FAIL: the lease was not broken\n"); return 1; }
     struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10 };
     if (r < 0 || flock(f, LOCK_EX) || fcntl(p, F_SETLK, &fl) || fcntl(r, F_SETLEASE, F_RDLCK) ||
         fcntl(w1, F_SETLEASE, F_WRLCK)) {
@@ -93,6 +102,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         if (fcntl(r, F_GETLEASE) != F_RDLCK || fcntl(w1, F_GETLEASE) != F_WRLCK) { printf("FAIL: a lease is gone\n"); return 1; }
+        if (fcntl(b, F_GETLEASE) != F_UNLCK) { printf("FAIL: the lease being broken is %d\n", fcntl(b, F_GETLEASE)); return 1; }
         char c = 'q';
         if (write(req[1], &c, 1) != 1 || read(ans[0], &c, 1) != 1) { printf("FAIL: child gone\n"); return 1; }
         if (c != 'y') { printf("FAIL: the child does not see its parent as the POSIX lock's owner\n"); return 1; }
