@@ -412,7 +412,7 @@ pub fn brk() -> (u64, u64) {
 }
 
 fn fdinfo(fd: i32) -> Option<(u64, u32)> {
-    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    let text = read_raw(&format!("/proc/self/fdinfo/{fd}"))?;
     let mut pos = None;
     let mut flags = None;
     for l in text.lines() {
@@ -518,9 +518,9 @@ pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
 }
 
 /// A small file read with the system calls themselves: after a restart the C library's
-/// `open` is libcrum_libc.so's, which gives fdinfo files with lock owners in the program's
-/// pids, and crum compares them with the kernel's.
-fn read_raw(path: &str) -> Option<String> {
+/// `open` is libcrum_libc.so's, which gives fdinfo files with lock owners and a pidfd's
+/// process in the program's pids, and crum compares them with the kernel's.
+pub(crate) fn read_raw(path: &str) -> Option<String> {
     let c = std::ffi::CString::new(path).ok()?;
     // SAFETY: openat of a NUL-terminated path; our descriptor, read into a live buffer and
     // closed once.
@@ -1046,7 +1046,7 @@ pub fn deleted_extents(fds: &[FdState]) -> Vec<(u64, Vec<(u64, u64)>)> {
 
 /// The lines of /proc/self/fdinfo/<fd> as (key, value) pairs.
 fn fdinfo_fields(fd: i32) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+    let text = read_raw(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
     text.lines()
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -1131,7 +1131,7 @@ fn anon_inode(fd: i32, link: &str) -> FdKind {
         }
         "anon_inode:[eventpoll]" => {
             let mut watches = Vec::new();
-            let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            let text = read_raw(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
             for l in text.lines().filter(|l| l.starts_with("tfd:")) {
                 let w: Vec<&str> = l.split_whitespace().collect();
                 let at = |k: &str| w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1)).copied();

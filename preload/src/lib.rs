@@ -527,6 +527,7 @@ naked_exec! {
     execl => crum_execl;
     execlp => crum_execlp;
     execle => crum_execle;
+    syscall => crum_syscall;
 }
 
 // --- fcntl: pids in lock and owner answers -------------------------------------------

@@ -540,6 +540,19 @@ pub fn proc_path(path: &[u8], buf: &mut [u8; 4096]) -> Option<usize> {
     Some(w.position() as usize)
 }
 
+/// The program's id for one the kernel gave, for `src/syscall.c` (`syscall(SYS_getpid)`,
+/// `SYS_gettid`, `SYS_getppid`).
+#[no_mangle]
+pub extern "C" fn crum_pid_to_program(id: c_int) -> c_int {
+    to_program(id)
+}
+
+/// The kernel's id for one the program gave, for `src/syscall.c` (`syscall(SYS_kill, …)`…).
+#[no_mangle]
+pub extern "C" fn crum_pid_to_kernel(id: c_int) -> c_int {
+    to_kernel(id)
+}
+
 /// The program's pid for a pid the kernel gives in `fcntl`'s answers (`F_GETOWN`: a
 /// negative value is a process group).
 pub fn owner_to_program(id: c_int) -> c_int {
@@ -587,8 +600,9 @@ pub fn lists_lock_owners(path: &[u8]) -> bool {
 }
 
 /// One line of `/proc/locks` (`1: POSIX  ADVISORY  WRITE 1234 fe:00:5678 0 EOF`, a waiter
-/// `1: -> POSIX …`) or of an fdinfo file (the same after `lock:\t`), with the owner's pid in
-/// the program's ids, written into `out`; its length. Any other line is copied as it is.
+/// `1: -> POSIX …`) or of an fdinfo file (the same after `lock:\t`; a pidfd's `Pid:\t1234`),
+/// with the owner's pid in the program's ids, written into `out`; its length. Any other line
+/// is copied as it is.
 /// Allocates nothing.
 pub fn lock_line_to_program(line: &[u8], out: &mut [u8]) -> usize {
     let copy = |out: &mut [u8]| {
@@ -596,6 +610,21 @@ pub fn lock_line_to_program(line: &[u8], out: &mut [u8]) -> usize {
         out[..n].copy_from_slice(&line[..n]);
         n
     };
+    // A pidfd's fdinfo: `Pid:\t<pid>` names the process it refers to.
+    if let Some(rest) = line.strip_prefix(b"Pid:") {
+        let ws = rest.iter().take_while(|c| matches!(c, b' ' | b'\t')).count();
+        let digits = rest[ws..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let Some(pid) = std::str::from_utf8(&rest[ws..ws + digits]).ok().and_then(|t| t.parse::<c_int>().ok()) else {
+            return copy(out);
+        };
+        let mut w = std::io::Cursor::new(&mut out[..]);
+        use std::io::Write as _;
+        let tail = &rest[ws + digits..];
+        if w.write_all(&line[..4 + ws]).and_then(|_| write!(w, "{}", lock_pid_to_program(pid))).and_then(|_| w.write_all(tail)).is_err() {
+            return copy(out);
+        }
+        return w.position() as usize;
+    }
     let body_at = if line.starts_with(b"lock:") { 5 } else { 0 };
     // Fields after "N:" (and "->"): kind, ADVISORY/MANDATORY, mode, pid.
     let mut i = body_at;
@@ -686,6 +715,8 @@ mod tests {
             "1: POSIX  ADVISORY  WRITE 4321 fe:00:5678 0 EOF\n"
         );
         assert_eq!(t("pos:\t0\n"), "pos:\t0\n");
+        assert_eq!(t("Pid:\t5000\n"), "Pid:\t100\n");
+        assert_eq!(t("Pid:\t-1\n"), "Pid:\t-1\n");
         assert_eq!(owner_to_program(5000), 100);
         assert_eq!(owner_to_program(-5000), -100);
         assert_eq!(owner_to_kernel(100), 5000);
