@@ -1,7 +1,7 @@
 /* The C library's `syscall()` as the program sees it after a restart: `SYS_getpid`,
  * `SYS_gettid`, `SYS_getppid`, `SYS_getpgid`, `SYS_getsid` and `SYS_getpgrp` answer the
  * pids the program knows (src/pid.rs), and `SYS_kill`, `SYS_tgkill`, `SYS_sched_*`,
- * `SYS_prlimit64`, `SYS_pidfd_open`… take them, as the C library's wrappers of the same
+ * `SYS_prlimit64`, `SYS_pidfd_open`, `SYS_get_robust_list`, `SYS_wait4`… take them, as the C library's wrappers of the same
  * calls do (CRIU's zdtm library completes its task
  * waiters with `syscall(__NR_gettid)` and waits for `getppid()`: the two parted after a
  * restart and a parent and child waited for each other forever). Calls made from crum's
@@ -63,8 +63,24 @@ HIDDEN long crum_syscall(long n, long a, long b, long c, long d, long e, long f)
     if (program) {
         /* The pids it gives, as the C library's wrappers of the same calls take them. */
         switch (n) {
+        case SYS_getpriority:
+        case SYS_setpriority:
+            if (a == 0 /* PRIO_PROCESS */ || a == 1 /* PRIO_PGRP */) b = crum_pid_to_kernel((int)b);
+            break;
+        case SYS_ioprio_get:
+        case SYS_ioprio_set:
+            if (a == 1 /* IOPRIO_WHO_PROCESS */ || a == 2 /* IOPRIO_WHO_PGRP */) b = crum_pid_to_kernel((int)b);
+            break;
+        case SYS_waitid:
+            if (a == 1 /* P_PID */ || a == 2 /* P_PGID */) b = crum_pid_to_kernel((int)b);
+            break;
+        case SYS_ptrace:
+        case SYS_perf_event_open:
+            b = crum_pid_to_kernel((int)b);
+            break;
         case SYS_tgkill:
         case SYS_setpgid:
+        case SYS_kcmp:
             b = crum_pid_to_kernel((int)b);
             /* fall through */
         case SYS_kill:
@@ -83,12 +99,19 @@ HIDDEN long crum_syscall(long n, long a, long b, long c, long d, long e, long f)
         case SYS_sched_getaffinity:
         case SYS_sched_setattr:
         case SYS_sched_getattr:
+        case SYS_sched_rr_get_interval:
+        case SYS_get_robust_list:
+        case SYS_process_vm_readv:
+        case SYS_process_vm_writev:
+        case SYS_move_pages:
+        case SYS_migrate_pages:
+        case SYS_wait4:
             a = crum_pid_to_kernel((int)a);
             break;
         }
     }
     long r = real_syscall(n, a, b, c, d, e, f);
-    if (r > 0 && program && (n == SYS_getpid || n == SYS_gettid || n == SYS_getppid || n == SYS_getpgid || n == SYS_getsid || n == SYS_getpgrp))
+    if (r > 0 && program && (n == SYS_getpid || n == SYS_gettid || n == SYS_getppid || n == SYS_getpgid || n == SYS_getsid || n == SYS_getpgrp || n == SYS_wait4))
         r = crum_pid_to_program((int)r);
     return r;
 }
