@@ -194,6 +194,108 @@ fn socket_refusals(fds: &[FdState]) -> Vec<String> {
         .collect()
 }
 
+/// The descriptors of `fds` whose I/O signals go to this process (`F_SETOWN` of its own
+/// pid; `F_SETLEASE` sets it too), as [`crate::state::ProcessState::fd_owners`], and each
+/// one whose owner is another process, thread or group, named (a restart cannot aim it at
+/// them again). A signal set with `F_SETSIG` without an owner is kept too.
+///
+/// A description shared with another process of the job (`others`, kernel pids) that is its
+/// owner is left to that process's part, which sets it to itself again.
+fn fd_owners(fds: &[FdState], others: &[i32]) -> (Vec<(i32, i32, i32)>, Vec<String>) {
+    let link = |fd: i32| {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let me = threads::real_pid();
+    let (mut owners, mut refused) = (Vec::new(), Vec::new());
+    for f in fds
+        .iter()
+        .filter(|f| !matches!(f.kind, FdKind::Dup { .. } | FdKind::ControlListener))
+    {
+        // struct f_owner_ex { int type; pid_t pid; } (F_GETOWN_EX = 16, F_GETSIG = 11; the
+        // libc crate has neither).
+        let mut own = [0i32; 2];
+        // The system call itself: the C library's `fcntl` is libcrum_libc.so's after a
+        // restart, which answers with the program's pids.
+        // SAFETY: F_GETOWN_EX writes one struct f_owner_ex into the live local; F_GETSIG
+        // takes no argument.
+        let (r, sig) = unsafe {
+            (libc::syscall(libc::SYS_fcntl, f.fd, 16, own.as_mut_ptr()) as i32, libc::syscall(libc::SYS_fcntl, f.fd, 11) as i32)
+        };
+        if r != 0 {
+            continue;
+        }
+        let sig = sig.max(0);
+        if own[1] != me && others.contains(&own[1]) && capture::holds_file(own[1], f.fd) {
+            continue;
+        }
+        // F_OWNER_PID (1) of this process: aimed at the restarted process again.
+        if own[1] == me && own[0] == 1 || own[1] == 0 && sig > 0 {
+            owners.push((f.fd, if own[1] == me { own[0] } else { -1 }, sig));
+        } else if own[1] != 0 {
+            let whose = match own[0] {
+                0 => "thread",
+                2 => "process group",
+                _ => "process",
+            };
+            refused.push(format!(
+                "fd {} ({}) sends its I/O signals to {whose} {} (F_SETOWN), not to this process nor to a process of the job holding it: a restart cannot aim them there again",
+                f.fd,
+                link(f.fd),
+                own[1]
+            ));
+        }
+    }
+    (owners, refused)
+}
+
+/// Whether process `pid` runs crum's control thread but answers on no control socket.
+fn crum_threads_without_agent(pid: i32) -> bool {
+    let control_thread = capture::numeric_entries(
+        &std::ffi::CString::new(format!("/proc/{pid}/task")).unwrap_or_default(),
+    )
+    .into_iter()
+    .any(|t| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
+            .is_ok_and(|c| c.trim() == "crum-control")
+    });
+    control_thread && !crate::job::has_agent(pid)
+}
+
+/// The processes this one shares its descriptor table with (`clone(CLONE_FILES)` without
+/// `CLONE_VM`: its children, or its parent), each named: a restart gives every process a
+/// table of its own, so a descriptor one opens or closes would no longer be the other's.
+fn shared_fd_tables() -> Vec<String> {
+    let me = threads::real_pid();
+    // The kernel's id (not the C library's `getppid`, which libcrum_libc.so answers with
+    // the program's after a restart).
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::syscall(libc::SYS_getppid) } as i32;
+    let mut out = Vec::new();
+    let others = capture::children()
+        .into_iter()
+        .map(|(pid, comm, _)| (pid, comm, "child"))
+        .chain(std::iter::once((parent, String::new(), "parent")));
+    for (pid, comm, rel) in others {
+        // SAFETY: kcmp compares two processes' tables; no memory is passed.
+        let same = unsafe {
+            libc::syscall(libc::SYS_kcmp, me, pid, 2 /* KCMP_FILES */, 0, 0)
+        } == 0;
+        if same && pid != me {
+            let comm = if comm.is_empty() {
+                String::new()
+            } else {
+                format!(" ({comm})")
+            };
+            out.push(format!(
+                "process {me} shares its file descriptor table with its {rel} {pid}{comm} (clone with CLONE_FILES): a restart cannot make a shared table again"
+            ));
+        }
+    }
+    out
+}
+
 /// Marks the unrestorable descriptors the program inherited at `crum run` as
 /// [`FdKind::Inherited`], and names what remains that a restart cannot restore.
 fn classify_fds(fds: &mut [FdState]) -> Vec<String> {
@@ -272,6 +374,16 @@ pub fn exclude_fd(fd: i32) {
     if !g.contains(&fd) {
         g.push(fd);
     }
+}
+
+/// The descriptors that are crum's own ([`exclude_fd`], the logs of written files).
+pub(crate) fn own_fds() -> Vec<i32> {
+    let mut v = EXCLUDED_FDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    v.extend(crate::writes::own_fds());
+    v
 }
 
 /// Takes back an [`exclude_fd`] (the descriptor was closed; its number may be reused).
@@ -1653,6 +1765,10 @@ fn job_checkpoint(
     let socks = crate::job::job_sockets(&held_socks);
     held_files.push((me, my_pid, crate::job::own_files()));
     let files = crate::job::job_files(&held_files);
+    if let Some(e) = crate::job::shared_deleted_files(&held_files) {
+        resume_program(&h);
+        return give_up(&mut links, e);
+    }
     // Exited children of the job's processes, made again at restart.
     let parents: Vec<i32> = std::iter::once(me).chain(kernel_pids.iter().copied()).collect();
     let zombies = crate::job::zombie_children(&parents);
@@ -1676,6 +1792,12 @@ fn job_checkpoint(
     if attempt < JOB_RETRIES && coming {
         resume_program(&h);
         let _ = give_up(&mut links, String::new());
+        // What was allocated while the threads were stopped lives in the agent's arena,
+        // which the next attempt's stop reuses: dropped after it, these lists would be read
+        // from memory written over since (a panic that aborted the program, seen with
+        // children made by a raw `clone`, which keep crum's library without an agent).
+        // Freeing arena memory is nothing; system memory among it is left (a few lists).
+        std::mem::forget((held, held_socks, pipes, socks, held_files, files, parents, zombies, groups, group_problems));
         std::thread::sleep(Duration::from_millis(20 << attempt.min(4)));
         return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
     }
@@ -1983,7 +2105,19 @@ fn prepare(
     // silently — after a restart the program's waitpid would fail, its pipes to them hang.
     let in_job = part.as_ref().map(|p| p.others).unwrap_or(&[]);
     let job_part = part.is_some();
+    // What a restart would bring back wrong without being able to tell: no image, whatever
+    // `--strict` says.
+    let mut refusals: Vec<String> = Vec::new();
     for (child, comm, state) in capture::children().into_iter().filter(|c| !in_job.contains(&c.0)) {
+        // A child whose agent runs (its control thread is there) but does not answer: it
+        // closed crum's descriptors (a daemon closing every descriptor it inherited). It is
+        // not in the image, and nothing about it warns its parent.
+        if state != 'Z' && crum_threads_without_agent(child) {
+            refusals.push(format!(
+                "child process {child} ({comm}) closed crum's control socket, so it cannot be checkpointed with its parent: a restart would not bring it back"
+            ));
+            continue;
+        }
         problems.push(if state == 'Z' {
             format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
         } else {
@@ -1992,12 +2126,20 @@ fn prepare(
     }
     // The files it may have changed in place: their bytes now, for a restart to undo what
     // it writes into them from here on.
-    let (locks, lock_problems) = capture::locks(&fds);
+    let (locks, lock_problems) = capture::locks(&fds, in_job);
+    // Said at once: reading the files below could open a file whose lease is being broken,
+    // and wait for the stopped program to give it up.
+    if !lock_problems.is_empty() {
+        return Err(format!("a restart could not restore this process exactly: {}", lock_problems.join("; ")));
+    }
     let (file_contents, file_sections, content_problems) = capture::file_contents(&fds, &locks, FILE_CONTENTS_MAX);
     let fd_attrs = capture::fd_attrs(&fds);
+    let deleted_extents = capture::deleted_extents(&fds);
     sections.extend(file_sections.into_iter().map(|(n, b)| (n, SectionData::Bytes(b))));
     problems.extend(content_problems);
-    problems.extend(lock_problems);
+    refusals.extend(shared_fd_tables());
+    let (fd_owners, owner_refusals) = fd_owners(&fds, in_job);
+    refusals.extend(owner_refusals);
     let pipe_sizes = capture::pipe_sizes(&fds);
     if strict && !problems.is_empty() {
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
@@ -2054,6 +2196,8 @@ fn prepare(
         posix_timers,
         advice: Vec::new(),
         guards: Vec::new(),
+        deleted_extents,
+        fd_owners,
         fd_attrs,
         file_contents,
     };
@@ -2088,11 +2232,16 @@ fn prepare(
             Some(n) => (true, n),
             None => (false, base),
         };
-        if let Some(f) = state.fds.iter().find(|f| {
+        if name.starts_with("/[aio]") {
+            refusals.push(format!(
+                "{:#x}-{:#x} is the ring of an asynchronous I/O context (io_setup): crum cannot make the context again",
+                r.start, r.end
+            ));
+        } else if let Some(f) = state.fds.iter().find(|f| {
             matches!(&f.kind, FdKind::DeletedFile { path: p, memfd: m, .. } if p == path && *m == memfd)
         }) {
-            problems.push(format!(
-                "shared mapping {:#x}-{:#x} of {name} is also open at fd {}: after a restart the mapping and the fd are separate copies",
+            refusals.push(format!(
+                "shared mapping {:#x}-{:#x} of {name} is also open at fd {}: after a restart the mapping and the fd would be separate copies",
                 r.start, r.end, f.fd
             ));
         } else if job_part && !name.starts_with("/memfd:crum") {
@@ -2102,6 +2251,35 @@ fn prepare(
                 shared.push(crate::job::ShmMap { start: r.start, end: r.end, dev: m.dev.clone(), ino: m.inode, offset: m.offset });
             }
         }
+    }
+    // A private mapping of a deleted file or memfd also open at a descriptor: the pages the
+    // program has not written follow the file (writes through the descriptor show in them);
+    // a restart makes the mapping a private copy that no longer does.
+    for r in regions
+        .iter()
+        .filter(|r| matches!(r.kind, RegionKind::Private))
+    {
+        let Some(base) = r.name.strip_suffix(" (deleted)") else {
+            continue;
+        };
+        let (memfd, path) = match base.strip_prefix("/memfd:") {
+            Some(n) => (true, n),
+            None => (false, base),
+        };
+        if let Some(f) = state.fds.iter().find(|f| {
+            matches!(&f.kind, FdKind::DeletedFile { path: p, memfd: m, .. } if p == path && *m == memfd)
+        }) {
+            refusals.push(format!(
+                "private mapping {:#x}-{:#x} of {} is also open at fd {}: after a restart the mapping would no longer see what is written through the fd",
+                r.start, r.end, r.name, f.fd
+            ));
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(format!(
+            "a restart could not restore this process exactly: {}",
+            refusals.join("; ")
+        ));
     }
     if strict && !problems.is_empty() {
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));

@@ -412,7 +412,7 @@ pub fn brk() -> (u64, u64) {
 }
 
 fn fdinfo(fd: i32) -> Option<(u64, u32)> {
-    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    let text = read_raw(&format!("/proc/self/fdinfo/{fd}"))?;
     let mut pos = None;
     let mut flags = None;
     for l in text.lines() {
@@ -427,7 +427,9 @@ fn fdinfo(fd: i32) -> Option<(u64, u32)> {
 
 /// One `lock:` line of a /proc/self/fdinfo file (the format of /proc/locks):
 /// `1: POSIX  ADVISORY  WRITE 1234 fe:00:5678 5 14`. Err names a lock that cannot be taken
-/// again (a lease being broken); Ok(None) a line that is not a lock held (a waiter, `->`).
+/// again (a delegation, a mandatory lock); Ok(None) a line that is not a lock held (a
+/// waiter, `->`, or a lease being broken to nothing). A lease being broken is the lease it
+/// is being broken to, as `F_GETLEASE` says.
 pub fn parse_lock_line(fd: i32, line: &str) -> Result<Option<FileLock>, String> {
     let rest = line.split_once(':').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -437,11 +439,16 @@ pub fn parse_lock_line(fd: i32, line: &str) -> Result<Option<FileLock>, String> 
     if f.len() < 7 {
         return Err(format!("fd {fd}: a lock the kernel describes as '{}' is not taken again by a restart", line.trim()));
     }
+    // A lease being broken shows the type it is being broken to (what `F_GETLEASE`
+    // answers): it is taken again as that, the break done — none when it goes to UNLCK.
+    if f[0] == "LEASE" && f[1] == "BREAKING" && f[2] == "UNLCK" {
+        return Ok(None);
+    }
     let kind = match f[0] {
         "FLOCK" => LockKind::Flock,
         "POSIX" => LockKind::Posix,
         "OFDLCK" => LockKind::Ofd,
-        "LEASE" if f[1] == "ACTIVE" => LockKind::Lease,
+        "LEASE" if f[1] == "ACTIVE" || f[1] == "BREAKING" => LockKind::Lease,
         _ => return Err(format!("fd {fd}: a {} {} lock is not taken again by a restart", f[0], f[1])),
     };
     let write = match f[2] {
@@ -457,17 +464,42 @@ pub fn parse_lock_line(fd: i32, line: &str) -> Result<Option<FileLock>, String> 
 /// The locks this process holds through its descriptors (fdinfo's `lock:` lines), each
 /// once: a POSIX lock shows on every descriptor of its file, a flock or OFD lock on every
 /// descriptor of its open file description (dups). Also what cannot be taken again.
-pub fn locks(fds: &[FdState]) -> (Vec<FileLock>, Vec<String>) {
+///
+/// A flock or OFD lock belongs to an open file description, which a fork shares: every
+/// process of a job holding it sees the lock. It is left to the process that took it (the
+/// owner the kernel names) when that is another of `others` (kernel pids of the job's other
+/// processes) still holding the file, so that after a restart the kernel names the same
+/// owner (the restorer that takes a lock first is named).
+pub fn locks(fds: &[FdState], others: &[i32]) -> (Vec<FileLock>, Vec<String>) {
     let mut out: Vec<FileLock> = Vec::new();
     let mut problems = Vec::new();
     // Per lock: the file it is on (dev:ino field) and its range, to drop repeats.
     let mut seen: Vec<(String, LockKind, bool, u64, Option<u64>, i32)> = Vec::new();
     for f in fds.iter().filter(|f| !matches!(f.kind, FdKind::Dup { .. })) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.fd)) else { continue };
+        let Some(text) = read_raw(&format!("/proc/self/fdinfo/{}", f.fd)) else { continue };
         for l in text.lines().filter_map(|l| l.strip_prefix("lock:")) {
             match parse_lock_line(f.fd, l) {
+                // A write lease being broken to a read lease on a descriptor open for writing:
+                // a read lease cannot be taken there, only reached by a break.
+                Ok(Some(lock)) if lock.kind == LockKind::Lease && !lock.write && f.flags as i32 & libc::O_ACCMODE != libc::O_RDONLY => {
+                    problems.push(format!(
+                        "fd {}: a write lease being broken to a read lease cannot be taken again on a descriptor open for writing",
+                        f.fd
+                    ));
+                }
                 Ok(Some(lock)) => {
                     let file = l.split_whitespace().nth(5).unwrap_or("").to_string();
+                    let owner_pid: i32 = l
+                        .split_whitespace()
+                        .nth(4)
+                        .and_then(|p| p.parse().ok())
+                        .unwrap_or(0);
+                    if lock.kind != LockKind::Posix
+                        && others.contains(&owner_pid)
+                        && holds_file(owner_pid, f.fd)
+                    {
+                        continue;
+                    }
                     // POSIX locks belong to the process: the same lock through another fd
                     // is a repeat. Flock/OFD ones belong to the open file description.
                     let owner = if lock.kind == LockKind::Posix { 0 } else { f.fd };
@@ -483,6 +515,51 @@ pub fn locks(fds: &[FdState]) -> (Vec<FileLock>, Vec<String>) {
         }
     }
     (out, problems)
+}
+
+/// A small file read with the system calls themselves: after a restart the C library's
+/// `open` is libcrum_libc.so's, which gives fdinfo files with lock owners and a pidfd's
+/// process in the program's pids, and crum compares them with the kernel's.
+pub(crate) fn read_raw(path: &str) -> Option<String> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: openat of a NUL-terminated path; our descriptor, read into a live buffer and
+    // closed once.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) as i32;
+        if fd < 0 {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n as usize]);
+        }
+        libc::close(fd);
+        String::from_utf8(out).ok()
+    }
+}
+
+/// Whether process `pid` holds the open file description of our `fd` (a descriptor of the
+/// same file that `kcmp` finds the same).
+pub(crate) fn holds_file(pid: i32, fd: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(format!("/proc/self/fd/{fd}")) else { return false };
+    // The kernel's pid (the C library's `getpid` answers the program's after a restart).
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_getpid) };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    dir.flatten().any(|e| {
+        let theirs: Option<i64> = e.file_name().to_str().and_then(|n| n.parse().ok());
+        theirs.is_some_and(|t| {
+            std::fs::metadata(e.path()).is_ok_and(|o| (o.dev(), o.ino()) == (m.dev(), m.ino()))
+                // SAFETY: kcmp compares two descriptors of two processes; no memory is passed.
+                && unsafe { libc::syscall(libc::SYS_kcmp, me, pid, 0 /* KCMP_FILE */, fd, t) } == 0
+        })
+    })
 }
 
 /// The capacity of each pipe of `fds` (by id, from its read end).
@@ -675,7 +752,8 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
         }
     }
     // Named pipes: the bytes in one are carried (by its first readable descriptor) when
-    // both ends are here; else they cannot be, and are named (a job's are settled by
+    // both ends are here, or a read end is and no other process has it open; else they
+    // cannot be, and are named (a job's are settled by
     // `crate::job::mark_pipes`).
     let mut fifo_ids: Vec<u64> = fifos.iter().map(|f| f.1).collect();
     fifo_ids.sort_unstable();
@@ -684,8 +762,10 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
         let first = fifos.iter().find(|f| f.1 == id).map_or(-1, |f| f.0);
         let readable = fifos.iter().find(|f| f.1 == id && f.2 != libc::O_WRONLY).map(|f| f.0);
         let writable = fifos.iter().any(|f| f.1 == id && f.2 != libc::O_RDONLY);
+        // Without a write end here the bytes are still this process's alone when no other
+        // process has the pipe open (its writer wrote and closed it): then they are carried.
         let (carrier, bytes, why) = match readable {
-            Some(r) if writable => match crate::job::peek_pipe(r) {
+            Some(r) if writable || !open_elsewhere(r) => match crate::job::peek_pipe(r) {
                 Ok(d) => (r, d, String::new()),
                 Err(err) => (-1, Vec::new(), err),
             },
@@ -733,7 +813,8 @@ pub type FileContents = (Vec<crate::state::FileContent>, Vec<(String, Vec<u8>)>,
 /// program changes in it after the checkpoint is not undone by a restart); one open
 /// write-only is taken as written from start to end (a restart cuts it back to its size) and
 /// is not, nor is one the process holds POSIX locks on (reading it needs a second
-/// descriptor, and closing that would drop the locks). Read with `pread`: no offset moves.
+/// descriptor, and closing that would drop the locks) or a lease on (opening it again would
+/// break the lease). Read with `pread`: no offset moves.
 pub fn file_contents(fds: &[FdState], locks: &[crate::state::FileLock], budget: u64) -> FileContents {
     let (mut out, mut sections, mut problems) = (Vec::new(), Vec::new(), Vec::new());
     let mut seen: Vec<(u64, u64)> = Vec::new();
@@ -761,11 +842,14 @@ pub fn file_contents(fds: &[FdState], locks: &[crate::state::FileLock], budget: 
         let r = if acc == libc::O_RDWR {
             f.fd
         } else {
+            // Nor a file with a lease on it: opening it again would break the lease, and the
+            // open would wait for the stopped program to give it up (lease-break-time).
             let locked = locks.iter().any(|l| {
-                l.kind == crate::state::LockKind::Posix
+                matches!(l.kind, crate::state::LockKind::Posix | crate::state::LockKind::Lease)
                     && fds.iter().any(|g| g.fd == l.fd && matches!(&g.kind, FdKind::File { dev: d, ino: i, .. } if (*d, *i) == (*dev, *ino)))
             });
-            if locked {
+            // (A lease being broken to nothing is not among `locks`: its line is.)
+            if locked || read_raw(&format!("/proc/self/fdinfo/{}", f.fd)).is_some_and(|t| t.contains(" LEASE ")) {
                 continue;
             }
             let Ok(name) = std::ffi::CString::new(format!("/proc/self/fd/{}", f.fd)) else { continue };
@@ -813,6 +897,33 @@ fn queued_bytes(fd: i32) -> usize {
         return 0;
     }
     n.max(0) as usize
+}
+
+/// Whether a process other than this one has the file open at `fd` open too (a descriptor
+/// in `/proc/<pid>/fd` with its device and inode). Processes whose descriptors cannot be
+/// read (another user's) are passed over.
+fn open_elsewhere(fd: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fstat of our own descriptor into a live local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return true;
+    }
+    // The kernel's pid (the C library's `getpid` answers the program's after a restart).
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+    for pid in numeric_entries(c"/proc").into_iter().filter(|&p| p != me) {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        if dir.flatten().any(|e| {
+            std::fs::metadata(e.path()).is_ok_and(|m| (m.dev(), m.ino()) == (st.st_dev, st.st_ino))
+        }) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether the pipe whose write end is `fd` has a read end open anywhere (the kernel
@@ -879,9 +990,63 @@ fn deleted_file(fd: i32, link: &str, st: &libc::stat, pos: u64, carried: &mut Ve
     FdKind::DeletedFile { path, memfd, id, pos, data, seals }
 }
 
+/// The data extents of each deleted file and memfd of `fds` that has holes, by id
+/// ([`crate::state::ProcessState::deleted_extents`]): `SEEK_DATA`/`SEEK_HOLE` through a
+/// descriptor of crum's own (the program's offset stays). A file without holes, or one whose
+/// extents cannot be read, is not listed (written whole at restart).
+pub fn deleted_extents(fds: &[FdState]) -> Vec<(u64, Vec<(u64, u64)>)> {
+    let mut out = Vec::new();
+    for f in fds {
+        let FdKind::DeletedFile {
+            id,
+            data: Some(data),
+            ..
+        } = &f.kind
+        else {
+            continue;
+        };
+        let size = data.len() as i64;
+        let own = format!("/proc/self/fd/{}\0", f.fd);
+        // SAFETY: opens a NUL-terminated path; the descriptor is closed below.
+        let rfd = unsafe { libc::open(own.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if rfd < 0 {
+            continue;
+        }
+        let mut extents = Vec::new();
+        let mut at = 0i64;
+        let mut ok = true;
+        while at < size {
+            // SAFETY: lseek on our own descriptor.
+            let start = unsafe { libc::lseek(rfd, at, libc::SEEK_DATA) };
+            if start < 0 {
+                // ENXIO: no data from `at` to the end; anything else: the file system cannot say.
+                ok = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+                break;
+            }
+            // SAFETY: as above.
+            let end = unsafe { libc::lseek(rfd, start, libc::SEEK_HOLE) };
+            if end <= start {
+                ok = false;
+                break;
+            }
+            let end = end.min(size);
+            if start < end {
+                extents.push((start as u64, (end - start) as u64));
+            }
+            at = end;
+        }
+        // SAFETY: ours, closed once.
+        unsafe { libc::close(rfd) };
+        if ok && extents != [(0, size as u64)] {
+            out.push((*id, extents));
+        }
+    }
+    out
+}
+
 /// The lines of /proc/self/fdinfo/<fd> as (key, value) pairs.
 fn fdinfo_fields(fd: i32) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+    let text = read_raw(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
     text.lines()
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -966,7 +1131,7 @@ fn anon_inode(fd: i32, link: &str) -> FdKind {
         }
         "anon_inode:[eventpoll]" => {
             let mut watches = Vec::new();
-            let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            let text = read_raw(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
             for l in text.lines().filter(|l| l.starts_with("tfd:")) {
                 let w: Vec<&str> = l.split_whitespace().collect();
                 let at = |k: &str| w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1)).copied();
@@ -1309,7 +1474,7 @@ mod tests {
     }
 
     #[test]
-    fn lock_lines_of_every_kind_parse_and_waiters_and_breaking_leases_do_not() {
+    fn lock_lines_of_every_kind_parse_waiters_do_not_and_breaking_leases_as_their_target() {
         let l = |s| parse_lock_line(3, s);
         assert_eq!(
             l("\t1: FLOCK  ADVISORY  WRITE 2241 fe:00:10182730 0 EOF"),
@@ -1322,7 +1487,13 @@ mod tests {
         assert_eq!(l("\t1: OFDLCK ADVISORY  WRITE -1 fe:00:1 0 EOF").unwrap().unwrap().kind, LockKind::Ofd);
         assert_eq!(l("\t1: LEASE  ACTIVE    READ 7 fe:00:1 0 EOF").unwrap().unwrap().kind, LockKind::Lease);
         assert_eq!(l("\t1: -> FLOCK  ADVISORY  WRITE 9 fe:00:1 0 EOF"), Ok(None));
-        assert!(l("\t1: LEASE  BREAKING  READ 7 fe:00:1 0 EOF").unwrap_err().contains("fd 3"));
+        // A lease being broken: taken again as what it is being broken to.
+        assert_eq!(
+            l("\t1: LEASE  BREAKING  READ 7 fe:00:1 0 EOF"),
+            Ok(Some(FileLock { fd: 3, kind: LockKind::Lease, write: false, start: 0, end: None }))
+        );
+        assert_eq!(l("\t1: LEASE  BREAKING  UNLCK 7 fe:00:1 0 EOF"), Ok(None));
+        assert!(l("\t1: DELEG  ACTIVE    READ 7 fe:00:1 0 EOF").is_err());
         assert!(l("\t1: garbage").is_err());
     }
 
@@ -1347,7 +1518,7 @@ mod tests {
             FdState { fd, flags: 0, kind: FdKind::CharDev { path: String::new() } },
             FdState { fd: dup, flags: 0, kind: FdKind::Dup { of: fd } },
         ];
-        let (locks, problems) = locks(&fds);
+        let (locks, problems) = locks(&fds, &[]);
         // SAFETY: as above.
         unsafe { libc::close(dup) };
         assert!(problems.is_empty(), "{problems:?}");

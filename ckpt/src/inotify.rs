@@ -128,7 +128,7 @@ pub fn identity(path: &str, follow: bool) -> Option<(u64, u64)> {
 
 /// The inotify instance at `fd` (`link`: its /proc/self/fd link) as a restart makes it again.
 pub fn capture(fd: i32, link: &str) -> FdKind {
-    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+    let text = crate::capture::read_raw(&format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
     let noted = match NOTED.try_lock() {
         Ok(g) => g,
         Err(TryLockError::Poisoned(e)) => e.into_inner(),

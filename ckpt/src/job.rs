@@ -440,12 +440,16 @@ fn fifo_of(fd: i32) -> Option<u64> {
 /// (kernel pid, program pid, (fd, device, inode) each).
 pub type HeldFiles = (i32, i32, Vec<(i32, u64, u64)>);
 
-/// The descriptors of regular files, eventfds and timerfds this process holds: (fd, device,
-/// inode) (every eventfd and timerfd has the one inode of anonymous inodes: `kcmp` tells
+/// The descriptors of regular files, eventfds and timerfds this process holds, crum's own
+/// excepted: (fd, device, inode) (every eventfd and timerfd has the one inode of anonymous inodes: `kcmp` tells
 /// them apart).
 pub fn own_files() -> Vec<(i32, u64, u64)> {
     let mut out = Vec::new();
-    for fd in crate::capture::numeric_entries(c"/proc/self/fd") {
+    let crums = crate::agent::own_fds();
+    for fd in crate::capture::numeric_entries(c"/proc/self/fd")
+        .into_iter()
+        .filter(|fd| !crums.contains(fd))
+    {
         // SAFETY: fstat of a descriptor of this process into a live local.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -498,6 +502,31 @@ pub fn job_files(held: &[HeldFiles]) -> Vec<(u64, i32, i32)> {
         }
     }
     out
+}
+
+/// A deleted file or memfd open in several processes of the job (a child opening its
+/// parent's memfd through `/proc/<pid>/fd`, a deleted file inherited by a fork), named: each
+/// process's part carries its own copy, so after a restart what one writes the other would
+/// not see. None when there is none.
+pub fn shared_deleted_files(held: &[HeldFiles]) -> Option<String> {
+    for (k, p, files) in held {
+        for &(fd, dev, ino) in files {
+            let Some((_, p2, _)) = held
+                .iter()
+                .find(|(k2, _, f2)| k2 != k && f2.iter().any(|x| (x.1, x.2) == (dev, ino)))
+            else {
+                continue;
+            };
+            let link = std::fs::read_link(format!("/proc/{k}/fd/{fd}")).unwrap_or_default();
+            let link = link.to_string_lossy();
+            if link.ends_with(" (deleted)") || link.starts_with("/memfd:") {
+                return Some(format!(
+                    "fd {fd} of process {p} ({link}) is open in process {p2} too: a restart would give each process a copy of its own"
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// Turns the descriptors of `fds` that are in `files` ([`job_files`]) for process `me`

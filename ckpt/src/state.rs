@@ -18,7 +18,7 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`SocketRole::Queued`] (same layout); older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`ProcessState::deleted_extents`], [`ProcessState::fd_owners`] and [`SocketRole::Queued`]; older versions are still read (with none of
 /// those).
 pub const PROCESS_STATE_VERSION: u32 = 15;
 /// The oldest version a restorer still reads; it refuses any other.
@@ -90,6 +90,15 @@ pub struct ProcessState {
     /// Attributes of the files behind descriptors that a restart creates anew (version 14;
     /// none before): deleted files and memfds, and the socket files of bound Unix sockets.
     pub fd_attrs: Vec<FdAttr>,
+    /// Where each deleted file or memfd with holes has data, by [`FdKind::DeletedFile`] id:
+    /// (offset, length) of each data extent (`SEEK_DATA`/`SEEK_HOLE`), so that a restart
+    /// writes those and leaves the rest a hole (version 15; none before: written whole).
+    pub deleted_extents: Vec<(u64, Vec<(u64, u64)>)>,
+    /// The descriptors whose I/O signals go to the process itself (`F_SETOWN` of its own
+    /// pid, which `F_SETLEASE` sets too) as (fd, owner type of `F_GETOWN_EX` or -1 for no
+    /// owner, signal of `F_GETSIG`, 0 for `SIGIO`): set again to the restarted process
+    /// (version 15; none before). An owner outside the job refuses the checkpoint.
+    pub fd_owners: Vec<(i32, i32, i32)>,
 }
 
 /// The mode and times of a file a restart creates anew for descriptor `fd`
@@ -585,17 +594,19 @@ impl ProcessState {
         // Each older version is the next one without its last fields (version 1 lacks
         // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
         // and 4 `posix_timers`, version 5 `advice`, versions 6 and 7 `guards`, versions 9 to
-        // 12 `file_contents`, versions 9 to 13 `fd_attrs`): an empty list
+        // 12 `file_contents`, versions 9 to 13 `fd_attrs`, versions 9 to 14
+        // `deleted_extents` and `fd_owners`): an empty list
         // is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 9,
-            2 => 8,
-            3 | 4 => 5,
-            5 => 4,
-            6..=8 => 3,
-            9..=12 => 2,
-            13 => 1,
+            1 => 11,
+            2 => 10,
+            3 | 4 => 7,
+            5 => 6,
+            6..=8 => 5,
+            9..=12 => 4,
+            13 => 3,
+            14 => 2,
             _ => 0,
         };
         let bytes = if missing > 0 {
@@ -677,6 +688,8 @@ mod tests {
             guards: vec![(0x2000, 0x3000)],
             file_contents: vec![FileContent { fd: 7, section: "crum.file.7".into() }],
             fd_attrs: vec![FdAttr { fd: 4, mode: 0o645, times: Some([(1, 2), (3, 4)]), owner: (5, 6) }],
+            deleted_extents: vec![(4, vec![(0, 4096), (8192, 4096)])],
+            fd_owners: vec![(4, 1, 0)],
         }
     }
 
@@ -780,8 +793,10 @@ mod tests {
         s.guards.clear();
         s.file_contents.clear();
         s.fd_attrs.clear();
+        s.deleted_extents.clear();
+        s.fd_owners.clear();
         let mut b = s.encode();
-        for _ in 0..9 {
+        for _ in 0..11 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -803,8 +818,10 @@ mod tests {
         s.guards.clear();
         s.file_contents.clear();
         s.fd_attrs.clear();
+        s.deleted_extents.clear();
+        s.fd_owners.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 8);
+        b.truncate(b.len() - 10);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -816,14 +833,16 @@ mod tests {
             s.guards.clear();
             s.file_contents.clear();
             s.fd_attrs.clear();
-            let mut cut = 3;
+            s.deleted_extents.clear();
+            s.fd_owners.clear();
+            let mut cut = 5;
             if v < 6 {
                 s.advice.clear();
-                cut = 4;
+                cut = 6;
             }
             if v < 5 {
                 s.posix_timers.clear();
-                cut = 5;
+                cut = 7;
             }
             let mut b = s.encode();
             b.truncate(b.len() - cut);
@@ -843,8 +862,10 @@ mod tests {
             s.version = v;
             s.file_contents.clear();
             s.fd_attrs.clear();
+            s.deleted_extents.clear();
+            s.fd_owners.clear();
             let mut b = s.encode();
-            b.truncate(b.len() - 2);
+            b.truncate(b.len() - 4);
             assert_eq!(ProcessState::decode(&b).unwrap(), s);
         }
     }
@@ -854,8 +875,21 @@ mod tests {
         let mut s = sample(vec![], vec![]);
         s.version = 13;
         s.fd_attrs.clear();
+        s.deleted_extents.clear();
+        s.fd_owners.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 1);
+        b.truncate(b.len() - 3);
+        assert_eq!(ProcessState::decode(&b).unwrap(), s);
+    }
+
+    #[test]
+    fn version_14_sections_still_decode_without_deleted_extents_and_fd_owners() {
+        let mut s = sample(vec![], vec![]);
+        s.version = 14;
+        s.deleted_extents.clear();
+        s.fd_owners.clear();
+        let mut b = s.encode();
+        b.truncate(b.len() - 2);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 

@@ -1,7 +1,8 @@
 #define _GNU_SOURCE
 /* The process's ids as the program sees them stay those it started with, across restarts:
  * getpid, gettid of the main thread, getpgrp/getpgid/getsid, kill and sigqueue to its own pid
- * (delivered to itself, with the value), tgkill, and a forked child's getppid; calls given
+ * (delivered to itself, with the value), tgkill, the same through syscall(), and a forked
+ * child's getppid; calls given
  * its own pid (getpriority/setpriority, sched_getscheduler/getparam/getaffinity, prlimit,
  * pidfd_open) act on it; /proc/<its pid>/… and /proc/self/task/<its pid>/… name it (open,
  * fopen, stat, access, readlink, opendir). Checked from inside at every step; the output has
@@ -49,6 +50,12 @@ int main(int argc, char **argv) {
         union sigval v = { .sival_int = 1000 + i };
         if (sigqueue(pid, SIGUSR2, v) != 0 || got != before + 2 || got_value != 1000 + i) { printf("FAIL: sigqueue at step %d\n", i); return 1; }
         if (tgkill(pid, gettid(), SIGUSR2) != 0 || got != before + 3) { printf("FAIL: tgkill at step %d\n", i); return 1; }
+        /* The C library's syscall() too (CRIU's zdtm library waits on syscall(__NR_gettid)). */
+        if (syscall(SYS_getpid) != pid || syscall(SYS_gettid) != pid || syscall(SYS_getpgid, 0) != pgrp) {
+            printf("FAIL: syscall(SYS_getpid/gettid/getpgid) at step %d\n", i);
+            return 1;
+        }
+        if (syscall(SYS_kill, pid, SIGUSR2) != 0 || got != before + 4) { printf("FAIL: syscall(SYS_kill, getpid()) at step %d\n", i); return 1; }
         char path[64], buf[256];
         snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
         FILE *f = fopen(path, "r");

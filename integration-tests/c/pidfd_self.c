@@ -2,8 +2,8 @@
  * the process (PIDFD_NONBLOCK) and, where the kernel has PIDFD_THREAD (6.9), one of the
  * main thread. Each step signals the process through each pidfd (pidfd_send_signal) and
  * counts the signals its handler saw; a pidfd of a live process polls as not readable; the
- * pid the kernel names in the pidfd's fdinfo is the process's own (the kernel's, after a
- * restart: syscall(SYS_getpid)); the non-blocking flag stays. */
+ * pid the pidfd's fdinfo names is the process's own (what syscall(SYS_getpid) answers: the
+ * pid the program knows, after a restart too); the non-blocking flag stays. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

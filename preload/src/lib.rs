@@ -158,6 +158,8 @@ extern "C" fn init() {
     crum(c"crum_note_watch", &CRUM_NOTE_WATCH);
     real(c"inotify_add_watch", &INOTIFY_ADD_WATCH);
     resolve_opens();
+    real(c"fcntl", &REAL_FCNTL);
+    real(c"fcntl64", &REAL_FCNTL64);
     resolve_fopens();
     resolve_paths();
     real(c"unshare", &UNSHARE);
@@ -525,6 +527,85 @@ naked_exec! {
     execl => crum_execl;
     execlp => crum_execlp;
     execle => crum_execle;
+    syscall => crum_syscall;
+}
+
+// --- fcntl: pids in lock and owner answers -------------------------------------------
+
+static REAL_FCNTL: AtomicUsize = AtomicUsize::new(0);
+static REAL_FCNTL64: AtomicUsize = AtomicUsize::new(0);
+const F_SETOWN_EX: c_int = 15;
+const F_GETOWN_EX: c_int = 16;
+
+/// `fcntl` with the pids the program knows after a restart: `F_SETOWN`/`F_SETOWN_EX` take
+/// them and `F_GETOWN`/`F_GETOWN_EX` give them, and `F_GETLK` names a conflicting lock's
+/// owner by them (a lock a restart took again is held under the kernel's new pid). The
+/// optional third argument is taken as one (the calling convention passes a variadic
+/// `int` or pointer the same way) and passed on as such.
+///
+/// # Safety
+/// As the C library's `fcntl`.
+unsafe fn fcntl_with(cache: &AtomicUsize, name: &CStr, fd: c_int, cmd: c_int, mut arg: usize) -> c_int {
+    let f = real(name, cache);
+    if f == 0 {
+        // SAFETY: sets the calling thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    }
+    // SAFETY: the C library's fcntl, its variadic argument passed as a register-sized one.
+    let call = |arg: usize| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_int, usize) -> c_int>(f)(fd, cmd, arg) };
+    if !pid::virtualised() {
+        return call(arg);
+    }
+    // struct f_owner_ex { int type; pid_t pid; } (the libc crate has neither it nor the
+    // commands F_SETOWN_EX, F_GETOWN_EX).
+    let own: [c_int; 2];
+    match cmd {
+        libc::F_SETOWN => arg = pid::owner_to_kernel(arg as c_int) as usize,
+        F_SETOWN_EX if arg != 0 => {
+            // SAFETY: the caller's struct f_owner_ex, read into a copy of ours.
+            let mut o = unsafe { std::ptr::read_unaligned(arg as *const [c_int; 2]) };
+            o[1] = pid::owner_to_kernel(o[1]);
+            own = o;
+            arg = own.as_ptr() as usize;
+        }
+        _ => {}
+    }
+    let r = call(arg);
+    match cmd {
+        libc::F_GETOWN => pid::owner_to_program(r),
+        F_GETOWN_EX if r == 0 && arg != 0 => {
+            // SAFETY: the caller's struct f_owner_ex, which the kernel just filled.
+            unsafe { (*(arg as *mut [c_int; 2]))[1] = pid::owner_to_program((*(arg as *mut [c_int; 2]))[1]) };
+            r
+        }
+        libc::F_GETLK | libc::F_OFD_GETLK if r == 0 && arg != 0 => {
+            // SAFETY: the caller's struct flock, which the kernel just filled.
+            unsafe { (*(arg as *mut libc::flock)).l_pid = pid::lock_pid_to_program((*(arg as *mut libc::flock)).l_pid) };
+            r
+        }
+        _ => r,
+    }
+}
+
+/// The program's `fcntl` ([`fcntl_with`]).
+///
+/// # Safety
+/// As the C library's `fcntl`.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // SAFETY: the caller's arguments, as for the C library's.
+    unsafe { fcntl_with(&REAL_FCNTL, c"fcntl", fd, cmd, arg) }
+}
+
+/// The program's `fcntl64` ([`fcntl_with`]).
+///
+/// # Safety
+/// As the C library's `fcntl64`.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // SAFETY: the caller's arguments, as for the C library's.
+    unsafe { fcntl_with(&REAL_FCNTL64, c"fcntl64", fd, cmd, arg) }
 }
 
 // --- opens for writing -----------------------------------------------------------------
@@ -573,6 +654,75 @@ fn proc_path(path: Path, buf: &mut [u8; 4096]) -> Path {
     }
 }
 
+/// After a restart, a read-only open of a file that names lock owners by pid (`/proc/locks`,
+/// an fdinfo file: [`pid::lists_lock_owners`]): a memfd holding its text with each owner
+/// in the program's ids (the locks a restart took again are the restorer's, under the
+/// kernel's new pid), close-on-exec if `flags` say so. None to open the file itself (not
+/// such a file, or anything failed). Allocates nothing.
+fn lock_owner_file(path: Path, flags: c_int) -> Option<c_int> {
+    if path.is_null() || !pid::virtualised() || flags & libc::O_ACCMODE != libc::O_RDONLY {
+        return None;
+    }
+    // SAFETY: the caller's NUL-terminated path.
+    let name = unsafe { CStr::from_ptr(path) };
+    if !pid::lists_lock_owners(name.to_bytes()) {
+        return None;
+    }
+    // SAFETY: system calls on a NUL-terminated path, our new descriptors and live buffers;
+    // errno is put back as it was.
+    unsafe {
+        let e = *libc::__errno_location();
+        let src = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, libc::O_RDONLY | libc::O_CLOEXEC) as c_int;
+        if src < 0 {
+            *libc::__errno_location() = e;
+            return None;
+        }
+        let mfd_flags = if flags & libc::O_CLOEXEC != 0 { libc::MFD_CLOEXEC } else { 0 };
+        let dst = libc::syscall(libc::SYS_memfd_create, c"crum-proc".as_ptr(), mfd_flags) as c_int;
+        let ok = dst >= 0 && {
+            let (mut chunk, mut line, mut out) = ([0u8; 4096], [0u8; 512], [0u8; 600]);
+            let mut len = 0usize;
+            let mut ok = true;
+            let put = |b: &[u8]| libc::write(dst, b.as_ptr().cast(), b.len()) == b.len() as isize;
+            'read: loop {
+                let n = libc::read(src, chunk.as_mut_ptr().cast(), chunk.len());
+                if n < 0 {
+                    ok = false;
+                    break;
+                }
+                if n == 0 {
+                    break;
+                }
+                for &c in &chunk[..n as usize] {
+                    line[len] = c;
+                    len += 1;
+                    if c == b'\n' || len == line.len() {
+                        let m = pid::lock_line_to_program(&line[..len], &mut out);
+                        if !put(&out[..m]) {
+                            ok = false;
+                            break 'read;
+                        }
+                        len = 0;
+                    }
+                }
+            }
+            ok && (len == 0 || {
+                let m = pid::lock_line_to_program(&line[..len], &mut out);
+                put(&out[..m])
+            }) && libc::lseek(dst, 0, libc::SEEK_SET) == 0
+        };
+        libc::close(src);
+        *libc::__errno_location() = e;
+        if !ok {
+            if dst >= 0 {
+                libc::close(dst);
+            }
+            return None;
+        }
+        Some(dst)
+    }
+}
+
 /// Tells libcrum that the program is about to create `path` (relative to `dirfd`), which
 /// does not exist yet.
 fn note_create(dirfd: c_int, path: Path) {
@@ -616,6 +766,9 @@ macro_rules! wrap_open {
                 let mut pbuf = [0u8; 4096];
                 let $path = proc_path($path, &mut pbuf);
                 let flags: c_int = $flags;
+                if let Some(fd) = lock_owner_file($path, flags) {
+                    return fd;
+                }
                 let may_create = flags & libc::O_CREAT != 0;
                 let existed = !may_create || exists($dirfd, $path);
                 if !existed {
@@ -665,6 +818,20 @@ macro_rules! wrap_fopen {
                 let mut pbuf = [0u8; 4096];
                 let $path = proc_path($path, &mut pbuf);
                 let w = mode_writes($mode) && !$path.is_null();
+                // (Not `freopen`, which must keep its stream.)
+                if !w && stringify!($name).starts_with("fopen") {
+                    // SAFETY: the caller's NUL-terminated mode string (checked non-null).
+                    let cloexec = !$mode.is_null() && unsafe { CStr::from_ptr($mode) }.to_bytes().contains(&b'e');
+                    if let Some(fd) = lock_owner_file($path, libc::O_RDONLY | if cloexec { libc::O_CLOEXEC } else { 0 }) {
+                        // SAFETY: our new descriptor, given to a stream of the C library.
+                        let fp = unsafe { libc::fdopen(fd, $mode) };
+                        if !fp.is_null() {
+                            return fp;
+                        }
+                        // SAFETY: ours, closed once.
+                        unsafe { libc::close(fd) };
+                    }
+                }
                 let existed = !w || exists(libc::AT_FDCWD, $path);
                 if !existed {
                     note_create(libc::AT_FDCWD, $path);

@@ -540,9 +540,194 @@ pub fn proc_path(path: &[u8], buf: &mut [u8; 4096]) -> Option<usize> {
     Some(w.position() as usize)
 }
 
+/// The program's id for one the kernel gave, for `src/syscall.c` (`syscall(SYS_getpid)`,
+/// `SYS_gettid`, `SYS_getppid`).
+#[no_mangle]
+pub extern "C" fn crum_pid_to_program(id: c_int) -> c_int {
+    to_program(id)
+}
+
+/// The kernel's id for one the program gave, for `src/syscall.c` (`syscall(SYS_kill, …)`…).
+#[no_mangle]
+pub extern "C" fn crum_pid_to_kernel(id: c_int) -> c_int {
+    to_kernel(id)
+}
+
+/// The program's pid for a pid the kernel gives in `fcntl`'s answers (`F_GETOWN`: a
+/// negative value is a process group).
+pub fn owner_to_program(id: c_int) -> c_int {
+    if id < -1 {
+        -to_program(-id)
+    } else {
+        to_program(id)
+    }
+}
+
+/// The kernel's pid for one the program gives to `fcntl` (`F_SETOWN`).
+pub fn owner_to_kernel(id: c_int) -> c_int {
+    to_kernel(id)
+}
+
+/// A `struct flock`'s `l_pid` as `F_GETLK` fills it, in the program's ids.
+pub fn lock_pid_to_program(id: c_int) -> c_int {
+    if id > 0 {
+        to_program(id)
+    } else {
+        id
+    }
+}
+
+/// Whether `path` (as the kernel will see it) is a file whose lines name lock owners by pid:
+/// `/proc/locks`, or `/proc/<pid>/fdinfo/<fd>` (`self`, `thread-self` too).
+pub fn lists_lock_owners(path: &[u8]) -> bool {
+    if path == b"/proc/locks" {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix(b"/proc/") else {
+        return false;
+    };
+    let Some(slash) = rest.iter().position(|&c| c == b'/') else {
+        return false;
+    };
+    let (who, tail) = rest.split_at(slash);
+    let who_ok = who == b"self"
+        || who == b"thread-self"
+        || (!who.is_empty() && who.iter().all(u8::is_ascii_digit));
+    who_ok
+        && tail
+            .strip_prefix(b"/fdinfo/")
+            .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
+}
+
+/// One line of `/proc/locks` (`1: POSIX  ADVISORY  WRITE 1234 fe:00:5678 0 EOF`, a waiter
+/// `1: -> POSIX …`) or of an fdinfo file (the same after `lock:\t`; a pidfd's `Pid:\t1234`),
+/// with the owner's pid in the program's ids, written into `out`; its length. Any other line
+/// is copied as it is.
+/// Allocates nothing.
+pub fn lock_line_to_program(line: &[u8], out: &mut [u8]) -> usize {
+    let copy = |out: &mut [u8]| {
+        let n = line.len().min(out.len());
+        out[..n].copy_from_slice(&line[..n]);
+        n
+    };
+    // A pidfd's fdinfo: `Pid:\t<pid>` names the process it refers to.
+    if let Some(rest) = line.strip_prefix(b"Pid:") {
+        let ws = rest.iter().take_while(|c| matches!(c, b' ' | b'\t')).count();
+        let digits = rest[ws..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let Some(pid) = std::str::from_utf8(&rest[ws..ws + digits]).ok().and_then(|t| t.parse::<c_int>().ok()) else {
+            return copy(out);
+        };
+        let mut w = std::io::Cursor::new(&mut out[..]);
+        use std::io::Write as _;
+        let tail = &rest[ws + digits..];
+        if w.write_all(&line[..4 + ws]).and_then(|_| write!(w, "{}", lock_pid_to_program(pid))).and_then(|_| w.write_all(tail)).is_err() {
+            return copy(out);
+        }
+        return w.position() as usize;
+    }
+    let body_at = if line.starts_with(b"lock:") { 5 } else { 0 };
+    // Fields after "N:" (and "->"): kind, ADVISORY/MANDATORY, mode, pid.
+    let mut i = body_at;
+    let skip_ws = |i: &mut usize| {
+        while *i < line.len() && (line[*i] == b' ' || line[*i] == b'\t') {
+            *i += 1;
+        }
+    };
+    let word = |i: &mut usize| {
+        let s = *i;
+        while *i < line.len() && !matches!(line[*i], b' ' | b'\t' | b'\n') {
+            *i += 1;
+        }
+        s
+    };
+    skip_ws(&mut i);
+    let s = word(&mut i);
+    if !line[s..i].ends_with(b":") || s == i {
+        return copy(out);
+    }
+    skip_ws(&mut i);
+    let mut s = word(&mut i);
+    if &line[s..i] == b"->" {
+        skip_ws(&mut i);
+        s = word(&mut i);
+    }
+    let _ = s;
+    for _ in 0..2 {
+        skip_ws(&mut i);
+        word(&mut i);
+    }
+    skip_ws(&mut i);
+    let (ps, pe) = (i, {
+        let mut j = i;
+        word(&mut j);
+        j
+    });
+    let Some(pid) = std::str::from_utf8(&line[ps..pe])
+        .ok()
+        .and_then(|t| t.parse::<c_int>().ok())
+    else {
+        return copy(out);
+    };
+    let pid = lock_pid_to_program(pid);
+    let mut w = std::io::Cursor::new(&mut out[..]);
+    use std::io::Write as _;
+    if w.write_all(&line[..ps])
+        .and_then(|_| write!(w, "{pid}"))
+        .and_then(|_| w.write_all(&line[pe..]))
+        .is_err()
+    {
+        return copy(out);
+    }
+    w.position() as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_lines_name_the_programs_pid_after_a_restart() {
+        let _one = IDS.lock().unwrap_or_else(|e| e.into_inner());
+        crum_set_pid_identity(100, 5000);
+        let t = |l: &str| {
+            let mut buf = [0u8; 512];
+            let n = lock_line_to_program(l.as_bytes(), &mut buf);
+            String::from_utf8(buf[..n].to_vec()).unwrap()
+        };
+        assert_eq!(
+            t("1: POSIX  ADVISORY  WRITE 5000 fe:00:5678 0 EOF\n"),
+            "1: POSIX  ADVISORY  WRITE 100 fe:00:5678 0 EOF\n"
+        );
+        assert_eq!(
+            t("lock:\t1: FLOCK  ADVISORY  READ 5000 08:01:12 0 EOF\n"),
+            "lock:\t1: FLOCK  ADVISORY  READ 100 08:01:12 0 EOF\n"
+        );
+        assert_eq!(
+            t("2: -> POSIX  ADVISORY  WRITE 5000 fe:00:1 0 EOF\n"),
+            "2: -> POSIX  ADVISORY  WRITE 100 fe:00:1 0 EOF\n"
+        );
+        assert_eq!(
+            t("3: OFDLCK ADVISORY  WRITE -1 fe:00:1 0 EOF\n"),
+            "3: OFDLCK ADVISORY  WRITE -1 fe:00:1 0 EOF\n"
+        );
+        assert_eq!(
+            t("1: POSIX  ADVISORY  WRITE 4321 fe:00:5678 0 EOF\n"),
+            "1: POSIX  ADVISORY  WRITE 4321 fe:00:5678 0 EOF\n"
+        );
+        assert_eq!(t("pos:\t0\n"), "pos:\t0\n");
+        assert_eq!(t("Pid:\t5000\n"), "Pid:\t100\n");
+        assert_eq!(t("Pid:\t-1\n"), "Pid:\t-1\n");
+        assert_eq!(owner_to_program(5000), 100);
+        assert_eq!(owner_to_program(-5000), -100);
+        assert_eq!(owner_to_kernel(100), 5000);
+        crum_set_pid_identity(500, 500);
+        assert!(lists_lock_owners(b"/proc/locks"));
+        assert!(lists_lock_owners(b"/proc/self/fdinfo/3"));
+        assert!(lists_lock_owners(b"/proc/5000/fdinfo/12"));
+        assert!(!lists_lock_owners(b"/proc/self/fdinfo/"));
+        assert!(!lists_lock_owners(b"/proc/self/fd/3"));
+        assert!(!lists_lock_owners(b"/proc/lockss"));
+    }
 
     /// The ids are process-wide: one test at a time.
     static IDS: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -768,6 +768,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
             sys::close(p.2);
         }
     }
+    take_locks(&state)?;
     let channel_fd = match (&opts.proxy, device) {
         (Some((exe, dev)), true) => start_proxy(exe, dev)?,
         _ => -1,
@@ -943,7 +944,10 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
             FdKind::DeletedFile { path, memfd, id, pos, data, seals } => {
                 let acc = (f.flags as i32) & libc::O_ACCMODE;
                 let fd = match data {
-                    Some(bytes) => sys::deleted_file(path, *memfd, bytes, *seals, acc)?,
+                    Some(bytes) => {
+                        let extents = st.deleted_extents.iter().find(|e| e.0 == *id).map(|e| &e.1[..]);
+                        sys::deleted_file(path, *memfd, bytes, extents, *seals, acc)?
+                    }
                     None => {
                         let Some(first) = deleted.get(id) else {
                             return Err(RestartError::Invalid(format!("fd {}: deleted file {path} without its contents", f.fd)));
@@ -1093,8 +1097,18 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
     for (fd, watches) in inotifies {
         sys::inotify_watch(fd, watches)?;
     }
+    Ok(())
+}
+
+/// Takes the program's locks again and aims its descriptors' I/O signals at it, once no
+/// descriptor of crum's own is left open on its files (closing one drops the process's POSIX
+/// locks on the file: the job's shared files were, after they were put in place).
+fn take_locks(st: &ProcessState) -> Result<(), RestartError> {
     for l in &st.locks {
         sys::take_lock(l)?;
+    }
+    for &(fd, owner, sig) in &st.fd_owners {
+        sys::set_fd_owner(fd, owner, sig)?;
     }
     Ok(())
 }
@@ -1268,6 +1282,8 @@ mod tests {
             guards: vec![],
             file_contents: vec![],
             fd_attrs: vec![],
+            deleted_extents: vec![],
+            fd_owners: vec![],
         }
     }
 

@@ -165,7 +165,8 @@ fn fd_or_err(fd: i32, what: impl Into<String>) -> Result<i32, RestartError> {
 /// A file deleted while the program had it open (or a memfd), made again with its contents:
 /// an unnamed file (`O_TMPFILE`) in the directory it was in, or in the temporary directory
 /// if that is gone; a memfd with its name and seals. Opened with access mode `acc`.
-pub fn deleted_file(path: &str, memfd: bool, data: &[u8], seals: u32, acc: i32) -> Result<i32, RestartError> {
+/// `extents` (offset, length): where it had data, the rest left a hole; None: all of it.
+pub fn deleted_file(path: &str, memfd: bool, data: &[u8], extents: Option<&[(u64, u64)]>, seals: u32, acc: i32) -> Result<i32, RestartError> {
     let fd = if memfd {
         let name = cstr(path)?;
         let flags = if seals != 0 { libc::MFD_ALLOW_SEALING } else { 0 };
@@ -178,7 +179,24 @@ pub fn deleted_file(path: &str, memfd: bool, data: &[u8], seals: u32, acc: i32) 
         let fd = unsafe { libc::open(c.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600) };
         fd_or_err(fd, format!("creating an unnamed file in {} for deleted file {path}", dir.display()))?
     };
-    write_all(fd, data)?;
+    match extents {
+        // Only where it had data: the rest stays a hole, as it was (`SEEK_HOLE` finds it).
+        Some(extents) => {
+            // SAFETY: ftruncate of our own new descriptor.
+            if unsafe { libc::ftruncate(fd, data.len() as libc::off_t) } != 0 {
+                return Err(sys_err(format!("sizing deleted file {path}")));
+            }
+            for &(off, len) in extents {
+                let bytes = usize::try_from(off)
+                    .ok()
+                    .zip(usize::try_from(off.saturating_add(len)).ok())
+                    .and_then(|(a, b)| data.get(a..b))
+                    .ok_or_else(|| RestartError::Invalid(format!("deleted file {path}: extent {off}+{len} beyond its {} bytes", data.len())))?;
+                pwrite_at(fd, bytes, off, path)?;
+            }
+        }
+        None => write_all(fd, data)?,
+    }
     if seals != 0 {
         // SAFETY: fcntl with an integer argument on our own descriptor.
         if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals as libc::c_int) } != 0 {
@@ -192,6 +210,20 @@ pub fn deleted_file(path: &str, memfd: bool, data: &[u8], seals: u32, acc: i32) 
     let again = open(&format!("/proc/self/fd/{fd}"), acc);
     close(fd);
     again
+}
+
+/// Writes all of `bytes` at `off` of `fd` (the descriptor's offset stays).
+fn pwrite_at(fd: i32, mut bytes: &[u8], mut off: u64, path: &str) -> Result<(), RestartError> {
+    while !bytes.is_empty() {
+        // SAFETY: pwrite from the live slice.
+        let n = unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), bytes.len(), off as libc::off_t) };
+        if n <= 0 {
+            return Err(sys_err(format!("writing deleted file {path} back")));
+        }
+        bytes = &bytes[n as usize..];
+        off += n as u64;
+    }
+    Ok(())
 }
 
 /// Gives the file open at `fd` (made anew: a deleted file, a memfd) its owner, permission
@@ -461,6 +493,27 @@ pub fn take_lock(l: &FileLock) -> Result<(), RestartError> {
         let held = matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES));
         let what = if held { format!("{} (another process holds it now)", what()) } else { what() };
         return Err(RestartError::Sys { what, source: err });
+    }
+    Ok(())
+}
+
+/// Aims the I/O signals of `fd` at this process again (the restorer becomes the program):
+/// `owner` the `F_GETOWN_EX` type it had (-1: none), `sig` its `F_SETSIG` signal (0: SIGIO).
+pub fn set_fd_owner(fd: i32, owner: i32, sig: i32) -> Result<(), RestartError> {
+    // The kernel's pid (this process's own: the program's after the jump).
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+    if owner >= 0 {
+        // struct f_owner_ex { int type; pid_t pid; }; F_SETOWN_EX = 15.
+        let own = [owner, me];
+        // SAFETY: F_SETOWN_EX reads one struct f_owner_ex from the live local.
+        if unsafe { libc::fcntl(fd, 15, own.as_ptr()) } != 0 {
+            return Err(sys_err(format!("aiming the I/O signals of fd {fd} at the program again (F_SETOWN)")));
+        }
+    }
+    // SAFETY: F_SETSIG (10) takes an integer.
+    if sig > 0 && unsafe { libc::fcntl(fd, 10, sig) } != 0 {
+        return Err(sys_err(format!("giving fd {fd} its I/O signal {sig} again (F_SETSIG)")));
     }
     Ok(())
 }

@@ -191,6 +191,8 @@ fn build(spec: &Spec) -> Built {
         guards: vec![],
         file_contents: vec![],
         fd_attrs: vec![],
+        deleted_extents: vec![],
+        fd_owners: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -677,10 +679,13 @@ fn version_1_images_still_validate() {
     st.guards.clear();
     st.file_contents.clear();
     st.fd_attrs.clear();
+    st.deleted_extents.clear();
+    st.fd_owners.clear();
     b.process = st.encode();
     // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals`,
-    // `posix_timers`, `advice`, `guards`, `file_contents` and `fd_attrs` (empty: one 0 each).
-    for _ in 0..9 {
+    // `posix_timers`, `advice`, `guards`, `file_contents`, `fd_attrs`, `deleted_extents` and
+    // `fd_owners` (empty: one 0 each).
+    for _ in 0..11 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
