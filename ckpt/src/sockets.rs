@@ -227,21 +227,39 @@ fn inq(fd: i32) -> usize {
 /// One message from `fd` (`peek`: left in the queue), without waiting; None when there is
 /// none. File descriptors it carried are closed here and counted in `fds_lost`.
 fn recv_one(fd: i32, max: usize, peek: bool, fds_lost: &mut usize) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; max.max(1)];
+    let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
+    let (buf, fds, _) = recv_msg(fd, max.max(1), flags, false)?;
+    close_all(&fds);
+    *fds_lost += fds.len();
+    Some(buf)
+}
+
+/// One message received from `fd` with `flags` (and `MSG_CMSG_CLOEXEC`): its bytes (at most
+/// `max`), the descriptors it carried (open here now: the caller closes or passes them on),
+/// and, with `want_from`, the sender's address as the kernel wrote it. None when there is
+/// none.
+fn recv_msg(fd: i32, max: usize, flags: i32, want_from: bool) -> Option<(Vec<u8>, Vec<i32>, Vec<u8>)> {
+    let mut buf = vec![0u8; max];
     let mut ctl = [0u64; 64];
+    // SAFETY: sockaddr_storage is plain bytes.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
     // SAFETY: msghdr is plain data; every pointer set below is to a live buffer.
     let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+    if want_from {
+        mh.msg_name = &mut from as *mut libc::sockaddr_storage as *mut libc::c_void;
+        mh.msg_namelen = std::mem::size_of_val(&from) as libc::socklen_t;
+    }
     mh.msg_iov = &mut iov;
     mh.msg_iovlen = 1;
     mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
     mh.msg_controllen = std::mem::size_of_val(&ctl);
-    let flags = libc::MSG_DONTWAIT | if peek { libc::MSG_PEEK } else { 0 };
     // SAFETY: as above.
     let n = unsafe { libc::recvmsg(fd, &mut mh, flags | libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
         return None;
     }
+    let mut fds = Vec::new();
     // SAFETY: walking the control messages the kernel wrote into `ctl`.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&mh);
@@ -249,16 +267,24 @@ fn recv_one(fd: i32, max: usize, peek: bool, fds_lost: &mut usize) -> Option<Vec
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(c) as *const i32;
                 let count = ((*c).cmsg_len as usize - (data as usize - c as usize)) / 4;
-                for i in 0..count {
-                    libc::close(data.add(i).read_unaligned());
-                }
-                *fds_lost += count;
+                fds.extend((0..count).map(|i| data.add(i).read_unaligned()));
             }
             c = libc::CMSG_NXTHDR(&mh, c);
         }
     }
     buf.truncate((n as usize).min(buf.len()));
-    Some(buf)
+    let len = if want_from { (mh.msg_namelen as usize).min(std::mem::size_of_val(&from)) } else { 0 };
+    // SAFETY: `len` bytes of the storage were written by the kernel (capped at its size).
+    let addr = unsafe { std::slice::from_raw_parts(&from as *const libc::sockaddr_storage as *const u8, len) }.to_vec();
+    Some((buf, fds, addr))
+}
+
+/// Closes descriptors this process received in a message.
+fn close_all(fds: &[i32]) {
+    for &f in fds {
+        // SAFETY: our own copies, received just now.
+        unsafe { libc::close(f) };
+    }
 }
 
 /// A socket's description, its inode and its connected peer's inode (Unix sockets; 0:
@@ -474,35 +500,7 @@ fn peek_messages(fd: i32, ty: i32, shutdown: u8, refuse: &mut String) -> Vec<Vec
 fn take_and_send_back(fd: i32, other: i32, refuse: &mut String) -> Vec<Vec<u8>> {
     // All taken first (what is sent back arrives at `fd` again), then sent back in order.
     let mut taken: Vec<(Vec<u8>, Vec<i32>)> = Vec::new();
-    loop {
-        let mut buf = vec![0u8; 1 << 18];
-        let mut ctl = [0u64; 64];
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: msghdr is plain data; every pointer set below is to a live buffer.
-        let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
-        mh.msg_iov = &mut iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
-        mh.msg_controllen = std::mem::size_of_val(&ctl);
-        // SAFETY: as above.
-        let n = unsafe { libc::recvmsg(fd, &mut mh, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
-        if n < 0 {
-            break;
-        }
-        let mut fds: Vec<i32> = Vec::new();
-        // SAFETY: walking the control messages the kernel wrote into `ctl`.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&mh);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                    let data = libc::CMSG_DATA(c) as *const i32;
-                    let count = ((*c).cmsg_len as usize - (data as usize - c as usize)) / 4;
-                    fds.extend((0..count).map(|i| data.add(i).read_unaligned()));
-                }
-                c = libc::CMSG_NXTHDR(&mh, c);
-            }
-        }
-        buf.truncate(n as usize);
+    while let Some((buf, fds, _)) = recv_msg(fd, 1 << 18, libc::MSG_DONTWAIT, false) {
         taken.push((buf, fds));
     }
     let mut fds_seen = 0;
@@ -568,49 +566,14 @@ fn peek_datagrams(fd: i32, refuse: &mut String) -> Vec<(Vec<u8>, Vec<u8>)> {
         return queued;
     }
     let mut fds_lost = 0;
-    loop {
-        let mut buf = vec![0u8; 1 << 18];
-        let mut ctl = [0u64; 64];
-        // SAFETY: sockaddr_storage is plain bytes.
-        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: msghdr is plain data; every pointer set below is to a live buffer.
-        let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
-        mh.msg_name = &mut from as *mut libc::sockaddr_storage as *mut libc::c_void;
-        mh.msg_namelen = std::mem::size_of_val(&from) as libc::socklen_t;
-        mh.msg_iov = &mut iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
-        mh.msg_controllen = std::mem::size_of_val(&ctl);
-        // SAFETY: as above.
-        let n = unsafe { libc::recvmsg(fd, &mut mh, libc::MSG_DONTWAIT | libc::MSG_PEEK | libc::MSG_CMSG_CLOEXEC) };
-        if n < 0 {
-            break;
-        }
-        // SAFETY: walking the control messages the kernel wrote into `ctl`; the descriptors
-        // a peek gives are copies, closed here.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&mh);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                    let data = libc::CMSG_DATA(c) as *const i32;
-                    let count = ((*c).cmsg_len as usize - (data as usize - c as usize)) / 4;
-                    for i in 0..count {
-                        libc::close(data.add(i).read_unaligned());
-                    }
-                    fds_lost += count;
-                }
-                c = libc::CMSG_NXTHDR(&mh, c);
-            }
-        }
-        if n == 0 || queued.len() >= 1 << 16 {
+    // The descriptors a peek gives are copies, closed here.
+    while let Some((buf, fds, addr)) = recv_msg(fd, 1 << 18, libc::MSG_DONTWAIT | libc::MSG_PEEK, true) {
+        close_all(&fds);
+        fds_lost += fds.len();
+        if buf.is_empty() || queued.len() >= 1 << 16 {
             add_lost(refuse, "datagrams waiting in it after an empty one cannot be carried");
             break;
         }
-        buf.truncate(n as usize);
-        let len = (mh.msg_namelen as usize).min(std::mem::size_of_val(&from));
-        // SAFETY: `len` bytes of the storage were written by the kernel (capped at its size).
-        let addr = unsafe { std::slice::from_raw_parts(&from as *const libc::sockaddr_storage as *const u8, len) }.to_vec();
         queued.push((addr, buf));
     }
     set(before);
