@@ -470,11 +470,19 @@ pub struct Config {
     /// End the program ([`EXIT_CHECKPOINTED`]) after a checkpoint the signal triggered was
     /// written (`crum run --on-signal SIG --exit`, `CRUM_CKPT_EXIT=1`).
     pub exit_on_signal: bool,
+    /// Every how many checkpoints an image is full (`crum run --full-every N`,
+    /// `CRUM_CKPT_FULL_EVERY`; default [`FULL_EVERY`]); the ones between keep the memory
+    /// unchanged since the program's previous image in the same directory in that image
+    /// (incremental images, `crate::image::Base`). 1: every image is full.
+    pub full_every: usize,
 }
+
+/// Default of [`Config::full_every`].
+pub const FULL_EVERY: usize = 8;
 
 impl Config {
     /// Reads `CRUM_CKPT_DIR`, `CRUM_CKPT_INTERVAL`, `CRUM_CKPT_KEEP`, `CRUM_CKPT_SIGNAL`,
-    /// `CRUM_CKPT_SYNC`, `CRUM_STRICT`, `CRUM_CKPT_EXIT` through `get`.
+    /// `CRUM_CKPT_SYNC`, `CRUM_STRICT`, `CRUM_CKPT_EXIT`, `CRUM_CKPT_FULL_EVERY` through `get`.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         let dir = PathBuf::from(get("CRUM_CKPT_DIR").unwrap_or_else(|| "crum-images".into()));
         // Absolute and normalised (no `.`, `..` or `//`): image paths are printed.
@@ -513,7 +521,14 @@ impl Config {
         if exit_on_signal && signal.is_none() {
             return Err("CRUM_CKPT_EXIT=1 needs CRUM_CKPT_SIGNAL (crum run --exit needs --on-signal)".into());
         }
-        Ok(Config { dir, interval, keep, signal, sync, strict, exit_on_signal })
+        let full_every = match get("CRUM_CKPT_FULL_EVERY") {
+            Some(v) if !v.is_empty() => match v.parse::<usize>() {
+                Ok(n) if (1..=crate::image::MAX_CHAIN + 1).contains(&n) => n,
+                _ => return Err(format!("CRUM_CKPT_FULL_EVERY={v} is not a count from 1 to 256")),
+            },
+            _ => FULL_EVERY,
+        };
+        Ok(Config { dir, interval, keep, signal, sync, strict, exit_on_signal, full_every })
     }
 }
 
@@ -542,7 +557,16 @@ pub fn checkpoint_now(dir: &Path, sync: bool) -> Result<PathBuf, String> {
     resolve_restart_symbols();
     threads::install_handler()?;
     let cfg =
-        Config { dir: dir.to_path_buf(), interval: None, keep: 0, signal: None, sync, strict: false, exit_on_signal: false };
+        Config {
+            dir: dir.to_path_buf(),
+            interval: None,
+            keep: 0,
+            signal: None,
+            sync,
+            strict: false,
+            exit_on_signal: false,
+            full_every: FULL_EVERY,
+        };
     match checkpoint(&cfg, dir, false, false) {
         Outcome::Written(p, _) | Outcome::Held(p, _) => Ok(p),
         Outcome::Failed(e) => Err(e),
@@ -1377,6 +1401,8 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     let h = hooks();
     // Before the threads stop: its lock is never taken while they are stopped.
     let lineage = crate::lineage::current().encode();
+    // Read before the pause too: the image this one may keep unchanged memory in.
+    let base = incremental_base(cfg, dir);
     let tq = Instant::now();
     PHASE_DRAIN_US.store(0, Relaxed);
     PHASE_DEVICE_BYTES.store(0, Relaxed);
@@ -1394,7 +1420,7 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     }
     let t_stopped = Instant::now();
     let mut device_time = Duration::ZERO;
-    let prepared = prepare(cfg, dir, &h, &mut device_time, strict, None);
+    let prepared = prepare(cfg, dir, &h, &mut device_time, strict, None, base);
     let mut ctx = match prepared {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -1491,6 +1517,36 @@ fn checkpoint_inner(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) ->
     }
 }
 
+/// The image a new image in `dir` may keep unchanged memory in: the program's last image
+/// (or the one it was restarted from) when it is in `dir`, complete, and the new image's
+/// chain would be at most `full_every - 1` long — and with `--keep N` at most `N - 1`, so
+/// that rotation can remove what the N newest images no longer need; else None (a full
+/// image). Reads image metadata only.
+fn incremental_base(cfg: &Config, dir: &Path) -> Option<std::sync::Arc<crate::image::Base>> {
+    let max_chain = match cfg.keep {
+        0 => cfg.full_every - 1,
+        k => (cfg.full_every - 1).min(k - 1),
+    };
+    if max_chain == 0 {
+        return None;
+    }
+    let last = crate::lineage::last_image()?;
+    let same_dir = match (last.parent().map(std::fs::canonicalize), std::fs::canonicalize(dir)) {
+        (Some(Ok(a)), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same_dir {
+        return None;
+    }
+    match crate::image::Base::from_image(&last, max_chain) {
+        Ok(b) => b.map(std::sync::Arc::new),
+        Err(e) => {
+            tracing::info!("full image: the last one ({}) cannot be a base: {e}", last.display());
+            None
+        }
+    }
+}
+
 /// The pid the program knows: the one its lineage started with.
 fn program_pid() -> i32 {
     PID_HISTORY.lock().unwrap_or_else(|e| e.into_inner()).first().copied().unwrap_or_else(threads::real_pid)
@@ -1581,7 +1637,7 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
     let mut device_time = Duration::ZERO;
     let (pipes, zombies, socks, files) = pipes;
     let part = Part { name: format!("p-{pid}"), others: &zombies, pipes: &pipes, socks: &socks, files: &files, pid };
-    let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some(part)) {
+    let mut ctx = match prepare(cfg, parent, &h, &mut device_time, strict, Some(part), None) {
         Ok(mut c) => {
             c.lineage = lineage;
             c
@@ -1826,7 +1882,7 @@ fn job_checkpoint(
     let mut device_time = Duration::ZERO;
     let others: Vec<i32> = kernel_pids.iter().chain(zombie_pids.iter()).copied().collect();
     let part = Part { name: format!("p-{my_pid}"), others: &others, pipes: &pipes, socks: &socks, files: &files, pid: my_pid };
-    let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part)) {
+    let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part), None) {
         Ok(mut c) => {
             c.lineage = lineage;
             c
@@ -2072,6 +2128,7 @@ fn prepare(
     device_time: &mut Duration,
     strict: bool,
     part: Option<Part<'_>>,
+    base: Option<std::sync::Arc<crate::image::Base>>,
 ) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
     let mut sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
@@ -2294,6 +2351,7 @@ fn prepare(
         seq,
         max_sections: sections.len() + 4,
         dir_name: part.map(|p| p.name),
+        base,
         ..Default::default()
     };
     let writer =

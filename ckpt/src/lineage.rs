@@ -93,6 +93,9 @@ struct Current {
     lineage: Lineage,
     /// Names of the images rotation may remove (see the module documentation).
     own: Vec<String>,
+    /// The program's newest image: the last one written, or the one it was restarted from
+    /// (the base of an incremental image, `crate::image::Base`).
+    last: Option<std::path::PathBuf>,
 }
 
 static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
@@ -105,7 +108,11 @@ pub(crate) fn unlocked() -> bool {
 
 fn with<R>(f: impl FnOnce(&mut Current) -> R) -> R {
     let mut g = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
-    let c = g.get_or_insert_with(|| Current { lineage: Lineage::begin(crate::threads::real_pid() as u32), own: Vec::new() });
+    let c = g.get_or_insert_with(|| Current {
+        lineage: Lineage::begin(crate::threads::real_pid() as u32),
+        own: Vec::new(),
+        last: None,
+    });
     f(c)
 }
 
@@ -127,6 +134,7 @@ pub fn begin_restarted(image: &Path) {
             new.id.push_str(".1");
         }
         c.lineage = new;
+        c.last = Some(image.to_path_buf());
         if let Some(n) = name {
             if !c.own.contains(&n) {
                 c.own.push(n);
@@ -139,8 +147,16 @@ pub fn begin_restarted(image: &Path) {
 pub fn written(image: &Path) {
     if let Some(n) = image.file_name() {
         let n = n.to_string_lossy().into_owned();
-        with(|c| c.own.push(n));
+        with(|c| {
+            c.own.push(n);
+            c.last = Some(image.to_path_buf());
+        });
     }
+}
+
+/// The program's newest image (see `Current::last`).
+pub fn last_image() -> Option<std::path::PathBuf> {
+    with(|c| c.last.clone())
 }
 
 /// Whether rotation may remove the image named `name`.

@@ -1,7 +1,8 @@
 //! Golden image: a small image committed under `tests/golden/` as a change detector. The
 //! reader must keep reading it, and the writer must keep producing the same bytes from the
 //! same input. An intended format change bumps the version and regenerates it with
-//! `CRUM_REGENERATE_GOLDEN=1 cargo test -p crum-ckpt --test image_golden`.
+//! `CRUM_REGENERATE_GOLDEN=1 cargo test -p crum-ckpt --test image_golden`; the images of
+//! earlier versions stay, and must still be read (`image-1.0`: before the `chunks` section).
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +10,9 @@ use crum_ckpt::image::{
     Encoding, ImageReader, ImageWriter, RegionMeta, WriterOptions, FORMAT_MAJOR, FORMAT_MINOR,
 };
 
-const NAME: &str = "image-1.0";
+const NAME: &str = "image-1.1";
+/// The golden image of format 1.0 (no `chunks` section), read by every later reader.
+const NAME_1_0: &str = "image-1.0";
 const CREATED: u64 = 1_795_387_042_123;
 
 fn golden_dir() -> PathBuf {
@@ -106,16 +109,30 @@ fn golden_image_reads_back_its_known_contents() {
     if !applicable() {
         return;
     }
-    let mut r = ImageReader::open(&golden_dir().join(NAME)).unwrap();
+    let r = check_golden(NAME, (FORMAT_MAJOR, FORMAT_MINOR), &["regions", "pages", "chunks", "process", "note"]);
+    assert_eq!(r.chunk_hashes().unwrap().map(|h| h.len()), Some(3));
+}
+
+#[test]
+fn golden_image_of_format_1_0_still_reads() {
+    if !applicable() {
+        return;
+    }
+    let r = check_golden(NAME_1_0, (1, 0), &["regions", "pages", "process", "note"]);
+    assert_eq!(r.chunk_hashes().unwrap(), None);
+}
+
+fn check_golden(name: &str, version: (u16, u16), sections: &[&str]) -> ImageReader {
+    let mut r = ImageReader::open(&golden_dir().join(name)).unwrap();
     let inv = r.inventory().clone();
-    assert_eq!((inv.major, inv.minor), (FORMAT_MAJOR, FORMAT_MINOR));
+    assert_eq!((inv.major, inv.minor), version);
     assert_eq!(inv.arch, "x86_64");
     assert_eq!(inv.kernel_release, "6.0.0-golden");
     assert_eq!(inv.page_size, 4096);
     assert_eq!(inv.created_unix_ms, CREATED);
     assert!(inv.producer.starts_with("crum "));
     let names: Vec<&str> = inv.sections.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["regions", "pages", "process", "note"]);
+    assert_eq!(names, sections);
     assert_eq!(
         r.section("process").unwrap().unwrap(),
         b"golden process state"
@@ -146,6 +163,7 @@ fn golden_image_reads_back_its_known_contents() {
         "the zero page is not stored"
     );
     r.verify().unwrap();
+    r
 }
 
 #[test]
@@ -156,7 +174,7 @@ fn writer_reproduces_golden_image_byte_for_byte() {
     let tmp = tempfile::tempdir().unwrap();
     let fresh = write_golden(tmp.path());
     let golden = golden_dir().join(NAME);
-    for f in ["regions", "pages", "s-0", "s-1"] {
+    for f in ["regions", "pages", "chunks", "s-0", "s-1"] {
         assert_eq!(
             std::fs::read(fresh.join(f)).unwrap(),
             std::fs::read(golden.join(f)).unwrap(),

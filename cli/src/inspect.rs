@@ -180,6 +180,22 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
     let nonzero: u64 = regions.iter().map(RegionInfo::nonzero_bytes).sum();
     let stored: u64 = regions.iter().map(RegionInfo::stored_bytes).sum();
     let disk: u64 = inv.sections.iter().map(|s| s.size).sum();
+    // An incremental image: the earlier images it keeps memory in, with the stored bytes of
+    // its memory each holds.
+    let chain: Vec<(crum_ckpt::image::ChainEntry, u64)> = r
+        .chain()
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let kept = regions
+                .iter()
+                .flat_map(|g| &g.chunks)
+                .filter(|c| usize::from(c.file) == i + 1)
+                .map(|c| u64::from(c.stored_len))
+                .sum();
+            (e.clone(), kept)
+        })
+        .collect();
 
     let mut o = String::new();
     if json {
@@ -210,6 +226,10 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
                 "image_bytes": disk,
             },
             "verified": verified,
+            "chain": chain.iter().map(|(e, kept)| serde_json::json!({
+                "name": e.name, "inventory_crc": e.inventory_crc,
+                "created_unix_ms": e.created_unix_ms, "kept_bytes": kept,
+            })).collect::<Vec<_>>(),
             "lineage": lineage.as_ref().map(|l| serde_json::json!({
                 "id": l.id, "parent": l.parent, "restarted_from": l.restarted_from,
             })),
@@ -250,6 +270,20 @@ fn describe(path: &Path, json: bool, verify: bool) -> anyhow::Result<String> {
         HumanBytes(u64::from(r.chunk_size()))
     )?;
     writeln!(o, "on disk    {}", HumanBytes(disk))?;
+    if !chain.is_empty() {
+        let kept: u64 = chain.iter().map(|c| c.1).sum();
+        writeln!(
+            o,
+            "chain      incremental: {} earlier image(s) in {} keep {} of its memory; this image adds {}",
+            chain.len(),
+            path.parent().map_or_else(|| ".".into(), |p| p.display().to_string()),
+            HumanBytes(kept),
+            HumanBytes(stored)
+        )?;
+        for (i, (e, b)) in chain.iter().enumerate() {
+            writeln!(o, "           {} {}  {} ({})", i + 1, e.name, HumanBytes(*b), human_time(e.created_unix_ms))?;
+        }
+    }
     if let Some(l) = &lineage {
         writeln!(o, "lineage    {}", l.describe())?;
     }

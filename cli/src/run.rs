@@ -38,6 +38,12 @@ pub struct Args {
     /// was restarted from, are never removed.
     #[arg(long, value_name = "N", value_parser = parse_keep)]
     pub keep: Option<u32>,
+    /// Write a full image every N checkpoints (1 to 256; default 8); the images between
+    /// store only the memory changed since the program's previous image in the same
+    /// directory and keep the rest there (`crum inspect` shows the chain; --keep never
+    /// removes an image a kept one needs). 1: every image is full. Sets CRUM_CKPT_FULL_EVERY.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub full_every: Option<u32>,
     /// Checkpoint when this signal arrives (e.g. USR1, SIGTERM, 10). Not KILL or STOP
     /// (they cannot be caught) nor a fault signal (SEGV, BUS, ILL, FPE, TRAP).
     #[arg(long, value_name = "SIG", value_parser = parse_trigger_signal)]
@@ -333,6 +339,9 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     }
     if let Some(k) = args.keep {
         cmd.env("CRUM_CKPT_KEEP", k.to_string());
+    }
+    if let Some(n) = args.full_every {
+        cmd.env("CRUM_CKPT_FULL_EVERY", n.to_string());
     }
     if let Some(s) = ckpt_signal {
         cmd.env("CRUM_CKPT_SIGNAL", (s as i32).to_string());

@@ -116,14 +116,34 @@ pub fn check_images_dir(dir: &Path) -> Result<(), TrustError> {
     own(&dir, &md, ours)
 }
 
-/// An image directory: its ancestors, itself and every file in it.
+/// An image directory: its ancestors, itself and every file in it; and for an incremental
+/// image, the earlier images it keeps memory in (beside it in the same directory).
 pub fn check_image(image: &Path) -> Result<(), TrustError> {
     let ours = our_uid();
     let image = canonical(image)?;
     ancestors(&image, ours)?;
     let md = std::fs::symlink_metadata(&image).map_err(io_err(&image))?;
     own(&image, &md, ours)?;
-    check_contents(&image, ours)
+    check_contents(&image, ours)?;
+    // Read only now that the image is trusted. One whose chain cannot be read is refused by
+    // the reader, which names what is wrong with it.
+    let chain = crum_ckpt::image::read_chain(&image).unwrap_or_default();
+    let parent = image.parent().unwrap_or(Path::new("/"));
+    for e in chain {
+        let earlier = parent.join(&e.name);
+        let md = match std::fs::symlink_metadata(&earlier) {
+            Ok(md) => md,
+            // Named by the reader (the image is refused with the missing image's name).
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(io_err(&earlier)(err)),
+        };
+        if md.file_type().is_symlink() {
+            return Err(TrustError::Symlink { path: earlier });
+        }
+        own(&earlier, &md, ours)?;
+        check_contents(&earlier, ours)?;
+    }
+    Ok(())
 }
 
 fn check_contents(dir: &Path, ours: u32) -> Result<(), TrustError> {
@@ -262,6 +282,28 @@ mod tests {
         chmod(&imgs, 0o775);
         let e = check_image(&img).unwrap_err();
         assert!(e.to_string().contains("writable by its group"), "{e}");
+        std::fs::remove_dir_all(&t).unwrap();
+    }
+
+    #[test]
+    fn the_earlier_images_of_an_incremental_image_are_checked_too() {
+        use crum_ckpt::image::{Base, ImageWriter, RegionMeta, WriterOptions};
+        let t = scratch("chain");
+        let write = |seq: u64, base: Option<&Path>| {
+            let base = base.map(|b| std::sync::Arc::new(Base::from_image(b, 8).unwrap().unwrap()));
+            let mut w = ImageWriter::prepare(&t, &WriterOptions { seq, base, ..Default::default() }).unwrap();
+            let data: Vec<u8> = (0..1u32 << 16).map(|i| (i * 7 + i / 251) as u8).collect();
+            let meta = RegionMeta { start: 0x10000, len: data.len() as u64, prot: 3, flags: 0, offset: 0, name: b"[heap]" };
+            w.add_region(&meta, &data).unwrap();
+            w.commit().unwrap();
+            w.final_path().to_path_buf()
+        };
+        let a = write(1, None);
+        let b = write(2, Some(&a));
+        check_image(&b).unwrap();
+        chmod(&a.join("pages"), 0o620);
+        let e = check_image(&b).unwrap_err();
+        assert!(e.to_string().contains(&format!("{}/pages is writable by its group", a.display())), "{e}");
         std::fs::remove_dir_all(&t).unwrap();
     }
 

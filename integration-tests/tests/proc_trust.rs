@@ -212,7 +212,10 @@ fn lineage_line(sb: &Sandbox, img: &Path) -> String {
 fn keep_never_removes_images_newer_than_the_restart_point() {
     let sb = Sandbox::new();
     let prog = build_c("counter");
-    let mut p = run_under_crum(&sb, &prog, &["3000", "10"], &[("CRUM_CKPT_KEEP", "2")], "run.out");
+    // Full images only: which images rotation removes by lineage, not by chain (an
+    // incremental image keeps what it needs: proc_incremental.rs).
+    let mut p =
+        run_under_crum(&sb, &prog, &["3000", "10"], &[("CRUM_CKPT_KEEP", "2"), ("CRUM_CKPT_FULL_EVERY", "1")], "run.out");
     p.wait_lines(2);
     let mut first = Vec::new();
     for _ in 0..3 {

@@ -6,7 +6,7 @@
 //! A hook section is stored as a metadata section, or (when large) as a [`REGION_BLOB`]
 //! region of the same name; [`hook_section`] reads either.
 
-use crum_ckpt::image::{ImageError, ImageReader, RegionInfo, SECTION_PAGES, SECTION_REGIONS};
+use crum_ckpt::image::{ImageError, ImageReader, RegionInfo, SECTION_CHAIN, SECTION_PAGES, SECTION_REGIONS};
 use crum_ckpt::state::{
     is_process_memory, ProcessState, REGION_BLOB, SECTION_PROCESS, REGION_GROWSDOWN, REGION_SHARED_ANON, REGION_SHARED_FILE,
 };
@@ -135,7 +135,7 @@ pub fn region_flags(g: &RegionInfo) -> Result<(), RestartError> {
 /// process state lists (written by the program's own hooks, which restore them).
 pub fn required_sections(r: &ImageReader, st: &ProcessState) -> Result<(), RestartError> {
     for s in r.inventory().sections.iter().filter(|s| s.required) {
-        let known = [SECTION_REGIONS, SECTION_PAGES, SECTION_PROCESS].contains(&s.name.as_str())
+        let known = [SECTION_REGIONS, SECTION_PAGES, SECTION_PROCESS, SECTION_CHAIN].contains(&s.name.as_str())
             || UNDERSTOOD_HOOKS.contains(&s.name.as_str())
             || st.hook_sections.contains(&s.name);
         if !known {

@@ -13,7 +13,9 @@ pub const REGIONS_END_MAGIC: [u8; 8] = *b"REGSEND\0";
 /// Format major version: readers refuse any other major.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version: readers accept minors up to theirs (minors only add sections).
-pub const FORMAT_MINOR: u16 = 0;
+/// Minor 1 added incremental images: the `chunks` and `chain` sections and the chunk
+/// encoding [`Encoding::Ancestor`] (only in an image with a `chain`, which is required).
+pub const FORMAT_MINOR: u16 = 1;
 
 pub const INVENTORY_HEADER_LEN: usize = 144;
 pub const SECTION_ENTRY_LEN: usize = 112;
@@ -64,6 +66,9 @@ pub enum Encoding {
     Raw,
     /// Present pages concatenated and compressed as one zstd frame.
     Zstd,
+    /// Stored in an earlier image of the chain (`chain` section), named by the record's
+    /// image index byte: the chunk with the same region start, region name and index there.
+    Ancestor,
 }
 
 impl Encoding {
@@ -72,6 +77,7 @@ impl Encoding {
             Encoding::Zero => 0,
             Encoding::Raw => 1,
             Encoding::Zstd => 2,
+            Encoding::Ancestor => 3,
         }
     }
     pub fn from_u8(v: u8) -> Option<Encoding> {
@@ -79,6 +85,7 @@ impl Encoding {
             0 => Some(Encoding::Zero),
             1 => Some(Encoding::Raw),
             2 => Some(Encoding::Zstd),
+            3 => Some(Encoding::Ancestor),
             _ => None,
         }
     }

@@ -16,6 +16,7 @@
 //! be at most ours; an unknown optional section is skipped, an unknown required section is
 //! refused with an error naming it.
 
+mod chain;
 mod format;
 mod reader;
 mod rotate;
@@ -24,10 +25,11 @@ mod writer;
 use std::io;
 use std::path::PathBuf;
 
+pub use chain::{chunk_hash, decode_chain, Base, ChainEntry, MAX_CHAIN, SECTION_CHAIN, SECTION_CHUNKS};
 pub use format::{
     utc_stamp, Encoding, FORMAT_MAJOR, FORMAT_MINOR, MAX_NAME_LEN, MAX_SECTION_NAME_LEN,
 };
-pub use reader::{ChunkInfo, ImageReader, Inventory, RegionInfo, SectionInfo};
+pub use reader::{read_chain, ChunkInfo, ImageReader, Inventory, RegionInfo, SectionInfo};
 pub use rotate::{clean_leftovers, keep_newest, keep_newest_of, latest_image, list_images, ImageEntry};
 pub use writer::{ImageWriter, RegionMeta, WriterOptions};
 
@@ -73,6 +75,8 @@ pub enum ImageError {
         expected: u64,
         found: u64,
     },
+    #[error("earlier image {image} of this incremental image: {detail}")]
+    Chain { image: PathBuf, detail: String },
     #[error("checksum mismatch in {what}")]
     Checksum { what: String },
     #[error("checksum mismatch in chunk {chunk} of region {region} ({addr:#x})")]

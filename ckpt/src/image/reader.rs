@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use zstd::zstd_safe::{self, zstd_sys};
 
+use super::chain::{decode_chain, decode_chunks, name_key, ChainEntry, SECTION_CHAIN, SECTION_CHUNKS};
 use super::format::*;
 use super::{ImageError, SECTION_PAGES, SECTION_REGIONS};
 
@@ -30,6 +31,8 @@ pub struct Inventory {
     pub page_size: u32,
     pub created_unix_ms: u64,
     pub sections: Vec<SectionInfo>,
+    /// The inventory's own checksum (its last four bytes): names this image in a chain.
+    pub checksum: u32,
 }
 
 /// One entry of the inventory's section list.
@@ -57,6 +60,10 @@ pub struct ChunkInfo {
     /// crc32 of the stored bytes.
     pub crc32: u32,
     pub encoding: Encoding,
+    /// Where the bytes are: 0 in this image, `i` in image `i` (1-based) of its chain. Once
+    /// the reader has resolved a reference ([`Encoding::Ancestor`]), `offset`, `stored_len`,
+    /// `crc32` and `encoding` are those of the chunk in that image.
+    pub file: u8,
     /// Bit `i` set: page `i` of the chunk is stored (non-zero); clear: the page is zero.
     #[serde(skip)]
     pub bitmap: Vec<u8>,
@@ -90,9 +97,10 @@ impl RegionInfo {
     pub fn name_lossy(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
-    /// Bytes this region occupies in the `pages` file.
+    /// Bytes this region occupies in this image's `pages` file (chunks kept in earlier
+    /// images of the chain not counted).
     pub fn stored_bytes(&self) -> u64 {
-        self.chunks.iter().map(|c| u64::from(c.stored_len)).sum()
+        self.chunks.iter().filter(|c| c.file == 0).map(|c| u64::from(c.stored_len)).sum()
     }
     /// Bytes of its non-zero pages.
     pub fn nonzero_bytes(&self) -> u64 {
@@ -107,7 +115,12 @@ pub struct ImageReader {
     regions: Vec<RegionInfo>,
     chunk_size: u32,
     page_size: u32,
-    pages: File,
+    /// This image's `pages` file, then those of its chain (index = [`ChunkInfo::file`]).
+    pages: Vec<File>,
+    /// The paths of `pages`, for messages.
+    page_paths: Vec<PathBuf>,
+    /// The images this one keeps chunks in (oldest first; empty for a full image).
+    chain: Vec<ChainEntry>,
     work: ChunkWork,
 }
 
@@ -281,7 +294,24 @@ fn parse_inventory(buf: &[u8]) -> Result<Inventory, ImageError> {
         page_size,
         created_unix_ms,
         sections,
+        checksum: stored_crc,
     })
+}
+
+/// The chain of the image in `dir` (oldest first; empty for a full image), read from its
+/// inventory and `chain` section only: for rotation, which must not remove an image that a
+/// kept one keeps memory in.
+pub fn read_chain(dir: &Path) -> Result<Vec<ChainEntry>, ImageError> {
+    let inv = read_capped(&dir.join("inventory"), "inventory", MAX_INVENTORY_BYTES, None)?;
+    let inventory = parse_inventory(&inv)?;
+    let Some(s) = inventory.sections.iter().find(|s| s.name == SECTION_CHAIN) else {
+        return Ok(Vec::new());
+    };
+    let data = read_capped(&dir.join(&s.file), &s.file, MAX_SECTION_FILE, Some(s.size))?;
+    if crc32fast::hash(&data) != s.crc32 {
+        return Err(ImageError::Checksum { what: format!("section `{SECTION_CHAIN}`") });
+    }
+    decode_chain(&data)
 }
 
 /// Parses the region table and checks each chunk against the `pages` file's size.
@@ -387,7 +417,8 @@ fn parse_regions(
             let packed_len = r.u32()?;
             let crc32 = r.u32()?;
             let enc = r.u8()?;
-            r.bytes(3)?;
+            let home = r.u8()?;
+            r.bytes(2)?;
             let bitmap = r.bytes(bm)?.to_vec();
             let bad = |d: &str| ImageError::corrupt(F, format!("chunk {ci} of region {ri}: {d}"));
             let encoding = Encoding::from_u8(enc).ok_or_else(|| bad("unknown encoding"))?;
@@ -415,6 +446,12 @@ fn parse_regions(
                 {
                     return Err(bad("compressed chunk of impossible size"))
                 }
+                Encoding::Ancestor if stored_len != 0 || offset != 0 || packed_len == 0 || home == 0 => {
+                    return Err(bad("reference to an earlier image with stored bytes, or no image named"))
+                }
+                Encoding::Zero | Encoding::Raw | Encoding::Zstd if home != 0 => {
+                    return Err(bad("stored chunk naming an earlier image"))
+                }
                 _ => {}
             }
             if offset
@@ -429,6 +466,7 @@ fn parse_regions(
                 packed_len,
                 crc32,
                 encoding,
+                file: home,
                 bitmap,
             });
         }
@@ -493,7 +531,19 @@ impl ImageReader {
     /// Opens the image in `dir` for inspection: checks the inventory (magic, version,
     /// architecture, checksum), the region table and file sizes. Unknown sections are listed,
     /// not refused (see [`open_for_restore`](Self::open_for_restore)).
+    ///
+    /// An incremental image's chain is opened too: each earlier image it keeps chunks in
+    /// must be in the same directory and unchanged, and hold each such chunk with the same
+    /// content hash; otherwise the image is refused, naming the image and the chunk.
     pub fn open(dir: &Path) -> Result<ImageReader, ImageError> {
+        let mut r = Self::open_alone(dir)?;
+        r.resolve_chain()?;
+        Ok(r)
+    }
+
+    /// [`open`](Self::open) without opening the chain: chunks kept in earlier images
+    /// stay unresolved ([`Encoding::Ancestor`]) and cannot be read.
+    fn open_alone(dir: &Path) -> Result<ImageReader, ImageError> {
         if !dir.exists() {
             return Err(ImageError::Missing {
                 path: dir.to_path_buf(),
@@ -561,10 +611,119 @@ impl ImageReader {
             inventory,
             regions,
             chunk_size,
-            pages,
+            pages: vec![pages],
+            page_paths: vec![pages_path],
+            chain: Vec::new(),
             work: ChunkWork::new(),
         })
     }
+
+    /// Opens the images of this image's chain and points every chunk kept there at its
+    /// bytes (see [`open`](Self::open)).
+    fn resolve_chain(&mut self) -> Result<(), ImageError> {
+        let refs = self.regions.iter().flat_map(|r| &r.chunks).any(|c| c.encoding == Encoding::Ancestor);
+        let Some(bytes) = self.section(SECTION_CHAIN)? else {
+            if refs {
+                return Err(ImageError::corrupt("regions", "chunks refer to earlier images but the image has no chain"));
+            }
+            return Ok(());
+        };
+        let chain = decode_chain(&bytes)?;
+        let Some(own) = self.chunk_hashes()? else {
+            return Err(ImageError::MissingSection { name: SECTION_CHUNKS.into() });
+        };
+        let parent = self.dir.parent().unwrap_or(Path::new("."));
+        let mut ancestors = Vec::with_capacity(chain.len());
+        for e in &chain {
+            let path = parent.join(&e.name);
+            let a = Self::open_alone(&path).map_err(|err| ImageError::Chain {
+                image: path.clone(),
+                detail: format!("this image keeps memory in it, and it cannot be opened: {err}"),
+            })?;
+            if a.inventory.checksum != e.inventory_crc || a.inventory.created_unix_ms != e.created_unix_ms {
+                return Err(ImageError::Chain {
+                    image: path,
+                    detail: "it is not the image this one was written against (its inventory changed)".into(),
+                });
+            }
+            let hashes = a.chunk_hashes()?.ok_or_else(|| ImageError::Chain {
+                image: path.clone(),
+                detail: "it has no chunk hashes".into(),
+            })?;
+            ancestors.push((a, hashes));
+        }
+        let mut k = 0;
+        for ri in 0..self.regions.len() {
+            let (start, nk) = (self.regions[ri].start, name_key(&self.regions[ri].name));
+            for ci in 0..self.regions[ri].chunks.len() {
+                let hash = own[k];
+                k += 1;
+                let c = &self.regions[ri].chunks[ci];
+                if c.encoding != Encoding::Ancestor {
+                    continue;
+                }
+                let clen = self.chunk_len(ri, ci);
+                let at = start + ci as u64 * u64::from(self.chunk_size);
+                let bad = |d: &str| ImageError::corrupt("regions", format!("chunk {ci} of region {ri} ({at:#x}): {d}"));
+                let (a, hashes) =
+                    ancestors.get(c.file as usize - 1).ok_or_else(|| bad("names an image past the end of the chain"))?;
+                if a.chunk_size != self.chunk_size || a.page_size != self.page_size {
+                    return Err(bad("its earlier image has another chunk or page size"));
+                }
+                // The region of the same start and name there, and where its hashes begin.
+                let mut hk = 0;
+                let mut found = None;
+                for (aj, ar) in a.regions.iter().enumerate() {
+                    if ar.start == start && name_key(&ar.name) == nk && ar.name == self.regions[ri].name {
+                        found = Some((aj, hk));
+                        break;
+                    }
+                    hk += ar.chunks.len();
+                }
+                let (aj, hk) = found.ok_or_else(|| bad("its earlier image has no such region"))?;
+                let home = a.regions[aj]
+                    .chunks
+                    .get(ci)
+                    .filter(|_| a.chunk_len(aj, ci) == clen)
+                    .ok_or_else(|| bad("its earlier image has no such chunk"))?;
+                if matches!(home.encoding, Encoding::Ancestor | Encoding::Zero)
+                    || home.bitmap != c.bitmap
+                    || home.packed_len != c.packed_len
+                    || hashes[hk + ci] != hash
+                {
+                    return Err(ImageError::Chain {
+                        image: a.dir.clone(),
+                        detail: format!("its chunk {ci} of region {aj} ({at:#x}) is not the memory this image keeps in it"),
+                    });
+                }
+                let file = c.file;
+                let home = home.clone();
+                self.regions[ri].chunks[ci] = ChunkInfo { file, ..home };
+            }
+        }
+        for (a, _) in ancestors {
+            self.pages.extend(a.pages);
+            self.page_paths.extend(a.page_paths);
+        }
+        self.chain = chain;
+        Ok(())
+    }
+
+    /// The images this one keeps chunks in, oldest first (empty for a full image).
+    pub fn chain(&self) -> &[ChainEntry] {
+        &self.chain
+    }
+
+    /// The content hash of every chunk (regions with data, in order), or None for an image
+    /// without them (written by an older crum).
+    pub fn chunk_hashes(&self) -> Result<Option<Vec<u128>>, ImageError> {
+        let Some(b) = self.section(SECTION_CHUNKS)? else {
+            return Ok(None);
+        };
+        let count = self.regions.iter().map(|r| r.chunks.len()).sum();
+        decode_chunks(&b, count).map(Some)
+    }
+
 
     /// Opens the image for restoring: as [`open`](Self::open), and refuses the image if it
     /// has a required section not named in `understood` (besides `regions` and `pages`).
@@ -599,7 +758,7 @@ impl ImageReader {
 
     /// The `pages` file, for callers that map raw chunks instead of reading them.
     pub fn pages_file(&self) -> &File {
-        &self.pages
+        &self.pages[0]
     }
 
     /// Offset in [`pages_file`](Self::pages_file) of chunk `ci` of region `ri` when that
@@ -609,7 +768,7 @@ impl ImageReader {
     pub fn mappable_chunk(&self, ri: usize, ci: usize) -> Option<u64> {
         let r = self.regions.get(ri)?;
         let c = r.chunks.get(ci)?;
-        let full = c.encoding == Encoding::Raw && c.packed_len as usize == self.chunk_len(ri, ci);
+        let full = c.file == 0 && c.encoding == Encoding::Raw && c.packed_len as usize == self.chunk_len(ri, ci);
         (full && c.offset % u64::from(self.page_size) == 0).then_some(c.offset)
     }
 
@@ -732,7 +891,7 @@ impl ImageReader {
         for (ci, d) in dst.chunks_mut(cs).enumerate() {
             let ctx = ChunkCtx {
                 pages: &self.pages,
-                dir: &self.dir,
+                paths: &self.page_paths,
                 chunk_size: self.chunk_size,
                 page_size: self.page_size,
             };
@@ -751,7 +910,7 @@ impl ImageReader {
     ) -> Result<(), ImageError> {
         let ctx = ChunkCtx {
             pages: &self.pages,
-            dir: &self.dir,
+            paths: &self.page_paths,
             chunk_size: self.chunk_size,
             page_size: self.page_size,
         };
@@ -783,7 +942,7 @@ impl ImageReader {
         }
         let ctx = ChunkCtx {
             pages: &self.pages,
-            dir: &self.dir,
+            paths: &self.page_paths,
             chunk_size: self.chunk_size,
             page_size: self.page_size,
         };
@@ -872,8 +1031,9 @@ unsafe impl Send for Dctx {}
 /// What reading a chunk needs from the reader, shareable between threads.
 #[derive(Clone, Copy)]
 struct ChunkCtx<'a> {
-    pages: &'a File,
-    dir: &'a Path,
+    /// This image's `pages` file, then its chain's ([`ChunkInfo::file`]).
+    pages: &'a [File],
+    paths: &'a [PathBuf],
     chunk_size: u32,
     page_size: u32,
 }
@@ -889,18 +1049,13 @@ impl ChunkCtx<'_> {
             .skip(ci)
             .take(READ_AHEAD)
             .filter(|c| c.stored_len > 0);
-        let (mut lo, mut hi) = (u64::MAX, 0u64);
         for c in wanted {
-            lo = lo.min(c.offset);
-            hi = hi.max(c.offset + u64::from(c.stored_len));
-        }
-        if hi > lo {
             // SAFETY: a hint on a descriptor we own; failure is harmless.
             unsafe {
                 libc::posix_fadvise(
-                    std::os::fd::AsRawFd::as_raw_fd(self.pages),
-                    lo as libc::off_t,
-                    (hi - lo) as libc::off_t,
+                    std::os::fd::AsRawFd::as_raw_fd(&self.pages[c.file as usize]),
+                    c.offset as libc::off_t,
+                    c.stored_len as libc::off_t,
                     libc::POSIX_FADV_WILLNEED,
                 )
             };
@@ -927,8 +1082,12 @@ impl ChunkCtx<'_> {
             chunk: ci,
             addr,
         };
-        let io = |e| ImageError::io(self.dir.join("pages"), e);
+        let io = |e| ImageError::io(&self.paths[c.file as usize], e);
+        let pages = &self.pages[c.file as usize];
         match c.encoding {
+            Encoding::Ancestor => {
+                return Err(ImageError::corrupt("regions", format!("chunk {ci} of region {ri} ({addr:#x}) is kept in an earlier image that was not opened")));
+            }
             Encoding::Zero => {
                 if !zeroed {
                     dst.fill(0);
@@ -938,7 +1097,7 @@ impl ChunkCtx<'_> {
             Encoding::Raw if all_present => {
                 // Straight from the file into place: one copy.
                 prefault(dst);
-                self.pages.read_exact_at(dst, c.offset).map_err(io)?;
+                pages.read_exact_at(dst, c.offset).map_err(io)?;
                 if crc32fast::hash(dst) != c.crc32 {
                     return Err(checksum());
                 }
@@ -947,7 +1106,7 @@ impl ChunkCtx<'_> {
             _ => {}
         }
         w.buf.resize(c.stored_len as usize, 0);
-        self.pages.read_exact_at(&mut w.buf, c.offset).map_err(io)?;
+        pages.read_exact_at(&mut w.buf, c.offset).map_err(io)?;
         if crc32fast::hash(&w.buf) != c.crc32 {
             return Err(checksum());
         }

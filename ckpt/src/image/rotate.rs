@@ -202,21 +202,34 @@ pub fn keep_newest(parent: &Path, n: usize) -> Result<usize, ImageError> {
 }
 
 /// [`keep_newest`] among the images whose directory name `ours` accepts (a program's own
-/// line, `crate::lineage`): the others are neither counted nor removed. Returns the names
-/// of the images removed.
+/// line, `crate::lineage`): the others are neither counted nor removed. An image that a
+/// remaining image keeps memory in (its chain, `super::chain`) is not removed either, so an
+/// incremental image always restarts. Returns the names of the images removed.
 pub fn keep_newest_of(parent: &Path, n: usize, ours: impl Fn(&str) -> bool) -> Result<Vec<String>, ImageError> {
     let n = n.max(1);
     clean_leftovers(parent)?;
-    let images: Vec<String> = list_images(parent)?
+    let all: Vec<String> = list_images(parent)?
         .into_iter()
         .filter_map(|e| e.path.file_name().and_then(|s| s.to_str()).map(str::to_owned))
-        .filter(|name| ours(name))
         .collect();
+    let images: Vec<&String> = all.iter().filter(|name| ours(name)).collect();
     let excess = images.len().saturating_sub(n);
-    for name in &images[..excess] {
-        remove(parent, name)?;
+    let doomed: Vec<&String> = images[..excess].to_vec();
+    // Every image that stays names all it depends on (a chain lists its ancestors' chains).
+    let mut needed: Vec<String> = Vec::new();
+    for name in all.iter().filter(|a| !doomed.contains(a)) {
+        // An image whose inventory or chain cannot be read cannot be restarted either: it
+        // needs nothing (keeping everything for it would stop rotation for good).
+        if let Ok(chain) = super::read_chain(&parent.join(name)) {
+            needed.extend(chain.into_iter().map(|e| e.name));
+        }
     }
-    Ok(images[..excess].to_vec())
+    let mut removed = Vec::new();
+    for name in doomed.into_iter().filter(|d| !needed.contains(d)) {
+        remove(parent, name)?;
+        removed.push(name.clone());
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 use libc::c_int;
 use zstd::zstd_safe::zstd_sys;
 
+use super::chain::{chunk_hash, chunks_header, encode_chain, name_key, Base, ChunkKey, SECTION_CHAIN, SECTION_CHUNKS};
 use super::format::*;
 use super::{ImageError, IMAGE_PREFIX, NEW_PREFIX, SECTION_PAGES, SECTION_REGIONS, TEMP_PREFIX};
 
@@ -60,6 +61,9 @@ pub struct WriterOptions {
     pub created_unix_ms: Option<u64>,
     /// Kernel release to record instead of this machine's (reproducible images for tests).
     pub kernel_release: Option<String>,
+    /// An earlier image of the same directory whose chunks this one may keep there instead
+    /// of storing them again (an incremental image; `super::chain`).
+    pub base: Option<std::sync::Arc<Base>>,
 }
 
 impl Default for WriterOptions {
@@ -73,6 +77,7 @@ impl Default for WriterOptions {
             dir_name: None,
             created_unix_ms: None,
             kernel_release: None,
+            base: None,
         }
     }
 }
@@ -103,7 +108,7 @@ struct SectionSlot {
 }
 
 /// Largest chunk record: fixed part + bitmap of the largest chunk at the smallest page.
-const MAX_BITMAP: usize = (MAX_CHUNK / MIN_PAGE / 8) as usize;
+pub(crate) const MAX_BITMAP: usize = (MAX_CHUNK / MIN_PAGE / 8) as usize;
 const MAX_CHUNK_RECORD: usize = CHUNK_RECORD_FIXED + MAX_BITMAP + 8;
 /// Size of the buffer in front of the `regions` file.
 const REGIONS_BUF: usize = 256 * 1024;
@@ -111,6 +116,8 @@ const REGIONS_BUF: usize = 256 * 1024;
 /// without compressing the whole chunk (keeps random data at disk speed).
 const SAMPLE_THRESHOLD: usize = 256 * 1024;
 const SAMPLE_LEN: usize = 64 * 1024;
+/// Size of the buffer in front of the `chunks` file.
+const CHUNKS_BUF: usize = 64 * 1024;
 
 /// Fills a piece of a region with its bytes at an offset ([`ImageWriter::add_region_filled`]).
 pub type Fill<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), ImageError> + 'a;
@@ -153,6 +160,19 @@ pub struct ImageWriter {
     arch: [u8; ARCH_LEN],
     kernel: [u8; KERNEL_LEN],
     created_ms: u64,
+    /// The `chunks` file: one content hash per chunk written (`super::chain`).
+    chunks_fd: c_int,
+    chunks_buf: Vec<u8>,
+    chunks_len: usize,
+    chunks_crc: crc32fast::Hasher,
+    chunks_total: u64,
+    /// The key of the next chunk: its region's start and name key, its index there.
+    key: ChunkKey,
+    base: Option<std::sync::Arc<Base>>,
+    /// The `chain` section, written if a chunk is kept in an earlier image.
+    chain: Vec<u8>,
+    /// Whether a chunk was kept in an earlier image.
+    referenced: bool,
 }
 
 // SAFETY: the only non-Send field is the zstd context pointer, which points into `cctx_mem`
@@ -390,6 +410,10 @@ impl ImageWriter {
         let bound = unsafe { zstd_sys::ZSTD_compressBound(cs as usize) };
 
         let max_sections = opts.max_sections;
+        let chain = match &opts.base {
+            Some(b) => encode_chain(b.chain())?,
+            None => Vec::new(),
+        };
         Ok(ImageWriter {
             final_path,
             parent_fd,
@@ -408,7 +432,7 @@ impl ImageWriter {
             regions_crc: crc32fast::Hasher::new(),
             regions_total: 0,
             region_count: 0,
-            sections: Vec::with_capacity(max_sections + 2),
+            sections: Vec::with_capacity(max_sections + 4),
             max_sections,
             pages_off: 0,
             pages_end: 0,
@@ -420,12 +444,21 @@ impl ImageWriter {
             chunk_size: cs,
             page_size,
             inventory: Vec::with_capacity(
-                INVENTORY_HEADER_LEN + (max_sections + 2) * SECTION_ENTRY_LEN + 4,
+                INVENTORY_HEADER_LEN + (max_sections + 4) * SECTION_ENTRY_LEN + 4,
             ),
             producer,
             arch,
             kernel,
             created_ms,
+            chunks_fd: -1,
+            chunks_buf: vec![0u8; CHUNKS_BUF],
+            chunks_len: 0,
+            chunks_crc: crc32fast::Hasher::new(),
+            chunks_total: 0,
+            key: (0, 0, 0),
+            base: opts.base.clone(),
+            chain,
+            referenced: false,
         })
     }
 
@@ -510,6 +543,8 @@ impl ImageWriter {
         )?;
         self.pages_fd = create_file(self.dir_fd, c"pages", "create pages file")?;
         self.regions_fd = create_file(self.dir_fd, c"regions", "create regions file")?;
+        self.chunks_fd = create_file(self.dir_fd, c"chunks", "create chunks file")?;
+        self.chunks_write(&chunks_header())?;
         let mut hdr = [0u8; REGIONS_HEADER_LEN];
         let mut p = Put::new(&mut hdr);
         p.bytes(&REGIONS_MAGIC);
@@ -536,6 +571,24 @@ impl ImageWriter {
         Ok(())
     }
 
+    fn chunks_write(&mut self, bytes: &[u8]) -> Result<(), ImageError> {
+        if self.chunks_len + bytes.len() > self.chunks_buf.len() {
+            self.chunks_flush()?;
+        }
+        self.chunks_buf[self.chunks_len..self.chunks_len + bytes.len()].copy_from_slice(bytes);
+        self.chunks_len += bytes.len();
+        self.chunks_total += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn chunks_flush(&mut self) -> Result<(), ImageError> {
+        let n = self.chunks_len;
+        write_all(self.chunks_fd, &self.chunks_buf[..n], "write chunks file")?;
+        self.chunks_crc.update(&self.chunks_buf[..n]);
+        self.chunks_len = 0;
+        Ok(())
+    }
+
     fn regions_flush(&mut self) -> Result<(), ImageError> {
         let n = self.regions_len;
         write_all(
@@ -556,7 +609,7 @@ impl ImageWriter {
         required: bool,
         data: &[u8],
     ) -> Result<(), ImageError> {
-        if name.is_empty() || name == SECTION_REGIONS || name == SECTION_PAGES {
+        if name.is_empty() || [SECTION_REGIONS, SECTION_PAGES, SECTION_CHUNKS, SECTION_CHAIN].contains(&name) {
             return Err(ImageError::Invalid("section name is empty or reserved"));
         }
         let mut slot = SectionSlot {
@@ -698,6 +751,7 @@ impl ImageWriter {
         self.regions_write(meta.name)?;
         let pad = meta.name.len().next_multiple_of(8) - meta.name.len();
         self.regions_write(&[0u8; 8][..pad])?;
+        self.key = (meta.start, name_key(meta.name), 0);
         if let Some((buf, fill)) = filled {
             let cs = self.chunk_size as u64;
             let mut at = 0u64;
@@ -766,18 +820,42 @@ impl ImageWriter {
         let mut stored_len = 0usize;
         let mut off = 0u64;
         let mut crc = 0u32;
-        if present > 0 {
-            // Present pages, contiguous: the chunk itself when nothing is missing.
-            let packed_in_pack = present != npages;
-            if packed_in_pack {
-                let mut o = 0;
-                for (j, page) in chunk.chunks(ps).enumerate() {
-                    if bitmap[j / 8] & (1 << (j % 8)) != 0 {
-                        self.pack[o..o + page.len()].copy_from_slice(page);
-                        o += page.len();
-                    }
+        let mut home = 0u8;
+        // Present pages, contiguous: the chunk itself when nothing is missing.
+        let packed_in_pack = present > 0 && present != npages;
+        if packed_in_pack {
+            let mut o = 0;
+            for (j, page) in chunk.chunks(ps).enumerate() {
+                if bitmap[j / 8] & (1 << (j % 8)) != 0 {
+                    self.pack[o..o + page.len()].copy_from_slice(page);
+                    o += page.len();
                 }
             }
+        }
+        let hash = chunk_hash(
+            chunk.len(),
+            &bitmap[..bm_len],
+            if present == 0 {
+                &[]
+            } else if packed_in_pack {
+                &self.pack[..packed_len]
+            } else {
+                chunk
+            },
+        );
+        let key = self.key;
+        self.key.2 += 1;
+        self.chunks_write(&hash.to_le_bytes())?;
+        let kept = match &self.base {
+            Some(b) if present > 0 => b.find(key).filter(|&(h, _)| h == hash).map(|(_, i)| i),
+            _ => None,
+        };
+        if let Some(i) = kept {
+            // Unchanged since the base: kept in the image of the chain that stores it.
+            enc = Encoding::Ancestor;
+            home = i;
+            self.referenced = true;
+        } else if present > 0 {
             // Borrow juggling: take the source from `pack` or `chunk` by raw range.
             let compressed = if self.level == 0 {
                 None
@@ -845,7 +923,8 @@ impl ImageWriter {
         p.u32(packed_len as u32);
         p.u32(crc);
         p.u8(enc.to_u8());
-        p.zeros(3);
+        p.u8(home);
+        p.zeros(2);
         p.bytes(&bitmap[..bm_len]);
         self.regions_write(&rec[..rlen])
     }
@@ -883,6 +962,34 @@ impl ImageWriter {
         close(&mut self.regions_fd);
         fsync(self.pages_fd, "fsync pages file")?;
         close(&mut self.pages_fd);
+        self.chunks_flush()?;
+        fsync(self.chunks_fd, "fsync chunks file")?;
+        close(&mut self.chunks_fd);
+        let mut chunks = SectionSlot {
+            name: [0; SECTION_NAME_FIELD],
+            file: [0; SECTION_FILE_FIELD],
+            flags: 0,
+            crc: self.chunks_crc.clone().finalize(),
+            size: self.chunks_total,
+        };
+        put_str(&mut chunks.name, SECTION_CHUNKS.as_bytes());
+        put_str(&mut chunks.file, b"chunks");
+        let mut chain = SectionSlot {
+            name: [0; SECTION_NAME_FIELD],
+            file: [0; SECTION_FILE_FIELD],
+            flags: SECTION_REQUIRED,
+            crc: crc32fast::hash(&self.chain),
+            size: self.chain.len() as u64,
+        };
+        put_str(&mut chain.name, SECTION_CHAIN.as_bytes());
+        put_str(&mut chain.file, b"chain");
+        if self.referenced {
+            let mut fd = create_file(self.dir_fd, c"chain", "create chain file")?;
+            let r = write_all(fd, &self.chain, "write chain file").and_then(|_| fsync(fd, "fsync chain file"));
+            close(&mut fd);
+            r?;
+        }
+        let extra = if self.referenced { 2 } else { 1 };
 
         let mut regions = SectionSlot {
             name: [0; SECTION_NAME_FIELD],
@@ -904,7 +1011,7 @@ impl ImageWriter {
         put_str(&mut pages.file, b"pages");
 
         // Inventory: header, section entries (ours first), trailing checksum.
-        let total = self.sections.len() + 2;
+        let total = self.sections.len() + 2 + extra;
         let len = INVENTORY_HEADER_LEN + total * SECTION_ENTRY_LEN + 4;
         self.inventory.clear();
         self.inventory.resize(len, 0); // within the capacity reserved in prepare
@@ -920,7 +1027,8 @@ impl ImageWriter {
         p.bytes(&self.arch);
         p.bytes(&self.kernel);
         debug_assert_eq!(p.pos(), INVENTORY_HEADER_LEN);
-        for s in [&regions, &pages].into_iter().chain(self.sections.iter()) {
+        let ours = [&regions, &pages, &chunks, &chain];
+        for s in ours[..2 + extra].iter().copied().chain(self.sections.iter()) {
             p.bytes(&s.name);
             p.u32(s.flags);
             p.u32(s.crc);
@@ -971,6 +1079,7 @@ impl ImageWriter {
         }
         close(&mut self.pages_fd);
         close(&mut self.regions_fd);
+        close(&mut self.chunks_fd);
         let pfd = self.parent_fd.as_raw_fd();
         if self.dir_fd < 0 {
             for name in [&self.tmp_name, &self.new_name] {
@@ -995,6 +1104,8 @@ impl ImageWriter {
             unlink(c"inventory");
             unlink(c"regions");
             unlink(c"pages");
+            unlink(c"chunks");
+            unlink(c"chain");
             unlink(c"lock");
             for i in 0..self.sections.len() {
                 let mut fname = [0u8; 32];
@@ -1020,6 +1131,7 @@ impl Drop for ImageWriter {
         }
         close(&mut self.pages_fd);
         close(&mut self.regions_fd);
+        close(&mut self.chunks_fd);
         close(&mut self.dir_fd);
         close(&mut self.lock_fd);
     }
