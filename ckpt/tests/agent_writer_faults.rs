@@ -72,7 +72,12 @@ fn full_disk_fails_with_the_cause_and_leaves_nothing(root: &Path) {
 
 /// The writer is killed mid-write (the test hook stops it once its directory exists).
 fn killed_writer_fails_and_leaves_nothing(root: &Path) {
-    let dir = root.join("killed");
+    killed_writer_fails_and_leaves_nothing_in(&root.join("killed"), true);
+}
+
+/// [`killed_writer_fails_and_leaves_nothing`] in `dir`; `empty`: nothing was there before.
+fn killed_writer_fails_and_leaves_nothing_in(dir: &Path, empty: bool) {
+    let before = if empty { Vec::new() } else { entries(dir) };
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) };
     std::env::set_var("CRUM_TEST_STOP_WRITER", "1");
@@ -95,12 +100,12 @@ fn killed_writer_fails_and_leaves_nothing(root: &Path) {
             std::thread::sleep(Duration::from_millis(2));
         }
     });
-    let r = checkpoint_now(&dir, false);
+    let r = checkpoint_now(dir, false);
     std::env::remove_var("CRUM_TEST_STOP_WRITER");
     let pid = killer.join().unwrap();
     let e = r.expect_err("a checkpoint whose writer was killed fails");
     assert!(e.contains("killed by signal 9"), "writer {pid}: {e}");
-    assert_eq!(entries(&dir), Vec::<String>::new(), "the partial image is removed: {e}");
+    assert_eq!(entries(dir), before, "the partial image is removed: {e}");
 }
 
 /// A leftover of another program's dead writer (its lock free; the pid in its name alive, as
@@ -119,6 +124,24 @@ fn next_checkpoint_removes_dead_writers_leftovers_and_succeeds(root: &Path) {
     assert_eq!(entries(&dir), vec![format!("{}{name}", crum_ckpt::writes::PREFIX), name]);
 }
 
+/// A writer killed in the middle of a chain of incremental images loses no earlier link: the
+/// images before it read whole, and the next image chains on to the last complete one.
+fn killed_writer_in_a_chain_loses_no_earlier_link(root: &Path) {
+    let dir = root.join("chain");
+    let a = checkpoint_now(&dir, false).expect("the first image");
+    let b = checkpoint_now(&dir, false).expect("an incremental image");
+    let chain = |p: &Path| ImageReader::open(p).unwrap().chain().iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(chain(&b), [name(&a)]);
+    killed_writer_fails_and_leaves_nothing_in(&dir, false);
+    for img in [&a, &b] {
+        ImageReader::open(img).unwrap().verify().unwrap();
+    }
+    let d = checkpoint_now(&dir, false).expect("the next image");
+    assert_eq!(chain(&d), [name(&a), name(&b)]);
+    ImageReader::open(&d).unwrap().verify().unwrap();
+}
+
 #[test]
 fn failed_or_killed_writers_leave_no_partial_image_and_name_their_cause() {
     // Enough memory that the image cannot fit in 1 MiB (random: incompressible).
@@ -127,5 +150,6 @@ fn failed_or_killed_writers_leave_no_partial_image_and_name_their_cause() {
     full_disk_fails_with_the_cause_and_leaves_nothing(root.path());
     killed_writer_fails_and_leaves_nothing(root.path());
     next_checkpoint_removes_dead_writers_leftovers_and_succeeds(root.path());
+    killed_writer_in_a_chain_loses_no_earlier_link(root.path());
     assert_eq!(std::hint::black_box(&ballast)[..8], noise(8, 11)[..]);
 }
