@@ -188,3 +188,7 @@ corpus_test!(
     more_host_threads_than_channel_lanes_share_the_overflow_lane,
     "many_threads"
 );
+corpus_test!(
+    function_pointers_virtual_functions_and_device_new_delete_match_cpu,
+    "indirect_calls"
+);

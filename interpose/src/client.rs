@@ -357,6 +357,13 @@ fn forward_printf(bytes: &[u8]) {
 
 /// A synchronous call: the reply's body, or its `cudaError_t`.
 pub fn call(req: &Request) -> CudaResult<Body> {
+    // Connected before the thread counts as waiting for the proxy: a checkpoint must wait
+    // for a first connection (Hello, lanes) to finish. A cut taken in its middle restarted a
+    // thread half connected to a proxy that was gone; it then said Hello to the new proxy,
+    // which took it for an exec of the process and dropped the restored device state
+    // (`many_threads`: cudaErrorInvalidResourceHandle after a checkpoint of a restarted
+    // program, cudaErrorDevicesUnavailable after a restart of a restart).
+    conn()?;
     crate::managed::before_request(req);
     let counted = crate::ckpt::call_begin();
     let reply = call_resumable(req);

@@ -1954,7 +1954,20 @@ impl<'a, 'l> Block<'a, 'l> {
     fn call(&mut self, t: &mut Thread, i: &Inst) -> R<bool> {
         let prog = self.l.prog;
         let cs = &prog.calls[i.aux as usize];
-        match cs.target {
+        let target = match cs.target {
+            // Through a function pointer: the function whose address value the register holds.
+            CallTarget::Indirect(r) => {
+                let v = t.regs[t.rb + r as usize];
+                match crate::ir::addr_func(v, prog.funcs.len()) {
+                    Some(f) => CallTarget::Func(f),
+                    // A jump to what is not code: an illegal address on a GPU.
+                    None => return Err(LaunchError::IllegalAddress { addr: v }),
+                }
+            }
+            t => t,
+        };
+        match target {
+            CallTarget::Indirect(_) => unreachable!("resolved above"),
             CallTarget::Func(f) => {
                 if t.frames.len() >= 1024 {
                     return Err(LaunchError::Unsupported("call depth over 1024".into()));
@@ -1977,8 +1990,9 @@ impl<'a, 'l> Block<'a, 'l> {
                 if t.pframe.len() < fb + callee.frame_bytes as usize {
                     t.pframe.resize(fb + callee.frame_bytes as usize, 0);
                 }
-                for (k, &(off, size)) in cs.args.iter().enumerate() {
-                    let Some(&(dst, _)) = callee.param_offs.get(k) else { break };
+                // Sizes of the callee's formals (a call through a pointer has no others).
+                for (k, &(off, _)) in cs.args.iter().enumerate() {
+                    let Some(&(dst, size)) = callee.param_offs.get(k) else { break };
                     let (src, dst, size) = (t.fb + off as usize, fb + dst as usize, size as usize);
                     if src + size > t.pframe.len() || dst + size > t.pframe.len() {
                         return Err(LaunchError::Unsupported(format!("call argument outside the param frame (PTX line {})", i.line)));
@@ -2068,8 +2082,8 @@ impl<'a, 'l> Block<'a, 'l> {
         let prog = self.l.prog;
         let callee = &prog.funcs[t.func as usize];
         let cs = &prog.calls[fr.call as usize];
-        for (k, &(off, size)) in cs.rets.iter().enumerate() {
-            let Some(&(src, _)) = callee.ret_offs.get(k) else { break };
+        for (k, &(off, _)) in cs.rets.iter().enumerate() {
+            let Some(&(src, size)) = callee.ret_offs.get(k) else { break };
             let (src, dst, size) = (t.fb + src as usize, fr.fb as usize + off as usize, size as usize);
             if src + size > t.pframe.len() || dst + size > t.pframe.len() {
                 return Err(LaunchError::Unsupported("return value outside the param frame".into()));

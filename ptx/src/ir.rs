@@ -343,6 +343,25 @@ pub(crate) struct CallSite {
 pub(crate) enum CallTarget {
     Func(u32),
     Extern(Extern),
+    /// `call %rd, (args), prototype`: the function whose address ([`func_addr`]) the register
+    /// holds (device function pointers, virtual functions).
+    Indirect(u32),
+}
+
+/// The value of a device function's address (`mov.u64 %rd, f`, a vtable entry): never a
+/// memory address, so a call through anything else, or a load from it, fails.
+pub(crate) const FUNC_ADDR_BASE: u64 = 0xffff_ff00_0000_0000;
+
+/// The address value of function `f` (see [`FUNC_ADDR_BASE`]).
+pub(crate) fn func_addr(f: u32) -> u64 {
+    FUNC_ADDR_BASE + (u64::from(f) << 4)
+}
+
+/// The function whose address value `v` is, if `v` is one of `nfuncs` functions'.
+pub(crate) fn addr_func(v: u64, nfuncs: usize) -> Option<u32> {
+    let off = v.checked_sub(FUNC_ADDR_BASE)?;
+    let f = off >> 4;
+    (off & 15 == 0 && (f as usize) < nfuncs).then_some(f as u32)
 }
 
 /// Modifiers, decoded once.

@@ -261,6 +261,10 @@ struct Builder {
     cur_func: u32,
     /// Functions that read `%envreg1/2` (grid sync), and caller → callee edges.
     envreg_users: Vec<u32>,
+    /// Functions whose address is taken (an operand or an initializer names them) and the
+    /// functions that call through a pointer: each of the latter may call any of the former.
+    address_taken: Vec<u32>,
+    indirect_callers: Vec<u32>,
     call_edges: Vec<(u32, u32)>,
 }
 
@@ -287,6 +291,8 @@ pub(crate) fn parse_modules(srcs: &[&str]) -> Result<Program, ParseError> {
         local_cur: 0,
         cur_func: 0,
         envreg_users: Vec::new(),
+        address_taken: Vec::new(),
+        indirect_callers: Vec::new(),
         call_edges: Vec::new(),
     };
     // Pass 1: module directives, variables and function headers of every module; bodies
@@ -340,6 +346,9 @@ impl Builder {
         let mut callees = vec![Vec::new(); nf];
         for &(caller, callee) in &self.call_edges {
             callees[caller as usize].push(callee as usize);
+        }
+        for &caller in &self.indirect_callers {
+            callees[caller as usize].extend(self.address_taken.iter().map(|&f| f as usize));
         }
         let mut refs = vec![Vec::new(); nf];
         for &(f, v) in &self.shared_refs {
@@ -537,6 +546,21 @@ impl Builder {
         if p.eat_punct('=') {
             let mut vals = Vec::new();
             Self::initializer(p, &mut vals)?;
+            // Function names in an initializer (a table of device function pointers, a vtable)
+            // are their address values.
+            let vals: Vec<InitVal> = vals
+                .into_iter()
+                .map(|v| match v {
+                    InitVal::Sym(n) => match self.scopes[self.module].funcs.get(&n) {
+                        Some(&f) => {
+                            self.address_taken.push(f);
+                            InitVal::Int(crate::ir::func_addr(f))
+                        }
+                        None => InitVal::Sym(n),
+                    },
+                    v => v,
+                })
+                .collect();
             let es = d.ty.map_or(1, |t| t.size()) as usize;
             for (k, v) in vals.iter().enumerate() {
                 let bytes = match *v {
@@ -549,7 +573,7 @@ impl Builder {
                     InitVal::F64Bits(x) => x.to_le_bytes(),
                     // Address of another module variable: not known until the backend
                     // allocates it (nvcc emits these only for device function pointers).
-                    InitVal::Addr => 0u64.to_le_bytes(),
+                    InitVal::Sym(_) => 0u64.to_le_bytes(),
                 };
                 let off = k * es;
                 if off + es <= init.len() {
@@ -664,8 +688,7 @@ impl Builder {
             p.expect_punct('(')?;
             let s = p.word()?;
             p.expect_punct(')')?;
-            let _ = s;
-            out.push(InitVal::Addr);
+            out.push(InitVal::Sym(s));
             return Ok(());
         }
         let is_hex_f = |p: &str| w.starts_with(p) || w.starts_with(&p.to_uppercase());
@@ -677,7 +700,7 @@ impl Builder {
                 out.push(InitVal::Float(if neg { -f } else { f }))
             }
             Some((v, false)) => out.push(InitVal::Int(if neg { v.wrapping_neg() } else { v })),
-            None => out.push(InitVal::Addr),
+            None => out.push(InitVal::Sym(w.clone())),
         }
         Ok(())
     }
@@ -970,6 +993,12 @@ impl Builder {
             }
             let line = p.line();
             let w = p.peek_word().unwrap_or("").to_string();
+            if w == ".callprototype" {
+                // `prototype_3 : .callprototype (.param .b32 _) _ (...);` — the signature of an
+                // indirect call; the callee's own formals give the sizes at the call.
+                p.skip_to_semi();
+                continue;
+            }
             if w.starts_with('.') && w != ".pragma" && w != ".loc" && w != ".file" {
                 let d = Self::decl(&mut p)?;
                 let al = d.align.unwrap_or_else(|| d.elem_size() as u32).max(1) as u64;
@@ -1073,7 +1102,11 @@ impl Builder {
                     call_parts.push(v);
                 } else if let Some(w) = p.peek_word().map(str::to_string) {
                     p.next().map_err(|e| e.msg)?;
-                    call_name = Some((w, call_parts.len()));
+                    // The first name is the callee; one after the arguments is an indirect
+                    // call's prototype.
+                    if call_name.is_none() {
+                        call_name = Some((w, call_parts.len()));
+                    }
                 } else {
                     p.next().map_err(|e| e.msg)?;
                 }
@@ -1104,6 +1137,13 @@ impl Builder {
                 "__assertfail" | "__assert_fail" => CallTarget::Extern(Extern::AssertFail),
                 "malloc" => CallTarget::Extern(Extern::Malloc),
                 "free" => CallTarget::Extern(Extern::Free),
+                n if n.starts_with('%') => match names.get(n) {
+                    Some(Sym::Reg(r)) => {
+                        self.indirect_callers.push(self.cur_func);
+                        CallTarget::Indirect(*r)
+                    }
+                    _ => return Err(format!("indirect call through `{n}`, which is not a register")),
+                },
                 _ => match self.scopes[self.module].funcs.get(&name) {
                     Some(&f) => CallTarget::Func(f),
                     None => return Err(format!("call to unknown function `{name}`")),
@@ -1126,6 +1166,8 @@ impl Builder {
                         args.iter().zip(&func.param_offs).map(|(a, f)| (a.0, f.1)).collect(),
                     )
                 }
+                // Sizes from the callee's formals when it is known, at the call.
+                CallTarget::Indirect(_) => (rets, args),
                 // vprintf returns an int, malloc a pointer; arguments are pointers or sizes.
                 CallTarget::Extern(e) => {
                     let rsize = if e == Extern::Malloc { 8 } else { 4 };
@@ -1251,6 +1293,11 @@ impl Builder {
                 o => o,
             });
         }
+        // A device function as a value (`mov.u64 %rd1, _Z3addii`): its address value.
+        if let Some(&f) = self.scopes[self.module].funcs.get(&w) {
+            self.address_taken.push(f);
+            return Ok(Opd::Imm(crate::ir::func_addr(f)));
+        }
         if let Some((v, _)) = parse_imm(&w) {
             return Ok(Opd::Imm(if neg {
                 if w.starts_with("0f") || w.starts_with("0F") {
@@ -1275,8 +1322,9 @@ enum InitVal {
     Float(f64),
     F32Bits(u64),
     F64Bits(u64),
-    /// `generic(sym)` or a bare symbol: resolved by nobody yet (zero).
-    Addr,
+    /// `generic(sym)` or a bare symbol: a function's address value, else (the address of a
+    /// variable, not known before the backend allocates it) zero.
+    Sym(String),
 }
 
 fn sreg(w: &str) -> Option<Sreg> {

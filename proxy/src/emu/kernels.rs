@@ -379,6 +379,14 @@ impl DeviceMemory for Mem<'_> {
     fn surface(&self, handle: u64) -> Option<crum_ptx::TextureDesc> {
         self.textures.get(&handle).map(super::kernels::texture_desc)
     }
+
+    fn malloc(&self, size: u64) -> Option<u64> {
+        self.shared.heap.malloc(&self.shared.vram, size)
+    }
+
+    fn free(&self, addr: u64) {
+        self.shared.heap.free(&self.shared.vram, addr)
+    }
 }
 
 /// Wire texture description → the interpreter's.

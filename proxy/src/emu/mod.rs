@@ -10,6 +10,7 @@
 //! involved are plain memory with no Rust invariants.
 #![allow(unsafe_code)]
 
+pub mod heap;
 pub mod kernels;
 pub mod memory;
 pub mod stream;
@@ -40,6 +41,8 @@ pub struct Shared {
     pub(crate) kernels: kernels::Kernels,
     /// The launch running and the cut's hold on launches (block-boundary preemption, flush).
     running: Mutex<kernels::Running>,
+    /// Device-side `malloc`/`free`.
+    pub(crate) heap: heap::Heap,
 }
 
 impl Shared {
@@ -167,6 +170,7 @@ impl Emu {
             printf: Mutex::default(),
             kernels: kernels::Kernels::new(),
             running: Mutex::default(),
+            heap: heap::Heap::default(),
         });
         let emu = Emu {
             shared,
@@ -953,6 +957,7 @@ impl Backend for Emu {
                 let _ = self.shared.vram.free(a);
             }
         }
+        self.shared.heap.reset();
         self.shared.sticky.store(0, Ordering::SeqCst);
         self.shared.async_err.store(0, Ordering::SeqCst);
         Ok(())
