@@ -3,7 +3,8 @@
 // argument, and virtual functions of objects made with device-side new/delete (vtables are
 // module variables whose initializers name functions), and device heap blocks kept across
 // the gates (allocated before a checkpoint, read and freed after the restart, then the heap
-// allocates again). Checked against the CPU; PASS.
+// allocates again), with a heap larger than the default 8 MiB (cudaLimitMallocHeapSize: a
+// 12 MiB block before and after the restart). Checked against the CPU; PASS.
 #include "common.h"
 typedef int (*op_t)(int, int);
 __device__ int add(int a, int b) { return a + b; }
@@ -28,9 +29,15 @@ struct Ci : Shape {
 };
 
 __device__ int *kept[256];
+__device__ char *big;
+const size_t BIG = 12 << 20;
 __global__ void keep(int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    if (i == 0) {
+        big = (char *)malloc(BIG);
+        if (big) big[BIG - 1] = 42;
+    }
     int *b = (int *)malloc(64 * sizeof(int));
     if (b) for (int k = 0; k < 64; k++) b[k] = i * 64 + k;
     kept[i] = b;
@@ -45,6 +52,13 @@ __global__ void use_kept(int *out, int n) {
     int *again = (int *)malloc(16);
     out[i] = again ? s : -2;
     free(again);
+    if (i == 0) {
+        if (!big || big[BIG - 1] != 42) out[0] = -3;
+        free(big);
+        char *b2 = (char *)malloc(BIG);
+        if (!b2) out[0] = -4;
+        free(b2);
+    }
 }
 __global__ void table(int *out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -70,6 +84,10 @@ int main() {
     CK(cudaMalloc(&d, n * sizeof(int)));
     CK(cudaMalloc(&fd, n * sizeof(float)));
     CK(cudaMalloc(&dk, n * sizeof(int)));
+    CK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 32 << 20));
+    size_t heap = 0;
+    CK(cudaDeviceGetLimit(&heap, cudaLimitMallocHeapSize));
+    EXPECT(heap == 32 << 20);
     keep<<<2, 128>>>(n);
     CK(cudaGetLastError());
     table<<<2, 128>>>(d, n);

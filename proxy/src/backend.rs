@@ -275,6 +275,11 @@ pub trait Backend: Send + Sync {
         let _ = bytes;
         unsupported(self.name(), "cudaLimitPersistingL2CacheSize")
     }
+    /// `cudaDeviceSetLimit(cudaLimitMallocHeapSize, bytes)`: the device heap's size.
+    fn set_heap_limit(&self, bytes: u64) -> Result<()> {
+        let _ = bytes;
+        unsupported(self.name(), "cudaLimitMallocHeapSize")
+    }
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
         let _ = (stream, call);
         unsupported(self.name(), "cudaLaunchHostFunc")

@@ -492,6 +492,7 @@ impl Server {
             Request::SetPersistingL2Limit { bytes } => {
                 code(b.set_persisting_l2_limit(bytes)).map(|_| Body::None)
             }
+            Request::SetHeapLimit { bytes } => code(b.set_heap_limit(bytes)).map(|_| Body::None),
             Request::EventCreate { flags } => {
                 let e = code(b.event_create(flags))?;
                 self.objects.lock().unwrap().events.insert(e.0, flags);

@@ -238,6 +238,11 @@ pub enum Request {
     SetPersistingL2Limit {
         bytes: u64,
     },
+    /// `cudaDeviceSetLimit(cudaLimitMallocHeapSize)`: the size of the device heap (device
+    /// `malloc`); before the first kernel that allocates from it, as CUDA requires.
+    SetHeapLimit {
+        bytes: u64,
+    },
 }
 
 /// `cudaAccessPolicyWindow`: an L2 persistence hint for accesses to `[base, base+bytes)`.

@@ -212,6 +212,11 @@ pub const ABSENT_FEATURES: &[u32] = &[
 /// The last `cudaAtomicOperation` (cudaAtomicOperationFloatMax).
 const ATOMIC_OP_LAST: u32 = 12;
 
+/// The device heap size the program set (`cudaLimitMallocHeapSize`), if it did.
+pub(crate) fn heap_limit() -> Option<u64> {
+    state().limits.lock().unwrap_or_else(|p| p.into_inner()).get(&cudaLimitMallocHeapSize).copied()
+}
+
 /// Default limits (`cudaLimit`): stack size, printf FIFO, malloc heap.
 fn default_limit(limit: u32) -> Option<u64> {
     match limit {
@@ -377,6 +382,10 @@ crate::export! {
         default_limit(limit).ok_or(cuda::ERROR_UNSUPPORTED_LIMIT)?;
         let value = if limit == cudaLimitPersistingL2CacheSize {
             super::stream_attrs::set_persisting_limit(value as u64)?
+        } else if limit == cudaLimitMallocHeapSize {
+            // The device makes its heap at the first kernel that allocates, of this size.
+            crate::client::call(&crum_wire::Request::SetHeapLimit { bytes: value as u64 })?;
+            value as u64
         } else {
             value as u64
         };

@@ -267,6 +267,12 @@ pub(crate) fn replay_after_restart() -> Result<(), String> {
         crate::client::agent_call(&Request::SetPersistingL2Limit { bytes })
             .map_err(|e| format!("cannot set the persisting L2 limit again: {e}"))?;
     }
+    // The new device makes a heap of the size the program set (the blocks of the old one
+    // came back with the device memory).
+    if let Some(bytes) = super::device::heap_limit() {
+        crate::client::agent_call(&Request::SetHeapLimit { bytes })
+            .map_err(|e| format!("cannot set the device heap size again: {e}"))?;
+    }
     let all: Vec<(u64, Attrs)> = with_attrs(|m| m.iter().map(|(&s, &a)| (s, a)).collect());
     for (stream, a) in all {
         for attr in a.each() {

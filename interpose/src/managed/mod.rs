@@ -827,6 +827,7 @@ fn touches_device(req: &Request) -> bool {
             | Request::StreamSetAttr { .. }
             | Request::ResetPersistingL2
             | Request::SetPersistingL2Limit { .. }
+            | Request::SetHeapLimit { .. }
             | Request::StreamCreate { .. }
             | Request::EventCreate { .. }
             | Request::EventDestroy { .. }

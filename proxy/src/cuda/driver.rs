@@ -629,6 +629,12 @@ pub fn set_persisting_l2_limit(bytes: u64) -> DResult<()> {
     ck(unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE, bytes as usize) })
 }
 
+/// [`cuCtxSetLimit`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html)`(CU_LIMIT_MALLOC_HEAP_SIZE)`
+pub fn set_heap_limit(bytes: u64) -> DResult<()> {
+    // SAFETY: plain values; acts on the current context (bound by the caller).
+    ck(unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE, bytes as usize) })
+}
+
 /// [`cuLaunchKernel`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html) or
 /// `cuLaunchCooperativeKernel`. `params` must match the kernel's layout (checked by the caller
 /// against the driver's or the PTX's parameter list).

@@ -1354,6 +1354,11 @@ impl Backend for Cuda {
         driver::set_persisting_l2_limit(bytes).map_err(|c| self.err(Op::Other, c))
     }
 
+    fn set_heap_limit(&self, bytes: u64) -> Result<()> {
+        self.bind()?;
+        driver::set_heap_limit(bytes).map_err(|c| self.err(Op::Other, c))
+    }
+
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
         self.bind()?;
         let s = self.stream(stream)?;

@@ -38,6 +38,8 @@ const HDR: u64 = 16;
 #[derive(Default)]
 pub struct Heap {
     base: Mutex<Option<u64>>,
+    /// `cudaLimitMallocHeapSize` when the program set it (0: [`HEAP_BYTES`]).
+    limit: std::sync::atomic::AtomicU64,
 }
 
 fn rd(addr: u64) -> u64 {
@@ -57,12 +59,16 @@ impl Heap {
         let need = size.checked_add(15)? / 16 * 16 + HDR;
         let mut g = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = match *g {
-            Some(b) if vram.lookup(b).is_some_and(|r| r.base == b && r.len == HEAP_BYTES) && rd(b) == MAGIC => b,
+            Some(b) if vram.lookup(b).is_some_and(|r| r.base == b) && rd(b) == MAGIC => b,
             _ => {
-                let (b, _) = vram.alloc(HEAP_BYTES, AllocKind::Device).ok()?;
+                let len = match self.limit.load(std::sync::atomic::Ordering::Relaxed) {
+                    0 => HEAP_BYTES,
+                    n => n.div_ceil(16) * 16,
+                };
+                let (b, _) = vram.alloc(len, AllocKind::Device).ok()?;
                 wr(b, MAGIC);
-                wr(b + 8, HEAP_BYTES);
-                wr(b + HDR, (HEAP_BYTES - HDR) & !1);
+                wr(b + 8, len);
+                wr(b + HDR, (len - HDR) & !1);
                 wr(b + HDR + 8, BLOCK_MAGIC);
                 *g = Some(b);
                 b
@@ -97,6 +103,20 @@ impl Heap {
             at += rd(at) & !1;
         }
         None
+    }
+
+    /// `cudaDeviceSetLimit(cudaLimitMallocHeapSize)`: the size of the heap to make; once it
+    /// is made (a kernel allocated), `cudaErrorInvalidValue`, as CUDA answers.
+    pub fn set_limit(&self, bytes: u64) -> Result<(), u32> {
+        let g = self.base.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_some() {
+            return Err(crum_wire::cuda::ERROR_INVALID_VALUE);
+        }
+        if bytes < 4 * HDR {
+            return Err(crum_wire::cuda::ERROR_INVALID_VALUE);
+        }
+        self.limit.store(bytes, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Forgets the heap (its allocation was freed by a device reset).

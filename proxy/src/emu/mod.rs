@@ -693,6 +693,10 @@ impl Backend for Emu {
         Ok(())
     }
 
+    fn set_heap_limit(&self, bytes: u64) -> Result<()> {
+        self.shared.heap.set_limit(bytes).map_err(BackendError::Cuda)
+    }
+
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
         self.host_func_named(stream, call, 0, 0)
     }
