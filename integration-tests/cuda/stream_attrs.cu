@@ -370,7 +370,10 @@ int main() {
     CK(cudaMalloc3DArray(&a3, &cd, make_cudaExtent(AW, AH, AD)));
     CK(cudaMalloc3DArray(&al, &cd, make_cudaExtent(AW, AH, AD), cudaArrayLayered));
     EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AH, 6), cudaArrayCubemap), cudaErrorInvalidValue);  // faces not square
-    EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AW, 12), cudaArrayCubemap | cudaArrayLayered), cudaErrorNotSupported);
+    EXPECT_ERR(cudaMalloc3DArray(&A, &cd, make_cudaExtent(AW, AW, 13), cudaArrayCubemap | cudaArrayLayered), cudaErrorInvalidValue);  // not 6 faces per cube map
+    cudaArray_t lc;
+    CK(cudaMalloc3DArray(&lc, &cd, make_cudaExtent(AW, AW, 12), cudaArrayCubemap | cudaArrayLayered));  // two cube maps
+    CK(cudaFreeArray(lc));
     cudaArray_t plane;
     EXPECT_ERR(cudaArrayGetPlane(&plane, a3, 0), cudaErrorInvalidValue);  // not multi-planar
     cudaExtent ex;

@@ -38,6 +38,23 @@ __global__ void cube_read(cudaTextureObject_t t, float *out, int n) {
     }
     out[i] = texCubemap<float>(t, dx * 3.0f, dy * 3.0f, dz * 3.0f);  // any length points the same way
 }
+// The same for cube map `layer` of a layered cube map (texCubemapLayered: tex.acube).
+__global__ void cube_layer_read(cudaTextureObject_t t, float *out, int n, int layer) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 6 * n * n) return;
+    int face = i / (n * n), y = (i / n) % n, x = i % n;
+    float s = (x + 0.5f) / n * 2 - 1, u = (y + 0.5f) / n * 2 - 1;
+    float dx, dy, dz;
+    switch (face) {
+    case 0: dx = 1; dz = -s; dy = -u; break;
+    case 1: dx = -1; dz = s; dy = -u; break;
+    case 2: dy = 1; dx = s; dz = u; break;
+    case 3: dy = -1; dx = s; dz = -u; break;
+    case 4: dz = 1; dx = s; dy = -u; break;
+    default: dz = -1; dx = -s; dy = -u; break;
+    }
+    out[i] = texCubemapLayered<float>(t, dx, dy, dz, layer);
+}
 int main() {
     const int w = 37, h = 23, n = 300;
     float in[h][w], back[h][w], got[h * w];
@@ -138,6 +155,30 @@ int main() {
     printf("cube map %dx%d: every texel of the six faces read by direction\n", cn, cn);
     CK(cudaDestroyTextureObject(ctex));
     CK(cudaFreeArray(cube));
+
+    // A layered cube map of three cube maps (18 faces), each read back by direction and layer.
+    const int nl = 3;
+    static float lfaces[nl * 6 * cn * cn], lfr[6 * cn * cn];
+    for (int i = 0; i < nl * 6 * cn * cn; i++) lfaces[i] = (float)(i / (cn * cn) * 100 + i % (cn * cn));
+    cudaArray_t lcube;
+    CK(cudaMalloc3DArray(&lcube, &f, make_cudaExtent(cn, cn, 6 * nl), cudaArrayCubemap | cudaArrayLayered));
+    cudaMemcpy3DParms lcp = {};
+    lcp.srcPtr = make_cudaPitchedPtr(lfaces, cn * sizeof(float), cn, cn);
+    lcp.dstArray = lcube;
+    lcp.extent = make_cudaExtent(cn, cn, 6 * nl);
+    lcp.kind = cudaMemcpyHostToDevice;
+    CK(cudaMemcpy3D(&lcp));
+    rc.res.array.array = lcube;
+    cudaTextureObject_t ltex;
+    CK(cudaCreateTextureObject(&ltex, &rc, &tc, nullptr));
+    for (int l = 0; l < nl; l++) {
+        cube_layer_read<<<(6 * cn * cn + 127) / 128, 128>>>(ltex, d_c, cn, l);
+        CK(cudaMemcpy(lfr, d_c, sizeof lfr, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 6 * cn * cn; i++) EXPECT(lfr[i] == lfaces[l * 6 * cn * cn + i]);
+    }
+    printf("layered cube map %dx%d x %d: every texel read by direction and layer\n", cn, cn, nl);
+    CK(cudaDestroyTextureObject(ltex));
+    CK(cudaFreeArray(lcube));
     GATE(3);
     CK(cudaDestroySurfaceObject(surf));
     CK(cudaDestroySurfaceObject(line));

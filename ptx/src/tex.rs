@@ -17,23 +17,31 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
     };
     // Layered textures (`a1d`, `a2d`) take the layer index first; it selects the row (1D)
     // or slice (2D) and is never filtered.
-    let cube = i.m.geom == 6;
+    let cube = matches!(i.m.geom, 6 | 7);
     let (dims, layered) = match i.m.geom {
         1 => (1, false),
         2 => (2, false),
         3 => (3, false),
         4 => (2, true),
         5 => (1, true),
-        // A cube map: six square faces, read as the layers of a 2-D layered texture.
-        6 => (2, true),
-        _ => return Err(LaunchError::Unsupported("layered cube-map textures".into())),
+        // A cube map: six square faces, read as the layers of a 2-D layered texture; a
+        // layered cube map (`acube`): cube map `l` is layers 6l..6l+5.
+        6 | 7 => (2, true),
+        _ => return Err(LaunchError::Unsupported(format!("texture geometry {}", i.m.geom))),
     };
     let (layer, coords) = if cube {
         if i.ty2 != Ty::F32 {
             return Err(LaunchError::Unsupported("cube-map texture fetch with integer coordinates".into()));
         }
-        let f = |k: usize| coords.get(k).map_or(0.0, |v| f32::from_bits(*v as u32));
+        // `acube` takes the cube map's index first (an integer), then the direction.
+        let (cube_index, dir) = if i.m.geom == 7 {
+            (coords.first().map_or(0, |v| (*v as u32 as i32).max(0) as i64), &coords[1.min(coords.len())..])
+        } else {
+            (0, &coords[..])
+        };
+        let f = |k: usize| dir.get(k).map_or(0.0, |v| f32::from_bits(*v as u32));
         let (face, s, t) = cube_face(f(0), f(1), f(2));
+        let face = cube_index * 6 + face;
         // Face coordinates are normalized; scaled here (the generic path scales only when
         // the texture asks for normalized coordinates).
         let (w, h) = (desc.width.max(1) as f32, desc.height.max(1) as f32);

@@ -2,8 +2,8 @@
 //! them: `api::device`), emulated as pitched device memory: an array handle is a heap record
 //! naming the allocation, its element format and its pitch. 1-D, 2-D and 3-D arrays and
 //! layered 1-D and 2-D arrays (`cudaMalloc3DArray`): slices (or layers) of `height` rows,
-//! `slice` bytes apart; cube maps as six slices (faces). Layered cube maps, sparse arrays and
-//! mipmaps return cudaErrorNotSupported.
+//! `slice` bytes apart; cube maps as six slices (faces), layered cube maps as six slices per
+//! cube map. Sparse arrays and mipmaps return cudaErrorNotSupported.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -105,11 +105,10 @@ fn alloc_array(
     let layered = flags & ARRAY_LAYERED != 0;
     if flags & ARRAY_CUBEMAP != 0 {
         // Six square faces, stored as six slices (+x, -x, +y, -y, +z, -z), as CUDA requires
-        // (width == height, depth 6). Layered cube maps are not emulated.
-        if layered {
-            return Err(crate::errors::unsupported("cudaMalloc3DArray (layered cube maps)"));
-        }
-        if width == 0 || width != height || depth != 6 {
+        // (width == height, depth 6); a layered cube map is 6 slices per cube map (depth a
+        // multiple of 6).
+        let faces_ok = if layered { depth > 0 && depth % 6 == 0 } else { depth == 6 };
+        if width == 0 || width != height || !faces_ok {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
     }
