@@ -107,6 +107,23 @@ fn an_image_whose_earlier_image_is_gone_or_replaced_is_refused_naming_it() {
 }
 
 #[test]
+fn a_base_of_another_chunk_size_gives_a_full_image() {
+    let tmp = tempfile::tempdir().unwrap();
+    let heap = noise(8 * CHUNK, 11);
+    let blob = noise(CHUNK, 12);
+    let a = write(tmp.path(), 1, &heap, &blob, None);
+    let base = Arc::new(Base::from_image(&a, 8).unwrap().unwrap());
+    let opts = WriterOptions { chunk_size: (2 * CHUNK) as u32, seq: 2, base: Some(base), ..Default::default() };
+    let mut w = ImageWriter::prepare(tmp.path(), &opts).unwrap();
+    let meta = RegionMeta { start: 0x5000_0000, len: heap.len() as u64, prot: 3, flags: 0, offset: 0, name: b"[heap]" };
+    w.add_region(&meta, &heap).unwrap();
+    w.commit().unwrap();
+    let mut r = ImageReader::open(w.final_path()).unwrap();
+    assert!(r.chain().is_empty());
+    assert_eq!(r.read_region(0).unwrap(), heap);
+}
+
+#[test]
 fn rotation_keeps_the_images_a_kept_image_needs() {
     let tmp = tempfile::tempdir().unwrap();
     let heap = noise(4 * CHUNK, 7);

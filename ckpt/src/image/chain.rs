@@ -155,6 +155,8 @@ pub struct Base {
     pub(crate) chain: Vec<ChainEntry>,
     /// Sorted by key: the chunk's hash and the chain index (1-based) of the image holding it.
     entries: Vec<(ChunkKey, u128, u8)>,
+    /// The chunk and page size of the base: an image of other sizes cannot keep chunks there.
+    pub(crate) sizes: (u32, u32),
 }
 
 impl Base {
@@ -206,7 +208,7 @@ impl Base {
             }
         }
         entries.retain(|e| !dup.contains(&e.0));
-        Ok(Some(Base { chain, entries }))
+        Ok(Some(Base { chain, entries, sizes: (r.chunk_size(), r.inventory().page_size) }))
     }
 
     /// The hash of the base's chunk at `key` and the chain index of the image holding it.

@@ -410,7 +410,9 @@ impl ImageWriter {
         let bound = unsafe { zstd_sys::ZSTD_compressBound(cs as usize) };
 
         let max_sections = opts.max_sections;
-        let chain = match &opts.base {
+        // A base of another chunk or page size cannot be referred to: a full image.
+        let base = opts.base.clone().filter(|b| b.sizes == (cs, page_size));
+        let chain = match &base {
             Some(b) => encode_chain(b.chain())?,
             None => Vec::new(),
         };
@@ -456,7 +458,7 @@ impl ImageWriter {
             chunks_crc: crc32fast::Hasher::new(),
             chunks_total: 0,
             key: (0, 0, 0),
-            base: opts.base.clone(),
+            base,
             chain,
             referenced: false,
         })
