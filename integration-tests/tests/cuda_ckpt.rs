@@ -132,6 +132,10 @@ corpus_ckpt!(
     function_pointers_from_the_host_and_device_heap_blocks_survive_restarts,
     "indirect_calls"
 );
+corpus_ckpt!(
+    libraries_loaded_at_run_time_from_a_freed_buffer_and_a_deleted_file_survive_restarts,
+    "library_api"
+);
 /// Checkpoints no longer fail "lane busy" while threads beyond the 64 lanes hold the overflow
 /// lane (the agent has its own lane; this test failed every run before). Its restarts failed
 /// now and then, for three reasons, each fixed — "cannot connect to the new device

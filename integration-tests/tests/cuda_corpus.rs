@@ -192,3 +192,7 @@ corpus_test!(
     function_pointers_virtual_functions_and_device_new_delete_match_cpu,
     "indirect_calls"
 );
+corpus_test!(
+    library_api_loads_ptx_from_a_buffer_and_a_file_and_launches_its_kernels,
+    "library_api"
+);

@@ -275,6 +275,11 @@ pub trait Backend: Send + Sync {
         let _ = bytes;
         unsupported(self.name(), "cudaLimitPersistingL2CacheSize")
     }
+    /// The names of module `module`'s kernels, in the module's order.
+    fn module_kernels(&self, module: ModuleId) -> Result<Vec<String>> {
+        let _ = module;
+        unsupported(self.name(), "cudaLibraryEnumerateKernels")
+    }
     /// `cudaDeviceSetLimit(cudaLimitMallocHeapSize, bytes)`: the device heap's size.
     fn set_heap_limit(&self, bytes: u64) -> Result<()> {
         let _ = bytes;

@@ -362,6 +362,7 @@ impl Server {
             Request::GetSymbol { module, name } => {
                 code(b.symbol(ModuleId(module), &name)).map(|(a, s)| Body::Pair(a, s))
             }
+            Request::ModuleKernels { module } => code(b.module_kernels(ModuleId(module))).map(Body::Names),
             Request::ManagedVar { module, name } => code(b.managed_var(ModuleId(module), &name))
                 .map(|a| Body::Alloc {
                     addr: a.addr,

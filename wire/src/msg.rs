@@ -243,6 +243,11 @@ pub enum Request {
     SetHeapLimit {
         bytes: u64,
     },
+    /// The names of a module's kernels (`cudaLibraryGetKernelCount`,
+    /// `cudaLibraryEnumerateKernels`): `Body::Names`.
+    ModuleKernels {
+        module: u64,
+    },
 }
 
 /// `cudaAccessPolicyWindow`: an L2 persistence hint for accesses to `[base, base+bytes)`.
@@ -366,6 +371,8 @@ pub enum Body {
     Restored(Vec<(u64, u64, AllocKind, i32)>),
     /// A checkpoint or restore step failed; the message names the problem.
     Failed(String),
+    /// Names (a module's kernels).
+    Names(Vec<String>),
     /// Reply to `CheckpointState`: the encoded state's length, the bytes copied at the cut
     /// (step 2's `data_len`) and whether the rest comes from a copy-on-write snapshot.
     CkptPlan {

@@ -57,7 +57,7 @@ const MAX_PRELINKED: usize = 1 << 16;
 const MAX_IMAGE: u64 = 1 << 30;
 
 /// Address and size of the fat binary at `data` (0 size when it is not one we understand).
-fn fatbin_at(data: u64) -> (u64, u64) {
+pub(crate) fn fatbin_at(data: u64) -> (u64, u64) {
     if data == 0 {
         return (0, 0);
     }
@@ -82,7 +82,7 @@ fn fatbin_at(data: u64) -> (u64, u64) {
 /// then a copy of them all back to back, the device-link one first (what a GPU loads), in
 /// memory that lives as long as the program: the proxy reads it now, and again from the
 /// restored process after a restart.
-fn module_image(wrapper: *const u8) -> (u64, u64) {
+pub(crate) fn module_image(wrapper: *const u8) -> (u64, u64) {
     let (Ok(magic), Ok(version), Ok(data), Ok(prelinked)) = (
         field::<u32>(wrapper, 0),
         field::<u32>(wrapper, 4),
@@ -158,6 +158,16 @@ pub extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c
         Box::into_raw(Box::new(idx + 1)) as *mut *mut c_void
     });
     r.unwrap_or(std::ptr::null_mut())
+}
+
+/// A module the program loads itself (`cudaLibraryLoadData`): `image` is kept for the life
+/// of the program (a restart loads it again from the restored memory), registered like a fat
+/// binary. Returns its registration index.
+pub(crate) fn register_image(image: Vec<u8>) -> usize {
+    let image: &'static [u8] = Box::leak(image.into_boxed_slice());
+    let mut g = LAZY.lock().unwrap_or_else(|p| p.into_inner());
+    g.push(Arc::new(LazyModule { addr: image.as_ptr() as u64, len: image.len() as u64, id: OnceLock::new() }));
+    g.len() - 1
 }
 
 /// Whether the program registered a fat binary (a CUDA program, even one without kernels).

@@ -6,6 +6,7 @@ pub mod copy_batch;
 pub mod device;
 pub mod graph;
 pub mod launch;
+pub mod library;
 pub mod memory;
 pub mod pool;
 pub mod stream;

@@ -828,6 +828,7 @@ fn touches_device(req: &Request) -> bool {
             | Request::ResetPersistingL2
             | Request::SetPersistingL2Limit { .. }
             | Request::SetHeapLimit { .. }
+            | Request::ModuleKernels { .. }
             | Request::StreamCreate { .. }
             | Request::EventCreate { .. }
             | Request::EventDestroy { .. }

@@ -72,6 +72,12 @@ impl Kernels {
         }
     }
 
+    /// The names of module `id`'s kernels.
+    pub fn kernel_names(&self, id: u64) -> Result<Vec<String>> {
+        let m = self.modules.lock().unwrap().get(&id).cloned().ok_or(err(cuda::ERROR_INVALID_RESOURCE_HANDLE))?;
+        Ok(m.module.kernels().map(|k| k.name.clone()).collect())
+    }
+
     /// Load a module as handle `id`. `placement` (a restart) puts named module variables at
     /// their checkpointed addresses and kinds instead of the first free ones.
     pub fn load(
@@ -84,10 +90,25 @@ impl Kernels {
         // One PTX per fat binary of the image: one for a plain module; one per object for a
         // program built with `-rdc=true` (the interposer appends every object's relocatable
         // fat binary), linked into one module here.
-        let images = crum_ptx::fatbin::program_ptx(image).map_err(|e| {
-            tracing::error!("cannot load the program's kernels: {e}");
-            err(cuda::ERROR_NO_KERNEL_IMAGE)
-        })?;
+        // A module the program loads itself (`cudaLibraryLoadData`) may be PTX text; a cubin
+        // (ELF) holds only machine code for a GPU.
+        if image.starts_with(b"\x7fELF") {
+            tracing::error!("a cubin (ELF) holds no PTX: the emulated device runs PTX; load PTX or a fat binary with PTX");
+            return Err(err(cuda::ERROR_NO_KERNEL_IMAGE));
+        }
+        let text_ptx = (!image.starts_with(&0xBA55ED50u32.to_le_bytes()))
+            .then(|| {
+                let end = image.iter().position(|&c| c == 0).unwrap_or(image.len());
+                std::str::from_utf8(&image[..end]).ok().filter(|t| t.contains(".version") && t.contains(".target"))
+            })
+            .flatten();
+        let images = match text_ptx {
+            Some(t) => vec![crum_ptx::fatbin::PtxImage { arch: 0, ptx: t.to_string() }],
+            None => crum_ptx::fatbin::program_ptx(image).map_err(|e| {
+                tracing::error!("cannot load the program's kernels: {e}");
+                err(cuda::ERROR_NO_KERNEL_IMAGE)
+            })?,
+        };
         if images.is_empty() {
             tracing::error!("the program carries no PTX; rebuild with PTX, e.g. -arch=sm_80");
             return Err(err(cuda::ERROR_NO_KERNEL_IMAGE));

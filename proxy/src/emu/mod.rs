@@ -693,6 +693,10 @@ impl Backend for Emu {
         Ok(())
     }
 
+    fn module_kernels(&self, module: ModuleId) -> Result<Vec<String>> {
+        self.shared.kernels.kernel_names(module.0)
+    }
+
     fn set_heap_limit(&self, bytes: u64) -> Result<()> {
         self.shared.heap.set_limit(bytes).map_err(BackendError::Cuda)
     }
