@@ -440,7 +440,7 @@ CUresult cuGetExportTable(const void **out, const unsigned char *uuid) {
 
 /* Preloaded, this dlsym sees the runtime's direct look-ups of driver symbols. */
 void *dlsym(void *handle, const char *name) {
-    if (name[0] == 'c' && name[1] == 'u' && handle != RTLD_NEXT) {
+    if (name[0] == 'c' && name[1] == 'u' && name[2] >= 'A' && name[2] <= 'Z' && handle != RTLD_NEXT) {
         logf_("dlsym %s", name);
         if (strcmp(name, "cuGetProcAddress") && strcmp(name, "cuGetProcAddress_v2") && strcmp(name, "cuGetExportTable")) {
             int has_impl;
