@@ -23,9 +23,13 @@ for p in "${sel[@]}"; do
   sum=$(cat "${srcs[@]}" "$src"/*.h | sha256sum | cut -c1-16)
   exe=$out/$name
   if [ -x "$exe" ] && [ "$(cat "$exe.sum" 2>/dev/null)" = "$sum" ]; then continue; fi
-  if nvcc -cudart static -arch=sm_80 -O2 "${rdc[@]}" -I"$src" -o "$exe.tmp" "${srcs[@]}" -lpthread 2>"$exe.err"; then
-    mv "$exe.tmp" "$exe"; echo "$sum" >"$exe.sum"; rm -f "$exe.err"
+  # Built under a name of its own and renamed into place: two surveys (or tests) may build
+  # the same program at once.
+  tmp=$exe.tmp.$$
+  if nvcc -cudart static -arch=sm_80 -O2 "${rdc[@]}" -I"$src" -o "$tmp" "${srcs[@]}" -lpthread 2>"$exe.err.$$"; then
+    mv -f "$tmp" "$exe"; echo "$sum" >"$exe.sum.$$"; mv -f "$exe.sum.$$" "$exe.sum"; rm -f "$exe.err.$$" "$exe.err"
   else
+    mv -f "$exe.err.$$" "$exe.err"; rm -f "$tmp"
     echo "survey: $name did not build (see $exe.err)" >&2
   fi
 done

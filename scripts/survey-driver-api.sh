@@ -24,7 +24,7 @@ trap 'rm -rf "$scratch"' EXIT
 progs=("$@")
 if [ ${#progs[@]} -eq 0 ]; then
   for f in "$repo"/integration-tests/build/static/*; do
-    case $f in *.sum|*.err|*.tmp) continue;; esac
+    case $f in *.sum|*.sum.*|*.err|*.err.*|*.tmp|*.tmp.*) continue;; esac
     [ -x "$f" ] && progs+=("$(basename "$f")")
   done
 fi
