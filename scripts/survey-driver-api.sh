@@ -8,15 +8,20 @@
 #
 # Logs: integration-tests/build/survey/<program>.log (one line per driver event, see the C
 # file), <program>.out (its stdout+stderr), <program>.rc; summary: survey.md there.
-# Environment passed through to the logging driver: CRUM_SURVEY_STUB_RESULT, CRUM_SURVEY_SLOT_RESULT,
-# CRUM_SURVEY_REFUSE (export-table UUIDs to answer "not found").
+# Environment passed through to the logging driver: CRUM_SURVEY_STUB_RESULT,
+# CRUM_SURVEY_SLOT_RESULT, CRUM_SURVEY_REFUSE (export-table UUIDs to answer "not found"),
+# CRUM_SURVEY_DRIVER_VERSION (see scripts/survey/libcuda_log.c).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=$repo/integration-tests/build/survey
 mkdir -p "$out"
 variants=0
 if [ "${1:-}" = --variants ]; then variants=1; shift; fi
-if [ $variants = 1 ]; then "$repo/scripts/survey-build-static.sh" device_query; else "$repo/scripts/survey-build-static.sh" "$@"; fi
+if [ $variants = 1 ]; then "$repo/scripts/survey-build-static.sh" device_query; else
+  # managed_nouffd runs managed_cycles.
+  extra=(); [[ " $* " == *" managed_nouffd "* ]] && extra=(managed_cycles)
+  "$repo/scripts/survey-build-static.sh" "$@" "${extra[@]}"
+fi
 cc -O1 -Wall -Wextra -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$out/libcuda.so.1" \
   "$repo/scripts/survey/libcuda_log.c" "$repo/proxy/src/cuda/fake_libcuda.c" -ldl -lpthread
 scratch=$(mktemp -d)

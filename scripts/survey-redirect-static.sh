@@ -15,7 +15,9 @@ if [ "${1:-}" = --ckpt ]; then ckpt=1; shift; fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=$repo/integration-tests/build/survey-redirect
 mkdir -p "$out"
-"$repo/scripts/survey-build-static.sh" "$@"
+# managed_nouffd runs managed_cycles.
+extra=(); [[ " $* " == *" managed_nouffd "* ]] && extra=(managed_cycles)
+"$repo/scripts/survey-build-static.sh" "$@" "${extra[@]}"
 cc -O2 -Wall -Wextra -shared -fPIC -o "$out/libredirect_static.so" "$repo/scripts/survey/redirect_static.c" -ldl
 crum=${CRUM:-$repo/target/debug/crum}
 scratch=$(mktemp -d)
