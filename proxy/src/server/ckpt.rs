@@ -287,6 +287,26 @@ impl Server {
             }
             std::thread::sleep(Duration::from_micros(100));
         }
+        // Which lanes held the cut up, for the log (a lane with requests no thread serves, a
+        // request taken and never finished…).
+        let cut = self.cut.lock().unwrap();
+        let busy: Vec<String> = (0..LANES)
+            .filter(|&i| i != lane)
+            .filter(|&i| {
+                matches!(cut.lanes[i], LaneUse::Idle)
+                    && (self.taken[i].load(std::sync::atomic::Ordering::SeqCst) != 0 || self.channel.pending(i))
+            })
+            .map(|i| {
+                format!(
+                    "lane {i}: {} taken, {}, {}{}",
+                    self.taken[i].load(std::sync::atomic::Ordering::SeqCst),
+                    if self.channel.pending(i) { "requests waiting in its ring" } else { "ring empty" },
+                    if self.serving[i].load(std::sync::atomic::Ordering::SeqCst) { "served" } else { "no thread serves it" },
+                    if self.stale[i].load(std::sync::atomic::Ordering::SeqCst) { ", stale" } else { "" },
+                )
+            })
+            .collect();
+        tracing::error!(lanes = %busy.join("; "), "the cut could not take every lane's requests");
         false
     }
 
