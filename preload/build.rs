@@ -1,7 +1,14 @@
-//! Compiles `src/exec.c`, the variadic exec functions, and `src/syscall.c`, the variadic
-//! `syscall` (see their headers).
+//! Compiles `src/exec.c`, the variadic exec functions, `src/syscall.c`, the variadic
+//! `syscall`, and `src/static_runtime.c`, the redirection of a static CUDA runtime to
+//! libcrum.so (see their headers).
 fn main() {
     println!("cargo:rerun-if-changed=src/exec.c");
     println!("cargo:rerun-if-changed=src/syscall.c");
-    cc::Build::new().file("src/exec.c").file("src/syscall.c").flag("-fvisibility=hidden").compile("crum_exec");
+    println!("cargo:rerun-if-changed=src/static_runtime.c");
+    cc::Build::new()
+        .file("src/exec.c")
+        .file("src/syscall.c")
+        .file("src/static_runtime.c")
+        .flag("-fvisibility=hidden")
+        .compile("crum_exec");
 }

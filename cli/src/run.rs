@@ -184,6 +184,12 @@ pub fn statically_linked_cudart(path: &Path) -> anyhow::Result<bool> {
     Ok(!imports_runtime && !needs_shared_cudart(&data))
 }
 
+/// Whether the ELF file has a symbol table (`.symtab`: not stripped).
+fn has_symbol_table(path: &Path) -> bool {
+    use object::Object;
+    std::fs::read(path).ok().is_some_and(|d| object::File::parse(&*d).is_ok_and(|f| f.section_by_name(".symtab").is_some()))
+}
+
 /// Whether the ELF file's dynamic section NEEDs `libcudart.so` (any version).
 fn needs_shared_cudart(data: &[u8]) -> bool {
     use object::read::elf::{Dyn, ElfFile64};
@@ -244,10 +250,13 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         crate::trust::warn_about_dir(dir);
     }
     if let Some(path) = find_program(program) {
-        if statically_linked_cudart(&path)? {
+        // The static runtime's entry points are redirected to libcrum.so when the program
+        // loads (preload/src/static_runtime.c), found by the executable's symbol table.
+        if statically_linked_cudart(&path)? && !has_symbol_table(&path) {
             bail!(
-                "{} is linked with the static CUDA runtime, which crum cannot intercept.\n\
-                 Rebuild it with the shared runtime: nvcc -cudart shared ... \
+                "{} is linked with the static CUDA runtime and stripped: crum finds the runtime's \
+                 entry points by the executable's symbol table, which it does not have.\n\
+                 Run it unstripped, or rebuild it with the shared runtime: nvcc -cudart shared ... \
                  (CMake: set CUDA_RUNTIME_LIBRARY Shared)",
                 path.display()
             );

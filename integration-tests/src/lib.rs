@@ -183,8 +183,11 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
         home.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // `extra` may choose the runtime (`-cudart static`); the shared one otherwise.
+    let cudart: &[&str] = if extra.contains(&"-cudart") { &[] } else { &["-cudart", "shared"] };
     let out = Command::new(&nvcc)
-        .args(["-cudart", "shared", "-arch=sm_80", "-O2"])
+        .args(cudart)
+        .args(["-arch=sm_80", "-O2"])
         .args(rdc)
         .arg("-o")
         .arg(&tmp)

@@ -530,6 +530,17 @@ naked_exec! {
     syscall => crum_syscall;
 }
 
+// --- the static CUDA runtime: `src/static_runtime.c` ----------------------------------
+
+unsafe extern "C" {
+    fn crum_static_runtime_linked();
+}
+
+/// Makes the linker take `src/static_runtime.c`'s object, whose constructor redirects a
+/// static CUDA runtime in the executable to libcrum.so (nothing calls it).
+#[used]
+static STATIC_RUNTIME: unsafe extern "C" fn() = crum_static_runtime_linked;
+
 // --- fcntl: pids in lock and owner answers -------------------------------------------
 
 static REAL_FCNTL: AtomicUsize = AtomicUsize::new(0);

@@ -1,0 +1,69 @@
+//! Programs linked with the static CUDA runtime (`nvcc -cudart static`, nvcc's and CMake's
+//! default; issue 13): at load, libcrum_libc.so redirects the runtime entry points of the
+//! executable to libcrum.so (`preload/src/static_runtime.c`), so NVIDIA's runtime never
+//! starts. Programs of the corpus built that way print what their shared-runtime builds print,
+//! under `crum run` on the emulated device, and checkpoint and restart the same way. A
+//! stripped one is refused, naming the reason. (The whole corpus, measured once:
+//! docs/driver-api.md § 4.1; here a program per area of the runtime, as each build costs an
+//! nvcc run.)
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crum_integration_tests::{
+    build_cuda_with, check_expected, crum_bin, gated_scenario, run_cuda_pass_with, wait_with_timeout, ScenarioOpts,
+};
+
+const STATIC: &[&str] = &["-cudart", "static"];
+
+macro_rules! static_corpus {
+    ($test:ident, $name:literal) => {
+        #[test]
+        fn $test() {
+            let out = run_cuda_pass_with($name, STATIC, &[]);
+            check_expected($name, &out);
+        }
+    };
+}
+
+static_corpus!(vector_add_with_the_static_runtime_matches_cpu, "vector_add");
+static_corpus!(streams_events_and_pinned_copies_with_the_static_runtime, "streams_pipeline");
+static_corpus!(device_and_constant_symbols_with_the_static_runtime, "symbols");
+static_corpus!(managed_memory_with_the_static_runtime, "managed");
+static_corpus!(callbacks_and_events_with_the_static_runtime, "events_callbacks");
+static_corpus!(captured_graphs_with_the_static_runtime, "graph_capture");
+static_corpus!(host_threads_with_the_static_runtime, "host_threads");
+static_corpus!(the_library_api_with_the_static_runtime, "library_api");
+
+#[test]
+fn a_static_runtime_program_restarts_at_three_points_and_restarts_again() {
+    let o = ScenarioOpts { nvcc: STATIC.to_vec(), ..Default::default() };
+    if let Err(e) = gated_scenario("streams_pipeline", &o) {
+        panic!("streams_pipeline (-cudart static): {e:#}");
+    }
+}
+
+#[test]
+fn a_stripped_static_runtime_program_is_refused_naming_why() {
+    let exe = build_cuda_with("vector_add", STATIC).unwrap_or_else(|e| panic!("{e:#}"));
+    let stripped = tempfile::tempdir().unwrap();
+    let copy = stripped.path().join("vector_add-stripped");
+    std::fs::copy(&exe, &copy).unwrap();
+    let st = Command::new("strip").arg(&copy).status().expect("strip");
+    assert!(st.success());
+    let child = Command::new(crum_bin())
+        .args(["run", "--device", "emu", "--"])
+        .arg(&copy)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn crum run");
+    let r = wait_with_timeout(child, Duration::from_secs(60)).expect("crum run");
+    assert!(r.code != Some(0), "a stripped static program ran: {}", r.stdout);
+    assert!(
+        r.stderr.contains("linked with the static CUDA runtime and stripped") && r.stderr.contains("-cudart shared"),
+        "{}",
+        r.stderr
+    );
+}
