@@ -307,7 +307,7 @@ pub fn socket_path_in(dir: &Path, pid: u32) -> PathBuf {
 }
 
 /// Creates `dir` (0700) if needed and checks it is ours and private.
-fn ensure_private_dir(dir: &Path) -> Result<(), ControlError> {
+pub fn ensure_private_dir(dir: &Path) -> Result<(), ControlError> {
     use std::os::unix::fs::DirBuilderExt;
     if let Some(parent) = dir.parent() {
         if !parent.as_os_str().is_empty() && !parent.exists() {

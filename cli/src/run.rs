@@ -229,6 +229,29 @@ fn interposer() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// A private directory holding `libcuda.so.1`, a symbolic link to `lib` (libcrum.so, whose
+/// driver-API face is `interpose/src/api/driver.rs`): the dynamic linker sees the file it has
+/// preloaded already and maps nothing new. One directory per libcrum.so (by its path), so two
+/// crum installations never hand a program the other's library.
+fn driver_dir(lib: &Path) -> anyhow::Result<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    lib.hash(&mut h);
+    let base = crum_ckpt::control::socket_dir();
+    crum_ckpt::control::ensure_private_dir(&base)?;
+    let dir = base.join(format!("lib-{:016x}", h.finish()));
+    crum_ckpt::control::ensure_private_dir(&dir)?;
+    let link = dir.join("libcuda.so.1");
+    if std::fs::read_link(&link).ok().as_deref() != Some(lib) {
+        // Made under a temporary name and renamed over: concurrent runs never see it half made.
+        let tmp = dir.join(format!(".libcuda.so.1.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(lib, &tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        std::fs::rename(&tmp, &link).with_context(|| format!("creating {}", link.display()))?;
+    }
+    Ok(dir)
+}
+
 const FORWARDED: [Signal; 4] = [
     Signal::SIGTERM,
     Signal::SIGHUP,
@@ -330,6 +353,18 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let mut cmd = Command::new(program);
     clean_signal_mask(&mut cmd);
     pass_fd(&mut cmd, fd);
+    // Programs of the driver API (linked with -lcuda, or `dlopen("libcuda.so.1")`) get
+    // crum's libcrum.so under that name, first on the library path.
+    match driver_dir(&lib) {
+        Ok(d) => {
+            let path = match std::env::var("LD_LIBRARY_PATH") {
+                Ok(old) if !old.is_empty() => format!("{}:{old}", d.display()),
+                _ => d.display().to_string(),
+            };
+            cmd.env("LD_LIBRARY_PATH", path);
+        }
+        Err(e) => tracing::warn!("no libcuda.so.1 of crum's for driver-API programs: {e:#}"),
+    }
     cmd.args(&args.command[1..])
         .env("LD_PRELOAD", preload)
         .env(crum_wire::ENV_CHANNEL, fd.to_string())

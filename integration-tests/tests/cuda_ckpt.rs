@@ -136,6 +136,10 @@ corpus_ckpt!(
     libraries_loaded_at_run_time_from_a_freed_buffer_and_a_deleted_file_survive_restarts,
     "library_api"
 );
+corpus_ckpt!(
+    driver_api_modules_launches_and_events_survive_restarts,
+    "driver_api"
+);
 /// Checkpoints no longer fail "lane busy" while threads beyond the 64 lanes hold the overflow
 /// lane (the agent has its own lane; this test failed every run before). Its restarts failed
 /// now and then, for three reasons, each fixed — "cannot connect to the new device

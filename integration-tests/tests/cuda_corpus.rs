@@ -196,3 +196,7 @@ corpus_test!(
     library_api_loads_ptx_from_a_buffer_and_a_file_and_launches_its_kernels,
     "library_api"
 );
+corpus_test!(
+    driver_api_through_dlopen_shares_context_memory_and_streams_with_the_runtime,
+    "driver_api"
+);

@@ -88,6 +88,25 @@ pub fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
     }
 }
 
+/// [`guard`] for the driver API's face (`api::driver`): the `cudaError_t` of the call,
+/// without touching the runtime's last error (the driver API has none).
+pub fn guard_driver(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
+    let counted = crate::ckpt::enter();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    crate::ckpt::leave(counted);
+    match r {
+        Ok(Ok(())) => 0,
+        Ok(Err(code)) => {
+            tracing::debug!(api = name, code, "{}", cuda::name(code));
+            code
+        }
+        Err(_) => {
+            tracing::error!(api = name, "internal error (panic) in crum");
+            cuda::ERROR_UNKNOWN
+        }
+    }
+}
+
 /// Whether `name` is reported for the first time (entry points crum lacks log once each).
 fn first_time(name: &'static str) -> bool {
     static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);

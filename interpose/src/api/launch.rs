@@ -383,7 +383,24 @@ pub fn launch(
     ptsz: bool,
     cooperative: bool,
 ) -> CudaResult<()> {
-    let (k, func) = prepare(host_fun, grid, block, args, std::ptr::null_mut(), shared, cooperative)?;
+    launch_extra(host_fun, grid, block, args, std::ptr::null_mut(), shared, stream, ptsz, cooperative)
+}
+
+/// [`launch`] with the driver API's `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER`…) where `args`
+/// is null (`cuLaunchKernel`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_extra(
+    host_fun: usize,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    shared: usize,
+    stream: u64,
+    ptsz: bool,
+    cooperative: bool,
+) -> CudaResult<()> {
+    let (k, func) = prepare(host_fun, grid, block, args, extra, shared, cooperative)?;
     let stream = resolve_stream(stream, ptsz)?;
     if crate::capture::any() {
         let mut node = Some(k);

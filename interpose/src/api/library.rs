@@ -26,9 +26,10 @@ use crate::errors::CudaResult;
 use crate::ffi::*;
 use crate::state::*;
 
-/// A loaded library: its registration index and the kernel handles given out.
-struct Library {
-    module: usize,
+/// A loaded library (or driver-API module, `api::driver`): its registration index and the
+/// kernel handles given out.
+pub(crate) struct Library {
+    pub(crate) module: usize,
     unloaded: AtomicBool,
     kernels: Mutex<HashMap<String, usize>>,
 }
@@ -39,7 +40,7 @@ static LIBRARIES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 const MAX_IMAGE: u64 = 1 << 30;
 const ELF_MAGIC: &[u8] = b"\x7fELF";
 
-fn library(handle: *mut c_void) -> CudaResult<&'static Library> {
+pub(crate) fn library(handle: *mut c_void) -> CudaResult<&'static Library> {
     let h = handle as usize;
     if !LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).contains(&h) {
         return Err(cuda::ERROR_INVALID_RESOURCE_HANDLE);
@@ -54,7 +55,7 @@ fn library(handle: *mut c_void) -> CudaResult<&'static Library> {
 
 /// The bytes of the image at `code`: a fat binary (or its wrapper), an ELF cubin, or
 /// NUL-terminated PTX text. Read through the kernel: a wrong pointer is an error, not a fault.
-fn image_at(code: u64) -> CudaResult<Vec<u8>> {
+pub(crate) fn image_at(code: u64) -> CudaResult<Vec<u8>> {
     if code == 0 {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
@@ -118,6 +119,11 @@ fn load(library_out: *mut *mut c_void, image: Vec<u8>) -> CudaResult<()> {
     if library_out.is_null() {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
+    out(library_out, load_image(image)? as *mut c_void)
+}
+
+/// [`load`]'s work: the handle of the library made of `image`.
+pub(crate) fn load_image(image: Vec<u8>) -> CudaResult<usize> {
     crate::client::ensure()?;
     let module = super::launch::register_image(image);
     module_id(module)?;
@@ -125,11 +131,52 @@ fn load(library_out: *mut *mut c_void, image: Vec<u8>) -> CudaResult<()> {
         Box::leak(Box::new(Library { module, unloaded: AtomicBool::new(false), kernels: Mutex::new(HashMap::new()) }));
     let h = l as *const Library as usize;
     LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).push(h);
-    out(library_out, h as *mut c_void)
+    Ok(h)
+}
+
+/// The image of a file (`cudaLibraryLoadFromFile`, `cuModuleLoad`): PTX text gets its NUL.
+pub(crate) fn image_of_file(path: &str) -> CudaResult<Vec<u8>> {
+    let mut image = std::fs::read(path).map_err(|e| {
+        tracing::error!("cannot read the module file {path}: {e}");
+        cuda::ERROR_FILE_NOT_FOUND
+    })?;
+    if image.is_empty() || image.len() as u64 > MAX_IMAGE {
+        return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
+    }
+    // PTX text read from a file has no NUL of its own.
+    if !image.starts_with(ELF_MAGIC) && !image.starts_with(&0xBA55ED50u32.to_le_bytes()) && image.last() != Some(&0) {
+        image.push(0);
+    }
+    Ok(image)
+}
+
+/// Unloads library `handle`: its kernels leave the function table.
+pub(crate) fn unload(handle: *mut c_void) -> CudaResult<()> {
+    let l = library(handle)?;
+    l.unloaded.store(true, Ordering::SeqCst);
+    LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).retain(|&h| h != handle as usize);
+    let keys: Vec<usize> = l.kernels.lock().unwrap_or_else(|p| p.into_inner()).values().copied().collect();
+    {
+        let mut f = state().funcs.write().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            f.remove(&k);
+        }
+    }
+    call(&Request::UnloadModule { module: module_id(l.module)? }).map(|_| ())
+}
+
+/// A variable of library `l`: (device address, size); cudaErrorSymbolNotFound if absent.
+pub(crate) fn global(l: &Library, name: String) -> CudaResult<(u64, u64)> {
+    let Body::Pair(addr, size) = call(&Request::GetSymbol { module: module_id(l.module)?, name })
+        .map_err(|e| if e == cuda::ERROR_INVALID_SYMBOL { cuda::ERROR_SYMBOL_NOT_FOUND } else { e })?
+    else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
+    Ok((addr, size))
 }
 
 /// The kernel handle of `name` in `l` (the same handle each time).
-fn kernel(l: &'static Library, name: &str) -> CudaResult<usize> {
+pub(crate) fn kernel(l: &'static Library, name: &str) -> CudaResult<usize> {
     let mut g = l.kernels.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(&k) = g.get(name) {
         return Ok(k);
@@ -159,31 +206,10 @@ crate::export! {
     }
     fn cudaLibraryLoadFromFile(library_out: *mut *mut c_void, file: *const c_char, _jit_options: *mut u32, _jit_values: *mut *mut c_void, _num_jit: u32, _lib_options: *mut u32, _lib_values: *mut *mut c_void, _num_lib: u32) {
         let path = cstr(file).ok_or(cuda::ERROR_INVALID_VALUE)?;
-        let mut image = std::fs::read(&path).map_err(|e| {
-            tracing::error!("cudaLibraryLoadFromFile: cannot read {path}: {e}");
-            cuda::ERROR_FILE_NOT_FOUND
-        })?;
-        if image.is_empty() || image.len() as u64 > MAX_IMAGE {
-            return Err(cuda::ERROR_INVALID_KERNEL_IMAGE);
-        }
-        // PTX text read from a file has no NUL of its own.
-        if !image.starts_with(ELF_MAGIC) && !image.starts_with(&0xBA55ED50u32.to_le_bytes()) && image.last() != Some(&0) {
-            image.push(0);
-        }
-        load(library_out, image)
+        load(library_out, image_of_file(&path)?)
     }
     fn cudaLibraryUnload(handle: *mut c_void) {
-        let l = library(handle)?;
-        l.unloaded.store(true, Ordering::SeqCst);
-        LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).retain(|&h| h != handle as usize);
-        let keys: Vec<usize> = l.kernels.lock().unwrap_or_else(|p| p.into_inner()).values().copied().collect();
-        {
-            let mut f = state().funcs.write().unwrap_or_else(|p| p.into_inner());
-            for k in keys {
-                f.remove(&k);
-            }
-        }
-        call(&Request::UnloadModule { module: module_id(l.module)? }).map(|_| ())
+        unload(handle)
     }
     fn cudaLibraryGetKernel(kernel_out: *mut *mut c_void, handle: *mut c_void, name: *const c_char) {
         if kernel_out.is_null() {
@@ -196,11 +222,7 @@ crate::export! {
     fn cudaLibraryGetGlobal(dptr: *mut *mut c_void, bytes: *mut usize, handle: *mut c_void, name: *const c_char) {
         let l = library(handle)?;
         let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
-        let Body::Pair(addr, size) = call(&Request::GetSymbol { module: module_id(l.module)?, name })
-            .map_err(|e| if e == cuda::ERROR_INVALID_SYMBOL { cuda::ERROR_SYMBOL_NOT_FOUND } else { e })?
-        else {
-            return Err(cuda::ERROR_UNKNOWN);
-        };
+        let (addr, size) = global(l, name)?;
         if !dptr.is_null() {
             out(dptr, addr as *mut c_void)?;
         }

@@ -4,6 +4,7 @@
 pub mod array;
 pub mod copy_batch;
 pub mod device;
+pub mod driver;
 pub mod graph;
 pub mod launch;
 pub mod library;

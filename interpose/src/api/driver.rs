@@ -1,0 +1,449 @@
+//! The driver API's face (issue 13, `docs/driver-api.md` § 4.2–4.3): the `cu*` entry points
+//! that programs calling the driver themselves use (JIT loaders, NVRTC programs, Python
+//! packages that load PTX), exported from the same `libcrum.so` as the runtime so that both
+//! faces share one device, one context, the same streams, events, memory and modules. `crum
+//! run` puts a `libcuda.so.1` that is this library first on the library path (a program
+//! linked with `-lcuda`, or one that `dlopen`s it, gets crum's).
+//!
+//! - One device, one (primary) context: `cuCtxCreate`, `cuDevicePrimaryCtxRetain` and
+//!   `cuCtxGetCurrent` answer the same `CUcontext` (current per thread, pushed and popped).
+//! - `CUstream`, `CUevent` and `CUdeviceptr` are the runtime's values (CUDA's headers make
+//!   them the same types); the calls go through the runtime's implementations.
+//! - Modules (`cuModuleLoadData[Ex]`, `cuModuleLoad`) are libraries of `api::library`: crum
+//!   keeps the image, so a restart loads it again; `CUfunction` is a kernel handle there, so
+//!   `cuLaunchKernel` (with `kernelParams` or `extra`) takes the runtime's launch path.
+//! - Results are `CUresult`s (`crum_wire::cuda::driver_result`); the runtime's last error is
+//!   not touched by a failing driver call... except where the call goes through a runtime
+//!   export, which records it as the runtime would.
+//! - `cuGetProcAddress` finds these functions by name (the newest `_vN` this library has);
+//!   `cuGetExportTable` answers `CUDA_ERROR_NOT_FOUND` (the tables are private to NVIDIA's
+//!   runtime, which never runs under crum).
+//!
+//! Not here: created contexts of their own, arrays, textures, graphs, VMM (`cuMemCreate`…),
+//! IPC: their symbols are absent (a `dlsym` for them fails; `cuGetProcAddress` says not found).
+#![allow(unsafe_code, non_snake_case, clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr};
+
+use crum_wire::cuda;
+
+use crate::errors::CudaResult;
+use crate::ffi::*;
+
+/// The one context's handle (a value, never dereferenced).
+const PRIMARY: usize = 0xc0de_c700;
+/// `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
+const NOT_INITIALIZED: u32 = 3;
+static INITIALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// This thread's context stack (`cuCtxPushCurrent`); its top is current.
+    static CURRENT: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A runtime export's result as a `CudaResult`.
+fn rt(code: u32) -> CudaResult<()> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(code)
+    }
+}
+
+fn device(dev: i32) -> CudaResult<()> {
+    if dev == 0 {
+        Ok(())
+    } else {
+        Err(cuda::ERROR_INVALID_DEVICE)
+    }
+}
+
+fn context(ctx: usize) -> CudaResult<()> {
+    if ctx == PRIMARY {
+        Ok(())
+    } else {
+        Err(cuda::ERROR_DEVICE_UNINITIALIZED) // CUDA_ERROR_INVALID_CONTEXT
+    }
+}
+
+/// The entry of a driver call: `CUresult` out, through the checkpoint gate.
+fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
+    cuda::driver_result(crate::errors::guard_driver(name, f))
+}
+
+/// Whether the driver was initialized: by `cuInit`, or by the runtime (which initializes it
+/// at its first call, so a program using both faces may skip `cuInit`).
+fn initialized() -> bool {
+    INITIALIZED.load(std::sync::atomic::Ordering::SeqCst) || crate::client::connected()
+}
+
+/// The calls that work before `cuInit`.
+const BEFORE_INIT: [&str; 6] =
+    ["cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString", "cuGetProcAddress_v2", "cuGetExportTable"];
+
+macro_rules! driver {
+    ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block)*) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $name($($arg: $ty),*) -> u32 {
+                if !BEFORE_INIT.contains(&stringify!($name)) && !initialized() {
+                    return NOT_INITIALIZED;
+                }
+                guard(stringify!($name), || $body)
+            }
+        )*
+    };
+}
+
+/// `memset` of `n` elements of `elem` bytes with `value` at `dst` on `stream`.
+fn memset(dst: u64, value: u32, elem: u32, n: usize, stream: u64, sync: bool) -> CudaResult<()> {
+    let stream = crate::state::resolve_stream(stream, false)?;
+    let m = crate::graph::MemsetNode { dst, pitch: n as u64 * elem as u64, value, elem, width: n as u64, height: 1 };
+    super::graph::run_memset(&m, stream)?;
+    if sync {
+        rt(super::stream::cudaStreamSynchronize(stream as *mut c_void))?;
+    }
+    Ok(())
+}
+
+/// The handle of this library (libcrum.so, by its SONAME) for `cuGetProcAddress`.
+fn own_handle() -> *mut c_void {
+    // SAFETY: NUL-terminated name; RTLD_NOLOAD never loads anything.
+    unsafe { libc::dlopen(c"libcudart.so.13".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) }
+}
+
+driver! {
+    fn cuInit(flags: u32) {
+        if flags != 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        crate::client::ensure()?;
+        INITIALIZED.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn cuDriverGetVersion(v: *mut i32) {
+        rt(super::device::cudaDriverGetVersion(v))
+    }
+    fn cuDeviceGetCount(n: *mut i32) {
+        out(n, 1)
+    }
+    fn cuDeviceGet(dev: *mut i32, ordinal: i32) {
+        device(ordinal)?;
+        out(dev, 0)
+    }
+    fn cuDeviceGetName(name: *mut c_char, len: i32, dev: i32) {
+        device(dev)?;
+        if name.is_null() || len <= 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let p = crate::state::props()?;
+        let b = p.name.as_bytes();
+        let n = b.len().min(len as usize - 1);
+        // SAFETY: the caller's buffer holds `len` bytes; `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr(), name.cast(), n);
+            *name.add(n) = 0;
+        }
+        Ok(())
+    }
+    fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: i32) {
+        device(dev)?;
+        out(bytes, crate::state::props()?.total_mem as usize)
+    }
+    fn cuDeviceGetAttribute(v: *mut i32, attr: u32, dev: i32) {
+        // CU_DEVICE_ATTRIBUTE_* and cudaDevAttr* have the same values.
+        rt(super::device::cudaDeviceGetAttribute(v, attr, dev))
+    }
+    fn cuDevicePrimaryCtxRetain(ctx: *mut usize, dev: i32) {
+        device(dev)?;
+        out(ctx, PRIMARY)
+    }
+    fn cuDevicePrimaryCtxRelease_v2(dev: i32) {
+        device(dev)
+    }
+    fn cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32) {
+        device(dev)?;
+        out(flags, 0)?;
+        out(active, crate::client::connected() as i32)
+    }
+    fn cuDevicePrimaryCtxSetFlags_v2(dev: i32, _flags: u32) {
+        device(dev)
+    }
+    fn cuDevicePrimaryCtxReset_v2(dev: i32) {
+        device(dev)?;
+        rt(super::device::cudaDeviceReset())
+    }
+    fn cuCtxCreate_v2(ctx: *mut usize, _flags: u32, dev: i32) {
+        device(dev)?;
+        CURRENT.with(|c| c.borrow_mut().push(PRIMARY));
+        out(ctx, PRIMARY)
+    }
+    fn cuCtxCreate_v4(ctx: *mut usize, _params: *mut c_void, _flags: u32, dev: i32) {
+        device(dev)?;
+        CURRENT.with(|c| c.borrow_mut().push(PRIMARY));
+        out(ctx, PRIMARY)
+    }
+    fn cuCtxDestroy_v2(ctx: usize) {
+        context(ctx)?;
+        CURRENT.with(|c| c.borrow_mut().retain(|&x| x != ctx));
+        Ok(())
+    }
+    fn cuCtxGetCurrent(ctx: *mut usize) {
+        let top = CURRENT.with(|c| c.borrow().last().copied());
+        // The runtime's implicit context is the same one once the runtime has used it.
+        out(ctx, top.unwrap_or(if crate::client::connected() { PRIMARY } else { 0 }))
+    }
+    fn cuCtxSetCurrent(ctx: usize) {
+        if ctx != 0 {
+            context(ctx)?;
+        }
+        CURRENT.with(|c| {
+            let mut c = c.borrow_mut();
+            c.pop();
+            if ctx != 0 {
+                c.push(ctx);
+            }
+        });
+        Ok(())
+    }
+    fn cuCtxPushCurrent_v2(ctx: usize) {
+        context(ctx)?;
+        CURRENT.with(|c| c.borrow_mut().push(ctx));
+        Ok(())
+    }
+    fn cuCtxPopCurrent_v2(ctx: *mut usize) {
+        let top = CURRENT.with(|c| c.borrow_mut().pop()).ok_or(cuda::ERROR_DEVICE_UNINITIALIZED)?;
+        if !ctx.is_null() {
+            out(ctx, top)?;
+        }
+        Ok(())
+    }
+    fn cuCtxGetDevice(dev: *mut i32) {
+        out(dev, 0)
+    }
+    fn cuCtxSynchronize() {
+        rt(super::device::cudaDeviceSynchronize())
+    }
+    fn cuModuleLoadData(module: *mut usize, image: *const c_void) {
+        let h = super::library::load_image(super::library::image_at(image as u64)?)?;
+        out(module, h)
+    }
+    fn cuModuleLoadDataEx(module: *mut usize, image: *const c_void, _n: u32, _options: *mut u32, _values: *mut *mut c_void) {
+        let h = super::library::load_image(super::library::image_at(image as u64)?)?;
+        out(module, h)
+    }
+    fn cuModuleLoad(module: *mut usize, fname: *const c_char) {
+        let path = cstr(fname).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let h = super::library::load_image(super::library::image_of_file(&path)?)?;
+        out(module, h)
+    }
+    fn cuModuleUnload(module: *mut c_void) {
+        super::library::unload(module)
+    }
+    fn cuModuleGetFunction(f: *mut usize, module: *mut c_void, name: *const c_char) {
+        let l = super::library::library(module)?;
+        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        out(f, super::library::kernel(l, &name)?)
+    }
+    fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize, module: *mut c_void, name: *const c_char) {
+        let l = super::library::library(module)?;
+        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let (addr, size) = super::library::global(l, name)?;
+        if !dptr.is_null() {
+            out(dptr, addr)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size as usize)?;
+        }
+        Ok(())
+    }
+    fn cuLaunchKernel(f: usize, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) {
+        let (grid, block) = (Dim3 { x: gx, y: gy, z: gz }, Dim3 { x: bx, y: by, z: bz });
+        super::launch::launch_extra(f, grid, block, params, extra, shared as usize, stream as u64, false, false)
+    }
+    fn cuLaunchCooperativeKernel(f: usize, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: *mut c_void, params: *mut *mut c_void) {
+        let (grid, block) = (Dim3 { x: gx, y: gy, z: gz }, Dim3 { x: bx, y: by, z: bz });
+        super::launch::launch_extra(f, grid, block, params, std::ptr::null_mut(), shared as usize, stream as u64, false, true)
+    }
+    fn cuFuncGetAttribute(v: *mut i32, attr: u32, f: usize) {
+        let (_, info) = crate::state::function(f)?;
+        // CU_FUNC_ATTRIBUTE_*: the values of cudaFuncAttributes' fields.
+        let x = match attr {
+            0 => info.max_threads_per_block,
+            1 => info.shared_bytes as i32,
+            2 => info.const_bytes as i32,
+            3 => info.local_bytes as i32,
+            4 => info.num_regs,
+            5 => info.ptx_version,
+            6 => info.binary_version,
+            8 => info.max_dynamic_shared,
+            _ => return Err(cuda::ERROR_INVALID_VALUE),
+        };
+        out(v, x)
+    }
+    fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) {
+        rt(super::memory::cudaMalloc(dptr.cast(), bytes))
+    }
+    fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, _elem: u32) {
+        rt(super::memory::cudaMallocPitch(dptr.cast(), pitch, width, height))
+    }
+    fn cuMemAllocManaged(dptr: *mut u64, bytes: usize, flags: u32) {
+        rt(super::memory::cudaMallocManaged(dptr.cast(), bytes, flags))
+    }
+    fn cuMemFree_v2(dptr: u64) {
+        rt(super::memory::cudaFree(dptr as *mut c_void))
+    }
+    fn cuMemAllocHost_v2(p: *mut *mut c_void, bytes: usize) {
+        rt(super::memory::cudaMallocHost(p, bytes))
+    }
+    fn cuMemHostAlloc(p: *mut *mut c_void, bytes: usize, flags: u32) {
+        rt(super::memory::cudaHostAlloc(p, bytes, flags))
+    }
+    fn cuMemFreeHost(p: *mut c_void) {
+        rt(super::memory::cudaFreeHost(p))
+    }
+    fn cuMemHostGetDevicePointer_v2(dptr: *mut u64, p: *mut c_void, flags: u32) {
+        rt(super::memory::cudaHostGetDevicePointer(dptr.cast(), p, flags))
+    }
+    fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
+        rt(super::memory::cudaMemGetInfo(free, total))
+    }
+    fn cuMemcpy(dst: u64, src: u64, n: usize) {
+        rt(super::memory::cudaMemcpy(dst as *mut c_void, src as *const c_void, n, 4))
+    }
+    fn cuMemcpyAsync(dst: u64, src: u64, n: usize, stream: *mut c_void) {
+        rt(super::memory::cudaMemcpyAsync(dst as *mut c_void, src as *const c_void, n, 4, stream))
+    }
+    fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) {
+        rt(super::memory::cudaMemcpy(dst as *mut c_void, src, n, 1))
+    }
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) {
+        rt(super::memory::cudaMemcpy(dst, src as *const c_void, n, 2))
+    }
+    fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) {
+        rt(super::memory::cudaMemcpy(dst as *mut c_void, src as *const c_void, n, 3))
+    }
+    fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, n: usize, stream: *mut c_void) {
+        rt(super::memory::cudaMemcpyAsync(dst as *mut c_void, src, n, 1, stream))
+    }
+    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, n: usize, stream: *mut c_void) {
+        rt(super::memory::cudaMemcpyAsync(dst, src as *const c_void, n, 2, stream))
+    }
+    fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: *mut c_void) {
+        rt(super::memory::cudaMemcpyAsync(dst as *mut c_void, src as *const c_void, n, 3, stream))
+    }
+    fn cuMemsetD8_v2(dst: u64, v: u8, n: usize) {
+        memset(dst, v as u32, 1, n, 0, true)
+    }
+    fn cuMemsetD16_v2(dst: u64, v: u16, n: usize) {
+        memset(dst, v as u32, 2, n, 0, true)
+    }
+    fn cuMemsetD32_v2(dst: u64, v: u32, n: usize) {
+        memset(dst, v, 4, n, 0, true)
+    }
+    fn cuMemsetD8Async(dst: u64, v: u8, n: usize, stream: *mut c_void) {
+        memset(dst, v as u32, 1, n, stream as u64, false)
+    }
+    fn cuMemsetD16Async(dst: u64, v: u16, n: usize, stream: *mut c_void) {
+        memset(dst, v as u32, 2, n, stream as u64, false)
+    }
+    fn cuMemsetD32Async(dst: u64, v: u32, n: usize, stream: *mut c_void) {
+        memset(dst, v, 4, n, stream as u64, false)
+    }
+    fn cuStreamCreate(s: *mut *mut c_void, flags: u32) {
+        rt(super::stream::cudaStreamCreateWithFlags(s, flags))
+    }
+    fn cuStreamCreateWithPriority(s: *mut *mut c_void, flags: u32, priority: i32) {
+        rt(super::stream::cudaStreamCreateWithPriority(s, flags, priority))
+    }
+    fn cuStreamDestroy_v2(s: *mut c_void) {
+        rt(super::stream::cudaStreamDestroy(s))
+    }
+    fn cuStreamSynchronize(s: *mut c_void) {
+        rt(super::stream::cudaStreamSynchronize(s))
+    }
+    fn cuStreamQuery(s: *mut c_void) {
+        rt(super::stream::cudaStreamQuery(s))
+    }
+    fn cuStreamWaitEvent(s: *mut c_void, e: *mut c_void, flags: u32) {
+        rt(super::stream::cudaStreamWaitEvent(s, e, flags))
+    }
+    fn cuEventCreate(e: *mut *mut c_void, flags: u32) {
+        rt(super::stream::cudaEventCreateWithFlags(e, flags))
+    }
+    fn cuEventRecord(e: *mut c_void, s: *mut c_void) {
+        rt(super::stream::cudaEventRecord(e, s))
+    }
+    fn cuEventSynchronize(e: *mut c_void) {
+        rt(super::stream::cudaEventSynchronize(e))
+    }
+    fn cuEventQuery(e: *mut c_void) {
+        rt(super::stream::cudaEventQuery(e))
+    }
+    fn cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void) {
+        rt(super::stream::cudaEventElapsedTime(ms, start, end))
+    }
+    fn cuEventElapsedTime_v2(ms: *mut f32, start: *mut c_void, end: *mut c_void) {
+        rt(super::stream::cudaEventElapsedTime(ms, start, end))
+    }
+    fn cuEventDestroy_v2(e: *mut c_void) {
+        rt(super::stream::cudaEventDestroy(e))
+    }
+    fn cuGetErrorName(code: u32, s: *mut *const c_char) {
+        if !cuda::RESULT_NAMES.iter().any(|e| e.0 == code) {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        out(s, intern(cuda::driver_name(code)))
+    }
+    fn cuGetErrorString(code: u32, s: *mut *const c_char) {
+        let Some(&(_, runtime)) = cuda::DRIVER_RESULTS.iter().find(|e| e.0 == code) else {
+            if !cuda::RESULT_NAMES.iter().any(|e| e.0 == code) {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+            return out(s, intern(cuda::driver_name(code)));
+        };
+        out(s, intern(cuda::description(runtime)))
+    }
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, _version: i32, _flags: u64, status: *mut i32) {
+        let name = cstr(symbol).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        if pfn.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let h = own_handle();
+        let found = ["_v4", "_v3", "_v2", ""].iter().find_map(|v| {
+            let full = std::ffi::CString::new(format!("{name}{v}")).ok()?;
+            // SAFETY: `h` is this library's handle (or null: the global scope); a
+            // NUL-terminated name.
+            let p = unsafe { libc::dlsym(h, full.as_ptr()) };
+            // Only crum's own driver functions (`cu` + a capital letter).
+            (!p.is_null() && name.starts_with("cu") && name[2..].starts_with(|c: char| c.is_ascii_uppercase())).then_some(p)
+        });
+        // CU_GET_PROC_ADDRESS_SUCCESS 0, _SYMBOL_NOT_FOUND 1.
+        if !status.is_null() {
+            out(status, if found.is_some() { 0 } else { 1 })?;
+        }
+        match found {
+            Some(p) => out(pfn, p),
+            None => {
+                out(pfn, std::ptr::null_mut())?;
+                Err(cuda::ERROR_SYMBOL_NOT_FOUND)
+            }
+        }
+    }
+    fn cuGetExportTable(_table: *mut *const c_void, _id: *const u8) {
+        Err(cuda::ERROR_SYMBOL_NOT_FOUND)
+    }
+}
+
+/// A C string for `s` that lives for ever (the error strings; a fixed, small set).
+fn intern(s: &'static str) -> *const c_char {
+    static MAP: std::sync::Mutex<Vec<(&'static str, &'static CStr)>> = std::sync::Mutex::new(Vec::new());
+    let mut g = MAP.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, c)) = g.iter().find(|e| e.0 == s) {
+        return c.as_ptr();
+    }
+    let c: &'static CStr = Box::leak(std::ffi::CString::new(s).unwrap_or_default().into_boxed_c_str());
+    g.push((s, c));
+    c.as_ptr()
+}
