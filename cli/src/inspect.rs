@@ -670,6 +670,14 @@ fn carried_detail(c: &crum_wire::ckpt::Carried) -> String {
             "waiting for {}",
             points.iter().map(|(s, q)| format!("stream {s:#x} work {q}")).collect::<Vec<_>>().join(", ")
         ),
+        crum_wire::ckpt::Carried::Free { points, addr } => format!(
+            "cudaFree({addr:#x}) waiting for {}",
+            if points.is_empty() {
+                "nothing (its work done)".to_string()
+            } else {
+                points.iter().map(|(s, q)| format!("stream {s:#x} work {q}")).collect::<Vec<_>>().join(", ")
+            }
+        ),
     }
 }
 

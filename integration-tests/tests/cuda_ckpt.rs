@@ -403,6 +403,41 @@ fn queued_launches_and_a_thread_in_device_synchronize_are_saved_not_waited_for()
     restart_of_restart(&img, &images, &gate, tmp.path(), &want);
 }
 
+/// A thread inside `cudaFree` (which synchronizes the device) when the checkpoint comes, with
+/// a kernel running and launches queued: the image holds the free as a call to resume
+/// (`crum inspect`: "cudaFree(…) waiting"); after a restart the free happens once (the
+/// program checks a second free fails and the memory is back) and the results are right.
+/// Before, the free's own device synchronization waited on the queues the cut held and the
+/// checkpoint failed after 120 s (`four_host_threads_restart_while_the_others_run`, now and
+/// then, where threads free while the others are checkpointed).
+#[test]
+fn a_thread_inside_cuda_free_at_the_cut_frees_once_after_restart() {
+    let exe = build_cuda("ckpt_free_cut").unwrap();
+    let want = fs::read_to_string(cuda_dir().join("expected/ckpt_free_cut.out")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let log = [("CRUM_LOG", OsStr::new("crum_proxy::parked=debug"))];
+    let mut p = Proc::run(&exe, &["3000000"], &[], &[gate.env(), log[0]], &tmp.path().join("out")).unwrap();
+    gate.wait_at(1, &mut p).unwrap();
+    let start = Instant::now();
+    while !p.stderr().contains("a call waits on the device") {
+        assert!(start.elapsed() < Duration::from_secs(120), "the free never waits: {}", p.report());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let img = p.checkpoint(&images).unwrap();
+    p.kill9().unwrap();
+    let dev = &device_json(&img);
+    let calls = dev["carried_calls"].as_array().unwrap();
+    assert!(
+        calls.iter().any(|c| c["what"].as_str().unwrap().starts_with("cudaFree(")),
+        "no cudaFree saved: {calls:?}"
+    );
+    gate.reset(i64::MAX).unwrap();
+    let mut r = Proc::restart(&img, None, &tmp.path().join("r1.out")).unwrap();
+    assert_eq!(r.success(Duration::from_secs(180)).unwrap(), want, "restart");
+}
+
 /// Wait until a restarted process's agent answers (until then `crum restart` may still be the
 /// test's own child before its exec, or the restore may not be complete).
 fn wait_agent(p: &mut Proc) {

@@ -275,6 +275,11 @@ pub trait Backend: Send + Sync {
         let _ = bytes;
         unsupported(self.name(), "cudaLimitPersistingL2CacheSize")
     }
+    /// `cudaFree` of `addr` once the device has done the work submitted before it (the caller
+    /// waited for it): no device synchronization of its own.
+    fn free_synced(&self, addr: u64) -> Result<()> {
+        self.free(addr)
+    }
     /// The names of module `module`'s kernels, in the module's order.
     fn module_kernels(&self, module: ModuleId) -> Result<Vec<String>> {
         let _ = module;

@@ -324,7 +324,7 @@ impl Server {
                     memfd: a.memfd,
                 })
             }
-            Request::Free { addr } => code(b.free(addr)).map(|_| Body::None),
+            Request::Free { addr } => self.free(lane, addr).map(|_| Body::None),
             Request::HostRegister { addr, len } => {
                 code(b.host_register(addr, len))?;
                 self.objects.lock().unwrap().registered.insert(addr, len);

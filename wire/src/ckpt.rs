@@ -17,9 +17,9 @@ use crate::msg::{AllocKind, Dim3, TexDesc};
 pub const SECTION_DEVICE: &str = "crum.device";
 /// Image section holding the saved device memory.
 pub const SECTION_DEVICE_DATA: &str = "crum.device.data";
-/// Version of [`DeviceState`]'s encoding (2 added the saved queue and the cut calls; version
-/// 1 states are still read, with neither).
-pub const DEVICE_STATE_VERSION: u32 = 2;
+/// Version of [`DeviceState`]'s encoding (2 added the saved queue and the cut calls; 3 the
+/// cut `cudaFree`, [`Carried::Free`]; versions 1 and 2 are still read).
+pub const DEVICE_STATE_VERSION: u32 = 3;
 
 /// Everything a restart needs to rebuild the device side of a program.
 ///
@@ -162,6 +162,9 @@ pub enum Carried {
     /// Waiting for these (stream, seq) points; then it answers like the synchronizing call it
     /// is (pending errors and printf output go with it when `syncing`).
     Wait { points: Vec<(u64, u64)>, syncing: bool },
+    /// `cudaFree(addr)`, which synchronizes the device: waiting for these points, then it
+    /// frees (version 3).
+    Free { points: Vec<(u64, u64)>, addr: u64 },
 }
 
 /// A module: its fat binary lives in the program's memory (restored with the process).
@@ -361,6 +364,7 @@ impl<C> Decode<C> for CarriedCall {
         let what = match u32::decode(d)? {
             0 => Carried::Reply(bounded_bytes(d)?),
             1 => Carried::Wait { points: bounded_vec(d)?, syncing: Decode::decode(d)? },
+            2 => Carried::Free { points: bounded_vec(d)?, addr: Decode::decode(d)? },
             v => return Err(DecodeError::OtherString(format!("unknown cut call kind {v}"))),
         };
         Ok(CarriedCall { channel, lane, seq, what })

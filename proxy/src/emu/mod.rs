@@ -342,6 +342,10 @@ impl Backend for Emu {
     fn free(&self, addr: u64) -> Result<()> {
         // cudaFree synchronizes the device: nothing may still be using the memory.
         self.device_sync_inner();
+        self.free_synced(addr)
+    }
+
+    fn free_synced(&self, addr: u64) -> Result<()> {
         self.shared
             .vram
             .free(addr)

@@ -62,8 +62,8 @@ pub(crate) enum LaneUse {
     #[default]
     Idle,
     /// In a synchronizing call, waiting for these (stream, seq) points: the cut saves it as a
-    /// call to resume.
-    Parked { points: Vec<(u64, u64)>, syncing: bool },
+    /// call to resume; `free`: a `cudaFree` of that address once they are reached.
+    Parked { points: Vec<(u64, u64)>, syncing: bool, free: Option<u64> },
     /// Holding a call the cut keeps from starting.
     Held,
 }
@@ -319,11 +319,14 @@ impl Server {
         for i in (0..LANES).filter(|&i| i != lane) {
             let (written, read) = self.channel.replies(i);
             match &cut.lanes[i] {
-                LaneUse::Parked { points, syncing } => out.push(CarriedCall {
+                LaneUse::Parked { points, syncing, free } => out.push(CarriedCall {
                     channel: id,
                     lane: i as u32,
                     seq: written.wrapping_add(1),
-                    what: Carried::Wait { points: points.clone(), syncing: *syncing },
+                    what: match free {
+                        Some(addr) => Carried::Free { points: points.clone(), addr: *addr },
+                        None => Carried::Wait { points: points.clone(), syncing: *syncing },
+                    },
                 }),
                 LaneUse::Idle if written != read => out.push(CarriedCall {
                     channel: id,
@@ -382,11 +385,25 @@ impl Server {
             });
         }
         let points = code(b.sync_points(on))?;
-        self.wait_parked(lane, points, true)
+        self.wait_parked(lane, points, true, None)
     }
 
-    fn wait_parked(&self, lane: usize, points: Vec<(u64, u64)>, syncing: bool) -> std::result::Result<(), u32> {
-        self.cut_state(lane, LaneUse::Parked { points: points.clone(), syncing });
+    /// `cudaFree(addr)`: it synchronizes the device first. Where queues can be held, it waits
+    /// as a parked call (a cut saves it and a restart resumes it, freeing then) and frees once
+    /// the device reached the work submitted before it; a blocking device sync inside the free
+    /// would wait for ever on queues a cut holds.
+    pub(super) fn free(&self, lane: usize, addr: u64) -> std::result::Result<(), u32> {
+        let b = &*self.backend;
+        if !self.queue_cut {
+            return code(b.free(addr));
+        }
+        let points = code(b.sync_points(SyncOn::Device))?;
+        self.wait_parked(lane, points, true, Some(addr))?;
+        code(b.free_synced(addr))
+    }
+
+    fn wait_parked(&self, lane: usize, points: Vec<(u64, u64)>, syncing: bool, free: Option<u64>) -> std::result::Result<(), u32> {
+        self.cut_state(lane, LaneUse::Parked { points: points.clone(), syncing, free });
         // From here a checkpoint's cut saves the call instead of waiting for it (tests wait
         // for this line before they checkpoint).
         tracing::debug!(target: "crum_proxy::parked", lane, ?points, "a call waits on the device");
@@ -408,8 +425,15 @@ impl Server {
             None => Ok(Reply::ok(Body::NotCarried)),
             Some(Carried::Reply(bytes)) => Err(bytes),
             Some(Carried::Wait { points, syncing }) => {
-                let r = self.wait_parked(lane, points, syncing).map(|_| Body::None);
+                let r = self.wait_parked(lane, points, syncing, None).map(|_| Body::None);
                 Ok(self.finish(r, syncing))
+            }
+            Some(Carried::Free { points, addr }) => {
+                let r = self
+                    .wait_parked(lane, points, true, Some(addr))
+                    .and_then(|_| code(self.backend.free_synced(addr)))
+                    .map(|_| Body::None);
+                Ok(self.finish(r, true))
             }
         }
     }
@@ -497,14 +521,15 @@ impl Server {
             seqs.insert((w.stream, w.seq), new);
         }
         let mut carried = self.carried.lock().unwrap();
+        // A point not in the queue was reached before the cut.
+        let renumber = |points: &[(u64, u64)]| -> Vec<(u64, u64)> {
+            points.iter().filter_map(|&(s, q)| seqs.get(&(s, q)).map(|&n| (s, n))).collect()
+        };
         for c in &st.carried {
             let what = match &c.what {
                 Carried::Reply(r) => Carried::Reply(renumber_memfd(r, shared)),
-                Carried::Wait { points, syncing } => Carried::Wait {
-                    // A point not in the queue was reached before the cut.
-                    points: points.iter().filter_map(|&(s, q)| seqs.get(&(s, q)).map(|&n| (s, n))).collect(),
-                    syncing: *syncing,
-                },
+                Carried::Wait { points, syncing } => Carried::Wait { points: renumber(points), syncing: *syncing },
+                Carried::Free { points, addr } => Carried::Free { points: renumber(points), addr: *addr },
             };
             carried.insert((c.channel, c.lane, c.seq), what);
         }
