@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crum_integration_tests::{
-    build_cuda_with, check_expected, crum_bin, gated_scenario, run_cuda_pass_with, wait_with_timeout, ScenarioOpts,
+    build_cuda_with, check_expected, crum_bin, gated_scenario, run_cuda_pass_with, wait_with_timeout, workspace, ScenarioOpts,
 };
 
 const STATIC: &[&str] = &["-cudart", "static"];
@@ -66,4 +66,35 @@ fn a_stripped_static_runtime_program_is_refused_naming_why() {
         "{}",
         r.stderr
     );
+}
+
+/// A driver-API program as it is built against NVIDIA's driver library (`-lcuda`: it NEEDs
+/// `libcuda.so.1`, linked here against a stand-in with that SONAME) gets crum's under `crum
+/// run` (the `libcuda.so.1` first on its library path is libcrum.so) and runs on the device.
+#[test]
+fn a_program_linked_with_libcuda_gets_crums_driver() {
+    let src = workspace().join("integration-tests/c/driver");
+    let dir = tempfile::tempdir().unwrap();
+    let cc = |args: &[&std::ffi::OsStr]| {
+        let o = Command::new("cc").args(args).output().expect("cc");
+        assert!(o.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let stub = dir.path().join("libcuda.so");
+    let exe = dir.path().join("linked");
+    cc(&["-shared".as_ref(), "-fPIC".as_ref(), "-Wl,-soname,libcuda.so.1".as_ref(), "-o".as_ref(), stub.as_os_str(), src.join("libcuda_stub.c").as_os_str()]);
+    let l = format!("-L{}", dir.path().display());
+    cc(&["-O2".as_ref(), "-o".as_ref(), exe.as_os_str(), src.join("linked.c").as_os_str(), l.as_ref(), "-lcuda".as_ref()]);
+    // It NEEDs libcuda.so.1, as a program built against NVIDIA's does.
+    let needed = Command::new("readelf").args(["-d"]).arg(&exe).output().unwrap();
+    assert!(String::from_utf8_lossy(&needed.stdout).contains("[libcuda.so.1]"));
+    let child = Command::new(crum_bin())
+        .args(["run", "--device", "emu", "--"])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn crum run");
+    let r = wait_with_timeout(child, Duration::from_secs(60)).expect("crum run");
+    assert!(r.code == Some(0) && r.stdout.ends_with("PASS\n"), "{}\n{}", r.stdout, r.stderr);
 }
