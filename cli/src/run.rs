@@ -229,6 +229,9 @@ fn interposer() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// `libcrum_audit.so` (`cli/build.rs`, `preload/src/audit.c`).
+const AUDIT_LIB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libcrum_audit.so"));
+
 /// A private directory holding `libcuda.so.1`, a symbolic link to `lib` (libcrum.so, whose
 /// driver-API face is `interpose/src/api/driver.rs`): the dynamic linker sees the file it has
 /// preloaded already and maps nothing new. One directory per libcrum.so (by its path), so two
@@ -241,6 +244,13 @@ fn driver_dir(lib: &Path) -> anyhow::Result<PathBuf> {
     crum_ckpt::control::ensure_private_dir(&base)?;
     let dir = base.join(format!("lib-{:016x}", h.finish()));
     crum_ckpt::control::ensure_private_dir(&dir)?;
+    // The audit library (`preload/src/audit.c`): written once per content.
+    let audit = dir.join("libcrum_audit.so");
+    if std::fs::read(&audit).ok().as_deref() != Some(AUDIT_LIB) {
+        let tmp = dir.join(format!(".libcrum_audit.so.{}", std::process::id()));
+        std::fs::write(&tmp, AUDIT_LIB).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &audit).with_context(|| format!("creating {}", audit.display()))?;
+    }
     let link = dir.join("libcuda.so.1");
     if std::fs::read_link(&link).ok().as_deref() != Some(lib) {
         // Made under a temporary name and renamed over: concurrent runs never see it half made.
@@ -362,6 +372,13 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
                 _ => d.display().to_string(),
             };
             cmd.env("LD_LIBRARY_PATH", path);
+            // Shared objects with a static CUDA runtime of their own: redirected as they load.
+            let audit = d.join("libcrum_audit.so");
+            let audit = match std::env::var("LD_AUDIT") {
+                Ok(old) if !old.is_empty() => format!("{}:{old}", audit.display()),
+                _ => audit.display().to_string(),
+            };
+            cmd.env("LD_AUDIT", audit);
         }
         Err(e) => tracing::warn!("no libcuda.so.1 of crum's for driver-API programs: {e:#}"),
     }

@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crum_integration_tests::{
-    build_cuda_with, check_expected, crum_bin, gated_scenario, run_cuda_pass_with, wait_with_timeout, workspace, ScenarioOpts,
+    build_cuda_with, check_expected, crum_bin, cuda_home, gated_scenario, run_cuda_pass_with, wait_with_timeout, workspace,
+    Proc, ScenarioOpts,
 };
 
 const STATIC: &[&str] = &["-cudart", "static"];
@@ -97,4 +98,63 @@ fn a_program_linked_with_libcuda_gets_crums_driver() {
         .expect("spawn crum run");
     let r = wait_with_timeout(child, Duration::from_secs(60)).expect("crum run");
     assert!(r.code == Some(0) && r.stdout.ends_with("PASS\n"), "{}\n{}", r.stdout, r.stderr);
+}
+
+/// A shared library that carries its own static CUDA runtime (built by nvcc's defaults, as a
+/// library or a Python extension is), loaded at the program's start and by `dlopen`: the audit
+/// library `crum run` sets (`LD_AUDIT`, `preload/src/audit.c`) redirects its runtime to
+/// libcrum.so as it loads, before its constructors register its kernels. The program runs,
+/// is checkpointed mid-run, killed and restarted, and ends as the uninterrupted run.
+#[test]
+fn shared_libraries_with_their_own_static_runtime_run_and_restart() {
+    let src = workspace().join("integration-tests/c/driver");
+    let dir = tempfile::tempdir().unwrap();
+    let home = cuda_home().unwrap();
+    let lib = dir.path().join("libstatic_kernels.so");
+    let path = format!("{}:{}", home.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let o = Command::new(home.join("bin/nvcc"))
+        .args(["-arch=sm_80", "-O2", "-shared", "-Xcompiler", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(src.join("static_lib.cu"))
+        .env("PATH", &path)
+        .output()
+        .expect("nvcc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // One program linked with the library (loaded at start), one that dlopens it.
+    let (linked, loader) = (dir.path().join("linked"), dir.path().join("loader"));
+    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
+    let l = format!("-L{}", dir.path().display());
+    for (exe, extra) in [(&linked, vec!["-DLINKED", l.as_str(), "-lstatic_kernels", rpath.as_str()]), (&loader, vec![])] {
+        let o = Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(exe)
+            .arg(src.join("static_lib_main.c"))
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let lib_arg = lib.to_str().unwrap();
+    let want: String = (0..12).map(|k| format!("round {k} ok\n")).collect::<String>() + "PASS\n";
+    for (exe, args) in [(&linked, vec!["start", lib_arg, "12"]), (&loader, vec!["dlopen", lib_arg, "12"])] {
+        let mut p = Proc::run(exe, &args, &["--device", "emu"], &[], &dir.path().join("run.out")).unwrap();
+        assert_eq!(p.success(Duration::from_secs(120)).unwrap(), want, "{args:?}");
+    }
+    // Checkpointed mid-run (loaded by dlopen), killed, restarted.
+    let images = dir.path().join("images");
+    let mut p = Proc::run(&loader, &["dlopen", lib_arg, "12"], &["--device", "emu"], &[], &dir.path().join("first.out")).unwrap();
+    let t0 = std::time::Instant::now();
+    while p.stdout().lines().count() < 3 {
+        assert!(!p.exited() && t0.elapsed() < Duration::from_secs(120), "{}", p.report());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let img = p.checkpoint(&images).unwrap();
+    p.kill9().unwrap();
+    let before = p.stdout();
+    let mut r = Proc::restart(&img, None, &dir.path().join("r.out")).unwrap();
+    let after = r.success(Duration::from_secs(120)).unwrap();
+    // The restart prints what the first run had not printed when the image was taken.
+    assert!(want.starts_with(&before), "{before}");
+    let taken_at = want.len() - after.len();
+    assert!(want.ends_with(&after) && taken_at <= before.len(), "before:\n{before}after:\n{after}");
 }
