@@ -489,8 +489,10 @@ extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *
 
 extern "C" fn park(idx: u64) -> u64 {
     let slot = &SLOTS[idx as usize];
-    let gen = RELEASE_GEN.load(Acquire);
-    slot.stop_gen.store(gen, Relaxed);
+    // The generation the agent signalled the thread in: a handler that runs only after the
+    // agent gave up and released the others (the signal was blocked, or the thread was in
+    // `vfork`) finds it past and returns at once instead of waiting for ever.
+    let gen = slot.stop_gen.load(Relaxed);
     slot.state.store(STOPPED, Release);
     futex_wake(&slot.state);
     wait_release(gen);
@@ -617,7 +619,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
             }
             let n = NSLOTS.load(Relaxed);
             if n >= MAX_THREADS {
-                release_all();
+                abandon();
                 return Err(format!("more than {MAX_THREADS} threads"));
             }
             let slot = &SLOTS[n];
@@ -625,6 +627,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
             let (nr, pc) = read_syscall(tid);
             slot.sys_nr.store(nr, Relaxed);
             slot.sys_pc.store(pc, Relaxed);
+            slot.stop_gen.store(RELEASE_GEN.load(Acquire), Relaxed);
             slot.state.store(SIGNALLED, Relaxed);
             slot.tid.store(tid, Release);
             NSLOTS.store(n + 1, Release);
@@ -653,19 +656,20 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
                 // A thread that blocks the stop signal would never stop: say so at once
                 // (after a grace period for the moments in which the C library blocks every
                 // signal, e.g. inside pthread_create or posix_spawn).
-                if blocks_stop_signal(tid) {
+                let vfork = in_vfork(tid);
+                if vfork || blocks_stop_signal(tid) {
                     let since = *blocked_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= BLOCKED_GRACE {
                         let name = thread_name(tid);
-                        release_all();
-                        return Err(blocked_message(tid, &name));
+                        abandon();
+                        return Err(if vfork { vfork_message(tid, &name) } else { blocked_message(tid, &name) });
                     }
                 } else {
                     blocked_since = None;
                 }
                 if Instant::now() > deadline {
                     let name = thread_name(tid);
-                    release_all();
+                    abandon();
                     return Err(format!(
                         "thread {tid} ({name}) did not stop within {timeout:?} (it neither ran its handler for {}, crum's stop signal, nor blocked it)",
                         stop_signal_name()
@@ -679,6 +683,34 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
         }
     }
     Ok(NSLOTS.load(Acquire))
+}
+
+/// Gives up a stop in progress: threads signalled but not stopped yet (their handler will
+/// run whenever they unblock the signal or their `vfork` child lets them go) are let off, so
+/// that late handler returns at once, and the stopped ones continue.
+fn abandon() {
+    for slot in SLOTS.iter().take(NSLOTS.load(Acquire)) {
+        let _ = slot.state.compare_exchange(SIGNALLED, FREE, AcqRel, Relaxed);
+    }
+    release_all();
+}
+
+/// Whether thread `tid` waits in `vfork` (or a `clone` with `CLONE_VFORK`, as `posix_spawn`
+/// makes) for its child to execute a program or exit: the kernel runs no signal handler of
+/// the thread until then, so it cannot be stopped.
+fn in_vfork(tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else { return false };
+    let f: Vec<&str> = s.split_whitespace().collect();
+    let nr = f.first().and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
+    let arg0 = f.get(1).and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()).unwrap_or(0);
+    nr == libc::SYS_vfork || (nr == libc::SYS_clone && arg0 & libc::CLONE_VFORK as u64 != 0)
+}
+
+fn vfork_message(tid: i32, name: &str) -> String {
+    format!(
+        "thread {tid} ({name}) is in vfork(), waiting for its child to execute a program or exit; \
+         it runs no signal handler until then, so crum cannot stop it for a checkpoint (try again once the child has)"
+    )
 }
 
 /// Lets every stopped thread continue.
