@@ -2118,6 +2118,15 @@ fn prepare(
             ));
             continue;
         }
+        // A stopped child (SIGSTOP before its agent ran, or one started without crum): its
+        // parent would find it gone after a restart (its `waitpid(WUNTRACED)` fails with
+        // ECHILD), as for a stopped member of the job, whose agent cannot answer.
+        if state == 'T' || state == 't' {
+            refusals.push(format!(
+                "child process {child} ({comm}) is stopped (state {state}) and not in the image: a restart would not bring it back; continue it (kill -CONT {child}) and try again"
+            ));
+            continue;
+        }
         problems.push(if state == 'Z' {
             format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
         } else {

@@ -31,3 +31,25 @@ fn children_and_zombies_are_in_the_job_image_and_come_back() {
     assert_eq!(r.wait_exit(), 0, "{before}{}{}", r.output(), r.stderr());
     assert!(r.output().ends_with("done\n"), "{}", r.output());
 }
+
+#[test]
+fn a_stopped_child_without_an_agent_refuses_the_checkpoint_and_the_program_goes_on() {
+    let sb = Sandbox::new();
+    let prog = build_c("stopped_child");
+    let mut p = run_under_crum(&sb, &prog, &[], &[], "run.out");
+    p.wait_lines(1);
+    let first = p.output().lines().next().unwrap_or_default().to_string();
+    let child = first.strip_prefix("stopped ").expect(&first).trim().to_string();
+
+    // Without --strict: a restart would lose the child silently (its parent's waitpid
+    // failed with ECHILD after it: CRIU's stopped, stopped01, stopped02, stopped12).
+    let c = checkpoint_output_with(&sb, p.pid(), &[]);
+
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(!c.status.success(), "the checkpoint cannot succeed: {err}");
+    let want = format!("child process {child} (stopped_child) is stopped (state T)");
+    assert!(err.contains(&want), "expected `{want}` in: {err}");
+    std::fs::write(sb.path("run/go"), b"").unwrap();
+    assert_eq!(p.wait_exit(), 0, "{}{}", p.output(), p.stderr());
+    assert!(p.output().ends_with("done 5\n"), "{}", p.output());
+}
