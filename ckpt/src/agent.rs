@@ -2209,6 +2209,8 @@ fn prepare(
         fd_owners,
         fd_attrs,
         file_contents,
+        mm_layout: capture::mm_layout().map(|f| f.to_vec()).unwrap_or_default(),
+        auxv: capture::auxv(),
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -3150,7 +3152,12 @@ fn after_restart(h: &Hooks) -> Outcome {
         .filter(|r| crate::state::is_process_memory(r.flags))
         .map(|r| (r.start, r.start + r.len))
         .collect();
-    unmap_leftovers(&kept);
+    unmap_leftovers(&kept, true);
+    let mm_problem = restore_mm_layout(&state);
+    if mm_problem.is_none() {
+        // The program's argument strings are its own again: the restorer's can go.
+        unmap_leftovers(&kept, false);
+    }
     restore_itimers(&state.itimers);
     // (The waiting signals were queued again by the main thread: `threads::restored_main`.)
     let lost_signals = threads::pending_signals().1;
@@ -3186,6 +3193,9 @@ fn after_restart(h: &Hooks) -> Outcome {
     // thread), so that rotation never removes images newer than `image`.
     crate::lineage::begin_restarted(&image);
     if let Some(p) = log_problem {
+        eprintln!("crum: warning: {p}");
+    }
+    if let Some(p) = mm_problem {
         eprintln!("crum: warning: {p}");
     }
     for p in crate::attrs::refused() {
@@ -3244,16 +3254,17 @@ fn fix_curbrk() {
 }
 
 /// Unmaps what the restorer left behind: every mapping that is not one of the image's —
-/// except the one holding the process's argument strings, so that /proc/<pid>/cmdline (and
-/// `ps`) still show `crum restart <image>`.
-fn unmap_leftovers(kept: &[(u64, u64)]) {
+/// except, with `keep_args`, the one holding the process's argument strings, so that
+/// /proc/<pid>/cmdline (and `ps`) show `crum restart <image>` rather than nothing where the
+/// program's own layout could not be given back ([`restore_mm_layout`]).
+fn unmap_leftovers(kept: &[(u64, u64)], keep_args: bool) {
     let Ok(maps) = capture::own_maps() else { return };
     let arg_start = capture::arg_start();
     for m in &maps {
         if m.name == "[vsyscall]" || capture::SPECIAL_NAMES.contains(&m.name.as_str()) {
             continue;
         }
-        if (m.start..m.end).contains(&arg_start) {
+        if keep_args && (m.start..m.end).contains(&arg_start) {
             continue;
         }
         // Parts of [m.start, m.end) not covered by image regions.
@@ -3270,6 +3281,51 @@ fn unmap_leftovers(kept: &[(u64, u64)]) {
             unsafe { libc::munmap(cur as *mut libc::c_void, (m.end - cur) as usize) };
         }
     }
+}
+
+/// Gives the kernel the program's memory layout back (`PR_SET_MM_MAP`): where its argument
+/// and environment strings are (/proc/self/cmdline and environ read them; they were
+/// `crum restart`'s), its code, data and stack (`[stack]` in /proc/self/maps), its auxiliary
+/// vector (/proc/self/auxv) and its executable (/proc/self/exe, which named crum's binary;
+/// possible only now that the restorer's mappings of that binary are gone, and only with
+/// `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN`: without, the rest is given back and the
+/// warning names the exe). The break stays the kernel's (set by the restorer). None when
+/// everything was given back, or the image has no layout (before process state 16).
+fn restore_mm_layout(state: &ProcessState) -> Option<String> {
+    let Ok(mut fields) = <[u64; 11]>::try_from(state.mm_layout.as_slice()) else { return None };
+    let now = capture::mm_layout()?;
+    (fields[4], fields[5]) = (now[4], now[5]);
+    // The program's binary, if it is still the file the image's mappings name (same path).
+    let exe = std::ffi::CString::new(state.exe.as_str()).ok();
+    let exe_fd = exe
+        .as_ref()
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        .map_or(-1, |p| unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) });
+    let auxv = &state.auxv[..state.auxv.len().min(2 * 64)];
+    let r = crate::capture::set_mm_map(fields, auxv, exe_fd);
+    let problem = match r {
+        Ok(()) => None,
+        Err(e) if exe_fd >= 0 => match crate::capture::set_mm_map(fields, auxv, -1) {
+            Ok(()) => Some(format!(
+                "/proc/self/exe names crum's binary, not {}: the kernel refused to change it ({})",
+                state.exe,
+                std::io::Error::from_raw_os_error(e)
+            )),
+            Err(e2) => Some(format!(
+                "the program's memory layout was not given back (PR_SET_MM_MAP: {}): /proc/self/cmdline, environ, auxv and exe are crum restart's",
+                std::io::Error::from_raw_os_error(e2)
+            )),
+        },
+        Err(e) => Some(format!(
+            "the program's memory layout was not given back (PR_SET_MM_MAP: {}): /proc/self/cmdline, environ, auxv and exe are crum restart's",
+            std::io::Error::from_raw_os_error(e)
+        )),
+    };
+    if exe_fd >= 0 {
+        // SAFETY: our own descriptor, opened above.
+        unsafe { libc::close(exe_fd) };
+    }
+    problem
 }
 
 fn restore_itimers(t: &[(u64, u64); 3]) {
