@@ -2147,6 +2147,7 @@ fn prepare(
     sections.extend(file_sections.into_iter().map(|(n, b)| (n, SectionData::Bytes(b))));
     problems.extend(content_problems);
     refusals.extend(shared_fd_tables());
+    refusals.extend(threads::rseq_refusals());
     let (fd_owners, owner_refusals) = fd_owners(&fds, in_job);
     refusals.extend(owner_refusals);
     let pipe_sizes = capture::pipe_sizes(&fds);

@@ -57,6 +57,9 @@ pub struct Slot {
     sleep_buf: [AtomicI64; 2],
     restart_stack_top: AtomicU64,
     pub is_agent: AtomicBool,
+    /// The thread's rseq registration when it stopped: [`RSEQ_GLIBC`] (or unknown),
+    /// [`RSEQ_NONE`] or [`RSEQ_OTHER`].
+    rseq: AtomicU32,
     /// The thread's name (`/proc/self/task/<tid>/comm`, NUL-padded), restored by prctl.
     name: [AtomicU64; 2],
     /// Scheduling policy (with `SCHED_RESET_ON_FORK`; -1: unknown), real-time priority and
@@ -86,6 +89,7 @@ const SLOT_INIT: Slot = Slot {
     sleep_buf: [AtomicI64::new(0), AtomicI64::new(0)],
     restart_stack_top: AtomicU64::new(0),
     is_agent: AtomicBool::new(false),
+    rseq: AtomicU32::new(RSEQ_GLIBC),
     name: [AtomicU64::new(0), AtomicU64::new(0)],
     policy: AtomicI32::new(-1),
     rt_prio: AtomicI32::new(0),
@@ -108,6 +112,13 @@ static RESTART_STACKS: AtomicU64 = AtomicU64::new(0);
 static RESTART_STACKS_LEN: AtomicUsize = AtomicUsize::new(0);
 
 const RSEQ_SIG: u32 = 0x5305_3053;
+/// A thread's rseq registration ([`Slot::rseq`]): glibc's area (what a restart registers), or
+/// not known; none (glibc's disabled: `glibc.pthread.rseq=0`); another area, length or
+/// signature (a program registering its own after unregistering glibc's: CRIU's `rseq00`).
+const RSEQ_GLIBC: u32 = 0;
+const RSEQ_NONE: u32 = 1;
+const RSEQ_OTHER: u32 = 2;
+const RSEQ_FLAG_UNREGISTER: i32 = 1;
 const ARCH_GET_FS: i32 = 0x1003;
 const PR_GET_TID_ADDRESS: i32 = 40;
 
@@ -277,6 +288,49 @@ fn record_kernel_state(slot: &Slot) {
     slot.ctid.store(ctid, Relaxed);
     slot.pdeathsig.store(pdeath, Relaxed);
     slot.timerslack.store(slack, Relaxed);
+    slot.rseq.store(rseq_registration(fs), Relaxed);
+}
+
+/// Which rseq area the calling thread has registered (the kernel tells it only through
+/// ptrace): registering glibc's again answers `EBUSY` when it is the one, `EINVAL` or `EPERM`
+/// when another area, length or signature is, and succeeds when none is (undone at once).
+fn rseq_registration(fs: u64) -> u32 {
+    let size = RSEQ_SIZE.load(Relaxed);
+    if size == 0 || fs == 0 {
+        return RSEQ_GLIBC;
+    }
+    let area = (fs as i64 + RSEQ_OFFSET.load(Relaxed)) as u64;
+    // SAFETY: rseq with glibc's own area of this thread (the one glibc registers), its length
+    // and signature; a registration made here is undone at once.
+    unsafe {
+        let r = libc::syscall(libc::SYS_rseq, area, size.max(32), 0, RSEQ_SIG);
+        if r == 0 {
+            libc::syscall(libc::SYS_rseq, area, size.max(32), RSEQ_FLAG_UNREGISTER, RSEQ_SIG);
+            return RSEQ_NONE;
+        }
+        match *libc::__errno_location() {
+            libc::EBUSY => RSEQ_GLIBC,
+            libc::EINVAL | libc::EPERM => RSEQ_OTHER,
+            _ => RSEQ_GLIBC,
+        }
+    }
+}
+
+/// The program's threads of the current checkpoint that registered an rseq area of their
+/// own: a restart registers glibc's (the kernel tells the area only to a tracer), so the
+/// program's would be silently replaced.
+pub fn rseq_refusals() -> Vec<String> {
+    let n = NSLOTS.load(Acquire);
+    (0..n)
+        .filter(|&i| SLOTS[i].tid.load(Relaxed) > 0 && !SLOTS[i].is_agent.load(Relaxed) && SLOTS[i].rseq.load(Relaxed) == RSEQ_OTHER)
+        .map(|i| {
+            let tid = SLOTS[i].tid.load(Relaxed);
+            format!(
+                "thread {tid} ({}) registered an rseq area other than the C library's: a restart would register the C library's instead",
+                thread_name(tid)
+            )
+        })
+        .collect()
 }
 
 // ucontext_t general registers (glibc's REG_* indices).
@@ -830,7 +884,7 @@ fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
             crate::attrs::note_thread_refused(4);
         }
         let size = RSEQ_SIZE.load(Relaxed);
-        if size != 0 {
+        if size != 0 && slot.rseq.load(Relaxed) != RSEQ_NONE {
             let area = (fs as i64 + RSEQ_OFFSET.load(Relaxed)) as u64;
             // struct rseq must be registered with at least 32 bytes (the ABI size).
             libc::syscall(libc::SYS_rseq, area, size.max(32), 0, RSEQ_SIG);
