@@ -3068,6 +3068,20 @@ fn set_pid_identity(first_pid: i32) {
 static SET_PID_IDENTITY: AtomicUsize = AtomicUsize::new(0);
 /// `libcrum_libc.so`'s `crum_set_pid_table`.
 static SET_PID_TABLE: AtomicUsize = AtomicUsize::new(0);
+/// `libcrum_libc.so`'s `crum_set_thread_ids`.
+static SET_THREAD_IDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Tells `libcrum_libc.so` the restored threads' tids: `pairs` of (the kernel's tid when the
+/// image was cut, the kernel's tid now). Called by the restored main thread before any
+/// program thread runs; allocates nothing.
+pub fn set_thread_ids(pairs: &[i32]) {
+    let f = SET_THREAD_IDS.load(Relaxed);
+    if f != 0 {
+        // SAFETY: `crum_set_thread_ids` of `libcrum_libc.so` (looked up at start, the library
+        // where it was), given `pairs.len() / 2` pairs.
+        unsafe { std::mem::transmute::<usize, extern "C" fn(*const i32, i32)>(f)(pairs.as_ptr(), (pairs.len() / 2) as i32) };
+    }
+}
 /// glibc's `__curbrk` ([`fix_curbrk`]).
 static CURBRK: AtomicUsize = AtomicUsize::new(0);
 
@@ -3076,6 +3090,7 @@ fn resolve_restart_symbols() {
     unsafe {
         SET_PID_IDENTITY.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_identity".as_ptr()) as usize, Relaxed);
         SET_PID_TABLE.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_table".as_ptr()) as usize, Relaxed);
+        SET_THREAD_IDS.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_thread_ids".as_ptr()) as usize, Relaxed);
         CURBRK.store(libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as usize, Relaxed);
     }
 }

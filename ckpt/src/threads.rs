@@ -904,10 +904,16 @@ pub extern "C" fn restored_main(main_slot: u64) {
         | libc::CLONE_SYSVSEM | libc::CLONE_SETTLS | libc::CLONE_PARENT_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;
     let n = NSLOTS.load(Acquire);
     let off = TID_OFFSET.load(Relaxed) as u64;
+    // (the kernel's tid when the image was cut, the one it gives now) of each program thread
+    // but the main one (its id is the process's: `agent::set_pid_identity`), for
+    // `libcrum_libc.so`'s `gettid`, `tgkill`, `kcmp`… On this stack: nothing is allocated here.
+    let mut ids = [0i32; 2 * MAX_THREADS];
+    let mut k = 0;
     for (i, s) in SLOTS.iter().enumerate().take(n) {
         if i == main || s.tid.load(Relaxed) <= 0 {
             continue;
         }
+        let was = s.tid.load(Relaxed);
         let fs = s.fs_base.load(Relaxed);
         // SAFETY: the new thread gets its own restart stack and its saved TLS; ptid/ctid
         // are its descriptor's tid field and its saved clear-child-tid address.
@@ -918,7 +924,13 @@ pub extern "C" fn restored_main(main_slot: u64) {
         if r < 0 {
             raw_fail(b"crum: restart failed: cannot re-create a thread (clone)\n");
         }
+        if !s.is_agent.load(Relaxed) {
+            ids[2 * k] = was;
+            ids[2 * k + 1] = r as i32;
+            k += 1;
+        }
     }
+    crate::agent::set_thread_ids(&ids[..2 * k]);
     resume_restored(main)
 }
 
