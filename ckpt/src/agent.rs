@@ -263,6 +263,24 @@ fn crum_threads_without_agent(pid: i32) -> bool {
     control_thread && !crate::job::has_agent(pid)
 }
 
+/// Whether child `pid` has crum's library mapped (a copy of a process under crum), runs no
+/// agent and has existed for more than 300 ms (an agent starting after a fork has had
+/// its time).
+fn raw_copy_without_agent(pid: i32) -> bool {
+    let mapped = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|m| m.lines().any(|l| l.trim_end_matches(" (deleted)").ends_with("/libcrum.so")));
+    if !mapped || crate::job::has_agent(pid) {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Field 22: start time, in clock ticks since boot.
+    let start = stat.rfind(')').and_then(|b| stat[b + 1..].split_whitespace().nth(19)).and_then(|v| v.parse::<f64>().ok());
+    let up = std::fs::read_to_string("/proc/uptime").ok().and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok());
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    matches!((start, up), (Some(s), Some(u)) if u - s / hz > 0.3)
+}
+
 /// The processes this one shares its descriptor table with (`clone(CLONE_FILES)` without
 /// `CLONE_VM`: its children, or its parent), each named: a restart gives every process a
 /// table of its own, so a descriptor one opens or closes would no longer be the other's.
@@ -1802,6 +1820,11 @@ fn job_checkpoint(
         return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
     }
     let zombie_pids: Vec<i32> = zombies.iter().map(|z| z.0).collect();
+    let gone = crate::job::escaped(&parents.iter().chain(&zombie_pids).copied().collect::<Vec<_>>());
+    if !gone.is_empty() {
+        resume_program(&h);
+        return give_up(&mut links, format!("a restart could not restore this job exactly: {}", gone.join("; ")));
+    }
     // The job's processes and exited children, in the image: not named as missing children
     // by any member's part (a member's children may be members too).
     let in_image: Vec<i32> = kernel_pids.iter().chain(&zombie_pids).chain(std::iter::once(&me)).copied().collect();
@@ -2127,6 +2150,17 @@ fn prepare(
             ));
             continue;
         }
+        // A copy of the program made without the C library's `fork` (a raw `clone`, as
+        // CRIU's zdtm library and some runtimes do): crum's library is mapped in it but its
+        // agent never starts. The program knows it (it made it) and may wait for it: after
+        // a restart it was silently gone (zdtm session02, session03). One that just forked
+        // and whose agent is starting is younger than 300 ms, and named as before.
+        if state != 'Z' && raw_copy_without_agent(child) {
+            refusals.push(format!(
+                "child process {child} ({comm}) is a copy of this program made without the C library's fork (a raw clone), so crum's agent does not run in it: a restart would not bring it back"
+            ));
+            continue;
+        }
         problems.push(if state == 'Z' {
             format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
         } else {
@@ -2148,6 +2182,11 @@ fn prepare(
     problems.extend(content_problems);
     refusals.extend(shared_fd_tables());
     refusals.extend(threads::rseq_refusals());
+    if !job_part {
+        // (A job's root looks for the whole job: `job_checkpoint`.)
+        let own: Vec<i32> = std::iter::once(pid).chain(capture::children().into_iter().map(|c| c.0)).collect();
+        refusals.extend(crate::job::escaped(&own));
+    }
     let (fd_owners, owner_refusals) = fd_owners(&fds, in_job);
     refusals.extend(owner_refusals);
     let pipe_sizes = capture::pipe_sizes(&fds);
