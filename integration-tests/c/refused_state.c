@@ -6,7 +6,9 @@
  * sharing the descriptor table (clone with CLONE_FILES), `owner` a pipe whose I/O signals
  * go to a process outside the job (F_SETOWN of the parent, `crum run`), `rseq` an rseq area of
  * the program's own instead of the C library's (a restart registered the C library's: CRIU's
- * rseq00; skipped, printing the same, where the kernel or C library has no rseq). Prints its steps; at every step it checks the state is as
+ * rseq00; skipped, printing the same, where the kernel or C library has no rseq), `peercred` a
+ * socket pair made while the effective user and group were 1 (its SO_PEERCRED; as root
+ * only: CRIU's sock_peercred). Prints its steps; at every step it checks the state is as
  * it made it. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -78,6 +81,12 @@ int main(int argc, char **argv) {
         if (pipe(p)) return 1;
         if (fcntl(p[0], F_SETOWN, getppid()) != 0) { printf("FAIL: F_SETOWN\n"); return 1; }
         fd = p[0];
+    } else if (!strcmp(mode, "peercred")) {
+        int sp[2];
+        if (setegid(1) || seteuid(1) || socketpair(AF_UNIX, SOCK_STREAM, 0, sp) || seteuid(0) || setegid(0)) {
+            printf("FAIL: socket pair as uid 1\n");
+            return 1;
+        }
     } else if (!strcmp(mode, "rseq")) {
         /* Unregister the C library's area, register our own. */
         if (&__rseq_size && __rseq_size) {

@@ -203,6 +203,31 @@ pub extern "C" fn getpgrp() -> libc::pid_t {
 // The calls below are system calls made here (no lookup of the C library's, so they stay
 // async-signal-safe from the first call on): `kill` in a signal handler is common.
 
+/// The program's `getsockopt`: `SO_PEERCRED` names the peer by the program's pid (a socket
+/// pair a restart made again names the restarted process, whose pid the program knows as
+/// the one it started with). The system call itself: nothing else changes.
+///
+/// # Safety
+/// As `getsockopt(2)`: `optval` and `optlen` are what the caller passes to the kernel.
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, optval: *mut libc::c_void, optlen: *mut libc::socklen_t) -> c_int {
+    // SAFETY: the caller's pointers, given to the kernel, which checks them.
+    let r = unsafe { libc::syscall(libc::SYS_getsockopt, fd, level, name, optval, optlen) } as c_int;
+    if r == 0
+        && level == libc::SOL_SOCKET
+        && name == libc::SO_PEERCRED
+        && !optval.is_null()
+        && !optlen.is_null()
+        // SAFETY: the kernel wrote the length the option has.
+        && unsafe { *optlen } as usize >= std::mem::size_of::<libc::ucred>()
+    {
+        let cred = optval as *mut libc::ucred;
+        // SAFETY: the kernel wrote a whole `struct ucred` there.
+        unsafe { (*cred).pid = to_program((*cred).pid) };
+    }
+    r
+}
+
 /// The program's `getpgid`.
 #[no_mangle]
 pub extern "C" fn getpgid(pid: libc::pid_t) -> libc::pid_t {
