@@ -1820,7 +1820,22 @@ fn job_checkpoint(
         return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
     }
     let zombie_pids: Vec<i32> = zombies.iter().map(|z| z.0).collect();
-    let gone = crate::job::escaped(&parents.iter().chain(&zombie_pids).copied().collect::<Vec<_>>());
+    let mut gone = crate::job::escaped(&parents.iter().chain(&zombie_pids).copied().collect::<Vec<_>>());
+    // An exited child comes back in its parent's group and session: one in a group or
+    // session of its own, or of a leader that has exited (CRIU's zombie01: the group of the
+    // child that made it with CLONE_PARENT), would come back in another.
+    for (z, pgid, sid) in crate::job::group_ids(&zombie_pids) {
+        let parent = zombies.iter().find(|x| x.0 == z).map_or(0, |x| x.1);
+        let same = crate::job::group_ids(&[parent]).first().map(|x| (x.1, x.2));
+        for (what, id, its) in [("process group", pgid, same.map(|x| x.0)), ("session", sid, same.map(|x| x.1))] {
+            if Some(id) != its {
+                gone.push(format!(
+                    "exited child process {z} of process {} is in {what} {id}, not its parent's: a restart would bring it back in its parent's",
+                    known.iter().find(|k| k.0 == parent).map_or(parent, |k| k.1)
+                ));
+            }
+        }
+    }
     if !gone.is_empty() {
         resume_program(&h);
         return give_up(&mut links, format!("a restart could not restore this job exactly: {}", gone.join("; ")));

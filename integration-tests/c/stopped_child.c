@@ -7,7 +7,10 @@
  *   "raw <pid>";
  * - `escaped`: the program leads a session; a child forks a grandchild and exits, so the
  *   grandchild is reparented outside the job while staying in its session; prints
- *   "escaped <pid>".
+ *   "escaped <pid>";
+ * - `zombie`: a child that made a process group of its own and exited, not reaped yet (a
+ *   restart would bring it back in its parent's group: CRIU's zombie01); prints
+ *   "zombie <pid>".
  * Then waits for the file "go", lets the process end, and prints "done <status>" (the
  * exit status of the child it waits for, 5). */
 #define _GNU_SOURCE
@@ -66,6 +69,21 @@ int main(int argc, char **argv) {
         }
         printf("escaped %d\n", g);
         wait_go();
+        printf("done %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return 0;
+    }
+    if (!strcmp(mode, "zombie")) {
+        pid_t z = fork();
+        if (z == 0) {
+            setpgid(0, 0);
+            _exit(5);
+        }
+        siginfo_t si;
+        if (waitid(P_PID, z, &si, WEXITED | WNOWAIT) != 0) { printf("FAIL waitid\n"); return 1; }
+        printf("zombie %d\n", z);
+        wait_go();
+        int st = 0;
+        if (waitpid(z, &st, 0) != z) { printf("FAIL waitpid\n"); return 1; }
         printf("done %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return 0;
     }

@@ -37,11 +37,13 @@ fn children_and_zombies_are_in_the_job_image_and_come_back() {
 /// (its parent's waitpid failed with ECHILD after a restart: CRIU's stopped, stopped01,
 /// stopped02, stopped12), a running copy of the program made by a raw clone (CRIU's
 /// session02, session03) and a process of the job's session reparented outside the job
-/// (CRIU's child_subreaper_and_reparent and session01 hung after a restart).
+/// (CRIU's child_subreaper_and_reparent and session01 hung after a restart), an exited child
+/// in a process group of its own (CRIU's zombie01).
 #[test]
 fn processes_a_restart_would_not_bring_back_refuse_the_checkpoint_and_the_program_goes_on() {
-    let cases: [(&str, &str); 3] = [
+    let cases: [(&str, &str); 4] = [
         ("stopped", "(stopped_child) is stopped (state T)"),
+        ("zombie", "of process"),
         ("raw", "(stopped_child) is a copy of this program made without the C library's fork"),
         ("escaped", "(stopped_child) is in the session"),
     ];
@@ -57,7 +59,11 @@ fn processes_a_restart_would_not_bring_back_refuse_the_checkpoint_and_the_progra
 
         let err = String::from_utf8_lossy(&c.stderr);
         assert!(!c.status.success(), "{mode}: the checkpoint cannot succeed: {err}");
-        let want = format!("process {pid} {want}");
+        let want = if mode == "zombie" {
+            format!("exited child process {pid} of process {} is in process group {pid}, not its parent's", p.pid())
+        } else {
+            format!("process {pid} {want}")
+        };
         assert!(err.contains(&want), "{mode}: expected `{want}` in: {err}");
         assert_eq!(sb.list_images().len(), 0, "{mode}: an image was written");
         std::fs::write(sb.path("run/go"), b"").unwrap();
