@@ -263,6 +263,24 @@ fn crum_threads_without_agent(pid: i32) -> bool {
     control_thread && !crate::job::has_agent(pid)
 }
 
+/// Whether child `pid` has crum's library mapped (a copy of a process under crum), runs no
+/// agent and has existed for more than 300 ms (an agent starting after a fork has had
+/// its time).
+fn raw_copy_without_agent(pid: i32) -> bool {
+    let mapped = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|m| m.lines().any(|l| l.trim_end_matches(" (deleted)").ends_with("/libcrum.so")));
+    if !mapped || crate::job::has_agent(pid) {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Field 22: start time, in clock ticks since boot.
+    let start = stat.rfind(')').and_then(|b| stat[b + 1..].split_whitespace().nth(19)).and_then(|v| v.parse::<f64>().ok());
+    let up = std::fs::read_to_string("/proc/uptime").ok().and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok());
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    matches!((start, up), (Some(s), Some(u)) if u - s / hz > 0.3)
+}
+
 /// The processes this one shares its descriptor table with (`clone(CLONE_FILES)` without
 /// `CLONE_VM`: its children, or its parent), each named: a restart gives every process a
 /// table of its own, so a descriptor one opens or closes would no longer be the other's.
@@ -1858,6 +1876,26 @@ fn job_checkpoint(
         return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
     }
     let zombie_pids: Vec<i32> = zombies.iter().map(|z| z.0).collect();
+    let mut gone = crate::job::escaped(&parents.iter().chain(&zombie_pids).copied().collect::<Vec<_>>());
+    // An exited child comes back in its parent's group and session: one in a group or
+    // session of its own, or of a leader that has exited (CRIU's zombie01: the group of the
+    // child that made it with CLONE_PARENT), would come back in another.
+    for (z, pgid, sid) in crate::job::group_ids(&zombie_pids) {
+        let parent = zombies.iter().find(|x| x.0 == z).map_or(0, |x| x.1);
+        let same = crate::job::group_ids(&[parent]).first().map(|x| (x.1, x.2));
+        for (what, id, its) in [("process group", pgid, same.map(|x| x.0)), ("session", sid, same.map(|x| x.1))] {
+            if Some(id) != its {
+                gone.push(format!(
+                    "exited child process {z} of process {} is in {what} {id}, not its parent's: a restart would bring it back in its parent's",
+                    known.iter().find(|k| k.0 == parent).map_or(parent, |k| k.1)
+                ));
+            }
+        }
+    }
+    if !gone.is_empty() {
+        resume_program(&h);
+        return give_up(&mut links, format!("a restart could not restore this job exactly: {}", gone.join("; ")));
+    }
     // The job's processes and exited children, in the image: not named as missing children
     // by any member's part (a member's children may be members too).
     let in_image: Vec<i32> = kernel_pids.iter().chain(&zombie_pids).chain(std::iter::once(&me)).copied().collect();
@@ -2175,6 +2213,26 @@ fn prepare(
             ));
             continue;
         }
+        // A stopped child (SIGSTOP before its agent ran, or one started without crum): its
+        // parent would find it gone after a restart (its `waitpid(WUNTRACED)` fails with
+        // ECHILD), as for a stopped member of the job, whose agent cannot answer.
+        if state == 'T' || state == 't' {
+            refusals.push(format!(
+                "child process {child} ({comm}) is stopped (state {state}) and not in the image: a restart would not bring it back; continue it (kill -CONT {child}) and try again"
+            ));
+            continue;
+        }
+        // A copy of the program made without the C library's `fork` (a raw `clone`, as
+        // CRIU's zdtm library and some runtimes do): crum's library is mapped in it but its
+        // agent never starts. The program knows it (it made it) and may wait for it: after
+        // a restart it was silently gone (zdtm session02, session03). One that just forked
+        // and whose agent is starting is younger than 300 ms, and named as before.
+        if state != 'Z' && raw_copy_without_agent(child) {
+            refusals.push(format!(
+                "child process {child} ({comm}) is a copy of this program made without the C library's fork (a raw clone), so crum's agent does not run in it: a restart would not bring it back"
+            ));
+            continue;
+        }
         problems.push(if state == 'Z' {
             format!("child process {child} ({comm}) has exited and is not reaped yet: a restart does not bring its exit status back")
         } else {
@@ -2195,6 +2253,12 @@ fn prepare(
     sections.extend(file_sections.into_iter().map(|(n, b)| (n, SectionData::Bytes(b))));
     problems.extend(content_problems);
     refusals.extend(shared_fd_tables());
+    refusals.extend(threads::rseq_refusals());
+    if !job_part {
+        // (A job's root looks for the whole job: `job_checkpoint`.)
+        let own: Vec<i32> = std::iter::once(pid).chain(capture::children().into_iter().map(|c| c.0)).collect();
+        refusals.extend(crate::job::escaped(&own));
+    }
     let (fd_owners, owner_refusals) = fd_owners(&fds, in_job);
     refusals.extend(owner_refusals);
     let pipe_sizes = capture::pipe_sizes(&fds);
@@ -2257,6 +2321,8 @@ fn prepare(
         fd_owners,
         fd_attrs,
         file_contents,
+        mm_layout: capture::mm_layout().map(|f| f.to_vec()).unwrap_or_default(),
+        auxv: capture::auxv(),
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -3114,6 +3180,20 @@ fn set_pid_identity(first_pid: i32) {
 static SET_PID_IDENTITY: AtomicUsize = AtomicUsize::new(0);
 /// `libcrum_libc.so`'s `crum_set_pid_table`.
 static SET_PID_TABLE: AtomicUsize = AtomicUsize::new(0);
+/// `libcrum_libc.so`'s `crum_set_thread_ids`.
+static SET_THREAD_IDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Tells `libcrum_libc.so` the restored threads' tids: `pairs` of (the kernel's tid when the
+/// image was cut, the kernel's tid now). Called by the restored main thread before any
+/// program thread runs; allocates nothing.
+pub fn set_thread_ids(pairs: &[i32]) {
+    let f = SET_THREAD_IDS.load(Relaxed);
+    if f != 0 {
+        // SAFETY: `crum_set_thread_ids` of `libcrum_libc.so` (looked up at start, the library
+        // where it was), given `pairs.len() / 2` pairs.
+        unsafe { std::mem::transmute::<usize, extern "C" fn(*const i32, i32)>(f)(pairs.as_ptr(), (pairs.len() / 2) as i32) };
+    }
+}
 /// glibc's `__curbrk` ([`fix_curbrk`]).
 static CURBRK: AtomicUsize = AtomicUsize::new(0);
 
@@ -3122,6 +3202,7 @@ fn resolve_restart_symbols() {
     unsafe {
         SET_PID_IDENTITY.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_identity".as_ptr()) as usize, Relaxed);
         SET_PID_TABLE.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_table".as_ptr()) as usize, Relaxed);
+        SET_THREAD_IDS.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_thread_ids".as_ptr()) as usize, Relaxed);
         CURBRK.store(libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as usize, Relaxed);
     }
 }
@@ -3199,7 +3280,12 @@ fn after_restart(h: &Hooks) -> Outcome {
         .filter(|r| crate::state::is_process_memory(r.flags))
         .map(|r| (r.start, r.start + r.len))
         .collect();
-    unmap_leftovers(&kept);
+    unmap_leftovers(&kept, true);
+    let mm_problem = restore_mm_layout(&state);
+    if mm_problem.is_none() {
+        // The program's argument strings are its own again: the restorer's can go.
+        unmap_leftovers(&kept, false);
+    }
     restore_itimers(&state.itimers);
     // (The waiting signals were queued again by the main thread: `threads::restored_main`.)
     let lost_signals = threads::pending_signals().1;
@@ -3235,6 +3321,9 @@ fn after_restart(h: &Hooks) -> Outcome {
     // thread), so that rotation never removes images newer than `image`.
     crate::lineage::begin_restarted(&image);
     if let Some(p) = log_problem {
+        eprintln!("crum: warning: {p}");
+    }
+    if let Some(p) = mm_problem {
         eprintln!("crum: warning: {p}");
     }
     for p in crate::attrs::refused() {
@@ -3293,16 +3382,17 @@ fn fix_curbrk() {
 }
 
 /// Unmaps what the restorer left behind: every mapping that is not one of the image's —
-/// except the one holding the process's argument strings, so that /proc/<pid>/cmdline (and
-/// `ps`) still show `crum restart <image>`.
-fn unmap_leftovers(kept: &[(u64, u64)]) {
+/// except, with `keep_args`, the one holding the process's argument strings, so that
+/// /proc/<pid>/cmdline (and `ps`) show `crum restart <image>` rather than nothing where the
+/// program's own layout could not be given back ([`restore_mm_layout`]).
+fn unmap_leftovers(kept: &[(u64, u64)], keep_args: bool) {
     let Ok(maps) = capture::own_maps() else { return };
     let arg_start = capture::arg_start();
     for m in &maps {
         if m.name == "[vsyscall]" || capture::SPECIAL_NAMES.contains(&m.name.as_str()) {
             continue;
         }
-        if (m.start..m.end).contains(&arg_start) {
+        if keep_args && (m.start..m.end).contains(&arg_start) {
             continue;
         }
         // Parts of [m.start, m.end) not covered by image regions.
@@ -3319,6 +3409,51 @@ fn unmap_leftovers(kept: &[(u64, u64)]) {
             unsafe { libc::munmap(cur as *mut libc::c_void, (m.end - cur) as usize) };
         }
     }
+}
+
+/// Gives the kernel the program's memory layout back (`PR_SET_MM_MAP`): where its argument
+/// and environment strings are (/proc/self/cmdline and environ read them; they were
+/// `crum restart`'s), its code, data and stack (`[stack]` in /proc/self/maps), its auxiliary
+/// vector (/proc/self/auxv) and its executable (/proc/self/exe, which named crum's binary;
+/// possible only now that the restorer's mappings of that binary are gone, and only with
+/// `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN`: without, the rest is given back and the
+/// warning names the exe). The break stays the kernel's (set by the restorer). None when
+/// everything was given back, or the image has no layout (before process state 16).
+fn restore_mm_layout(state: &ProcessState) -> Option<String> {
+    let Ok(mut fields) = <[u64; 11]>::try_from(state.mm_layout.as_slice()) else { return None };
+    let now = capture::mm_layout()?;
+    (fields[4], fields[5]) = (now[4], now[5]);
+    // The program's binary, if it is still the file the image's mappings name (same path).
+    let exe = std::ffi::CString::new(state.exe.as_str()).ok();
+    let exe_fd = exe
+        .as_ref()
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        .map_or(-1, |p| unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) });
+    let auxv = &state.auxv[..state.auxv.len().min(2 * 64)];
+    let r = crate::capture::set_mm_map(fields, auxv, exe_fd);
+    let problem = match r {
+        Ok(()) => None,
+        Err(e) if exe_fd >= 0 => match crate::capture::set_mm_map(fields, auxv, -1) {
+            Ok(()) => Some(format!(
+                "/proc/self/exe names crum's binary, not {}: the kernel refused to change it ({})",
+                state.exe,
+                std::io::Error::from_raw_os_error(e)
+            )),
+            Err(e2) => Some(format!(
+                "the program's memory layout was not given back (PR_SET_MM_MAP: {}): /proc/self/cmdline, environ, auxv and exe are crum restart's",
+                std::io::Error::from_raw_os_error(e2)
+            )),
+        },
+        Err(e) => Some(format!(
+            "the program's memory layout was not given back (PR_SET_MM_MAP: {}): /proc/self/cmdline, environ, auxv and exe are crum restart's",
+            std::io::Error::from_raw_os_error(e)
+        )),
+    };
+    if exe_fd >= 0 {
+        // SAFETY: our own descriptor, opened above.
+        unsafe { libc::close(exe_fd) };
+    }
+    problem
 }
 
 fn restore_itimers(t: &[(u64, u64); 3]) {

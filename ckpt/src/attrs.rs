@@ -2,7 +2,8 @@
 //! child-subreaper flag, the dumpable flag, `no_new_privs`, the transparent-huge-page
 //! switch (`PR_SET_THP_DISABLE`) and the execution domain (`personality`); per thread, the
 //! scheduling policy, real-time priority, nice value, timer slack and parent-death signal
-//! (in the thread slots, [`crate::threads`]); the supplementary groups; the process's
+//! (in the thread slots, [`crate::threads`]); the supplementary groups; the main thread's
+//! capability sets (inheritable, permitted, effective, bounding, ambient); the process's
 //! `membarrier` registrations (global expedited, and private expedited: plain, `SYNC_CORE`, `RSEQ`).
 //! A restarted process used to get the restarting process's values silently (without its
 //! registrations, the program's expedited barriers failed with EPERM after a restart).
@@ -28,12 +29,20 @@ const UID: usize = 6;
 const GID: usize = 7;
 const MEMBARRIER: usize = 8;
 const LOGINUID: usize = 9;
-const N: usize = 10;
+/// The main thread's capability sets (`CapInh`, `CapPrm`, `CapEff`, `CapBnd`, `CapAmb` of
+/// /proc/self/status, as masks).
+const CAP_INH: usize = 10;
+const CAP_PRM: usize = 11;
+const CAP_EFF: usize = 12;
+const CAP_BND: usize = 13;
+const CAP_AMB: usize = 14;
+const N: usize = 15;
 /// Not captured (an image of an older crum, or a capture that failed): `apply` leaves it.
 const UNSET: i64 = i64::MIN;
 
 const NAMES: [&str; N] =
-    ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group", "membarrier registrations", "audit login uid"];
+    ["oom_score_adj", "child subreaper flag", "dumpable flag", "no_new_privs", "THP disable flag", "personality", "user", "group", "membarrier registrations", "audit login uid",
+     "inheritable capability set", "permitted capability set", "effective capability set", "capability bounding set", "ambient capability set"];
 
 /// `membarrier` commands: (the private expedited barrier, the registration it needs). Where
 /// the kernel cannot tell registrations (`MEMBARRIER_CMD_GET_REGISTRATIONS`, Linux 6.3), the
@@ -113,6 +122,94 @@ fn prctl_get(op: i32) -> i64 {
     unsafe { libc::prctl(op, 0, 0, 0, 0) as i64 }
 }
 
+/// A `Field:` line of /proc/self/status holding a hexadecimal mask (the capability sets).
+fn status_hex(status: &str, key: &str) -> Option<i64> {
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    u64::from_str_radix(line[key.len()..].trim(), 16).ok().map(|v| v as i64)
+}
+
+/// The calling thread's capability sets (`capget`, version 3): (inheritable, permitted,
+/// effective) masks.
+fn capget() -> Option<(u64, u64, u64)> {
+    let mut hdr = [0x2008_0522u32, 0]; // _LINUX_CAPABILITY_VERSION_3, this thread
+    let mut data = [0u32; 6]; // two of { effective, permitted, inheritable }
+    // SAFETY: capget writes two `__user_cap_data_struct`s into the live array.
+    let r = unsafe { libc::syscall(libc::SYS_capget, hdr.as_mut_ptr(), data.as_mut_ptr()) };
+    let m = |i: usize| data[i] as u64 | (data[i + 3] as u64) << 32;
+    (r == 0).then(|| (m(2), m(1), m(0)))
+}
+
+fn capset(inh: u64, prm: u64, eff: u64) -> bool {
+    let mut hdr = [0x2008_0522u32, 0];
+    let data = [eff as u32, prm as u32, inh as u32, (eff >> 32) as u32, (prm >> 32) as u32, (inh >> 32) as u32];
+    // SAFETY: capset reads the header and two data structs from live arrays.
+    unsafe { libc::syscall(libc::SYS_capset, hdr.as_mut_ptr(), data.as_ptr()) == 0 }
+}
+
+/// The calling thread's bounding and ambient sets, as masks (capabilities 0 to 63).
+fn cap_bnd_amb() -> (u64, u64) {
+    let (mut bnd, mut amb) = (0u64, 0u64);
+    for c in 0..64u64 {
+        // SAFETY: prctl queries with plain integers; an unknown capability answers EINVAL.
+        unsafe {
+            if libc::prctl(libc::PR_CAPBSET_READ, c, 0, 0, 0) == 1 {
+                bnd |= 1 << c;
+            }
+            if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_IS_SET as libc::c_ulong, c, 0, 0) == 1 {
+                amb |= 1 << c;
+            }
+        }
+    }
+    (bnd, amb)
+}
+
+/// Gives the main thread its capability sets back (the restorer runs with the restarting
+/// user's, all of root's when run as root): the bounding set is narrowed first (that needs
+/// `CAP_SETPCAP`, which the next step may drop), then the inheritable, permitted and
+/// effective sets are set, then the ambient set raised. A set the kernel does not let us
+/// reach (more than the restarting process has) is named.
+fn apply_caps(want: impl Fn(usize) -> Option<i64>, refuse: impl Fn(usize, i64)) {
+    let (Some(inh), Some(prm), Some(eff)) = (want(CAP_INH), want(CAP_PRM), want(CAP_EFF)) else { return };
+    let (inh, prm, eff) = (inh as u64, prm as u64, eff as u64);
+    if let Some(bnd) = want(CAP_BND) {
+        let (now, _) = cap_bnd_amb();
+        for c in 0..64u64 {
+            if now & (1 << c) != 0 && bnd as u64 & (1 << c) == 0 {
+                // SAFETY: drops one capability from this thread's bounding set.
+                unsafe { libc::prctl(libc::PR_CAPBSET_DROP, c, 0, 0, 0) };
+            }
+        }
+        let (now, _) = cap_bnd_amb();
+        if now != bnd as u64 {
+            refuse(CAP_BND, now as i64);
+        }
+    }
+    if capget() != Some((inh, prm, eff)) && !capset(inh, prm, eff) {
+        if let Some((i, p, e)) = capget() {
+            for (k, want, got) in [(CAP_INH, inh, i), (CAP_PRM, prm, p), (CAP_EFF, eff, e)] {
+                if want != got {
+                    refuse(k, got as i64);
+                }
+            }
+        }
+    }
+    if let Some(amb) = want(CAP_AMB) {
+        let amb = amb as u64;
+        if cap_bnd_amb().1 != amb {
+            // SAFETY: prctl with plain integers.
+            unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) };
+            for c in (0..64u64).filter(|c| amb & (1 << c) != 0) {
+                // SAFETY: as above.
+                unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong, c, 0, 0) };
+            }
+            let now = cap_bnd_amb().1;
+            if now != amb {
+                refuse(CAP_AMB, now as i64);
+            }
+        }
+    }
+}
+
 /// A `Field:` line of /proc/self/status (the main thread's), as a number (first column).
 fn status_field(status: &str, key: &str) -> Option<i64> {
     let line = status.lines().find(|l| l.starts_with(key))?;
@@ -138,6 +235,11 @@ pub fn capture() {
         status_field(&status, "Gid:"),
         Some(membarrier_registered()),
         std::fs::read_to_string("/proc/self/loginuid").ok().and_then(|s| s.trim().parse().ok()),
+        status_hex(&status, "CapInh:"),
+        status_hex(&status, "CapPrm:"),
+        status_hex(&status, "CapEff:"),
+        status_hex(&status, "CapBnd:"),
+        status_hex(&status, "CapAmb:"),
     ];
     for (s, v) in SAVED.iter().zip(values) {
         s.store(v.unwrap_or(UNSET), Relaxed);
@@ -279,6 +381,8 @@ pub fn apply() {
             GROUPS_REFUSED.store(1, Relaxed);
         }
     }
+    // Last: what the steps above needed (CAP_SETGID, CAP_SYS_RESOURCE…) may be dropped here.
+    apply_caps(want, refuse);
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid() as i64, libc::getgid() as i64) };
     if want(UID).is_some_and(|v| v != uid) {
@@ -307,6 +411,8 @@ pub fn refused() -> Vec<String> {
         let now = if now == UNSET { String::from("unknown") } else { now.to_string() };
         out.push(if i == UID || i == GID {
             format!("the program ran as {name} {was} and is restarted as {name} {now}: files and permissions may differ")
+        } else if (CAP_INH..=CAP_AMB).contains(&i) {
+            format!("the {name} was {:#x} and could not be restored (it is {:#x}): the restart has fewer capabilities", was as u64, FOUND[i].load(Relaxed) as u64)
         } else if i == MEMBARRIER {
             format!("the {name} (commands {was:#x}) could not all be made again (now {now}): expedited barriers fail with EPERM")
         } else {

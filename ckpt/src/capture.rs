@@ -398,6 +398,57 @@ pub fn mm_layout() -> Option<[u64; 11]> {
     Some([at(26)?, at(27)?, at(45)?, at(46)?, at(47)?, brk().1, at(28)?, at(48)?, at(49)?, at(50)?, at(51)?])
 }
 
+/// The process's auxiliary vector (/proc/self/auxv) as words, up to and with its `AT_NULL`
+/// pair; empty if it cannot be read.
+pub fn auxv() -> Vec<u64> {
+    let Ok(b) = std::fs::read("/proc/self/auxv") else { return Vec::new() };
+    let mut out = Vec::new();
+    for pair in b.chunks_exact(16) {
+        let t = u64::from_ne_bytes(pair[..8].try_into().unwrap_or_default());
+        let v = u64::from_ne_bytes(pair[8..].try_into().unwrap_or_default());
+        out.extend([t, v]);
+        if t == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// `struct prctl_mm_map` of `<linux/prctl.h>`.
+#[repr(C)]
+struct PrctlMmMap {
+    fields: [u64; 11],
+    auxv: *const u64,
+    auxv_size: u32,
+    exe_fd: u32,
+}
+
+/// Sets the kernel's bookkeeping of this process's memory layout (`prctl(PR_SET_MM,
+/// PR_SET_MM_MAP)`): `fields` in the order of [`mm_layout`], the auxiliary vector (words;
+/// empty: left as it is) and the file /proc/self/exe names (`exe_fd`; -1: left as it is).
+/// Needs no privilege but for `exe_fd` (`CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN`), which
+/// the kernel also refuses (`EBUSY`) while a file mapping of the current exe remains. The
+/// kernel checks the values (ordered, inside the address space, within `RLIMIT_DATA`) and
+/// only records them. Err: the errno.
+pub fn set_mm_map(fields: [u64; 11], auxv: &[u64], exe_fd: i32) -> Result<(), i32> {
+    let map = PrctlMmMap {
+        fields,
+        auxv: if auxv.is_empty() { std::ptr::null() } else { auxv.as_ptr() },
+        auxv_size: (std::mem::size_of_val(auxv)) as u32,
+        exe_fd: exe_fd as u32,
+    };
+    // SAFETY: a live struct of the kernel's layout and its size; the auxiliary vector it
+    // points at is a live slice of `auxv_size` bytes; the kernel copies what it needs.
+    let r = unsafe {
+        libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_MAP, &map as *const PrctlMmMap, std::mem::size_of::<PrctlMmMap>(), 0)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
 /// Where the process's argument strings start (`arg_start`, field 48 of /proc/self/stat).
 pub fn arg_start() -> u64 {
     stat_field(48).unwrap_or(0)

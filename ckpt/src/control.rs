@@ -484,7 +484,10 @@ fn process_start(pid: u32) -> Option<SystemTime> {
 fn agent_loaded(pid: u32) -> bool {
     // A restarted program runs in the `crum restart` process, its libraries' mappings
     // anonymous copies: its agent is there too (its control socket comes back a moment later).
-    let restarted = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.file_name().is_some_and(|n| n == "crum"));
+    // Until its agent gives the program's executable back, /proc/<pid>/exe names crum; after,
+    // the program's environment (its own strings again) still says it runs under crum.
+    let restarted = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.file_name().is_some_and(|n| n == "crum"))
+        || std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.split(|&c| c == 0).any(|v| v == b"CRUM_RUN=1"));
     // (A library rebuilt or upgraded while the program runs shows as "… (deleted)".)
     restarted
         || std::fs::read_to_string(format!("/proc/{pid}/maps"))

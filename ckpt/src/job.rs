@@ -311,6 +311,60 @@ pub fn zombie_children(parents: &[i32]) -> Vec<(i32, i32, i32)> {
     children_of(parents).into_iter().filter(|c| c.2 == 'Z').filter_map(|c| Some((c.0, c.1, c.3?))).collect()
 }
 
+/// Processes that belong to the job's sessions or process groups but not to the job: not
+/// children of any of its processes (`job`, kernel pids: its processes and exited children),
+/// so their parent exited and they were reparented outside it (to init or to a subreaper
+/// above `crum run`: CRIU's child_subreaper_and_reparent, whose orphan then never answered
+/// its restarted parent). A restart would not bring them back, and the program may wait for
+/// them: one line each. crum's own processes (the proxy, a snapshot holder: `crum`'s
+/// executable) and children of the job's processes (named by their parent's part) are not.
+pub fn escaped(job: &[i32]) -> Vec<String> {
+    let is_leader = |id: i32| id > 0 && job.contains(&id);
+    // Every process: (pid, comm, state, ppid, pgid, sid).
+    let mut all = Vec::new();
+    for p in crate::capture::numeric_entries(c"/proc") {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let Some(b) = stat.rfind(')') else { continue };
+        let comm = stat.find('(').map_or("?", |a| &stat[a + 1..b]).to_string();
+        let f: Vec<&str> = stat[b + 1..].split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
+        all.push((p, comm, f.first().copied().unwrap_or("?").to_string(), num(1), num(2), num(3)));
+    }
+    let parent = |p: i32| all.iter().find(|x| x.0 == p).map_or(0, |x| x.3);
+    // Whether a process of the job is among `p`'s ancestors (its own part names it if so).
+    let below_job = |mut p: i32| {
+        for _ in 0..4096 {
+            p = parent(p);
+            if p <= 1 {
+                return false;
+            }
+            if job.contains(&p) {
+                return true;
+            }
+        }
+        false
+    };
+    let mut out = Vec::new();
+    for (p, comm, state, ppid, pgid, sid) in &all {
+        if job.contains(p) || state == "X" || !(is_leader(*pgid) || is_leader(*sid)) || below_job(*p) {
+            continue;
+        }
+        let exe = std::fs::read_link(format!("/proc/{p}/exe")).ok();
+        if exe.as_ref().and_then(|e| e.file_name()).is_some_and(|n| n == "crum") {
+            continue;
+        }
+        if out.len() == 4 {
+            out.push("and more".to_string());
+            break;
+        }
+        let (what, id) = if is_leader(*sid) { ("session", sid) } else { ("process group", pgid) };
+        out.push(format!(
+            "process {p} ({comm}) is in the {what} {id} of the job but not in the job (its parent exited and it was reparented to process {ppid} outside it): a restart would not bring it back"
+        ));
+    }
+    out
+}
+
 /// The process group and session of each of `pids` (kernel pids), as `/proc/<pid>/stat`
 /// gives them (fields 5 and 6): (pid, pgid, sid); a process that is gone is left out.
 pub fn group_ids(pids: &[i32]) -> Vec<(i32, i32, i32)> {

@@ -367,6 +367,9 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
         if let Some(why) = removed_socket_file(&s.local) {
             add_lost(&mut s.refuse, &why);
         }
+        if let Some(why) = foreign_peer_credentials(fd) {
+            add_lost(&mut s.refuse, &why);
+        }
         if listening {
             s.role = SocketRole::Listening { backlog: d.backlog.max(1) };
             if d.pending > 0 {
@@ -443,6 +446,28 @@ pub fn describe(fd: i32, ino: u64, diag: &mut Option<HashMap<u32, UnixDiag>>, jo
 
 /// Refuses a socket with descriptors in flight (`SCM_RIGHTS`): a restart cannot make the
 /// files they name again.
+/// The credentials the kernel gives for a Unix socket's peer (`SO_PEERCRED`: those of the
+/// process that made a socket pair, or that connected) are recorded when the socket is made
+/// and cannot be set: a restart makes it again with the restarting process's user and group.
+/// A peer of another user or group (a pair made by a child that changed its credentials:
+/// CRIU's sock_peercred) would come back with the program's own.
+fn foreign_peer_credentials(fd: i32) -> Option<String> {
+    let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live struct.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, &mut c as *mut libc::ucred as *mut libc::c_void, &mut len) };
+    // SAFETY: geteuid/getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // No peer (pid 0, uid and gid overflow ids) says nothing.
+    if r != 0 || c.pid == 0 || (c.uid == uid && c.gid == gid) {
+        return None;
+    }
+    Some(format!(
+        "its peer's credentials (SO_PEERCRED: uid {}, gid {}) are not this process's (uid {uid}, gid {gid}): a restart would make it again with this process's",
+        c.uid, c.gid
+    ))
+}
+
 fn refuse_fds(refuse: &mut String, fds: usize) {
     if fds > 0 {
         add_lost(refuse, &format!("{fds} file descriptor(s) in flight in it (SCM_RIGHTS) cannot be carried"));

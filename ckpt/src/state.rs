@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`ProcessState::deleted_extents`], [`ProcessState::fd_owners`] and [`SocketRole::Queued`]; older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`ProcessState::deleted_extents`], [`ProcessState::fd_owners`] and [`SocketRole::Queued`], version 16 [`ProcessState::mm_layout`] and [`ProcessState::auxv`]; older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 15;
+pub const PROCESS_STATE_VERSION: u32 = 16;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -99,6 +99,16 @@ pub struct ProcessState {
     /// owner, signal of `F_GETSIG`, 0 for `SIGIO`): set again to the restarted process
     /// (version 15; none before). An owner outside the job refuses the checkpoint.
     pub fd_owners: Vec<(i32, i32, i32)>,
+    /// The kernel's bookkeeping of the program's memory layout, in the order of `struct
+    /// prctl_mm_map` (start_code, end_code, start_data, end_data, start_brk, brk,
+    /// start_stack, arg_start, arg_end, env_start, env_end; `capture::mm_layout`): given back
+    /// with `PR_SET_MM_MAP` after a restart, so that /proc/self/cmdline and environ read the
+    /// program's strings and its stack is `[stack]` again, not `crum restart`'s (version 16;
+    /// none before: left as the restorer's).
+    pub mm_layout: Vec<u64>,
+    /// The program's auxiliary vector (/proc/self/auxv, as words, up to its `AT_NULL`): given
+    /// back with the layout (version 16; none before).
+    pub auxv: Vec<u64>,
 }
 
 /// The mode and times of a file a restart creates anew for descriptor `fd`
@@ -595,18 +605,19 @@ impl ProcessState {
         // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
         // and 4 `posix_timers`, version 5 `advice`, versions 6 and 7 `guards`, versions 9 to
         // 12 `file_contents`, versions 9 to 13 `fd_attrs`, versions 9 to 14
-        // `deleted_extents` and `fd_owners`): an empty list
+        // `deleted_extents` and `fd_owners`, versions 1 to 15 `mm_layout` and `auxv`): an empty list
         // is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 11,
-            2 => 10,
-            3 | 4 => 7,
-            5 => 6,
-            6..=8 => 5,
-            9..=12 => 4,
-            13 => 3,
-            14 => 2,
+            1 => 13,
+            2 => 12,
+            3 | 4 => 9,
+            5 => 8,
+            6..=8 => 7,
+            9..=12 => 6,
+            13 => 5,
+            14 => 4,
+            15 => 2,
             _ => 0,
         };
         let bytes = if missing > 0 {
@@ -690,6 +701,8 @@ mod tests {
             fd_attrs: vec![FdAttr { fd: 4, mode: 0o645, times: Some([(1, 2), (3, 4)]), owner: (5, 6) }],
             deleted_extents: vec![(4, vec![(0, 4096), (8192, 4096)])],
             fd_owners: vec![(4, 1, 0)],
+            mm_layout: vec![0x400000, 0x401000, 0x402000, 0x403000, 0x404000, 0x405000, 0x7ffd0000, 0x7ffd1000, 0x7ffd1010, 0x7ffd1010, 0x7ffd1100],
+            auxv: vec![6, 4096, 0, 0],
         }
     }
 
@@ -795,8 +808,10 @@ mod tests {
         s.fd_attrs.clear();
         s.deleted_extents.clear();
         s.fd_owners.clear();
+        s.mm_layout.clear();
+        s.auxv.clear();
         let mut b = s.encode();
-        for _ in 0..11 {
+        for _ in 0..13 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -820,8 +835,10 @@ mod tests {
         s.fd_attrs.clear();
         s.deleted_extents.clear();
         s.fd_owners.clear();
+        s.mm_layout.clear();
+        s.auxv.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 10);
+        b.truncate(b.len() - 12);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -835,14 +852,16 @@ mod tests {
             s.fd_attrs.clear();
             s.deleted_extents.clear();
             s.fd_owners.clear();
-            let mut cut = 5;
+            s.mm_layout.clear();
+            s.auxv.clear();
+            let mut cut = 7;
             if v < 6 {
                 s.advice.clear();
-                cut = 6;
+                cut = 8;
             }
             if v < 5 {
                 s.posix_timers.clear();
-                cut = 7;
+                cut = 9;
             }
             let mut b = s.encode();
             b.truncate(b.len() - cut);
@@ -864,8 +883,10 @@ mod tests {
             s.fd_attrs.clear();
             s.deleted_extents.clear();
             s.fd_owners.clear();
+            s.mm_layout.clear();
+            s.auxv.clear();
             let mut b = s.encode();
-            b.truncate(b.len() - 4);
+            b.truncate(b.len() - 6);
             assert_eq!(ProcessState::decode(&b).unwrap(), s);
         }
     }
@@ -877,8 +898,10 @@ mod tests {
         s.fd_attrs.clear();
         s.deleted_extents.clear();
         s.fd_owners.clear();
+        s.mm_layout.clear();
+        s.auxv.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 3);
+        b.truncate(b.len() - 5);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -888,6 +911,19 @@ mod tests {
         s.version = 14;
         s.deleted_extents.clear();
         s.fd_owners.clear();
+        s.mm_layout.clear();
+        s.auxv.clear();
+        let mut b = s.encode();
+        b.truncate(b.len() - 4);
+        assert_eq!(ProcessState::decode(&b).unwrap(), s);
+    }
+
+    #[test]
+    fn version_15_sections_still_decode_without_the_memory_layout() {
+        let mut s = sample(vec![], vec![]);
+        s.version = 15;
+        s.mm_layout.clear();
+        s.auxv.clear();
         let mut b = s.encode();
         b.truncate(b.len() - 2);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);

@@ -57,6 +57,9 @@ pub struct Slot {
     sleep_buf: [AtomicI64; 2],
     restart_stack_top: AtomicU64,
     pub is_agent: AtomicBool,
+    /// The thread's rseq registration when it stopped: [`RSEQ_GLIBC`] (or unknown),
+    /// [`RSEQ_NONE`] or [`RSEQ_OTHER`].
+    rseq: AtomicU32,
     /// The thread's name (`/proc/self/task/<tid>/comm`, NUL-padded), restored by prctl.
     name: [AtomicU64; 2],
     /// Scheduling policy (with `SCHED_RESET_ON_FORK`; -1: unknown), real-time priority and
@@ -86,6 +89,7 @@ const SLOT_INIT: Slot = Slot {
     sleep_buf: [AtomicI64::new(0), AtomicI64::new(0)],
     restart_stack_top: AtomicU64::new(0),
     is_agent: AtomicBool::new(false),
+    rseq: AtomicU32::new(RSEQ_GLIBC),
     name: [AtomicU64::new(0), AtomicU64::new(0)],
     policy: AtomicI32::new(-1),
     rt_prio: AtomicI32::new(0),
@@ -108,6 +112,13 @@ static RESTART_STACKS: AtomicU64 = AtomicU64::new(0);
 static RESTART_STACKS_LEN: AtomicUsize = AtomicUsize::new(0);
 
 const RSEQ_SIG: u32 = 0x5305_3053;
+/// A thread's rseq registration ([`Slot::rseq`]): glibc's area (what a restart registers), or
+/// not known; none (glibc's disabled: `glibc.pthread.rseq=0`); another area, length or
+/// signature (a program registering its own after unregistering glibc's: CRIU's `rseq00`).
+const RSEQ_GLIBC: u32 = 0;
+const RSEQ_NONE: u32 = 1;
+const RSEQ_OTHER: u32 = 2;
+const RSEQ_FLAG_UNREGISTER: i32 = 1;
 const ARCH_GET_FS: i32 = 0x1003;
 const PR_GET_TID_ADDRESS: i32 = 40;
 
@@ -277,6 +288,49 @@ fn record_kernel_state(slot: &Slot) {
     slot.ctid.store(ctid, Relaxed);
     slot.pdeathsig.store(pdeath, Relaxed);
     slot.timerslack.store(slack, Relaxed);
+    slot.rseq.store(rseq_registration(fs), Relaxed);
+}
+
+/// Which rseq area the calling thread has registered (the kernel tells it only through
+/// ptrace): registering glibc's again answers `EBUSY` when it is the one, `EINVAL` or `EPERM`
+/// when another area, length or signature is, and succeeds when none is (undone at once).
+fn rseq_registration(fs: u64) -> u32 {
+    let size = RSEQ_SIZE.load(Relaxed);
+    if size == 0 || fs == 0 {
+        return RSEQ_GLIBC;
+    }
+    let area = (fs as i64 + RSEQ_OFFSET.load(Relaxed)) as u64;
+    // SAFETY: rseq with glibc's own area of this thread (the one glibc registers), its length
+    // and signature; a registration made here is undone at once.
+    unsafe {
+        let r = libc::syscall(libc::SYS_rseq, area, size.max(32), 0, RSEQ_SIG);
+        if r == 0 {
+            libc::syscall(libc::SYS_rseq, area, size.max(32), RSEQ_FLAG_UNREGISTER, RSEQ_SIG);
+            return RSEQ_NONE;
+        }
+        match *libc::__errno_location() {
+            libc::EBUSY => RSEQ_GLIBC,
+            libc::EINVAL | libc::EPERM => RSEQ_OTHER,
+            _ => RSEQ_GLIBC,
+        }
+    }
+}
+
+/// The program's threads of the current checkpoint that registered an rseq area of their
+/// own: a restart registers glibc's (the kernel tells the area only to a tracer), so the
+/// program's would be silently replaced.
+pub fn rseq_refusals() -> Vec<String> {
+    let n = NSLOTS.load(Acquire);
+    (0..n)
+        .filter(|&i| SLOTS[i].tid.load(Relaxed) > 0 && !SLOTS[i].is_agent.load(Relaxed) && SLOTS[i].rseq.load(Relaxed) == RSEQ_OTHER)
+        .map(|i| {
+            let tid = SLOTS[i].tid.load(Relaxed);
+            format!(
+                "thread {tid} ({}) registered an rseq area other than the C library's: a restart would register the C library's instead",
+                thread_name(tid)
+            )
+        })
+        .collect()
 }
 
 // ucontext_t general registers (glibc's REG_* indices).
@@ -489,8 +543,10 @@ extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *
 
 extern "C" fn park(idx: u64) -> u64 {
     let slot = &SLOTS[idx as usize];
-    let gen = RELEASE_GEN.load(Acquire);
-    slot.stop_gen.store(gen, Relaxed);
+    // The generation the agent signalled the thread in: a handler that runs only after the
+    // agent gave up and released the others (the signal was blocked, or the thread was in
+    // `vfork`) finds it past and returns at once instead of waiting for ever.
+    let gen = slot.stop_gen.load(Relaxed);
     slot.state.store(STOPPED, Release);
     futex_wake(&slot.state);
     wait_release(gen);
@@ -617,7 +673,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
             }
             let n = NSLOTS.load(Relaxed);
             if n >= MAX_THREADS {
-                release_all();
+                abandon();
                 return Err(format!("more than {MAX_THREADS} threads"));
             }
             let slot = &SLOTS[n];
@@ -625,6 +681,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
             let (nr, pc) = read_syscall(tid);
             slot.sys_nr.store(nr, Relaxed);
             slot.sys_pc.store(pc, Relaxed);
+            slot.stop_gen.store(RELEASE_GEN.load(Acquire), Relaxed);
             slot.state.store(SIGNALLED, Relaxed);
             slot.tid.store(tid, Release);
             NSLOTS.store(n + 1, Release);
@@ -653,19 +710,20 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
                 // A thread that blocks the stop signal would never stop: say so at once
                 // (after a grace period for the moments in which the C library blocks every
                 // signal, e.g. inside pthread_create or posix_spawn).
-                if blocks_stop_signal(tid) {
+                let vfork = in_vfork(tid);
+                if vfork || blocks_stop_signal(tid) {
                     let since = *blocked_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= BLOCKED_GRACE {
                         let name = thread_name(tid);
-                        release_all();
-                        return Err(blocked_message(tid, &name));
+                        abandon();
+                        return Err(if vfork { vfork_message(tid, &name) } else { blocked_message(tid, &name) });
                     }
                 } else {
                     blocked_since = None;
                 }
                 if Instant::now() > deadline {
                     let name = thread_name(tid);
-                    release_all();
+                    abandon();
                     return Err(format!(
                         "thread {tid} ({name}) did not stop within {timeout:?} (it neither ran its handler for {}, crum's stop signal, nor blocked it)",
                         stop_signal_name()
@@ -679,6 +737,34 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
         }
     }
     Ok(NSLOTS.load(Acquire))
+}
+
+/// Gives up a stop in progress: threads signalled but not stopped yet (their handler will
+/// run whenever they unblock the signal or their `vfork` child lets them go) are let off, so
+/// that late handler returns at once, and the stopped ones continue.
+fn abandon() {
+    for slot in SLOTS.iter().take(NSLOTS.load(Acquire)) {
+        let _ = slot.state.compare_exchange(SIGNALLED, FREE, AcqRel, Relaxed);
+    }
+    release_all();
+}
+
+/// Whether thread `tid` waits in `vfork` (or a `clone` with `CLONE_VFORK`, as `posix_spawn`
+/// makes) for its child to execute a program or exit: the kernel runs no signal handler of
+/// the thread until then, so it cannot be stopped.
+fn in_vfork(tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else { return false };
+    let f: Vec<&str> = s.split_whitespace().collect();
+    let nr = f.first().and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
+    let arg0 = f.get(1).and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()).unwrap_or(0);
+    nr == libc::SYS_vfork || (nr == libc::SYS_clone && arg0 & libc::CLONE_VFORK as u64 != 0)
+}
+
+fn vfork_message(tid: i32, name: &str) -> String {
+    format!(
+        "thread {tid} ({name}) is in vfork(), waiting for its child to execute a program or exit; \
+         it runs no signal handler until then, so crum cannot stop it for a checkpoint (try again once the child has)"
+    )
 }
 
 /// Lets every stopped thread continue.
@@ -798,7 +884,7 @@ fn setup_restored_thread(slot: &Slot, set_ctid: bool) {
             crate::attrs::note_thread_refused(4);
         }
         let size = RSEQ_SIZE.load(Relaxed);
-        if size != 0 {
+        if size != 0 && slot.rseq.load(Relaxed) != RSEQ_NONE {
             let area = (fs as i64 + RSEQ_OFFSET.load(Relaxed)) as u64;
             // struct rseq must be registered with at least 32 bytes (the ABI size).
             libc::syscall(libc::SYS_rseq, area, size.max(32), 0, RSEQ_SIG);
@@ -818,10 +904,16 @@ pub extern "C" fn restored_main(main_slot: u64) {
         | libc::CLONE_SYSVSEM | libc::CLONE_SETTLS | libc::CLONE_PARENT_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;
     let n = NSLOTS.load(Acquire);
     let off = TID_OFFSET.load(Relaxed) as u64;
+    // (the kernel's tid when the image was cut, the one it gives now) of each program thread
+    // but the main one (its id is the process's: `agent::set_pid_identity`), for
+    // `libcrum_libc.so`'s `gettid`, `tgkill`, `kcmp`… On this stack: nothing is allocated here.
+    let mut ids = [0i32; 2 * MAX_THREADS];
+    let mut k = 0;
     for (i, s) in SLOTS.iter().enumerate().take(n) {
         if i == main || s.tid.load(Relaxed) <= 0 {
             continue;
         }
+        let was = s.tid.load(Relaxed);
         let fs = s.fs_base.load(Relaxed);
         // SAFETY: the new thread gets its own restart stack and its saved TLS; ptid/ctid
         // are its descriptor's tid field and its saved clear-child-tid address.
@@ -832,7 +924,13 @@ pub extern "C" fn restored_main(main_slot: u64) {
         if r < 0 {
             raw_fail(b"crum: restart failed: cannot re-create a thread (clone)\n");
         }
+        if !s.is_agent.load(Relaxed) {
+            ids[2 * k] = was;
+            ids[2 * k + 1] = r as i32;
+            k += 1;
+        }
     }
+    crate::agent::set_thread_ids(&ids[..2 * k]);
     resume_restored(main)
 }
 

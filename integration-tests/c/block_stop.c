@@ -1,6 +1,7 @@
 /* A thread that blocks crum's stop signal (SIGRTMAX-1): a checkpoint cannot stop it and must
  * say so, naming the thread, at once. Prints "blocker <tid>" and "ready", waits for the file
- * "go", then "done". */
+ * "go", unblocks the signal (the stop signal of the refused checkpoint is still pending: its
+ * handler must not wait for a checkpoint that was given up), then "done". */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +26,7 @@ static void *blocker(void *arg) {
         struct timespec ts = { 0, 5000000L };
         nanosleep(&ts, NULL);
     }
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     return NULL;
 }
 

@@ -5,7 +5,7 @@
  * child's getppid; calls given
  * its own pid (getpriority/setpriority, sched_getscheduler/getparam/getaffinity, prlimit,
  * pidfd_open) act on it; /proc/<its pid>/… and /proc/self/task/<its pid>/… name it (open,
- * fopen, stat, access, readlink, opendir). Checked from inside at every step; the output has
+ * fopen, stat, access, readlink, opendir), and a socket pair's SO_PEERCRED names it. Checked from inside at every step; the output has
  * no ids in it. */
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/pidfd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,16 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR2, &sa, NULL);
     pid_t pid = getpid(), pgrp = getpgrp(), sid = getsid(0);
+    /* A socket pair's peer credentials name this process (a restart makes the pair again). */
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp)) { printf("FAIL: socketpair\n"); return 1; }
     for (int i = 0; i < n; i++) {
+        struct ucred uc;
+        socklen_t ul = sizeof uc;
+        if (getsockopt(sp[0], SOL_SOCKET, SO_PEERCRED, &uc, &ul) || uc.pid != pid || uc.uid != geteuid()) {
+            printf("FAIL: SO_PEERCRED of a socket pair names pid %d at step %d\n", uc.pid == pid ? 0 : 1, i);
+            return 1;
+        }
         if (getpid() != pid) { printf("FAIL: getpid changed at step %d\n", i); return 1; }
         if (gettid() != pid) { printf("FAIL: main thread's gettid is not the pid at step %d\n", i); return 1; }
         if (getpgrp() != pgrp || getpgid(0) != pgrp || getpgid(pid) != pgrp) { printf("FAIL: process group at step %d\n", i); return 1; }

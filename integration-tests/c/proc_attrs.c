@@ -4,8 +4,11 @@
  * timer slack (a worker thread at SCHED_BATCH, nice 7, slack 654321 ns; the main thread nice
  * 3, slack 123456 ns, parent-death signal SIGURG), and the membarrier registration for private
  * expedited barriers (without it such a barrier fails with EPERM), and the audit login uid
- * (when the program may set it: as root, where it is not yet immutable). At every step each thread
- * checks them from inside; a restart must bring all back. */
+ * (when the program may set it: as root, where it is not yet immutable), and the capability sets
+ * (as root: CAP_SYS_BOOT out of the bounding set, CAP_MKNOD out of the permitted and effective
+ * sets, CAP_SYS_PACCT out of the effective one only, CAP_NET_BIND_SERVICE inheritable and
+ * ambient; a restart as root gave every capability back: CRIU's caps00, caps01). At every
+ * step each thread checks them from inside; a restart must bring all back. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <grp.h>
@@ -38,6 +41,37 @@ static long loginuid(void) {
     long v = -2;
     if (f) { if (fscanf(f, "%ld", &v) != 1) v = -2; fclose(f); }
     return v;
+}
+
+/* A capability mask line of /proc/self/status (the main thread's). */
+static unsigned long long cap_mask(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long v = ~0ULL;
+    size_t k = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, k)) { v = strtoull(line + k, NULL, 16); break; }
+    if (f) fclose(f);
+    return v;
+}
+
+struct caps { unsigned long long inh, prm, eff, bnd, amb; };
+
+static struct caps caps_now(void) {
+    struct caps c = { cap_mask("CapInh:"), cap_mask("CapPrm:"), cap_mask("CapEff:"), cap_mask("CapBnd:"), cap_mask("CapAmb:") };
+    return c;
+}
+
+/* capget/capset, version 3, this thread. */
+static int caps_change(void) {
+    unsigned int hdr[2] = { 0x20080522, 0 };
+    unsigned int d[6];
+    if (syscall(SYS_capget, hdr, d)) return 0;
+    d[0] &= ~((1u << 27) | (1u << 20)); /* effective: no CAP_MKNOD, no CAP_SYS_PACCT */
+    d[1] &= ~(1u << 27);                /* permitted: no CAP_MKNOD */
+    d[2] |= 1u << 10;                   /* inheritable: CAP_NET_BIND_SERVICE */
+    if (syscall(SYS_capset, hdr, d)) return 0;
+    return prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 10, 0, 0) == 0;
 }
 
 static int check_thread(const char *who, int want_policy, int want_nice, long want_slack) {
@@ -102,6 +136,17 @@ int main(int argc, char **argv) {
     }
     gid_t want_groups[3] = { 4242, 4343, 4444 };
     int set_groups = setgroups(3, want_groups) == 0;
+    /* Capabilities, where we may change them (CAP_SETPCAP: as root). */
+    struct caps want_caps = { 0 };
+    int set_caps = prctl(PR_CAPBSET_DROP, 22, 0, 0, 0) == 0 && caps_change();
+    if (set_caps) {
+        want_caps = caps_now();
+        if (want_caps.bnd & (1ULL << 22) || want_caps.prm & (1ULL << 27) || !(want_caps.prm & (1ULL << 20)) ||
+            want_caps.eff & (1ULL << 20) || !(want_caps.amb & (1ULL << 10))) {
+            printf("FAIL: capability setup\n");
+            return 1;
+        }
+    }
     /* Last: no_new_privs is inherited by the threads created after it. */
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) { printf("FAIL: no_new_privs\n"); return 1; }
     pthread_t t;
@@ -123,6 +168,14 @@ int main(int argc, char **argv) {
             gid_t g[8];
             int k = getgroups(8, g);
             if (k != 3 || g[0] != 4242 || g[1] != 4343 || g[2] != 4444) { printf("FAIL: supplementary groups (%d)\n", k); return 1; }
+        }
+        if (set_caps) {
+            struct caps c = caps_now();
+            if (memcmp(&c, &want_caps, sizeof c)) {
+                printf("FAIL: capabilities inh %llx prm %llx eff %llx bnd %llx amb %llx, not %llx %llx %llx %llx %llx\n", c.inh, c.prm,
+                       c.eff, c.bnd, c.amb, want_caps.inh, want_caps.prm, want_caps.eff, want_caps.bnd, want_caps.amb);
+                return 1;
+            }
         }
         if (set_loginuid && loginuid() != 4321) { printf("FAIL: audit login uid %ld, not 4321\n", loginuid()); return 1; }
         if (mbg && !(syscall(SYS_membarrier, 1 << 9, 0, 0) & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED)) {

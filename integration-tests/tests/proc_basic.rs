@@ -87,6 +87,21 @@ fn process_and_thread_attributes_survive_restart() {
     scenario("proc_attrs", &["40", "15"]);
 }
 
+/// /proc/self/cmdline, environ, auxv, exe and the `[stack]` of maps are the program's after a
+/// restart and a restart of a restart (they were `crum restart`'s: CRIU's cmdlinenv00,
+/// selfexe00).
+#[test]
+fn the_kernels_view_of_the_program_survives_restart() {
+    scenario("proc_self", &["40", "15"]);
+}
+
+/// The tids of threads other than the main one, as the program stored them, still name its
+/// threads after a restart and a restart of a restart (kcmp, tgkill, gettid).
+#[test]
+fn thread_ids_the_program_keeps_survive_restart() {
+    scenario("thread_ids", &["40", "15"]);
+}
+
 #[test]
 fn thread_local_storage_of_every_thread_survives_restart() {
     scenario("tls", &["40", "15"]);

@@ -31,3 +31,43 @@ fn children_and_zombies_are_in_the_job_image_and_come_back() {
     assert_eq!(r.wait_exit(), 0, "{before}{}{}", r.output(), r.stderr());
     assert!(r.output().ends_with("done\n"), "{}", r.output());
 }
+
+/// Processes a restart would not bring back refuse the checkpoint (no image, without
+/// --strict too), naming them, and the program runs on: a stopped child without an agent
+/// (its parent's waitpid failed with ECHILD after a restart: CRIU's stopped, stopped01,
+/// stopped02, stopped12), a running copy of the program made by a raw clone (CRIU's
+/// session02, session03) and a process of the job's session reparented outside the job
+/// (CRIU's child_subreaper_and_reparent and session01 hung after a restart), an exited child
+/// in a process group of its own (CRIU's zombie01).
+#[test]
+fn processes_a_restart_would_not_bring_back_refuse_the_checkpoint_and_the_program_goes_on() {
+    let cases: [(&str, &str); 4] = [
+        ("stopped", "(stopped_child) is stopped (state T)"),
+        ("zombie", "of process"),
+        ("raw", "(stopped_child) is a copy of this program made without the C library's fork"),
+        ("escaped", "(stopped_child) is in the session"),
+    ];
+    let prog = build_c("stopped_child");
+    for (mode, want) in cases {
+        let sb = Sandbox::new();
+        let mut p = run_under_crum(&sb, &prog, &[mode], &[], "run.out");
+        p.wait_lines(1);
+        let first = p.output().lines().next().unwrap_or_default().to_string();
+        let pid = first.strip_prefix(&format!("{mode} ")).expect(&first).trim().to_string();
+
+        let c = checkpoint_output_with(&sb, p.pid(), &[]);
+
+        let err = String::from_utf8_lossy(&c.stderr);
+        assert!(!c.status.success(), "{mode}: the checkpoint cannot succeed: {err}");
+        let want = if mode == "zombie" {
+            format!("exited child process {pid} of process {} is in process group {pid}, not its parent's", p.pid())
+        } else {
+            format!("process {pid} {want}")
+        };
+        assert!(err.contains(&want), "{mode}: expected `{want}` in: {err}");
+        assert_eq!(sb.list_images().len(), 0, "{mode}: an image was written");
+        std::fs::write(sb.path("run/go"), b"").unwrap();
+        assert_eq!(p.wait_exit(), 0, "{mode}: {}{}", p.output(), p.stderr());
+        assert!(p.output().ends_with("done 5\n"), "{mode}: {}", p.output());
+    }
+}

@@ -226,13 +226,18 @@ fn a_named_pipe_read_by_the_program_alone_keeps_its_bytes() {
 /// --strict too), naming it; the program runs on to its end.
 #[test]
 fn state_a_restart_would_bring_back_wrong_is_refused_at_checkpoint() {
-    let cases: [(&str, &[&str]); 5] = [
+    let mut cases: Vec<(&str, &[&str])> = vec![
         ("aio", &["asynchronous I/O context", "io_setup"]),
         ("private", &["private mapping", "private.tmp (deleted)", "also open at fd 3"]),
         ("memfd", &["/memfd:crum-two", "is open in process", "a copy of its own"]),
         ("clone", &["shares its file descriptor table with its child", "CLONE_FILES"]),
         ("owner", &["sends its I/O signals to process", "F_SETOWN"]),
+        ("rseq", &["(refused_state) registered an rseq area other than the C library's"]),
     ];
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        cases.push(("peercred", &["its peer's credentials (SO_PEERCRED: uid 1, gid 1) are not this process's"]));
+    }
     let prog = build_c("refused_state");
     for (mode, words) in cases {
         let sb = Sandbox::new();

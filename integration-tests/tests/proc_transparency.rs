@@ -133,6 +133,25 @@ fn a_thread_blocking_the_stop_signal_is_named_at_once_and_the_program_goes_on() 
 }
 
 #[test]
+fn a_process_waiting_in_vfork_is_named_at_once_and_the_program_goes_on() {
+    let sb = Sandbox::new();
+    let prog = build_c("vfork_wait");
+    let mut p = run_under_crum(&sb, &prog, &[], &[], "run.out");
+    p.wait_lines(1);
+
+    let (ok, _, err, took) = checkpoint_within(&sb, p.pid(), Duration::from_secs(120));
+
+    assert!(!ok, "the checkpoint cannot succeed");
+    assert!(err.contains("(vfork_wait) is in vfork(), waiting for its child"), "{err}");
+    // Before, the agent gave up only after its 5 s stop timeout, and the parent's stop
+    // signal, handled once the child had exited, then waited for ever (CRIU's vfork00 hung).
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    touch(sb.path("run/go"));
+    assert_eq!(p.wait_exit(), 0, "{}{}", p.output(), p.stderr());
+    assert!(p.output().ends_with("done 7\n"), "{}", p.output());
+}
+
+#[test]
 fn a_program_forking_in_a_tight_loop_is_checkpointed_again_and_again_and_finishes() {
     let sb = Sandbox::new();
     let prog = build_c("fork_loop");

@@ -74,6 +74,65 @@ pub unsafe extern "C" fn crum_set_pid_table(pairs: *const c_int, n: c_int) {
     }
 }
 
+/// The process's threads other than the main one after a restart: (the tid the program
+/// knows, the kernel's now). Filled by the restored main thread before any program thread
+/// runs ([`crum_set_thread_ids`]); read with atomics only. The kernel gives restored threads
+/// new tids; a program that kept one (`gettid()` stored, then `kcmp`, `tgkill`,
+/// `sched_setaffinity` of it: CRIU's clone_fs) named no thread after a restart.
+const MAX_THREADS: usize = 1024;
+static THREADS: [(AtomicI32, AtomicI32); MAX_THREADS] = [const { (AtomicI32::new(0), AtomicI32::new(0)) }; MAX_THREADS];
+static N_THREADS: AtomicI32 = AtomicI32::new(0);
+
+/// Set by the restored main thread: `pairs` holds `n` pairs (the kernel's tid of a thread when
+/// the image was cut, its tid now). A tid the program knows by another number from an earlier
+/// restart keeps that number (the table of the image's time is in the image). Raw atomics
+/// only: called before the program's threads run, possibly while one holds malloc's lock.
+///
+/// # Safety
+/// `pairs` points at `2 * n` readable ints.
+#[no_mangle]
+pub unsafe extern "C" fn crum_set_thread_ids(pairs: *const c_int, n: c_int) {
+    let n = (n.max(0) as usize).min(MAX_THREADS);
+    let old = (N_THREADS.load(Relaxed).max(0) as usize).min(MAX_THREADS);
+    // The new table is built after the old one's entries (in place would lose them), then
+    // moved down.
+    let mut virts = [0 as c_int; MAX_THREADS];
+    let mut reals = [0 as c_int; MAX_THREADS];
+    let mut k = 0;
+    for i in 0..n {
+        // SAFETY: the caller's 2 * n ints.
+        let (was, now) = unsafe { (*pairs.add(2 * i), *pairs.add(2 * i + 1)) };
+        if was <= 0 || now <= 0 {
+            continue;
+        }
+        let virt = THREADS[..old].iter().find(|(_, r)| r.load(Relaxed) == was).map_or(was, |(v, _)| v.load(Relaxed));
+        if virt != now {
+            virts[k] = virt;
+            reals[k] = now;
+            k += 1;
+        }
+    }
+    N_THREADS.store(0, Relaxed);
+    for i in 0..k {
+        THREADS[i].0.store(virts[i], Relaxed);
+        THREADS[i].1.store(reals[i], Relaxed);
+    }
+    N_THREADS.store(k as i32, Relaxed);
+    if k > 0 {
+        RESTARTED.store(1, Relaxed);
+    }
+}
+
+fn thread_by_real(id: c_int) -> Option<c_int> {
+    let n = N_THREADS.load(Relaxed) as usize;
+    THREADS[..n].iter().find(|(_, r)| r.load(Relaxed) == id).map(|(v, _)| v.load(Relaxed))
+}
+
+fn thread_by_virt(id: c_int) -> Option<c_int> {
+    let n = N_THREADS.load(Relaxed) as usize;
+    THREADS[..n].iter().find(|(v, _)| v.load(Relaxed) == id).map(|(_, r)| r.load(Relaxed))
+}
+
 fn member_by_real(id: c_int) -> Option<c_int> {
     let n = N_MEMBERS.load(Relaxed) as usize;
     MEMBERS[..n].iter().find(|(_, r)| r.load(Relaxed) == id).map(|(v, _)| v.load(Relaxed))
@@ -90,7 +149,7 @@ fn to_program(id: c_int) -> c_int {
     if v != 0 && id == REAL.load(Relaxed) {
         v
     } else if id > 0 {
-        member_by_real(id).unwrap_or(id)
+        member_by_real(id).or_else(|| thread_by_real(id)).unwrap_or(id)
     } else {
         id
     }
@@ -104,7 +163,7 @@ fn to_kernel(id: c_int) -> c_int {
     } else if v != 0 && id == -v {
         -REAL.load(Relaxed)
     } else if id > 0 {
-        member_by_virt(id).unwrap_or(id)
+        member_by_virt(id).or_else(|| thread_by_virt(id)).unwrap_or(id)
     } else if id < -1 {
         member_by_virt(-id).map_or(id, |r| -r)
     } else {
@@ -143,6 +202,31 @@ pub extern "C" fn getpgrp() -> libc::pid_t {
 
 // The calls below are system calls made here (no lookup of the C library's, so they stay
 // async-signal-safe from the first call on): `kill` in a signal handler is common.
+
+/// The program's `getsockopt`: `SO_PEERCRED` names the peer by the program's pid (a socket
+/// pair a restart made again names the restarted process, whose pid the program knows as
+/// the one it started with). The system call itself: nothing else changes.
+///
+/// # Safety
+/// As `getsockopt(2)`: `optval` and `optlen` are what the caller passes to the kernel.
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, optval: *mut libc::c_void, optlen: *mut libc::socklen_t) -> c_int {
+    // SAFETY: the caller's pointers, given to the kernel, which checks them.
+    let r = unsafe { libc::syscall(libc::SYS_getsockopt, fd, level, name, optval, optlen) } as c_int;
+    if r == 0
+        && level == libc::SOL_SOCKET
+        && name == libc::SO_PEERCRED
+        && !optval.is_null()
+        && !optlen.is_null()
+        // SAFETY: the kernel wrote the length the option has.
+        && unsafe { *optlen } as usize >= std::mem::size_of::<libc::ucred>()
+    {
+        let cred = optval as *mut libc::ucred;
+        // SAFETY: the kernel wrote a whole `struct ucred` there.
+        unsafe { (*cred).pid = to_program((*cred).pid) };
+    }
+    r
+}
 
 /// The program's `getpgid`.
 #[no_mangle]
@@ -767,6 +851,26 @@ mod tests {
         // SAFETY: no pairs.
         unsafe { crum_set_pid_table(pairs.as_ptr(), 0) };
         assert_eq!(to_kernel(100), 100);
+    }
+
+    #[test]
+    fn thread_ids_map_both_ways_and_keep_the_first_number_across_restarts() {
+        let _one = IDS.lock().unwrap_or_else(|e| e.into_inner());
+        let first = [4001, 5001, 4002, 5002];
+        // SAFETY: two pairs.
+        unsafe { crum_set_thread_ids(first.as_ptr(), 2) };
+        assert_eq!((to_program(5001), to_kernel(4001)), (4001, 5001));
+        assert_eq!((to_program(5002), to_kernel(4002)), (4002, 5002));
+        // A restart of the restart: the image's kernel tids were 5001 and 5002.
+        let second = [5001, 6001, 5002, 6002];
+        // SAFETY: two pairs.
+        unsafe { crum_set_thread_ids(second.as_ptr(), 2) };
+        assert_eq!((to_program(6001), to_kernel(4001)), (4001, 6001));
+        assert_eq!((to_program(6002), to_kernel(4002)), (4002, 6002));
+        assert_eq!(to_kernel(5001), 5001, "the first restart's tids mean nothing now");
+        // SAFETY: no pairs.
+        unsafe { crum_set_thread_ids(first.as_ptr(), 0) };
+        assert_eq!(to_kernel(4001), 4001);
     }
 
     #[test]

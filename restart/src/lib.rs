@@ -1284,6 +1284,8 @@ mod tests {
             fd_attrs: vec![],
             deleted_extents: vec![],
             fd_owners: vec![],
+            mm_layout: vec![],
+            auxv: vec![],
         }
     }
 

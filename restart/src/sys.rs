@@ -786,24 +786,12 @@ pub fn set_brk(start: u64, brk: u64) -> bool {
     if start == 0 || brk < start || std::env::var_os("CRUM_TEST_KEEP_BRK").is_some() {
         return false;
     }
-    #[repr(C)]
-    struct PrctlMmMap {
-        fields: [u64; 11],
-        auxv: *mut u64,
-        auxv_size: u32,
-        exe_fd: u32,
-    }
     if let Some(mut fields) = crum_ckpt::capture::mm_layout() {
         fields[4] = start;
         fields[5] = brk;
-        // auxv_size 0 and exe_fd -1: leave the auxiliary vector and /proc/self/exe as they are.
-        let map = PrctlMmMap { fields, auxv: std::ptr::null_mut(), auxv_size: 0, exe_fd: u32::MAX };
-        // SAFETY: a live struct of the kernel's layout and its size; the kernel only checks
-        // the values and records them in its bookkeeping.
-        let r = unsafe {
-            libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_MAP, &map as *const PrctlMmMap, std::mem::size_of::<PrctlMmMap>(), 0)
-        };
-        if r == 0 {
+        // No auxiliary vector, no exe: the restored agent gives the program's back once the
+        // restorer's mappings are gone (`crum_ckpt::agent`, after a restart).
+        if crum_ckpt::capture::set_mm_map(fields, &[], -1).is_ok() {
             return true;
         }
     }

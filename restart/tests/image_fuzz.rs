@@ -193,6 +193,8 @@ fn build(spec: &Spec) -> Built {
         fd_attrs: vec![],
         deleted_extents: vec![],
         fd_owners: vec![],
+        mm_layout: vec![],
+        auxv: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -681,11 +683,13 @@ fn version_1_images_still_validate() {
     st.fd_attrs.clear();
     st.deleted_extents.clear();
     st.fd_owners.clear();
+    st.mm_layout.clear();
+    st.auxv.clear();
     b.process = st.encode();
     // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals`,
-    // `posix_timers`, `advice`, `guards`, `file_contents`, `fd_attrs`, `deleted_extents` and
-    // `fd_owners` (empty: one 0 each).
-    for _ in 0..11 {
+    // `posix_timers`, `advice`, `guards`, `file_contents`, `fd_attrs`, `deleted_extents`,
+    // `fd_owners`, `mm_layout` and `auxv` (empty: one 0 each).
+    for _ in 0..13 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
