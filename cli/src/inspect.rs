@@ -1099,7 +1099,7 @@ mod tests {
         let mut outside = d.clone();
         outside.regions[0].data_offset = d.data_len;
         let mut huge_list = DeviceState::empty().encode();
-        assert_eq!(&huge_list[..5], &[2, 0, 0, 0, 0], "version, backend, device, next handle, modules");
+        assert_eq!(&huge_list[..5], &[crum_wire::ckpt::DEVICE_STATE_VERSION as u8, 0, 0, 0, 0], "version, backend, device, next handle, modules");
         huge_list.splice(4..5, [253, 0, 0, 0, 0, 0, 1, 0, 0]);
         let cases: Vec<(&str, Vec<u8>, &str)> = vec![
             ("garbage", vec![0xff; 7], "cannot be decoded"),
