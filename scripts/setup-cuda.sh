@@ -10,16 +10,19 @@ venv=${CRUM_CUDA_VENV:-$repo/.cuda-venv}
 stamp=$venv/.crum-cuda-ok
 
 # The CCCL headers (nv/target, libcu++, thrust, cub) and the profiler API header come with a
-# real toolkit; cooperative_groups.h includes <nv/target>. A venv made before they were added
-# gets them.
+# real toolkit; cooperative_groups.h includes <nv/target>. NVIDIA's Python driver bindings,
+# NVRTC and numpy are a program nobody here wrote for the driver-API tests (cuda_python.rs).
+# A venv made before any of them was added gets them.
 if [ ! -f "$stamp" ] || ! compgen -G "$venv/lib/*/site-packages/nvidia/*/include/nv/target" >/dev/null \
-    || ! compgen -G "$venv/lib/*/site-packages/nvidia/*/include/cuda_profiler_api.h" >/dev/null; then
+    || ! compgen -G "$venv/lib/*/site-packages/nvidia/*/include/cuda_profiler_api.h" >/dev/null \
+    || ! compgen -G "$venv/lib/*/site-packages/cuda/bindings/driver*" >/dev/null \
+    || ! compgen -G "$venv/lib/*/site-packages/numpy" >/dev/null; then
   echo "crum: installing the CUDA compiler from PyPI into $venv (once)" >&2
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     'nvidia-cuda-nvcc>=13,<14' 'nvidia-cuda-runtime>=13,<14' \
     'nvidia-cuda-crt>=13,<14' 'nvidia-nvvm>=13,<14' 'nvidia-cuda-cccl>=13,<14' \
-    'nvidia-cuda-profiler-api>=13,<14' >&2
+    'nvidia-cuda-profiler-api>=13,<14' 'nvidia-cuda-nvrtc>=13,<14' 'cuda-python>=13,<14' numpy >&2
 fi
 
 # The packages lay the toolkit out under site-packages/nvidia/cu13 (or cuda_nvcc etc. on
