@@ -493,10 +493,17 @@ pub struct Config {
     /// unchanged since the program's previous image in the same directory in that image
     /// (incremental images, `crate::image::Base`). 1: every image is full.
     pub full_every: usize,
+    /// Bytes of memory per image chunk (`crum run --chunk-size`, `CRUM_CKPT_CHUNK_KIB`;
+    /// default 4 MiB): the unit an incremental image keeps in an earlier one or stores.
+    /// Smaller chunks keep more of a program that changes memory here and there, at some
+    /// cost in compression and in the size of the chunk table.
+    pub chunk_size: u32,
 }
 
 /// Default of [`Config::full_every`].
 pub const FULL_EVERY: usize = 8;
+/// Default of [`Config::chunk_size`].
+pub const DEFAULT_CHUNK: u32 = 4 << 20;
 
 impl Config {
     /// Reads `CRUM_CKPT_DIR`, `CRUM_CKPT_INTERVAL`, `CRUM_CKPT_KEEP`, `CRUM_CKPT_SIGNAL`,
@@ -546,7 +553,14 @@ impl Config {
             },
             _ => FULL_EVERY,
         };
-        Ok(Config { dir, interval, keep, signal, sync, strict, exit_on_signal, full_every })
+        let chunk_size = match get("CRUM_CKPT_CHUNK_KIB") {
+            Some(v) if !v.is_empty() => match v.parse::<u32>() {
+                Ok(k) if k.is_power_of_two() && (64..=65536).contains(&k) => k * 1024,
+                _ => return Err(format!("CRUM_CKPT_CHUNK_KIB={v} is not a power of two from 64 to 65536")),
+            },
+            _ => DEFAULT_CHUNK,
+        };
+        Ok(Config { dir, interval, keep, signal, sync, strict, exit_on_signal, full_every, chunk_size })
     }
 }
 
@@ -584,6 +598,7 @@ pub fn checkpoint_now(dir: &Path, sync: bool) -> Result<PathBuf, String> {
             strict: false,
             exit_on_signal: false,
             full_every: FULL_EVERY,
+            chunk_size: DEFAULT_CHUNK,
         };
     match checkpoint(&cfg, dir, false, false) {
         Outcome::Written(p, _) | Outcome::Held(p, _) => Ok(p),
@@ -2416,6 +2431,7 @@ fn prepare(
         pid: pid as u32,
         seq,
         max_sections: sections.len() + 4,
+        chunk_size: cfg.chunk_size,
         dir_name: part.map(|p| p.name),
         base,
         ..Default::default()

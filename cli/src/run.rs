@@ -44,6 +44,11 @@ pub struct Args {
     /// removes an image a kept one needs). 1: every image is full. Sets CRUM_CKPT_FULL_EVERY.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub full_every: Option<u32>,
+    /// Chunk size of images in KiB (a power of two, 64 to 65536; default 4096): the unit an
+    /// incremental image keeps or stores. Smaller chunks keep more of a program that changes
+    /// its memory here and there. Sets CRUM_CKPT_CHUNK_KIB.
+    #[arg(long, value_name = "KIB", value_parser = parse_chunk_kib)]
+    pub chunk_size: Option<u32>,
     /// Checkpoint when this signal arrives (e.g. USR1, SIGTERM, 10). Not KILL or STOP
     /// (they cannot be caught) nor a fault signal (SEGV, BUS, ILL, FPE, TRAP).
     #[arg(long, value_name = "SIG", value_parser = parse_trigger_signal)]
@@ -129,6 +134,14 @@ pub fn parse_signal(s: &str) -> anyhow::Result<Signal> {
     };
     name.parse::<Signal>()
         .with_context(|| format!("unknown signal `{s}`"))
+}
+
+/// `--chunk-size KIB`: a power of two from 64 to 65536 (clap's value parser).
+fn parse_chunk_kib(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(k) if k.is_power_of_two() && (64..=65536).contains(&k) => Ok(k),
+        _ => Err(format!("`{s}` is not a power of two from 64 to 65536 (KiB)")),
+    }
 }
 
 /// `--keep N`: a count of at least 1 (clap's value parser, so that `--keep 0` is refused
@@ -404,6 +417,9 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     if let Some(n) = args.full_every {
         cmd.env("CRUM_CKPT_FULL_EVERY", n.to_string());
     }
+    if let Some(k) = args.chunk_size {
+        cmd.env("CRUM_CKPT_CHUNK_KIB", k.to_string());
+    }
     if let Some(s) = ckpt_signal {
         cmd.env("CRUM_CKPT_SIGNAL", (s as i32).to_string());
     }
@@ -541,6 +557,8 @@ mod tests {
 
     #[test]
     fn keep_zero_and_uncatchable_or_fault_signals_are_refused_at_parsing() {
+        assert_eq!(parse_chunk_kib("256"), Ok(256));
+        assert!(parse_chunk_kib("100").is_err() && parse_chunk_kib("32").is_err() && parse_chunk_kib("131072").is_err());
         assert_eq!(parse_keep("2"), Ok(2));
         assert!(parse_keep("0").unwrap_err().contains("at least 1"));
         assert!(parse_keep("x").is_err());
