@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The experiment of docs/driver-api.md § 4.1: every program of the CUDA corpus, built with the
-# static runtime, run under `crum run` (emulated device) with scripts/survey/redirect_static.c
-# preloaded, which redirects NVIDIA's runtime inside the executable to libcrum.so. `crum run`
-# refuses static-runtime programs, so the program is started through env(1). Prints one line
-# per program (PASS when it exits 0 with PASS as its last line) and a count.
+# The measurement of docs/driver-api.md § 4.1: every program of the CUDA corpus, built with
+# the static runtime, run under `crum run` (emulated device), which redirects NVIDIA's runtime
+# inside the executable to libcrum.so (preload/src/static_runtime.c: the survey's experiment,
+# now part of crum). Prints one line per program (PASS when it exits 0 with PASS as its last
+# line) and a count.
 #
 #   scripts/survey-redirect-static.sh [PROGRAM...]     # needs `cargo build` (crum, libcrum.so)
 #   scripts/survey-redirect-static.sh --ckpt PROGRAM   # checkpoint at GATE(1), restart, checkpoint
@@ -18,7 +18,6 @@ mkdir -p "$out"
 # managed_nouffd runs managed_cycles.
 extra=(); [[ " $* " == *" managed_nouffd "* ]] && extra=(managed_cycles)
 "$repo/scripts/survey-build-static.sh" "$@" "${extra[@]}"
-cc -O2 -Wall -Wextra -shared -fPIC -o "$out/libredirect_static.so" "$repo/scripts/survey/redirect_static.c" -ldl
 crum=${CRUM:-$repo/target/debug/crum}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -63,7 +62,7 @@ if [ $ckpt = 1 ]; then
   rm -f "$out/$p.ckpt.out" "$out/$p.ckpt.err"
   mkdir -p "$scratch/gate" "$scratch/img1" "$scratch/img2"
   export CRUM_TEST_GATE=$scratch/gate
-  (cd "$scratch" && LD_PRELOAD="$out/libredirect_static.so" timeout 300 "$crum" run -- env "$exe" \
+  (cd "$scratch" && timeout 300 "$crum" run -- "$exe" \
      >"$out/$p.ckpt.out" 2>"$out/$p.ckpt.err" </dev/null) &
   wait_gate 1
   "$crum" checkpoint "$(pid_of "$exe")" --dir "$scratch/img1" --exit >/dev/null
@@ -92,14 +91,14 @@ for p in "${progs[@]}"; do
   read -r -a args <<<"$(args_of "$p")"
   set +e
   (for fd in /proc/self/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null; done
-   cd "$scratch" && LD_PRELOAD="$out/libredirect_static.so" timeout 120 "$crum" run -- \
-     env "$repo/integration-tests/build/static/$p" "${args[@]}" >"$out/$p.out" 2>"$out/$p.err" </dev/null)
+   cd "$scratch" && timeout 120 "$crum" run -- \
+     "$repo/integration-tests/build/static/$p" "${args[@]}" >"$out/$p.out" 2>"$out/$p.err" </dev/null)
   rc=$?
   set -e
   if [ $rc = 0 ] && [ "$(tail -n 1 "$out/$p.out")" = PASS ]; then
     pass=$((pass + 1)); echo "$p PASS"
   else
-    echo "$p FAIL rc=$rc: $(grep -v redirect_static "$out/$p.err" | head -n 1)$(tail -n 1 "$out/$p.out")"
+    echo "$p FAIL rc=$rc: $(head -n 1 "$out/$p.err")$(tail -n 1 "$out/$p.out")"
   fi
 done
 echo "passed: $pass of ${#progs[@]}"

@@ -15,8 +15,7 @@
  * bytes, so a restarted program runs crum's runtime too. `crum run` refuses a stripped
  * executable (no symbol table) beforehand, naming it. x86-64 only.
  *
- * Written from the helper's experiment (scripts/survey/redirect_static.c); the numbers are in
- * docs/driver-api.md. */
+ * The survey's experiment made part of crum; the numbers are in docs/driver-api.md § 4.1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
