@@ -222,7 +222,9 @@ const ONE_BAD: &str = r#"
 .visible .entry bad(.param .u64 out)
 {
   .reg .b32 %r<4>;
-  prototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);
+  ts : .branchtargets L0, L1;
+L0:
+L1:
   ret;
 }
 .visible .entry caller(.param .u64 out)
@@ -242,7 +244,7 @@ fn a_rejected_form_fails_only_the_kernels_that_reach_it() {
     let e = run3(&m, "bad").unwrap_err();
     assert_eq!(e.cuda_error(), 801);
     let msg = e.to_string();
-    assert!(msg.contains("`bad`") && msg.contains(".callprototype") && msg.contains("PTX line"), "{msg}");
+    assert!(msg.contains("`bad`") && msg.contains(".branchtargets") && msg.contains("PTX line"), "{msg}");
     let e = run3(&m, "caller").unwrap_err();
     let msg = e.to_string();
     assert!(
