@@ -1,15 +1,16 @@
-/* Incremental images: 64 MiB of noise on the heap, of which each step rewrites one 64 KiB
- * piece and drops another to zeros (MADV_DONTNEED, as allocators return memory); prints the
- * step and a checksum of all of it, so a restart that brought back any byte wrong (a chunk
- * taken from the wrong image, a dropped page brought back) prints another sum. */
+/* Incremental images: MiB (argument 3, default 64) of noise, of which each step rewrites one
+ * 64 KiB piece and drops another to zeros (MADV_DONTNEED, as allocators return memory);
+ * prints the step and a checksum of all of it, so a restart that brought back any byte wrong
+ * (a chunk taken from the wrong image, a dropped page brought back) prints another sum.
+ * Usage: inc_memory [STEPS=40] [MS=20] [MIB=64] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
 
-#define SIZE (64u << 20)
 #define PIECE (64u << 10)
+static size_t SIZE = 64u << 20;
 
 static uint64_t sum_of(const uint64_t *p, size_t n) {
     uint64_t s = 0;
@@ -20,6 +21,7 @@ static uint64_t sum_of(const uint64_t *p, size_t n) {
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 40;
     long ms = argc > 2 ? atol(argv[2]) : 20;
+    if (argc > 3) SIZE = (size_t)atol(argv[3]) << 20;
     uint64_t *p = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return 1;
     uint64_t x = 88172645463325252u;
