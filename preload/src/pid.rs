@@ -15,7 +15,7 @@
 //! sender, `syscall(SYS_getpid)`) stays the real pid. Before any restart every call is the C
 //! library's.
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::{Acquire, Relaxed}};
 
 static VIRT: AtomicI32 = AtomicI32::new(0);
 static REAL: AtomicI32 = AtomicI32::new(0);
@@ -38,8 +38,8 @@ pub extern "C" fn crum_set_pid_identity(virt: c_int, real: c_int) {
     }
 }
 
-/// Counts the restarts that changed the translation (each call of [`crum_set_pid_identity`]
-/// or [`crum_set_pid_table`]): a wait that began before one, with the kernel's pid of that
+/// Counts the restarts that changed the translation (each call of [`crum_set_pid_identity`],
+/// [`crum_set_pid_table`] or [`crum_set_thread_ids`]): a wait that began before one, with the kernel's pid of that
 /// time in its registers, is made again with the pid the kernel gives the process now.
 static GENERATION: AtomicUsize = AtomicUsize::new(0);
 
@@ -121,6 +121,7 @@ pub unsafe extern "C" fn crum_set_thread_ids(pairs: *const c_int, n: c_int) {
     if k > 0 {
         RESTARTED.store(1, Relaxed);
     }
+    GENERATION.fetch_add(1, Relaxed);
 }
 
 fn thread_by_real(id: c_int) -> Option<c_int> {
@@ -176,28 +177,51 @@ fn raw(nr: libc::c_long) -> c_int {
     unsafe { libc::syscall(nr) as c_int }
 }
 
+/// One of the process's own ids (`nr`: a system call without arguments), as the program knows
+/// it. A checkpoint may stop the thread between the system call and the translation; after
+/// a restart the kernel's id it got is the one of the process the image was taken of, which
+/// the new tables no longer name (a worker's `gettid()` gave its tid of the first restart
+/// after a restart of a restart). Such an answer is asked for again.
+fn own_id(nr: libc::c_long) -> c_int {
+    loop {
+        let g = GENERATION.load(Acquire);
+        let v = to_program(raw(nr));
+        if GENERATION.load(Acquire) == g {
+            return v;
+        }
+    }
+}
+
+/// The count of translation changes, for `syscall.c`'s own [`own_id`] loop
+/// (`syscall(SYS_gettid)` and the like; it makes the system call itself, as this library's
+/// `raw` goes through it).
+#[no_mangle]
+pub extern "C" fn crum_pid_generation() -> libc::c_ulong {
+    GENERATION.load(Acquire) as libc::c_ulong
+}
+
 /// The program's `getpid`.
 #[no_mangle]
 pub extern "C" fn getpid() -> libc::pid_t {
-    to_program(raw(libc::SYS_getpid))
+    own_id(libc::SYS_getpid)
 }
 
 /// The program's `gettid` (the main thread's tid is the pid).
 #[no_mangle]
 pub extern "C" fn gettid() -> libc::pid_t {
-    to_program(raw(libc::SYS_gettid))
+    own_id(libc::SYS_gettid)
 }
 
 /// The program's `getppid`.
 #[no_mangle]
 pub extern "C" fn getppid() -> libc::pid_t {
-    to_program(raw(libc::SYS_getppid))
+    own_id(libc::SYS_getppid)
 }
 
 /// The program's `getpgrp`.
 #[no_mangle]
 pub extern "C" fn getpgrp() -> libc::pid_t {
-    to_program(raw(libc::SYS_getpgrp))
+    own_id(libc::SYS_getpgrp)
 }
 
 // The calls below are system calls made here (no lookup of the C library's, so they stay

@@ -21,6 +21,7 @@
 #define MAX_RANGES 16
 
 extern int crum_pid_to_program(int id); /* src/pid.rs */
+extern unsigned long crum_pid_generation(void); /* src/pid.rs */
 extern int crum_pid_to_kernel(int id);  /* src/pid.rs */
 
 typedef long (*syscall_fn)(long, long, long, long, long, long, long);
@@ -60,6 +61,16 @@ HIDDEN long crum_syscall(long n, long a, long b, long c, long d, long e, long f)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (!real_syscall) real_syscall = (syscall_fn)dlsym(RTLD_NEXT, "syscall");
     int program = !from_crum(ra);
+    /* The process's own ids, asked again if a restart came between the call and its
+     * translation (see pid.rs, `own_id`). */
+    if (program && (n == SYS_getpid || n == SYS_gettid || n == SYS_getppid || n == SYS_getpgrp)) {
+        for (;;) {
+            unsigned long g = crum_pid_generation();
+            long r = real_syscall(n, a, b, c, d, e, f);
+            if (r > 0) r = crum_pid_to_program((int)r);
+            if (crum_pid_generation() == g) return r;
+        }
+    }
     if (program) {
         /* The pids it gives, as the C library's wrappers of the same calls take them. */
         switch (n) {
