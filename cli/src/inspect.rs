@@ -663,21 +663,21 @@ fn queued_detail(op: &crum_wire::ckpt::QueuedOp) -> String {
 }
 
 fn carried_detail(c: &crum_wire::ckpt::Carried) -> String {
-    match c {
-        crum_wire::ckpt::Carried::Reply(b) => format!("answered, reply not read yet ({} B)", b.len()),
-        crum_wire::ckpt::Carried::Wait { points, .. } if points.is_empty() => "waiting, its work done".into(),
-        crum_wire::ckpt::Carried::Wait { points, .. } => format!(
-            "waiting for {}",
+    use crum_wire::ckpt::Carried;
+    let waits = |points: &[(u64, u64)]| {
+        if points.is_empty() {
+            "nothing (its work done)".to_string()
+        } else {
             points.iter().map(|(s, q)| format!("stream {s:#x} work {q}")).collect::<Vec<_>>().join(", ")
-        ),
-        crum_wire::ckpt::Carried::Free { points, addr } => format!(
-            "cudaFree({addr:#x}) waiting for {}",
-            if points.is_empty() {
-                "nothing (its work done)".to_string()
-            } else {
-                points.iter().map(|(s, q)| format!("stream {s:#x} work {q}")).collect::<Vec<_>>().join(", ")
-            }
-        ),
+        }
+    };
+    match c {
+        Carried::Reply(b) => format!("answered, reply not read yet ({} B)", b.len()),
+        Carried::Wait { points, .. } if points.is_empty() => "waiting, its work done".into(),
+        Carried::Wait { points, .. } => format!("waiting for {}", waits(points)),
+        Carried::Free { points, addr } => format!("cudaFree({addr:#x}) waiting for {}", waits(points)),
+        Carried::Unload { points, module } => format!("module {module:#x} unload waiting for {}", waits(points)),
+        Carried::Reset { points } => format!("cudaDeviceReset waiting for {}", waits(points)),
     }
 }
 

@@ -440,6 +440,70 @@ fn a_thread_inside_cuda_free_at_the_cut_frees_once_after_restart() {
     assert_eq!(r.success(Duration::from_secs(180)).unwrap(), want, "restart");
 }
 
+/// Issue 16: a module unload and a device reset — calls that synchronize the device and then
+/// change it — caught waiting by a checkpoint's cut (a second thread's call behind a kernel of
+/// seconds and 200 queued launches). The image saves each as a call to resume; after the
+/// restart it happens once: an image taken at gate 2 no longer holds the library's module
+/// (unload) or the old buffers (reset), and the program's own checks pass. Before, the call's
+/// synchronization inside its handler waited for ever on the queues the cut held.
+fn sync_then_cut(mode: &str, saved: &str, check: &dyn Fn(&serde_json::Value, &serde_json::Value)) {
+    let exe = build_cuda("ckpt_sync_then_cut").unwrap();
+    let want = fs::read_to_string(cuda_dir().join(format!("expected/ckpt_sync_then_cut.{mode}.out"))).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let log = [("CRUM_LOG", OsStr::new("crum_proxy::parked=debug"))];
+    let mut p = Proc::run(&exe, &[mode, "3000000"], &[], &[gate.env(), log[0]], &tmp.path().join("out")).unwrap();
+    gate.wait_at(1, &mut p).unwrap();
+    let start = Instant::now();
+    while !p.stderr().contains("a call waits on the device") {
+        assert!(start.elapsed() < Duration::from_secs(120), "the {mode} never waits: {}", p.report());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let img = p.checkpoint(&images).unwrap();
+    p.kill9().unwrap();
+    let before = device_json(&img);
+    let calls = before["carried_calls"].as_array().unwrap();
+    assert!(
+        calls.iter().any(|c| c["what"].as_str().unwrap().starts_with(saved)),
+        "no {saved} saved: {calls:?}"
+    );
+    // To gate 2 (after the call), checkpointed there: the device without what it removed.
+    gate.reset(1).unwrap();
+    let mut r = Proc::restart(&img, None, &tmp.path().join("r1.out")).unwrap();
+    gate.wait_at(2, &mut r).unwrap();
+    let img2 = r.checkpoint(&images).unwrap();
+    check(&before, &device_json(&img2));
+    gate.open_to(i64::MAX).unwrap();
+    assert_eq!(r.success(Duration::from_secs(180)).unwrap(), want, "restart");
+    // And a restart of that image (the call done, nothing of it carried) to the end.
+    gate.reset(i64::MAX).unwrap();
+    let mut r2 = Proc::restart(&img2, None, &tmp.path().join("r2.out")).unwrap();
+    let out = r2.success(Duration::from_secs(180)).unwrap();
+    assert!(out.ends_with("PASS\n"), "restart of the gate-2 image: {out}");
+}
+
+#[test]
+fn a_module_unload_waiting_at_the_cut_unloads_once_after_restart() {
+    sync_then_cut("unload", "module ", &|before, after| {
+        let n = |v: &serde_json::Value| v["modules"].as_array().unwrap().len();
+        assert_eq!(n(after) + 1, n(before), "modules before {before:#}\nafter {after:#}");
+        assert!(after["carried_calls"].as_array().unwrap().is_empty(), "{after:#}");
+    });
+}
+
+#[test]
+fn a_device_reset_waiting_at_the_cut_resets_once_after_restart() {
+    sync_then_cut("reset", "cudaDeviceReset", &|before, after| {
+        let device = |v: &serde_json::Value| {
+            v["regions"].as_array().unwrap().iter().filter(|r| r["kind"] == "device").count()
+        };
+        assert_eq!(device(before), 2, "{before:#}");
+        assert_eq!(device(after), 1, "only the buffer made after the reset: {after:#}");
+        assert!(after["carried_calls"].as_array().unwrap().is_empty(), "{after:#}");
+    });
+}
+
 /// Wait until a restarted process's agent answers (until then `crum restart` may still be the
 /// test's own child before its exec, or the restore may not be complete).
 fn wait_agent(p: &mut Proc) {

@@ -280,6 +280,16 @@ pub trait Backend: Send + Sync {
     fn free_synced(&self, addr: u64) -> Result<()> {
         self.free(addr)
     }
+    /// Module unload once the device has done the work submitted before it (as
+    /// [`Self::free_synced`]).
+    fn unload_module_synced(&self, module: ModuleId) -> Result<()> {
+        self.unload_module(module)
+    }
+    /// `cudaDeviceReset` once the device has done the work submitted before it (as
+    /// [`Self::free_synced`]).
+    fn device_reset_synced(&self) -> Result<()> {
+        self.device_reset()
+    }
     /// The names of module `module`'s kernels, in the module's order.
     fn module_kernels(&self, module: ModuleId) -> Result<Vec<String>> {
         let _ = module;

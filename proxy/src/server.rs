@@ -275,6 +275,21 @@ impl Server {
         self.backend.owns(addr, len).is_some() || self.backend.is_registered(addr, len)
     }
 
+    /// Module `module` was unloaded: forget it and its functions.
+    fn unloaded(&self, module: u64) {
+        let mut o = self.objects.lock().unwrap();
+        o.modules.remove(&module);
+        o.functions.retain(|_, f| f.0 != module);
+    }
+
+    /// The device was reset: its streams, events and textures are gone.
+    fn was_reset(&self) {
+        let mut o = self.objects.lock().unwrap();
+        o.streams.clear();
+        o.events.clear();
+        o.textures.clear();
+    }
+
     /// The context's sticky error, set on this backend or carried over a restart.
     fn sticky(&self) -> Option<u32> {
         self.backend.sticky_error().or(
@@ -347,13 +362,7 @@ impl Server {
                 self.objects.lock().unwrap().modules.insert(m.0, (addr, len));
                 Ok(Body::Value(m.0))
             }
-            Request::UnloadModule { module } => {
-                code(b.unload_module(ModuleId(module)))?;
-                let mut o = self.objects.lock().unwrap();
-                o.modules.remove(&module);
-                o.functions.retain(|_, f| f.0 != module);
-                Ok(Body::None)
-            }
+            Request::UnloadModule { module } => self.sync_then(lane, ckpt::Then::Unload(module)).map(|_| Body::None),
             Request::GetFunction { module, name } => {
                 let f = code(b.function(ModuleId(module), &name))?;
                 self.objects.lock().unwrap().functions.entry(f.handle).or_insert((module, name, None));
@@ -554,14 +563,7 @@ impl Server {
                 }
             }
             Request::DeviceSync => self.block_on(lane, SyncOn::Device).map(|_| Body::None),
-            Request::DeviceReset => {
-                code(b.device_reset())?;
-                let mut o = self.objects.lock().unwrap();
-                o.streams.clear();
-                o.events.clear();
-                o.textures.clear();
-                Ok(Body::None)
-            }
+            Request::DeviceReset => self.sync_then(lane, ckpt::Then::Reset).map(|_| Body::None),
             Request::TexCreate { desc } => {
                 let t = code(b.texture_create(&desc))?;
                 self.objects.lock().unwrap().textures.insert(t, desc);

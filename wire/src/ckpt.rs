@@ -18,8 +18,9 @@ pub const SECTION_DEVICE: &str = "crum.device";
 /// Image section holding the saved device memory.
 pub const SECTION_DEVICE_DATA: &str = "crum.device.data";
 /// Version of [`DeviceState`]'s encoding (2 added the saved queue and the cut calls; 3 the
-/// cut `cudaFree`, [`Carried::Free`]; versions 1 and 2 are still read).
-pub const DEVICE_STATE_VERSION: u32 = 3;
+/// cut `cudaFree`, [`Carried::Free`]; 4 the cut module unload and device reset,
+/// [`Carried::Unload`], [`Carried::Reset`]; versions 1 to 3 are still read).
+pub const DEVICE_STATE_VERSION: u32 = 4;
 
 /// Everything a restart needs to rebuild the device side of a program.
 ///
@@ -165,6 +166,22 @@ pub enum Carried {
     /// `cudaFree(addr)`, which synchronizes the device: waiting for these points, then it
     /// frees (version 3).
     Free { points: Vec<(u64, u64)>, addr: u64 },
+    /// A module unload (`cudaLibraryUnload`, `cuModuleUnload`), which synchronizes the device:
+    /// waiting for these points, then it unloads the module (version 4).
+    Unload { points: Vec<(u64, u64)>, module: u64 },
+    /// `cudaDeviceReset`, which synchronizes the device: waiting for these points, then it
+    /// resets (version 4).
+    Reset { points: Vec<(u64, u64)> },
+}
+
+impl Carried {
+    /// The (stream, seq) points a waiting call waits for (none for a saved reply).
+    pub fn points(&self) -> &[(u64, u64)] {
+        match self {
+            Carried::Reply(_) => &[],
+            Carried::Wait { points, .. } | Carried::Free { points, .. } | Carried::Unload { points, .. } | Carried::Reset { points } => points,
+        }
+    }
 }
 
 /// A module: its fat binary lives in the program's memory (restored with the process).
@@ -365,6 +382,8 @@ impl<C> Decode<C> for CarriedCall {
             0 => Carried::Reply(bounded_bytes(d)?),
             1 => Carried::Wait { points: bounded_vec(d)?, syncing: Decode::decode(d)? },
             2 => Carried::Free { points: bounded_vec(d)?, addr: Decode::decode(d)? },
+            3 => Carried::Unload { points: bounded_vec(d)?, module: Decode::decode(d)? },
+            4 => Carried::Reset { points: bounded_vec(d)? },
             v => return Err(DecodeError::OtherString(format!("unknown cut call kind {v}"))),
         };
         Ok(CarriedCall { channel, lane, seq, what })

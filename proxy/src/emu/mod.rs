@@ -504,6 +504,10 @@ impl Backend for Emu {
 
     fn unload_module(&self, module: ModuleId) -> Result<()> {
         self.device_sync_inner();
+        self.unload_module_synced(module)
+    }
+
+    fn unload_module_synced(&self, module: ModuleId) -> Result<()> {
         self.shared.kernels.unload(module.0, &self.shared.vram)
     }
 
@@ -951,6 +955,10 @@ impl Backend for Emu {
 
     fn device_reset(&self) -> Result<()> {
         self.device_sync_inner();
+        self.device_reset_synced()
+    }
+
+    fn device_reset_synced(&self) -> Result<()> {
         let ids: Vec<u64> = self
             .streams
             .lock()

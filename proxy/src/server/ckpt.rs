@@ -62,10 +62,23 @@ pub(crate) enum LaneUse {
     #[default]
     Idle,
     /// In a synchronizing call, waiting for these (stream, seq) points: the cut saves it as a
-    /// call to resume; `free`: a `cudaFree` of that address once they are reached.
-    Parked { points: Vec<(u64, u64)>, syncing: bool, free: Option<u64> },
+    /// call to resume; `then`: what the call does once they are reached.
+    Parked { points: Vec<(u64, u64)>, syncing: bool, then: Then },
     /// Holding a call the cut keeps from starting.
     Held,
+}
+
+/// What a call that synchronizes the device does once the device reached its points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// Nothing: it is a synchronize.
+    Answer,
+    /// `cudaFree` of this address.
+    Free(u64),
+    /// Unload this module.
+    Unload(u64),
+    /// `cudaDeviceReset`.
+    Reset,
 }
 
 /// The cut of a checkpoint (from `CheckpointState` to `CheckpointEnd`).
@@ -319,13 +332,15 @@ impl Server {
         for i in (0..LANES).filter(|&i| i != lane) {
             let (written, read) = self.channel.replies(i);
             match &cut.lanes[i] {
-                LaneUse::Parked { points, syncing, free } => out.push(CarriedCall {
+                LaneUse::Parked { points, syncing, then } => out.push(CarriedCall {
                     channel: id,
                     lane: i as u32,
                     seq: written.wrapping_add(1),
-                    what: match free {
-                        Some(addr) => Carried::Free { points: points.clone(), addr: *addr },
-                        None => Carried::Wait { points: points.clone(), syncing: *syncing },
+                    what: match *then {
+                        Then::Answer => Carried::Wait { points: points.clone(), syncing: *syncing },
+                        Then::Free(addr) => Carried::Free { points: points.clone(), addr },
+                        Then::Unload(module) => Carried::Unload { points: points.clone(), module },
+                        Then::Reset => Carried::Reset { points: points.clone() },
                     },
                 }),
                 LaneUse::Idle if written != read => out.push(CarriedCall {
@@ -385,7 +400,7 @@ impl Server {
             });
         }
         let points = code(b.sync_points(on))?;
-        self.wait_parked(lane, points, true, None)
+        self.wait_parked(lane, points, true, Then::Answer)
     }
 
     /// `cudaFree(addr)`: it synchronizes the device first. Where queues can be held, it waits
@@ -393,17 +408,41 @@ impl Server {
     /// the device reached the work submitted before it; a blocking device sync inside the free
     /// would wait for ever on queues a cut holds.
     pub(super) fn free(&self, lane: usize, addr: u64) -> std::result::Result<(), u32> {
-        let b = &*self.backend;
-        if !self.queue_cut {
-            return code(b.free(addr));
-        }
-        let points = code(b.sync_points(SyncOn::Device))?;
-        self.wait_parked(lane, points, true, Some(addr))?;
-        code(b.free_synced(addr))
+        self.sync_then(lane, Then::Free(addr))
     }
 
-    fn wait_parked(&self, lane: usize, points: Vec<(u64, u64)>, syncing: bool, free: Option<u64>) -> std::result::Result<(), u32> {
-        self.cut_state(lane, LaneUse::Parked { points: points.clone(), syncing, free });
+    /// A call that synchronizes the device and then does `then` (`cudaFree`, a module
+    /// unload, `cudaDeviceReset`). Where queues can be held it waits as a parked call (a cut
+    /// saves it and a restart resumes it, doing `then` once) instead of synchronizing inside
+    /// its handler, which would wait for ever on the queues a cut holds.
+    pub(super) fn sync_then(&self, lane: usize, then: Then) -> std::result::Result<(), u32> {
+        let b = &*self.backend;
+        if !self.queue_cut {
+            return match then {
+                Then::Answer => code(b.device_sync()),
+                Then::Free(addr) => code(b.free(addr)),
+                Then::Unload(module) => code(b.unload_module(ModuleId(module))).map(|_| self.unloaded(module)),
+                Then::Reset => code(b.device_reset()).map(|_| self.was_reset()),
+            };
+        }
+        let points = code(b.sync_points(SyncOn::Device))?;
+        self.wait_parked(lane, points, true, then)?;
+        self.after_sync(then)
+    }
+
+    /// `then` of [`Self::sync_then`], the device having reached the call's points.
+    fn after_sync(&self, then: Then) -> std::result::Result<(), u32> {
+        let b = &*self.backend;
+        match then {
+            Then::Answer => Ok(()),
+            Then::Free(addr) => code(b.free_synced(addr)),
+            Then::Unload(module) => code(b.unload_module_synced(ModuleId(module))).map(|_| self.unloaded(module)),
+            Then::Reset => code(b.device_reset_synced()).map(|_| self.was_reset()),
+        }
+    }
+
+    fn wait_parked(&self, lane: usize, points: Vec<(u64, u64)>, syncing: bool, then: Then) -> std::result::Result<(), u32> {
+        self.cut_state(lane, LaneUse::Parked { points: points.clone(), syncing, then });
         // From here a checkpoint's cut saves the call instead of waiting for it (tests wait
         // for this line before they checkpoint).
         tracing::debug!(target: "crum_proxy::parked", lane, ?points, "a call waits on the device");
@@ -425,17 +464,19 @@ impl Server {
             None => Ok(Reply::ok(Body::NotCarried)),
             Some(Carried::Reply(bytes)) => Err(bytes),
             Some(Carried::Wait { points, syncing }) => {
-                let r = self.wait_parked(lane, points, syncing, None).map(|_| Body::None);
+                let r = self.wait_parked(lane, points, syncing, Then::Answer).map(|_| Body::None);
                 Ok(self.finish(r, syncing))
             }
-            Some(Carried::Free { points, addr }) => {
-                let r = self
-                    .wait_parked(lane, points, true, Some(addr))
-                    .and_then(|_| code(self.backend.free_synced(addr)))
-                    .map(|_| Body::None);
-                Ok(self.finish(r, true))
-            }
+            Some(Carried::Free { points, addr }) => Ok(self.finish_then(lane, points, Then::Free(addr))),
+            Some(Carried::Unload { points, module }) => Ok(self.finish_then(lane, points, Then::Unload(module))),
+            Some(Carried::Reset { points }) => Ok(self.finish_then(lane, points, Then::Reset)),
         }
+    }
+
+    /// A resumed call that synchronizes the device and then does `then`.
+    fn finish_then(&self, lane: usize, points: Vec<(u64, u64)>, then: Then) -> Reply {
+        let r = self.wait_parked(lane, points, true, then).and_then(|_| self.after_sync(then)).map(|_| Body::None);
+        self.finish(r, true)
     }
 
     pub(super) fn checkpoint_data(
@@ -501,7 +542,7 @@ impl Server {
     /// program to resume, their waits renamed to this proxy's sequence numbers.
     fn replay_queue(self: &Arc<Self>, st: &DeviceState, shared: &[(u64, u64, crum_wire::AllocKind, i32)]) -> std::result::Result<(), String> {
         let b = &*self.backend;
-        if (!st.queue.is_empty() || st.carried.iter().any(|c| matches!(c.what, Carried::Wait { .. }))) && !self.queue_cut {
+        if (!st.queue.is_empty() || st.carried.iter().any(|c| !matches!(c.what, Carried::Reply(_)))) && !self.queue_cut {
             return Err(format!(
                 "the image holds {} queued device operations and {} waiting calls; the {} device cannot replay them (restart on the emulated device)",
                 st.queue.len(),
@@ -530,6 +571,8 @@ impl Server {
                 Carried::Reply(r) => Carried::Reply(renumber_memfd(r, shared)),
                 Carried::Wait { points, syncing } => Carried::Wait { points: renumber(points), syncing: *syncing },
                 Carried::Free { points, addr } => Carried::Free { points: renumber(points), addr: *addr },
+                Carried::Unload { points, module } => Carried::Unload { points: renumber(points), module: *module },
+                Carried::Reset { points } => Carried::Reset { points: renumber(points) },
             };
             carried.insert((c.channel, c.lane, c.seq), what);
         }
