@@ -312,8 +312,19 @@ fn chan_err(e: ChannelError) -> u32 {
 }
 
 fn with_lane<R>(f: &mut dyn FnMut(&mut ClientLane) -> R) -> CudaResult<R> {
-    let c = conn()?;
-    let gen = GEN.load(Ordering::Acquire);
+    // The connection and its generation, read as a pair: a thread a checkpoint stopped
+    // between the two (a call counts as waiting for the proxy from `call_begin` on) read the
+    // connection of before a restart and the generation of after it, claimed a lane of the
+    // retired channel as a lane of the new one, and its call was cut twice under one name
+    // (cudaErrorDevicesUnavailable: `many_threads`, a restart of a restart checkpointed as
+    // its threads made their first calls).
+    let (c, gen) = loop {
+        let gen = GEN.load(Ordering::Acquire);
+        let c = conn()?;
+        if GEN.load(Ordering::Acquire) == gen {
+            break (c, gen);
+        }
+    };
     let tls = LANE.try_with(|l| {
         let mut b = l.try_borrow_mut().ok()?;
         if b.as_ref().is_some_and(|(g, _)| *g != gen) {

@@ -474,8 +474,12 @@ impl Channel {
         }
     }
 
-    /// Client side: claim a free lane. None when all lanes are taken.
+    /// Client side: claim a free lane. None when all lanes are taken, or on a retired channel.
     pub fn claim_lane(self: &Arc<Self>) -> Option<ClientLane> {
+        // The zero pages of a retired channel look like free lanes: none is one.
+        if self.retired() {
+            return None;
+        }
         for i in 0..LANES {
             let c = self.ctl(i);
             if c.claimed.compare_exchange(0, 1, AcqRel, Relaxed).is_ok() {

@@ -275,3 +275,15 @@ fn a_request_is_counted_before_the_lane_looks_empty() {
     t.join().unwrap();
     std::mem::forget(client);
 }
+
+/// A retired channel's zero pages look like free lanes; a lane claimed there would be taken
+/// for a lane of the new proxy (a call cut twice under one name after a restart). None is.
+#[test]
+fn a_retired_channel_has_no_lane_to_claim() {
+    let ch = Arc::new(Channel::create().unwrap());
+    ch.set_ready(std::process::id());
+    let held = ch.claim_lane().unwrap();
+    ch.retire();
+    assert!(ch.claim_lane().is_none());
+    std::mem::forget(held);
+}
