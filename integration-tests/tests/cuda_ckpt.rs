@@ -75,6 +75,10 @@ corpus_ckpt!(
     "stream_attrs"
 );
 corpus_ckpt!(
+    batched_3d_copies_queued_at_a_checkpoint_complete_after_restart,
+    "copy_batch_3d"
+);
+corpus_ckpt!(
     managed_memory_read_and_written_by_syscalls_restarts,
     "managed_fileio"
 );

@@ -69,6 +69,10 @@ corpus_test!(
     "stream_attrs"
 );
 corpus_test!(
+    batched_3d_copies_between_pointers_and_arrays_match_cpu,
+    "copy_batch_3d"
+);
+corpus_test!(
     read_and_write_syscalls_on_managed_memory_match_cpu,
     "managed_fileio"
 );

@@ -48,6 +48,8 @@ fields = {
  'cudaResourceViewDesc': 'format width height depth',
  'cudaMemcpy3DPeerParms': 'srcArray srcPos srcPtr srcDevice dstArray dstPos dstPtr dstDevice extent',
  'cudaMemcpyAttributes': 'srcAccessOrder srcLocHint dstLocHint flags',
+ 'cudaMemcpy3DOperand': 'type op.ptr.ptr op.ptr.rowLength op.ptr.layerHeight op.array.array op.array.offset',
+ 'cudaMemcpy3DBatchOp': 'src dst extent srcAccessOrder flags',
 }
 enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttributeID',
          'cudaMemPoolAttr', 'cudaGraphNodeType', 'cudaGraphExecUpdateResult',
@@ -55,7 +57,7 @@ enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttribut
          'cudaStreamUpdateCaptureDependenciesFlags', 'cudaKernelFunctionType',
          'cudaGraphChildGraphNodeOwnership', 'cudaGraphInstantiateResult',
          'cudaGraphMemAttributeType', 'cudaAccessProperty', 'cudaSynchronizationPolicy',
-         'cudaLaunchMemSyncDomain']
+         'cudaLaunchMemSyncDomain', 'cudaMemcpy3DOperandType']
 src = '#include <stddef.h>\n#include <stdio.h>\n#include <cuda_runtime_api.h>\nint main(void){\n'
 for s, fs in fields.items():
     t = s if s.endswith('_t') else 'struct ' + s

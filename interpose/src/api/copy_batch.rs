@@ -1,4 +1,7 @@
-//! Copies with attributes: `cudaMemcpyBatchAsync` and `cudaMemcpyWithAttributesAsync`.
+//! Copies with attributes: `cudaMemcpyBatchAsync`, `cudaMemcpyWithAttributesAsync`, and
+//! their 3-D forms `cudaMemcpy3DBatchAsync` and `cudaMemcpy3DWithAttributesAsync`, whose
+//! operands are pointers (with a row length and layer height in elements) or CUDA arrays
+//! (with an offset in elements); the element size is the array's, 1 byte between pointers.
 //!
 //! Each copy is an ordinary 1-D copy on the stream (direction inferred, as
 //! `cudaMemcpyDefault`), so the batch runs in stream order. The attributes are checked as
@@ -92,7 +95,117 @@ fn with_attributes(dst: u64, src: u64, size: usize, attrs: *const u8, stream: *m
     copy(dst, size as u64, src, size as u64, size as u64, 1, DEFAULT, s, sync)
 }
 
+/// One side of a 3-D batch copy, decoded: (address of the first element, row pitch, slice
+/// pitch), given the copy's element size and extent.
+fn operand3d(o: *const u8, elem: u64, ext: &super::array::Extent) -> CudaResult<(u64, u64, u64)> {
+    let (w, h, d) = (ext.width as u64, ext.height as u64, ext.depth as u64);
+    match field::<u32>(o, CUDAMEMCPY3DOPERAND_TYPE)? {
+        cudaMemcpyOperandTypePointer => {
+            let ptr: u64 = field(o, CUDAMEMCPY3DOPERAND_OP_PTR_PTR)?;
+            let row: usize = field(o, CUDAMEMCPY3DOPERAND_OP_PTR_ROWLENGTH)?;
+            let layer: usize = field(o, CUDAMEMCPY3DOPERAND_OP_PTR_LAYERHEIGHT)?;
+            // Zero: tightly packed by the copy's extent; else at least the extent.
+            let (row, layer) = (if row == 0 { w } else { row as u64 }, if layer == 0 { h } else { layer as u64 });
+            if ptr == 0 || row < w || layer < h {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+            Ok((ptr, row * elem, row * elem * layer))
+        }
+        cudaMemcpyOperandTypeArray => {
+            let handle: u64 = field(o, CUDAMEMCPY3DOPERAND_OP_ARRAY_ARRAY)?;
+            let off: [usize; 3] = field(o, CUDAMEMCPY3DOPERAND_OP_ARRAY_OFFSET)?;
+            let a = super::array::array(handle as *const c_void)?;
+            let (x, y, z) = (off[0] as u64, off[1] as u64, off[2] as u64);
+            let inside = |at: u64, n: u64, size: u64| at.checked_add(n).is_some_and(|e| e <= size.max(1));
+            if !inside(x, w, a.width) || !inside(y, h, a.height) || !inside(z, d, a.depth) {
+                return Err(cuda::ERROR_INVALID_VALUE);
+            }
+            Ok((a.base + z * a.slice + y * a.pitch + x * a.elem, a.pitch, a.slice))
+        }
+        _ => Err(cuda::ERROR_INVALID_VALUE),
+    }
+}
+
+/// The element size of an operand: its array's (`None` for a pointer).
+fn operand_elem(o: *const u8) -> CudaResult<Option<u64>> {
+    if field::<u32>(o, CUDAMEMCPY3DOPERAND_TYPE)? != cudaMemcpyOperandTypeArray {
+        return Ok(None);
+    }
+    let handle: u64 = field(o, CUDAMEMCPY3DOPERAND_OP_ARRAY_ARRAY)?;
+    Ok(Some(super::array::array(handle as *const c_void)?.elem))
+}
+
+/// A decoded `cudaMemcpy3DBatchOp`: (dst, dst pitch, dst slice, src, src pitch, src slice,
+/// row bytes, rows, slices, complete when the call returns).
+type Op3d = (u64, u64, u64, u64, u64, u64, u64, u64, u64, bool);
+
+fn decode_op3d(op: *const u8) -> CudaResult<Op3d> {
+    let ext: super::array::Extent = field(op, CUDAMEMCPY3DBATCHOP_EXTENT)?;
+    if ext.width == 0 || ext.height == 0 || ext.depth == 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let order: u32 = field(op, CUDAMEMCPY3DBATCHOP_SRCACCESSORDER)?;
+    let flags: u32 = field(op, CUDAMEMCPY3DBATCHOP_FLAGS)?;
+    if !(ORDER_STREAM..=ORDER_ANY).contains(&order) || flags & !FLAG_PREFER_OVERLAP != 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let (src, dst) = (op.wrapping_add(CUDAMEMCPY3DBATCHOP_SRC), op.wrapping_add(CUDAMEMCPY3DBATCHOP_DST));
+    // Between two arrays their element sizes must match; 1 byte between two pointers.
+    let elem = match (operand_elem(src)?, operand_elem(dst)?) {
+        (Some(a), Some(b)) if a != b => return Err(cuda::ERROR_INVALID_VALUE),
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => 1,
+    };
+    let (s, sp, ss) = operand3d(src, elem, &ext)?;
+    let (d, dp, ds) = operand3d(dst, elem, &ext)?;
+    Ok((d, dp, ds, s, sp, ss, ext.width as u64 * elem, ext.height as u64, ext.depth as u64, order == ORDER_DURING_API_CALL))
+}
+
+fn run_op3d(op: Op3d, stream: u64) -> CudaResult<()> {
+    let (d, dp, ds, s, sp, ss, row, rows, slices, sync) = op;
+    for z in 0..slices {
+        copy(d + z * ds, dp, s + z * ss, sp, row, rows, DEFAULT, stream, sync)?;
+    }
+    Ok(())
+}
+
+/// `cudaMemcpy3DBatchAsync`: every operation is checked before any copy starts.
+fn batch3d(num_ops: usize, ops: *const u8, flags: u64, stream: *mut c_void, ptsz: bool) -> CudaResult<()> {
+    let s = batch_stream(stream, ptsz)?;
+    if num_ops == 0 || ops.is_null() || flags != 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let decoded = (0..num_ops)
+        .map(|i| decode_op3d(ops.wrapping_add(i * CUDAMEMCPY3DBATCHOP_SIZE)))
+        .collect::<CudaResult<Vec<_>>>()?;
+    for op in decoded {
+        run_op3d(op, s)?;
+    }
+    Ok(())
+}
+
+fn with_attributes3d(op: *const u8, flags: u64, stream: *mut c_void, ptsz: bool) -> CudaResult<()> {
+    let s = resolve_stream(stream as u64, ptsz)?;
+    if flags != 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    run_op3d(decode_op3d(op)?, s)
+}
+
 crate::export! {
+    fn cudaMemcpy3DBatchAsync(num_ops: usize, ops: *const u8, flags: u64, stream: *mut c_void) {
+        batch3d(num_ops, ops, flags, stream, false)
+    }
+    fn cudaMemcpy3DBatchAsync_ptsz(num_ops: usize, ops: *const u8, flags: u64, stream: *mut c_void) {
+        batch3d(num_ops, ops, flags, stream, true)
+    }
+    fn cudaMemcpy3DWithAttributesAsync(op: *const u8, flags: u64, stream: *mut c_void) {
+        with_attributes3d(op, flags, stream, false)
+    }
+    fn cudaMemcpy3DWithAttributesAsync_ptsz(op: *const u8, flags: u64, stream: *mut c_void) {
+        with_attributes3d(op, flags, stream, true)
+    }
+
     fn cudaMemcpyBatchAsync(dsts: *const u64, srcs: *const u64, sizes: *const usize, count: usize, attrs: *const u8, attr_idxs: *const usize, num_attrs: usize, stream: *mut c_void) {
         batch(dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, stream, false)
     }
