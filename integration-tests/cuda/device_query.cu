@@ -42,6 +42,35 @@ int main() {
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, 128, 0)); EXPECT(blocks >= 1);
     size_t lim = 0;
     CK(cudaDeviceGetLimit(&lim, cudaLimitStackSize)); EXPECT(lim > 0);
+    // Every attribute CUDA 13 defines answers (numbers the header skips or reserves aside):
+    // texture and surface limits, NUMA and locality attributes answered
+    // cudaErrorInvalidValue before.
+    const int skip[] = {44, 92, 93, 94, 96, 102, 103, 104, 105, 107, 110, 122, 123, 124, 127, 128, 129,
+                        132, 136, 137, 141, 145, 146, 152, 153, 154, 155, 156, 158, 159};
+    int answered = 0;
+    for (int a = 1; a <= 160; a++) {
+        bool skipped = false;
+        for (int s : skip) skipped |= s == a;
+        if (skipped) continue;
+        cudaError_t e = cudaDeviceGetAttribute(&v, (cudaDeviceAttr)a, 0);
+        if (e != cudaSuccess) printf("attribute %d: %s\n", a, cudaGetErrorName(e));
+        EXPECT(e == cudaSuccess);
+        answered++;
+    }
+    EXPECT(answered == 130);
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxTexture1DLinearWidth, 0));
+    size_t lin = 0;
+    cudaChannelFormatDesc f4 = cudaCreateChannelDesc<float4>(), odd = {12, 0, 0, 0, cudaChannelFormatKindFloat};
+    CK(cudaDeviceGetTexture1DLinearMaxWidth(&lin, &f4, 0)); EXPECT(lin == (size_t)v && lin > 0);
+    EXPECT(cudaDeviceGetTexture1DLinearMaxWidth(&lin, &odd, 0) == cudaErrorInvalidChannelDescriptor);
+    EXPECT(cudaDeviceGetTexture1DLinearMaxWidth(&lin, &f4, 1) == cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+    // Documented absences, with the attributes a program checks first.
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrConcurrentManagedAccess, 0)); EXPECT(v == 0);
+    cudaMemLocation loc;
+    EXPECT(cudaMemGetLocationInfo(m, 4096, 4096, 0, &loc) == cudaErrorNotSupported);
+    EXPECT(p.unifiedFunctionPointers == 0);
+    (void)cudaGetLastError();
     GATE(3);
     CK(cudaFree(d)); CK(cudaFreeHost(h)); CK(cudaFree(m));
     CK(cudaDeviceSynchronize());

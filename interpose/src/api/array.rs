@@ -69,7 +69,7 @@ pub fn array(handle: *const c_void) -> CudaResult<ArrayRec> {
         .ok_or(cuda::ERROR_INVALID_RESOURCE_HANDLE)
 }
 
-fn elem_bytes(d: &ChannelFormatDesc) -> CudaResult<u64> {
+pub(crate) fn elem_bytes(d: &ChannelFormatDesc) -> CudaResult<u64> {
     let bits = [d.x, d.y, d.z, d.w];
     if bits.iter().any(|&b| b < 0 || b % 8 != 0) || d.x == 0 {
         return Err(cuda::ERROR_INVALID_CHANNEL_DESCRIPTOR);

@@ -86,6 +86,49 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         | cudaDevAttrMaxTexture3DHeight
         | cudaDevAttrMaxTexture3DDepth => 16384,
         cudaDevAttrSingleToDoublePrecisionPerfRatio => 2,
+        // Texture and surface limits (those of an sm_80 device; the emulated device has no
+        // smaller ones). Before, these valid attributes answered cudaErrorInvalidValue.
+        cudaDevAttrMaxTexture1DLayeredWidth
+        | cudaDevAttrMaxTexture2DLayeredWidth
+        | cudaDevAttrMaxTexture2DLayeredHeight
+        | cudaDevAttrMaxTexture2DGatherWidth
+        | cudaDevAttrMaxTexture2DGatherHeight
+        | cudaDevAttrMaxTextureCubemapWidth
+        | cudaDevAttrMaxTextureCubemapLayeredWidth
+        | cudaDevAttrMaxTexture1DMipmappedWidth
+        | cudaDevAttrMaxTexture2DMipmappedWidth
+        | cudaDevAttrMaxTexture2DMipmappedHeight
+        | cudaDevAttrMaxSurface1DWidth
+        | cudaDevAttrMaxSurface1DLayeredWidth
+        | cudaDevAttrMaxSurface2DLayeredWidth
+        | cudaDevAttrMaxSurface2DLayeredHeight
+        | cudaDevAttrMaxSurfaceCubemapWidth
+        | cudaDevAttrMaxSurfaceCubemapLayeredWidth
+        | cudaDevAttrMaxTexture3DDepthAlt => 32768,
+        cudaDevAttrMaxTexture1DLayeredLayers
+        | cudaDevAttrMaxTexture2DLayeredLayers
+        | cudaDevAttrMaxSurface1DLayeredLayers
+        | cudaDevAttrMaxSurface2DLayeredLayers => 2048,
+        cudaDevAttrMaxTextureCubemapLayeredLayers | cudaDevAttrMaxSurfaceCubemapLayeredLayers => 2046,
+        cudaDevAttrMaxTexture3DWidthAlt | cudaDevAttrMaxTexture3DHeightAlt => 8192,
+        cudaDevAttrMaxSurface2DWidth | cudaDevAttrMaxTexture2DLinearWidth => 131072,
+        cudaDevAttrMaxSurface2DHeight => 65536,
+        cudaDevAttrMaxTexture2DLinearHeight => 65000,
+        cudaDevAttrMaxTexture2DLinearPitch => 2097120,
+        cudaDevAttrMaxSurface3DWidth | cudaDevAttrMaxSurface3DHeight | cudaDevAttrMaxSurface3DDepth => 16384,
+        cudaDevAttrMaxTexture1DLinearWidth => TEXTURE_1D_LINEAR_MAX,
+        cudaDevAttrSurfaceAlignment => 512,
+        cudaDevAttrTexturePitchAlignment => 32,
+        // One device, one board, one locality domain holding every multiprocessor, one
+        // memory synchronization domain; no NUMA node of its own.
+        cudaDevAttrMultiGpuBoardGroupID | cudaDevAttrGpuPciDeviceId | cudaDevAttrGpuPciSubsystemId => 0,
+        cudaDevAttrMemSyncDomainCount | cudaDevAttrLocalityDomainCount => 1,
+        cudaDevAttrLocalityDomainMultiprocessorCount => p.multiprocessors,
+        cudaDevAttrNumaConfig => 0,
+        cudaDevAttrNumaId | cudaDevAttrHostNumaId => -1,
+        cudaDevAttrOversizedSharedMemoryPerBlock => 0,
+        // No TMA "large tensor" distinction: CUDA documents INT_MAX for such devices.
+        cudaDevAttrTensorMapLargeTensorMinSize => i32::MAX,
         a if ABSENT_FEATURES.contains(&a) => 0,
         cudaDevAttrMaxPersistingL2CacheSize => p.max_persisting_l2,
         cudaDevAttrMaxAccessPolicyWindowSize => p.max_access_policy_window,
@@ -207,7 +250,16 @@ pub const ABSENT_FEATURES: &[u32] = &[
     cudaDevAttrCigStreamsSupported,
     // The proxy is the device's only client process, not an MPS server's.
     cudaDevAttrMpsEnabled,
+    // `cudaHostRegisterReadOnly` is not accepted; host atomics are all or none; no stream
+    // batch memory operations.
+    cudaDevAttrHostRegisterReadOnlySupported,
+    cudaDevAttrOnlyPartialHostNativeAtomicSupported,
+    cudaDevAttrAtomicReductionSupported,
 ];
+
+/// Elements of a 1-D texture over linear memory (`cudaDevAttrMaxTexture1DLinearWidth`,
+/// `cudaDeviceGetTexture1DLinearMaxWidth`): 2^28, as on sm_80.
+const TEXTURE_1D_LINEAR_MAX: i32 = 1 << 28;
 
 /// The last `cudaAtomicOperation` (cudaAtomicOperationFloatMax).
 const ATOMIC_OP_LAST: u32 = 12;
@@ -321,6 +373,12 @@ crate::export! {
     fn cudaGetDeviceProperties(prop: *mut u8, dev: i32) {
         check_device(dev)?;
         fill_props(prop)
+    }
+    fn cudaDeviceGetTexture1DLinearMaxWidth(max_width: *mut usize, desc: *const ChannelFormatDesc, dev: i32) {
+        check_device(dev)?;
+        // The format must be one a texture can have; the limit is in elements of any size.
+        super::array::elem_bytes(&read(desc)?)?;
+        out(max_width, TEXTURE_1D_LINEAR_MAX as usize)
     }
     fn cudaDeviceGetAttribute(value: *mut i32, attr: u32, dev: i32) {
         check_device(dev)?;

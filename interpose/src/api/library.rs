@@ -11,7 +11,8 @@
 //! graph kernel nodes, `cudaKernelSetAttributeForDevice`) takes it as well, across restarts.
 //! JIT and library options are accepted and ignored (the emulated device runs the PTX as
 //! given; the cuda backend's driver gets the image with its defaults).
-//! Not implemented: `cudaLibraryGetManaged`, `cudaLibraryGetUnifiedFunction` (stubs).
+//! Not implemented: `cudaLibraryGetManaged` (a stub); `cudaLibraryGetUnifiedFunction` answers
+//! `cudaErrorSymbolNotFound`, as CUDA does where no device has unified function pointers.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
