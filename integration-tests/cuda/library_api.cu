@@ -1,7 +1,8 @@
 // The library API: a module loaded at run time from PTX text in a buffer the program then
 // frees (cudaLibraryLoadData), and from a file it then deletes (cudaLibraryLoadFromFile); its
 // kernels counted, enumerated, looked up by name and launched with cudaLaunchKernel; a
-// variable of it read and written; attributes of a library kernel; a missing kernel named as
+// variable of it read and written; a managed variable of a library read and written in place by
+// the host (cudaLibraryGetManaged); attributes of a library kernel; a missing kernel named as
 // cudaErrorSymbolNotFound; unload. The gates come with the libraries loaded and a launch
 // queued: after a restart the kernels run from the module crum kept. Checked; PASS.
 #include "common.h"
@@ -29,6 +30,17 @@ static const char *PTX =
     "  cvta.to.global.u64 %rd1, %rd1; mul.wide.u32 %rd2, %r2, 4; add.s64 %rd3, %rd1, %rd2;\n"
     "  ld.global.u32 %r3, [%rd3]; shl.b32 %r3, %r3, 1; st.global.u32 [%rd3], %r3;\n"
     "DONE:\n  ret;\n}\n";
+
+// A library with a managed variable (`__managed__`), which the host reads and writes in
+// place through cudaLibraryGetManaged, and a plain one, which is not managed.
+static const char *MANAGED_PTX =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .global .attribute(.managed) .align 4 .u32 hits = 3;\n"
+    ".visible .global .align 4 .u32 plain = 1;\n"
+    ".visible .entry hit() {\n"
+    "  .reg .b32 %r<2>;\n"
+    "  atom.global.add.u32 %r1, [hits], 1;\n"
+    "  ret;\n}\n";
 
 int main() {
     const int n = 1000;
@@ -74,6 +86,22 @@ int main() {
     cudaKernel_t twice2;
     CK(cudaLibraryGetKernel(&twice2, lib2, "twice"));
 
+    cudaLibrary_t lib3;
+    CK(cudaLibraryLoadData(&lib3, MANAGED_PTX, nullptr, nullptr, 0, nullptr, nullptr, 0));
+    unsigned *hits = nullptr, *again = nullptr;
+    size_t hbytes = 0;
+    CK(cudaLibraryGetManaged((void **)&hits, &hbytes, lib3, "hits"));
+    CK(cudaLibraryGetManaged((void **)&again, nullptr, lib3, "hits"));
+    EXPECT(hits == again && hbytes == 4 && *hits == 3);  // the initial value, read in place
+    void *nothing = nullptr;
+    EXPECT(cudaLibraryGetManaged(&nothing, nullptr, lib3, "plain") == cudaErrorSymbolNotFound);
+    EXPECT(cudaLibraryGetManaged(&nothing, nullptr, lib3, "no_such_var") == cudaErrorSymbolNotFound);
+    EXPECT(cudaLibraryGetManaged(nullptr, nullptr, lib3, "hits") == cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    cudaKernel_t hit;
+    CK(cudaLibraryGetKernel(&hit, lib3, "hit"));
+    CK(cudaLaunchKernel((const void *)hit, dim3(2), dim3(32), nullptr, 0, 0));  // 3 + 64
+
     int nn = n;
     void *args[] = {&d, &nn};
     CK(cudaLaunchKernel((const void *)add, dim3((n + 255) / 256), dim3(256), args, 0, 0));  // i + 7
@@ -81,7 +109,11 @@ int main() {
     CK(cudaLaunchKernel((const void *)twice2, dim3((n + 255) / 256), dim3(256), args, 0, 0));  // 2(i + 7)
     unsigned b1 = 100;
     CK(cudaMemcpy(bump, &b1, 4, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    EXPECT(*hits == 67);
+    *hits = 1000;  // the host writes the library's managed variable
     GATE(2);
+    CK(cudaLaunchKernel((const void *)hit, dim3(1), dim3(64), nullptr, 0, 0));  // 1000 + 64
     CK(cudaLaunchKernel((const void *)add, dim3((n + 255) / 256), dim3(256), args, 0, 0));  // 3i + 114
     GATE(3);
     CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
@@ -91,10 +123,13 @@ int main() {
             EXPECT(false);
         }
     }
+    EXPECT(*hits == 1064);
+    CK(cudaLibraryUnload(lib3));
     CK(cudaLibraryUnload(lib2));
     EXPECT(cudaLibraryGetKernel(&twice2, lib2, "twice") == cudaErrorInvalidResourceHandle);
     CK(cudaLibraryUnload(lib));
     printf("library kernels from a freed buffer and a deleted file: %d results match\n", n);
+    printf("a library's managed variable, read and written in place: %u\n", 1064u);
     printf("PASS\n");
     return 0;
 }

@@ -111,6 +111,8 @@ pub struct GlobalVar {
     pub align: u32,
     /// Initializer bytes, zero-filled when none; `init.len() == size`.
     pub init: Vec<u8>,
+    /// Declared `.attribute(.managed)` (a `__managed__` variable).
+    pub managed: bool,
 }
 
 /// A live device allocation: device addresses `base..base+len` live at `host..host+len`.

@@ -207,6 +207,8 @@ struct Decl {
     range: Option<u32>,
     extern_: bool,
     ptr: bool,
+    /// `.attribute(.managed)`.
+    managed: bool,
 }
 
 impl Decl {
@@ -500,11 +502,14 @@ impl Builder {
                     "v8" => d.vec = 8,
                     "texref" | "samplerref" | "surfref" => d.ty = Some(Ty::B64),
                     // `.attribute(.managed)` (`__managed__` variables) and other attributes:
-                    // no effect on layout; the runtime re-homes managed variables itself.
+                    // no effect on layout; the runtime re-homes managed variables itself
+                    // (`cudaLibraryGetManaged` names only those declared managed).
                     "attribute" => {
                         if p.eat_punct('(') {
                             while !p.eat_punct(')') {
-                                p.next()?;
+                                if let Tok::Word(w) = p.next()? {
+                                    d.managed |= w.trim_start_matches('.') == "managed";
+                                }
                             }
                         }
                     }
@@ -598,6 +603,7 @@ impl Builder {
                         size,
                         align,
                         init,
+                        managed: d.managed,
                     };
                     let def = Def::new(self.module, self.linkage);
                     let prev = self.link.var_defs.get(&idx).copied();
@@ -1741,14 +1747,15 @@ mod tests {
 .address_size 64
 .global .attribute(.managed) .align 4 .u32 counter;
 .global .attribute(.managed) .align 8 .b8 table[24] = {1, 2, 3};
+.global .align 4 .u32 plain;
 .visible .entry k()
 {
 	ret;
 }
 "#;
         let m = crate::Module::parse(src).expect("managed declarations parse");
-        let g: Vec<(&str, u64)> = m.globals().iter().map(|g| (g.name.as_str(), g.size)).collect();
-        assert_eq!(g, vec![("counter", 4), ("table", 24)]);
+        let g: Vec<(&str, u64, bool)> = m.globals().iter().map(|g| (g.name.as_str(), g.size, g.managed)).collect();
+        assert_eq!(g, vec![("counter", 4, true), ("table", 24, true), ("plain", 4, false)]);
         assert_eq!(m.globals()[1].init[..4], [1, 2, 3, 0]);
     }
 

@@ -11,7 +11,7 @@
 //! graph kernel nodes, `cudaKernelSetAttributeForDevice`) takes it as well, across restarts.
 //! JIT and library options are accepted and ignored (the emulated device runs the PTX as
 //! given; the cuda backend's driver gets the image with its defaults).
-//! Not implemented: `cudaLibraryGetManaged` (a stub); `cudaLibraryGetUnifiedFunction` answers
+//! `cudaLibraryGetUnifiedFunction` answers
 //! `cudaErrorSymbolNotFound`, as CUDA does where no device has unified function pointers.
 #![allow(unsafe_code)]
 
@@ -33,6 +33,8 @@ pub(crate) struct Library {
     pub(crate) module: usize,
     unloaded: AtomicBool,
     kernels: Mutex<HashMap<String, usize>>,
+    /// Its managed variables handed out so far: name → (address, size).
+    managed: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 /// The live libraries, by handle (the address of the `Library`, never freed).
@@ -129,7 +131,12 @@ pub(crate) fn load_image(image: Vec<u8>) -> CudaResult<usize> {
     let module = super::launch::register_image(image);
     module_id(module)?;
     let l: &'static Library =
-        Box::leak(Box::new(Library { module, unloaded: AtomicBool::new(false), kernels: Mutex::new(HashMap::new()) }));
+        Box::leak(Box::new(Library {
+            module,
+            unloaded: AtomicBool::new(false),
+            kernels: Mutex::new(HashMap::new()),
+            managed: Mutex::new(HashMap::new()),
+        }));
     let h = l as *const Library as usize;
     LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).push(h);
     Ok(h)
@@ -164,6 +171,28 @@ pub(crate) fn unload(handle: *mut c_void) -> CudaResult<()> {
         }
     }
     call(&Request::UnloadModule { module: module_id(l.module)? }).map(|_| ())
+}
+
+/// A managed variable of library `l` (declared `__managed__`): (address, size), the same each
+/// time. Its memory becomes managed memory shared with the program on first use (the
+/// variable's value moves with it; kernels launched since use it there), so the host reads
+/// and writes it directly; a restart maps it again like any managed allocation.
+/// cudaErrorSymbolNotFound if the library has no managed variable of that name.
+pub(crate) fn managed(l: &Library, name: String) -> CudaResult<(u64, u64)> {
+    let mut g = l.managed.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&v) = g.get(&name) {
+        return Ok(v);
+    }
+    let (_, size) = global(l, name.clone())?;
+    let not_found = |e| if e == cuda::ERROR_INVALID_SYMBOL { cuda::ERROR_SYMBOL_NOT_FOUND } else { e };
+    let Body::Alloc { addr, memfd: Some(fd) } = call(&Request::ManagedVar { module: module_id(l.module)?, name: name.clone() }).map_err(not_found)?
+    else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
+    crate::managed::register(addr, size, fd, crate::managed::Init::FromProxy)?;
+    add_alloc(addr, size, MemKind::Managed, 1);
+    g.insert(name, (addr, size));
+    Ok((addr, size))
 }
 
 /// A variable of library `l`: (device address, size); cudaErrorSymbolNotFound if absent.
@@ -224,6 +253,21 @@ crate::export! {
         let l = library(handle)?;
         let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
         let (addr, size) = global(l, name)?;
+        if !dptr.is_null() {
+            out(dptr, addr as *mut c_void)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size as usize)?;
+        }
+        Ok(())
+    }
+    fn cudaLibraryGetManaged(dptr: *mut *mut c_void, bytes: *mut usize, handle: *mut c_void, name: *const c_char) {
+        let l = library(handle)?;
+        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        if dptr.is_null() && bytes.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let (addr, size) = managed(l, name)?;
         if !dptr.is_null() {
             out(dptr, addr as *mut c_void)?;
         }

@@ -271,6 +271,10 @@ impl Kernels {
     /// Re-home a module variable in managed memory, keeping its current contents.
     pub fn make_managed(&self, module: u64, name: &str, vram: &Vram) -> Result<Allocation> {
         let m = self.module(module)?;
+        // Only a variable declared managed (`__managed__`, `.attribute(.managed)`) is one.
+        if !m.module.globals().iter().any(|g| g.name == name && g.managed) {
+            return Err(err(cuda::ERROR_INVALID_SYMBOL));
+        }
         let mut s = m.symbols.lock().unwrap();
         let (old, size) = *s.get(name).ok_or(err(cuda::ERROR_INVALID_SYMBOL))?;
         if vram
