@@ -6,7 +6,8 @@
 //! context shares the proxy's device: a pointer allocated in one context may be used from
 //! another, as on one GPU with unified addressing. What a created context owns is kept by
 //! context: the modules loaded, the memory allocated (`cuMemAlloc*`, `cuMemAllocHost`,
-//! `cuMemHostAlloc`), the streams and events created while it was current; `cuCtxDestroy`
+//! `cuMemHostAlloc`), the streams and events created through the driver face while it was
+//! current (the runtime's own calls belong to the primary context, as in CUDA); `cuCtxDestroy`
 //! synchronizes the device and frees all of it. A kernel is launched only in the context its
 //! module was loaded in (otherwise `CUDA_ERROR_INVALID_HANDLE`). `cuCtxSynchronize`
 //! synchronizes the whole device (a superset of the context's work).
@@ -104,6 +105,11 @@ pub(crate) fn set_current(ctx: usize) {
     });
 }
 
+/// `ctx` off this thread's stack (the primary context "destroyed": it is only released).
+pub(crate) fn leave(ctx: usize) {
+    STACK.with(|s| s.borrow_mut().retain(|&x| x != ctx));
+}
+
 /// A new context, current to this thread.
 pub(crate) fn create(flags: u32) -> usize {
     let h = NEXT.fetch_add(0x100, Ordering::Relaxed);
@@ -176,7 +182,7 @@ pub(crate) fn destroy(ctx: usize) -> CudaResult<()> {
     let Some(owned) = with(|c| c.created.remove(&ctx)) else {
         return Err(cuda::ERROR_DEVICE_UNINITIALIZED);
     };
-    STACK.with(|s| s.borrow_mut().retain(|&x| x != ctx));
+    leave(ctx);
     let rt = |code: u32| if code == 0 { Ok(()) } else { Err(code) };
     rt(super::device::cudaDeviceSynchronize())?;
     for s in owned.streams {

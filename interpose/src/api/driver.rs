@@ -192,7 +192,7 @@ driver! {
     fn cuCtxDestroy_v2(ctx: usize) {
         if ctx == context::PRIMARY {
             // The primary context is released, not destroyed: it leaves this thread's stack.
-            context::set_current(0);
+            context::leave(ctx);
             return Ok(());
         }
         context::destroy(ctx)
