@@ -228,6 +228,7 @@ fn runtime_tex(tex: *const u8, res: *const u8) -> CudaResult<[u8; crate::abi_gen
 }
 
 /// `cuMemsetD2D*`: `height` rows of `width` elements of `elem` bytes, `pitch` apart.
+#[allow(clippy::too_many_arguments)]
 fn memset2d(dst: u64, pitch: usize, value: u32, elem: u32, width: usize, height: usize, stream: u64, sync: bool) -> CudaResult<()> {
     let stream = crate::state::resolve_stream(stream, false)?;
     let m = crate::graph::MemsetNode { dst, pitch: pitch as u64, value, elem, width: width as u64, height: height as u64 };

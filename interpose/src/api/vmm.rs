@@ -126,7 +126,7 @@ fn place(v: &Vmm, size: u64, align: u64, hint: u64) -> Option<u64> {
         let clear = v.reserved.range(..end).next_back().is_none_or(|(&b, &l)| b + l <= at);
         (at >= LO && end <= HI && clear).then_some(at)
     };
-    if hint != 0 && hint % align == 0 {
+    if hint != 0 && hint.is_multiple_of(align) {
         if let Some(at) = free(hint) {
             return Some(at);
         }
@@ -158,7 +158,7 @@ driver! {
     fn cuMemAddressReserve(ptr: *mut u64, size: usize, alignment: usize, addr: u64, flags: u64) {
         let size = size as u64;
         let align = (alignment as u64).max(VMM_GRANULARITY);
-        if ptr.is_null() || size == 0 || size % VMM_GRANULARITY != 0 || !align.is_power_of_two() || flags != 0 {
+        if ptr.is_null() || size == 0 || !size.is_multiple_of(VMM_GRANULARITY) || !align.is_power_of_two() || flags != 0 {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
         let at = with(|v| {
@@ -185,7 +185,7 @@ driver! {
     fn cuMemCreate(handle: *mut u64, size: usize, prop: *const u8, flags: u64) {
         let prop = check_prop(prop)?;
         let size = size as u64;
-        if handle.is_null() || size == 0 || size % VMM_GRANULARITY != 0 || flags != 0 {
+        if handle.is_null() || size == 0 || !size.is_multiple_of(VMM_GRANULARITY) || flags != 0 {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
         // The memory the device reports is what a physical allocation takes, as on a GPU.
@@ -219,7 +219,7 @@ driver! {
         let size = size as u64;
         let kept = with(|v| {
             let p = v.physical.get(&handle).ok_or(cuda::ERROR_INVALID_VALUE)?;
-            if flags != 0 || ptr % VMM_GRANULARITY != 0 {
+            if flags != 0 || !ptr.is_multiple_of(VMM_GRANULARITY) {
                 return Err(cuda::ERROR_INVALID_VALUE);
             }
             if offset != 0 || size != p.size || p.mapped.is_some() {

@@ -245,7 +245,7 @@ impl Vram {
         let bad = crum_wire::cuda::ERROR_INVALID_VALUE;
         let span = len.checked_next_multiple_of(GRANULE).ok_or(bad)?;
         let end = addr.checked_add(span).ok_or(bad)?;
-        if len == 0 || addr % GRANULE != 0 || !self.in_vmm(addr) || !self.in_vmm(end - 1) {
+        if len == 0 || !addr.is_multiple_of(GRANULE) || !self.in_vmm(addr) || !self.in_vmm(end - 1) {
             return Err(bad);
         }
         let mut g = self.inner.write().unwrap();
