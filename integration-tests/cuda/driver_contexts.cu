@@ -8,12 +8,11 @@
 #include "driver_ptx.h"
 #include <cstring>
 
-DRIVER(cuInit) DRIVER(cuDeviceGet) DRIVER(cuDevicePrimaryCtxRetain) DRIVER(cuCtxCreate) DRIVER(cuCtxDestroy)
-DRIVER(cuCtxPushCurrent) DRIVER(cuCtxPopCurrent) DRIVER(cuCtxSetCurrent) DRIVER(cuCtxGetCurrent)
-DRIVER(cuCtxSynchronize) DRIVER(cuCtxGetId) DRIVER(cuCtxGetFlags) DRIVER(cuModuleLoadData) DRIVER(cuModuleGetFunction)
-DRIVER(cuMemAlloc) DRIVER(cuMemFree) DRIVER(cuMemsetD32) DRIVER(cuMemcpyDtoH) DRIVER(cuStreamCreate)
-DRIVER(cuStreamSynchronize) DRIVER(cuEventCreate) DRIVER(cuEventRecord) DRIVER(cuEventSynchronize)
-DRIVER(cuEventElapsedTime) DRIVER(cuLaunchKernel)
+#define FUNCS(X) X(cuCtxCreate) X(cuCtxDestroy) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetCurrent) \
+    X(cuCtxSynchronize) X(cuCtxGetId) X(cuCtxGetFlags) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD32) \
+    X(cuMemcpyDtoH) X(cuStreamCreate) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventRecord) \
+    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuLaunchKernel)
+FUNCS(DRIVER)
 
 static const unsigned N = 1000;
 
@@ -45,21 +44,11 @@ static CUfunction load(CUmodule *m) {
 }
 
 int main() {
-    LOAD(cuInit) LOAD(cuDeviceGet) LOAD(cuDevicePrimaryCtxRetain) LOAD(cuCtxCreate) LOAD(cuCtxDestroy)
-    LOAD(cuCtxPushCurrent) LOAD(cuCtxPopCurrent) LOAD(cuCtxSetCurrent) LOAD(cuCtxGetCurrent)
-    LOAD(cuCtxSynchronize) LOAD(cuCtxGetId) LOAD(cuCtxGetFlags) LOAD(cuModuleLoadData) LOAD(cuModuleGetFunction)
-    LOAD(cuMemAlloc) LOAD(cuMemFree) LOAD(cuMemsetD32) LOAD(cuMemcpyDtoH) LOAD(cuStreamCreate)
-    LOAD(cuStreamSynchronize) LOAD(cuEventCreate) LOAD(cuEventRecord) LOAD(cuEventSynchronize)
-    LOAD(cuEventElapsedTime) LOAD(cuLaunchKernel)
-
-    DRV(p_cuInit(0));
+    FUNCS(LOAD)
     CUdevice dev;
-    DRV(p_cuDeviceGet(&dev, 0));
     CUcontext primary, c1, c2, cur;
-    DRV(p_cuDevicePrimaryCtxRetain(&primary, dev));
-    DRV(p_cuCtxSetCurrent(primary));
-    CUmodule m0, m1, m2;
-    CUfunction f0 = load(&m0);
+    CUfunction f0 = drv_start(&dev, &primary, AXPB_PTX, "axpb");
+    CUmodule m1, m2;
     CUdeviceptr p0;
     DRV(p_cuMemAlloc(&p0, N * 4));
     DRV(p_cuMemsetD32(p0, 1, N));

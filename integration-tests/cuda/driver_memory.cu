@@ -10,15 +10,14 @@
 #include <cstring>
 #include <vector>
 
-DRIVER(cuInit) DRIVER(cuDeviceGet) DRIVER(cuDevicePrimaryCtxRetain) DRIVER(cuCtxSetCurrent) DRIVER(cuCtxSynchronize)
-DRIVER(cuModuleLoadData) DRIVER(cuModuleGetFunction) DRIVER(cuLaunchKernel) DRIVER(cuStreamCreate)
-DRIVER(cuStreamSynchronize) DRIVER(cuMemAllocHost) DRIVER(cuMemFreeHost) DRIVER(cuMemHostAlloc)
-DRIVER(cuMemHostGetDevicePointer) DRIVER(cuMemHostRegister) DRIVER(cuMemHostUnregister) DRIVER(cuMemAllocManaged)
-DRIVER(cuMemAllocPitch) DRIVER(cuMemFree) DRIVER(cuMemcpy2D) DRIVER(cuMemcpy3D) DRIVER(cuMemsetD2D32)
-DRIVER(cuMemcpyHtoDAsync) DRIVER(cuMemcpyDtoH) DRIVER(cuMemAllocAsync) DRIVER(cuMemFreeAsync) DRIVER(cuMemPoolCreate)
-DRIVER(cuMemPoolDestroy) DRIVER(cuMemAllocFromPoolAsync) DRIVER(cuArrayCreate) DRIVER(cuArray3DCreate)
-DRIVER(cuArrayDestroy) DRIVER(cuArrayGetDescriptor) DRIVER(cuArray3DGetDescriptor) DRIVER(cuTexObjectCreate)
-DRIVER(cuTexObjectDestroy) DRIVER(cuTexObjectGetResourceDesc)
+#define FUNCS(X) X(cuCtxSynchronize) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamSynchronize) \
+    X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemHostRegister) \
+    X(cuMemHostUnregister) X(cuMemAllocManaged) X(cuMemAllocPitch) X(cuMemFree) X(cuMemcpy2D) X(cuMemcpy3D) \
+    X(cuMemsetD2D32) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoH) X(cuMemAllocAsync) X(cuMemFreeAsync) \
+    X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemAllocFromPoolAsync) X(cuArrayCreate) X(cuArray3DCreate) \
+    X(cuArrayDestroy) X(cuArrayGetDescriptor) X(cuArray3DGetDescriptor) X(cuTexObjectCreate) \
+    X(cuTexObjectDestroy) X(cuTexObjectGetResourceDesc)
+FUNCS(DRIVER)
 
 // Reads texel (x, y) of `tex` into out[y*w + x]: launched through the driver.
 __global__ void fetch(cudaTextureObject_t tex, float *out, int w, int h) {
@@ -102,27 +101,10 @@ static void check_array3d(CUarray a3, CUdeviceptr pitched, size_t pitch) {
 }
 
 int main() {
-    LOAD(cuInit) LOAD(cuDeviceGet) LOAD(cuDevicePrimaryCtxRetain) LOAD(cuCtxSetCurrent) LOAD(cuCtxSynchronize)
-    LOAD(cuModuleLoadData) LOAD(cuModuleGetFunction) LOAD(cuLaunchKernel) LOAD(cuStreamCreate)
-    LOAD(cuStreamSynchronize) LOAD(cuMemAllocHost) LOAD(cuMemFreeHost) LOAD(cuMemHostAlloc)
-    LOAD(cuMemHostGetDevicePointer) LOAD(cuMemHostRegister) LOAD(cuMemHostUnregister) LOAD(cuMemAllocManaged)
-    LOAD(cuMemAllocPitch) LOAD(cuMemFree) LOAD(cuMemcpy2D) LOAD(cuMemcpy3D) LOAD(cuMemsetD2D32)
-    LOAD(cuMemcpyHtoDAsync) LOAD(cuMemcpyDtoH) LOAD(cuMemAllocAsync) LOAD(cuMemFreeAsync) LOAD(cuMemPoolCreate)
-    LOAD(cuMemPoolDestroy) LOAD(cuMemAllocFromPoolAsync) LOAD(cuArrayCreate) LOAD(cuArray3DCreate)
-    LOAD(cuArrayDestroy) LOAD(cuArrayGetDescriptor) LOAD(cuArray3DGetDescriptor) LOAD(cuTexObjectCreate)
-    LOAD(cuTexObjectDestroy) LOAD(cuTexObjectGetResourceDesc)
-
-    DRV(p_cuInit(0));
+    FUNCS(LOAD)
     CUdevice dev;
-    DRV(p_cuDeviceGet(&dev, 0));
     CUcontext ctx;
-    DRV(p_cuDevicePrimaryCtxRetain(&ctx, dev));
-    DRV(p_cuCtxSetCurrent(ctx));
-    CUmodule mod;
-    char *text = strdup(AXPB_PTX);
-    DRV(p_cuModuleLoadData(&mod, text));
-    free(text);
-    DRV(p_cuModuleGetFunction(&axpb_f, mod, "axpb"));
+    axpb_f = drv_start(&dev, &ctx, AXPB_PTX, "axpb");
     CUstream s;
     DRV(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 

@@ -10,12 +10,11 @@
 #include <cstring>
 #include <vector>
 
-DRIVER(cuInit) DRIVER(cuDeviceGet) DRIVER(cuDevicePrimaryCtxRetain) DRIVER(cuCtxSetCurrent) DRIVER(cuCtxSynchronize)
-DRIVER(cuModuleLoadData) DRIVER(cuModuleGetFunction) DRIVER(cuLaunchKernel) DRIVER(cuMemcpyDtoH) DRIVER(cuMemsetD32)
-DRIVER(cuMemAlloc) DRIVER(cuMemFree) DRIVER(cuMemGetAddressRange)
-DRIVER(cuMemGetAllocationGranularity) DRIVER(cuMemAddressReserve) DRIVER(cuMemAddressFree) DRIVER(cuMemCreate)
-DRIVER(cuMemRelease) DRIVER(cuMemMap) DRIVER(cuMemUnmap) DRIVER(cuMemSetAccess) DRIVER(cuMemGetAccess)
-DRIVER(cuMemRetainAllocationHandle) DRIVER(cuMemGetAllocationPropertiesFromHandle)
+#define FUNCS(X) X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemcpyDtoH) X(cuMemsetD32) X(cuMemAlloc) \
+    X(cuMemFree) X(cuMemGetAddressRange) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) \
+    X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) \
+    X(cuMemGetAccess) X(cuMemRetainAllocationHandle) X(cuMemGetAllocationPropertiesFromHandle)
+FUNCS(DRIVER)
 
 static CUfunction axpb_f;
 // One word in every STRIDE is touched by the kernel (the rest stays as the memset left it).
@@ -41,24 +40,10 @@ static void check(CUdeviceptr d, size_t bytes, unsigned base, unsigned scale, un
 }
 
 int main() {
-    LOAD(cuInit) LOAD(cuDeviceGet) LOAD(cuDevicePrimaryCtxRetain) LOAD(cuCtxSetCurrent) LOAD(cuCtxSynchronize)
-    LOAD(cuModuleLoadData) LOAD(cuModuleGetFunction) LOAD(cuLaunchKernel) LOAD(cuMemcpyDtoH) LOAD(cuMemsetD32)
-    LOAD(cuMemAlloc) LOAD(cuMemFree) LOAD(cuMemGetAddressRange)
-    LOAD(cuMemGetAllocationGranularity) LOAD(cuMemAddressReserve) LOAD(cuMemAddressFree) LOAD(cuMemCreate)
-    LOAD(cuMemRelease) LOAD(cuMemMap) LOAD(cuMemUnmap) LOAD(cuMemSetAccess) LOAD(cuMemGetAccess)
-    LOAD(cuMemRetainAllocationHandle) LOAD(cuMemGetAllocationPropertiesFromHandle)
-
-    DRV(p_cuInit(0));
+    FUNCS(LOAD)
     CUdevice dev;
-    DRV(p_cuDeviceGet(&dev, 0));
     CUcontext ctx;
-    DRV(p_cuDevicePrimaryCtxRetain(&ctx, dev));
-    DRV(p_cuCtxSetCurrent(ctx));
-    CUmodule mod;
-    char *text = strdup(AXPB_PTX);
-    DRV(p_cuModuleLoadData(&mod, text));
-    free(text);
-    DRV(p_cuModuleGetFunction(&axpb_f, mod, "axpb"));
+    axpb_f = drv_start(&dev, &ctx, AXPB_PTX, "axpb");
 
     CUmemAllocationProp prop = {};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
