@@ -4,6 +4,8 @@
 fn main() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../preload/src/audit.c");
     println!("cargo:rerun-if-changed={}", src.display());
+    // Its ELF reading and patching, shared with preload/src/static_runtime.c.
+    println!("cargo:rerun-if-changed={}", src.with_file_name("elf_patch.h").display());
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("libcrum_audit.so");
     let compiler = cc::Build::new().get_compiler();
     let status = compiler

@@ -142,6 +142,12 @@ fn cuda_sources(name: &str) -> Result<Vec<PathBuf>> {
 /// `cuda/<name>/` of several `.cu` files is built with separate compilation (`-rdc=true`:
 /// relocatable device code per file, one device-link step), as CMake's
 /// `CUDA_SEPARABLE_COMPILATION ON` builds it.
+///
+/// Compiling and linking are two steps, each cached: the objects by source, local headers,
+/// compile flags and nvcc version, the executable by those and the link flags. The runtime
+/// is chosen at link time only (`-cudart static` in `extra`, else `-cudart shared`), so the
+/// static build of a program whose shared build exists costs one link (the corpus runs
+/// twice, issue 13: `tests/cuda_static.rs`).
 pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
     let srcs = cuda_sources(name)?;
     let home = cuda_home()?;
@@ -169,40 +175,61 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
     for hdr in headers {
         fs::read(&hdr)?.hash(&mut h);
     }
-    extra.hash(&mut h);
+    // `extra` may choose the runtime (`-cudart static`): a link flag; the rest go to both steps.
+    let (cudart, flags): (Vec<&str>, Vec<&str>) = match extra.iter().position(|&f| f == "-cudart") {
+        Some(i) => (
+            extra[i..(i + 2).min(extra.len())].to_vec(),
+            extra[..i].iter().chain(extra.get(i + 2..).unwrap_or_default()).copied().collect(),
+        ),
+        None => (vec!["-cudart", "shared"], extra.to_vec()),
+    };
+    flags.hash(&mut h);
     nvcc_version(&nvcc)?.hash(&mut h);
+    let objects_key = h.finish();
+    cudart.hash(&mut h);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("build");
     fs::create_dir_all(&dir)?;
     let exe = dir.join(format!("{name}-{:016x}", h.finish()));
     if exe.exists() {
         return Ok(exe);
     }
-    let tmp = build_tmp(&dir, name);
     let path = format!(
         "{}:{}",
         home.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    // `extra` may choose the runtime (`-cudart static`); the shared one otherwise.
-    let cudart: &[&str] = if extra.contains(&"-cudart") { &[] } else { &["-cudart", "shared"] };
-    let out = Command::new(&nvcc)
-        .args(cudart)
-        .args(["-arch=sm_80", "-O2"])
-        .args(rdc)
-        .arg("-o")
-        .arg(&tmp)
-        .args(&srcs)
-        .args(extra)
-        .env("PATH", path)
-        .output()
-        .context("run nvcc")?;
-    if !out.status.success() {
+    let run = |args: &[&OsStr], what: &str| -> Result<()> {
+        let out = Command::new(&nvcc).args(args).env("PATH", &path).output().context("run nvcc")?;
+        if !out.status.success() {
+            bail!("nvcc ({what}) failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    let mut objects = Vec::new();
+    for src in &srcs {
+        let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("src");
+        let obj = dir.join(format!("{name}-{objects_key:016x}-{stem}.o"));
+        if !obj.exists() {
+            let tmp = build_tmp(&dir, &format!("{name}-{stem}.o"));
+            let mut args: Vec<&OsStr> = ["-arch=sm_80", "-O2"].iter().chain(rdc).map(OsStr::new).collect();
+            args.extend([OsStr::new("-c"), OsStr::new("-o"), tmp.as_os_str(), src.as_os_str()]);
+            args.extend(flags.iter().map(OsStr::new));
+            if let Err(e) = run(&args, &src.display().to_string()) {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+            install_new(&tmp, &obj)?;
+        }
+        objects.push(obj);
+    }
+    let tmp = build_tmp(&dir, name);
+    let mut args: Vec<&OsStr> = cudart.iter().chain(&["-arch=sm_80", "-O2"]).chain(rdc).map(OsStr::new).collect();
+    args.extend([OsStr::new("-o"), tmp.as_os_str()]);
+    args.extend(objects.iter().map(|o| o.as_os_str()));
+    args.extend(flags.iter().map(OsStr::new));
+    if let Err(e) = run(&args, &format!("linking {name}")) {
         let _ = fs::remove_file(&tmp);
-        bail!(
-            "nvcc {} failed:\n{}",
-            srcs.iter().map(|s| s.display().to_string()).collect::<Vec<_>>().join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        return Err(e);
     }
     install_new(&tmp, &exe)?;
     Ok(exe)

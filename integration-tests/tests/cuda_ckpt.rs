@@ -144,6 +144,18 @@ corpus_ckpt!(
     driver_api_modules_launches_and_events_survive_restarts,
     "driver_api"
 );
+corpus_ckpt!(
+    created_driver_contexts_their_modules_memory_and_streams_survive_restarts,
+    "driver_contexts"
+);
+corpus_ckpt!(
+    vmm_mappings_come_back_at_their_addresses_with_their_bytes_after_restarts,
+    "driver_vmm"
+);
+corpus_ckpt!(
+    driver_arrays_pitched_pooled_and_host_memory_and_textures_survive_restarts,
+    "driver_memory"
+);
 /// Checkpoints no longer fail "lane busy" while threads beyond the 64 lanes hold the overflow
 /// lane (the agent has its own lane; this test failed every run before). Its restarts failed
 /// now and then, for three reasons, each fixed — "cannot connect to the new device

@@ -1,47 +1,69 @@
 //! Programs linked with the static CUDA runtime (`nvcc -cudart static`, nvcc's and CMake's
 //! default; issue 13): at load, libcrum_libc.so redirects the runtime entry points of the
 //! executable to libcrum.so (`preload/src/static_runtime.c`), so NVIDIA's runtime never
-//! starts. Programs of the corpus built that way print what their shared-runtime builds print,
-//! under `crum run` on the emulated device, and checkpoint and restart the same way. A
-//! stripped one is refused, naming the reason. (The whole corpus, measured once:
-//! docs/driver-api.md § 4.1; here a program per area of the runtime, as each build costs an
-//! nvcc run.)
+//! starts. The whole corpus (the list `cuda_corpus_list/`, shared with `cuda_corpus.rs`) runs
+//! here built that way, under `crum run` on the emulated device, and must print what its
+//! shared-runtime build prints; a program per area is checkpointed and restarted as its shared
+//! build is (`cuda_ckpt.rs`). A stripped one is refused, naming the reason.
+
+mod cuda_corpus_list;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crum_integration_tests::{
-    build_cuda_with, check_expected, crum_bin, cuda_home, gated_scenario, run_cuda_pass_with, wait_with_timeout, workspace,
-    Proc, ScenarioOpts,
+    build_cuda_with, crum_bin, cuda_home, gated_scenario, run_cuda_pass_with, wait_with_timeout, workspace, Proc,
+    ScenarioOpts,
 };
 
 const STATIC: &[&str] = &["-cudart", "static"];
 
-macro_rules! static_corpus {
-    ($test:ident, $name:literal) => {
-        #[test]
-        fn $test() {
-            let out = run_cuda_pass_with($name, STATIC, &[]);
-            check_expected($name, &out);
-        }
-    };
+/// A corpus program built with the static runtime (and its own flags), run to its `PASS`.
+fn run_static(name: &str, nvcc: &[&str], args: &[&str]) -> String {
+    let flags: Vec<&str> = STATIC.iter().chain(nvcc).copied().collect();
+    run_cuda_pass_with(name, &flags, args)
 }
 
-static_corpus!(vector_add_with_the_static_runtime_matches_cpu, "vector_add");
-static_corpus!(streams_events_and_pinned_copies_with_the_static_runtime, "streams_pipeline");
-static_corpus!(device_and_constant_symbols_with_the_static_runtime, "symbols");
-static_corpus!(managed_memory_with_the_static_runtime, "managed");
-static_corpus!(callbacks_and_events_with_the_static_runtime, "events_callbacks");
-static_corpus!(captured_graphs_with_the_static_runtime, "graph_capture");
-static_corpus!(host_threads_with_the_static_runtime, "host_threads");
-static_corpus!(the_library_api_with_the_static_runtime, "library_api");
+cuda_corpus_list::corpus!(run_static);
+
+/// The gated scenario of `cuda_ckpt.rs` (checkpoints at three gates, kill, restarts, a
+/// restart of a restart) for a static build.
+fn static_scenario(name: &str, o: ScenarioOpts) {
+    let mut nvcc = STATIC.to_vec();
+    nvcc.extend(o.nvcc.iter().copied());
+    if let Err(e) = gated_scenario(name, &ScenarioOpts { nvcc, ..o }) {
+        panic!("{name} (-cudart static): {e:#}");
+    }
+}
+
+#[test]
+fn static_managed_memory_restarts_at_three_points() {
+    static_scenario("managed", ScenarioOpts::default());
+}
+
+#[test]
+fn static_captured_graphs_launch_after_restart() {
+    static_scenario("graph_capture", ScenarioOpts::default());
+}
+
+#[test]
+fn static_separately_compiled_program_restarts_with_its_linked_module() {
+    static_scenario("rdc_linked", ScenarioOpts::default());
+}
+
+#[test]
+fn static_libraries_loaded_at_run_time_survive_restarts() {
+    static_scenario("library_api", ScenarioOpts::default());
+}
+
+#[test]
+fn static_driver_api_vmm_mappings_survive_restarts() {
+    static_scenario("driver_vmm", ScenarioOpts::default());
+}
 
 #[test]
 fn a_static_runtime_program_restarts_at_three_points_and_restarts_again() {
-    let o = ScenarioOpts { nvcc: STATIC.to_vec(), ..Default::default() };
-    if let Err(e) = gated_scenario("streams_pipeline", &o) {
-        panic!("streams_pipeline (-cudart static): {e:#}");
-    }
+    static_scenario("streams_pipeline", ScenarioOpts::default());
 }
 
 #[test]
@@ -140,9 +162,12 @@ fn shared_libraries_with_their_own_static_runtime_run_and_restart() {
         let mut p = Proc::run(exe, &args, &["--device", "emu"], &[], &dir.path().join("run.out")).unwrap();
         assert_eq!(p.success(Duration::from_secs(120)).unwrap(), want, "{args:?}");
     }
-    // Checkpointed mid-run (loaded by dlopen), killed, restarted.
+    // Checkpointed mid-run (loaded by dlopen), killed, restarted. Enough rounds (40, some
+    // seconds) that the program still runs when it is killed after the checkpoint, on a loaded
+    // machine too (with 12 it once ended first, the corpus running beside it).
+    let want: String = (0..40).map(|k| format!("round {k} ok\n")).collect::<String>() + "PASS\n";
     let images = dir.path().join("images");
-    let mut p = Proc::run(&loader, &["dlopen", lib_arg, "12"], &["--device", "emu"], &[], &dir.path().join("first.out")).unwrap();
+    let mut p = Proc::run(&loader, &["dlopen", lib_arg, "40"], &["--device", "emu"], &[], &dir.path().join("first.out")).unwrap();
     let t0 = std::time::Instant::now();
     while p.stdout().lines().count() < 3 {
         assert!(!p.exited() && t0.elapsed() < Duration::from_secs(120), "{}", p.report());

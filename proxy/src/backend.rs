@@ -161,6 +161,10 @@ pub trait Backend: Send + Sync {
         let _ = (size, kind);
         unsupported(self.name(), "cudaMalloc")
     }
+    /// Device memory exactly at `addr`, inside the VMM range (`cuMemMap`).
+    fn map_at(&self, _addr: u64, _size: u64) -> Result<Allocation> {
+        unsupported(self.name(), "cuMemMap")
+    }
     fn free(&self, addr: u64) -> Result<()> {
         let _ = addr;
         unsupported(self.name(), "cudaFree")

@@ -339,6 +339,7 @@ impl Server {
                     memfd: a.memfd,
                 })
             }
+            Request::MapAt { addr, size } => code(b.map_at(addr, size)).map(|a| Body::Alloc { addr: a.addr, memfd: a.memfd }),
             Request::Free { addr } => self.free(lane, addr).map(|_| Body::None),
             Request::HostRegister { addr, len } => {
                 code(b.host_register(addr, len))?;
@@ -778,6 +779,7 @@ fn does_work(r: &Request) -> bool {
     matches!(
         r,
         Request::Malloc { .. }
+            | Request::MapAt { .. }
             | Request::HostRegister { .. }
             | Request::Launch { .. }
             | Request::Memcpy { .. }

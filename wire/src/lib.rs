@@ -25,6 +25,16 @@ pub const DEVICE_VA_SIZE: u64 = 1 << 40;
 /// backend, so that reads just below a program's first allocation (a[-1] of a stencil) read
 /// memory, as on a GPU, where the runtime's own allocations lie below the program's.
 pub const DEVICE_RESERVED: u64 = 2 << 20;
+/// Where the driver API's virtual memory management (`cuMemAddressReserve`) reserves address
+/// ranges: `[DEVICE_VA_BASE + VMM_VA_OFFSET, + VMM_VA_SIZE)`, the top of the window's device
+/// half, which ordinary allocations never take (the emulated device keeps it out of its free
+/// list), so a reserved range stays free until the program maps memory into it.
+pub const VMM_VA_OFFSET: u64 = 384 << 30;
+/// Size of the range of [`VMM_VA_OFFSET`].
+pub const VMM_VA_SIZE: u64 = 128 << 30;
+/// Granularity of VMM allocations and mappings (`cuMemGetAllocationGranularity`), as on
+/// current GPUs.
+pub const VMM_GRANULARITY: u64 = 2 << 20;
 
 /// Channel failures (either side).
 #[derive(Debug, thiserror::Error)]

@@ -50,6 +50,13 @@ pub enum Request {
     Free {
         addr: u64,
     },
+    /// Device memory mapped at `addr` (`cuMemMap` of a physical allocation into a range that
+    /// `cuMemAddressReserve` took from the VMM range, `VMM_VA_OFFSET`); replies `Alloc`.
+    /// `Free` unmaps it.
+    MapAt {
+        addr: u64,
+        size: u64,
+    },
     /// `cudaHostRegister`: the application range is page-locked (async copies read it late).
     HostRegister {
         addr: u64,

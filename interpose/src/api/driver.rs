@@ -5,8 +5,8 @@
 //! run` puts a `libcuda.so.1` that is this library first on the library path (a program
 //! linked with `-lcuda`, or one that `dlopen`s it, gets crum's).
 //!
-//! - One device, one (primary) context: `cuCtxCreate`, `cuDevicePrimaryCtxRetain` and
-//!   `cuCtxGetCurrent` answer the same `CUcontext` (current per thread, pushed and popped).
+//! - One device; the primary context (`cuDevicePrimaryCtxRetain`, the runtime's) and created
+//!   ones (`cuCtxCreate`), current per thread, pushed and popped: `api::context`.
 //! - `CUstream`, `CUevent` and `CUdeviceptr` are the runtime's values (CUDA's headers make
 //!   them the same types); the calls go through the runtime's implementations.
 //! - Modules (`cuModuleLoadData[Ex]`, `cuModuleLoad`) are libraries of `api::library`: crum
@@ -19,31 +19,29 @@
 //!   `cuGetExportTable` answers `CUDA_ERROR_NOT_FOUND` (the tables are private to NVIDIA's
 //!   runtime, which never runs under crum).
 //!
-//! Not here: created contexts of their own, arrays, textures, graphs, VMM (`cuMemCreate`…),
-//! IPC: their symbols are absent (a `dlsym` for them fails; `cuGetProcAddress` says not found).
+//! - Memory beyond 1-D (host registration, pools, 2-D/3-D copies, arrays, texture
+//!   objects): `api::driver_mem`; virtual memory management (`cuMemCreate`, `cuMemMap`…):
+//!   `api::vmm`.
+//!
+//! Not here: graphs, surfaces, mipmapped arrays, IPC, external memory, green contexts: their
+//! symbols are absent (a `dlsym` for them fails; `cuGetProcAddress` says not found); the list
+//! is in `docs/driver-api.md` § 5.
 #![allow(unsafe_code, non_snake_case, clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]
 
-use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 
 use crum_wire::cuda;
 
+use super::context::{self, PRIMARY};
 use crate::errors::CudaResult;
 use crate::ffi::*;
 
-/// The one context's handle (a value, never dereferenced).
-const PRIMARY: usize = 0xc0de_c700;
 /// `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
-const NOT_INITIALIZED: u32 = 3;
+pub(crate) const NOT_INITIALIZED: u32 = 3;
 static INITIALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-thread_local! {
-    /// This thread's context stack (`cuCtxPushCurrent`); its top is current.
-    static CURRENT: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-}
-
 /// A runtime export's result as a `CudaResult`.
-fn rt(code: u32) -> CudaResult<()> {
+pub(crate) fn rt(code: u32) -> CudaResult<()> {
     if code == 0 {
         Ok(())
     } else {
@@ -51,7 +49,7 @@ fn rt(code: u32) -> CudaResult<()> {
     }
 }
 
-fn device(dev: i32) -> CudaResult<()> {
+pub(crate) fn device(dev: i32) -> CudaResult<()> {
     if dev == 0 {
         Ok(())
     } else {
@@ -59,42 +57,37 @@ fn device(dev: i32) -> CudaResult<()> {
     }
 }
 
-fn context(ctx: usize) -> CudaResult<()> {
-    if ctx == PRIMARY {
-        Ok(())
-    } else {
-        Err(cuda::ERROR_DEVICE_UNINITIALIZED) // CUDA_ERROR_INVALID_CONTEXT
-    }
-}
-
 /// The entry of a driver call: `CUresult` out, through the checkpoint gate.
-fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
+pub(crate) fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
     cuda::driver_result(crate::errors::guard_driver(name, f))
 }
 
 /// Whether the driver was initialized: by `cuInit`, or by the runtime (which initializes it
 /// at its first call, so a program using both faces may skip `cuInit`).
-fn initialized() -> bool {
+pub(crate) fn initialized() -> bool {
     INITIALIZED.load(std::sync::atomic::Ordering::SeqCst) || crate::client::connected()
 }
 
 /// The calls that work before `cuInit`.
-const BEFORE_INIT: [&str; 6] =
+pub(crate) const BEFORE_INIT: [&str; 6] =
     ["cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString", "cuGetProcAddress_v2", "cuGetExportTable"];
 
+/// Declare exported driver functions returning `CUresult`; each body returns `CudaResult<()>`
+/// (runtime codes, converted by [`guard`]) and runs only after `cuInit`.
 macro_rules! driver {
     ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block)*) => {
         $(
             #[no_mangle]
             pub extern "C" fn $name($($arg: $ty),*) -> u32 {
-                if !BEFORE_INIT.contains(&stringify!($name)) && !initialized() {
-                    return NOT_INITIALIZED;
+                if !$crate::api::driver::BEFORE_INIT.contains(&stringify!($name)) && !$crate::api::driver::initialized() {
+                    return $crate::api::driver::NOT_INITIALIZED;
                 }
-                guard(stringify!($name), || $body)
+                $crate::api::driver::guard(stringify!($name), || $body)
             }
         )*
     };
 }
+pub(crate) use driver;
 
 /// `memset` of `n` elements of `elem` bytes with `value` at `dst` on `stream`.
 fn memset(dst: u64, value: u32, elem: u32, n: usize, stream: u64, sync: bool) -> CudaResult<()> {
@@ -174,50 +167,72 @@ driver! {
         device(dev)?;
         rt(super::device::cudaDeviceReset())
     }
-    fn cuCtxCreate_v2(ctx: *mut usize, _flags: u32, dev: i32) {
+    fn cuCtxCreate_v2(ctx: *mut usize, flags: u32, dev: i32) {
         device(dev)?;
-        CURRENT.with(|c| c.borrow_mut().push(PRIMARY));
-        out(ctx, PRIMARY)
+        if ctx.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        out(ctx, context::create(flags))
     }
-    fn cuCtxCreate_v4(ctx: *mut usize, _params: *mut c_void, _flags: u32, dev: i32) {
+    fn cuCtxCreate_v4(ctx: *mut usize, params: *const [usize; 3], flags: u32, dev: i32) {
         device(dev)?;
-        CURRENT.with(|c| c.borrow_mut().push(PRIMARY));
-        out(ctx, PRIMARY)
+        if ctx.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        if !params.is_null() {
+            // CUctxCreateParams: execution affinity and CIG (shared-memory with graphics)
+            // parameters; the emulated device has neither.
+            let p = read(params)?;
+            if p[0] != 0 || p[2] != 0 {
+                return Err(crate::errors::unsupported("cuCtxCreate (execution affinity or CIG parameters)"));
+            }
+        }
+        out(ctx, context::create(flags))
     }
     fn cuCtxDestroy_v2(ctx: usize) {
-        context(ctx)?;
-        CURRENT.with(|c| c.borrow_mut().retain(|&x| x != ctx));
-        Ok(())
+        if ctx == context::PRIMARY {
+            // The primary context is released, not destroyed: it leaves this thread's stack.
+            context::leave(ctx);
+            return Ok(());
+        }
+        context::destroy(ctx)
     }
     fn cuCtxGetCurrent(ctx: *mut usize) {
-        let top = CURRENT.with(|c| c.borrow().last().copied());
-        // The runtime's implicit context is the same one once the runtime has used it.
-        out(ctx, top.unwrap_or(if crate::client::connected() { PRIMARY } else { 0 }))
+        out(ctx, context::current())
     }
     fn cuCtxSetCurrent(ctx: usize) {
         if ctx != 0 {
-            context(ctx)?;
+            context::check(ctx)?;
         }
-        CURRENT.with(|c| {
-            let mut c = c.borrow_mut();
-            c.pop();
-            if ctx != 0 {
-                c.push(ctx);
-            }
-        });
+        context::set_current(ctx);
         Ok(())
     }
     fn cuCtxPushCurrent_v2(ctx: usize) {
-        context(ctx)?;
-        CURRENT.with(|c| c.borrow_mut().push(ctx));
+        context::check(ctx)?;
+        context::push(ctx);
         Ok(())
     }
     fn cuCtxPopCurrent_v2(ctx: *mut usize) {
-        let top = CURRENT.with(|c| c.borrow_mut().pop()).ok_or(cuda::ERROR_DEVICE_UNINITIALIZED)?;
+        let top = context::pop().ok_or(cuda::ERROR_DEVICE_UNINITIALIZED)?;
         if !ctx.is_null() {
             out(ctx, top)?;
         }
         Ok(())
+    }
+    fn cuCtxGetFlags(flags: *mut u32) {
+        let ctx = context::current();
+        context::check(ctx)?;
+        out(flags, context::flags(ctx))
+    }
+    fn cuCtxGetId(ctx: usize, id: *mut u64) {
+        let ctx = if ctx == 0 { context::current() } else { ctx };
+        context::check(ctx)?;
+        out(id, context::id(ctx))
+    }
+    fn cuCtxGetApiVersion(ctx: usize, version: *mut u32) {
+        let ctx = if ctx == 0 { context::current() } else { ctx };
+        context::check(ctx)?;
+        out(version, 13000)
     }
     fn cuCtxGetDevice(dev: *mut i32) {
         out(dev, 0)
@@ -227,15 +242,18 @@ driver! {
     }
     fn cuModuleLoadData(module: *mut usize, image: *const c_void) {
         let h = super::library::load_image(super::library::image_at(image as u64)?)?;
+        context::module_loaded(h);
         out(module, h)
     }
     fn cuModuleLoadDataEx(module: *mut usize, image: *const c_void, _n: u32, _options: *mut u32, _values: *mut *mut c_void) {
         let h = super::library::load_image(super::library::image_at(image as u64)?)?;
+        context::module_loaded(h);
         out(module, h)
     }
     fn cuModuleLoad(module: *mut usize, fname: *const c_char) {
         let path = cstr(fname).ok_or(cuda::ERROR_INVALID_VALUE)?;
         let h = super::library::load_image(super::library::image_of_file(&path)?)?;
+        context::module_loaded(h);
         out(module, h)
     }
     fn cuModuleUnload(module: *mut c_void) {
@@ -244,7 +262,9 @@ driver! {
     fn cuModuleGetFunction(f: *mut usize, module: *mut c_void, name: *const c_char) {
         let l = super::library::library(module)?;
         let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
-        out(f, super::library::kernel(l, &name)?)
+        let k = super::library::kernel(l, &name)?;
+        context::function_of(k, module as usize);
+        out(f, k)
     }
     fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize, module: *mut c_void, name: *const c_char) {
         let l = super::library::library(module)?;
@@ -259,10 +279,12 @@ driver! {
         Ok(())
     }
     fn cuLaunchKernel(f: usize, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) {
+        context::check_launch(f)?;
         let (grid, block) = (Dim3 { x: gx, y: gy, z: gz }, Dim3 { x: bx, y: by, z: bz });
         super::launch::launch_extra(f, grid, block, params, extra, shared as usize, stream as u64, false, false)
     }
     fn cuLaunchCooperativeKernel(f: usize, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: *mut c_void, params: *mut *mut c_void) {
+        context::check_launch(f)?;
         let (grid, block) = (Dim3 { x: gx, y: gy, z: gz }, Dim3 { x: bx, y: by, z: bz });
         super::launch::launch_extra(f, grid, block, params, std::ptr::null_mut(), shared as usize, stream as u64, false, true)
     }
@@ -283,25 +305,46 @@ driver! {
         out(v, x)
     }
     fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) {
-        rt(super::memory::cudaMalloc(dptr.cast(), bytes))
+        rt(super::memory::cudaMalloc(dptr.cast(), bytes))?;
+        context::own(|o| o.device.push(read(dptr).unwrap_or(0)));
+        Ok(())
     }
-    fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, _elem: u32) {
-        rt(super::memory::cudaMallocPitch(dptr.cast(), pitch, width, height))
+    fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32) {
+        if ![4, 8, 16].contains(&elem) {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        rt(super::memory::cudaMallocPitch(dptr.cast(), pitch, width, height))?;
+        context::own(|o| o.device.push(read(dptr).unwrap_or(0)));
+        Ok(())
     }
     fn cuMemAllocManaged(dptr: *mut u64, bytes: usize, flags: u32) {
-        rt(super::memory::cudaMallocManaged(dptr.cast(), bytes, flags))
+        rt(super::memory::cudaMallocManaged(dptr.cast(), bytes, flags))?;
+        context::own(|o| o.device.push(read(dptr).unwrap_or(0)));
+        Ok(())
     }
     fn cuMemFree_v2(dptr: u64) {
-        rt(super::memory::cudaFree(dptr as *mut c_void))
+        if super::vmm::is_mapped(dptr) {
+            // VMM mappings are unmapped (cuMemUnmap), never freed.
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        rt(super::memory::cudaFree(dptr as *mut c_void))?;
+        context::disown(|o| &mut o.device, dptr);
+        Ok(())
     }
     fn cuMemAllocHost_v2(p: *mut *mut c_void, bytes: usize) {
-        rt(super::memory::cudaMallocHost(p, bytes))
+        rt(super::memory::cudaMallocHost(p, bytes))?;
+        context::own(|o| o.host.push(read(p).map_or(0, |p| p as u64)));
+        Ok(())
     }
     fn cuMemHostAlloc(p: *mut *mut c_void, bytes: usize, flags: u32) {
-        rt(super::memory::cudaHostAlloc(p, bytes, flags))
+        rt(super::memory::cudaHostAlloc(p, bytes, flags))?;
+        context::own(|o| o.host.push(read(p).map_or(0, |p| p as u64)));
+        Ok(())
     }
     fn cuMemFreeHost(p: *mut c_void) {
-        rt(super::memory::cudaFreeHost(p))
+        rt(super::memory::cudaFreeHost(p))?;
+        context::disown(|o| &mut o.host, p as u64);
+        Ok(())
     }
     fn cuMemHostGetDevicePointer_v2(dptr: *mut u64, p: *mut c_void, flags: u32) {
         rt(super::memory::cudaHostGetDevicePointer(dptr.cast(), p, flags))
@@ -352,13 +395,19 @@ driver! {
         memset(dst, v, 4, n, stream as u64, false)
     }
     fn cuStreamCreate(s: *mut *mut c_void, flags: u32) {
-        rt(super::stream::cudaStreamCreateWithFlags(s, flags))
+        rt(super::stream::cudaStreamCreateWithFlags(s, flags))?;
+        context::own(|o| o.streams.push(read(s).map_or(0, |s| s as u64)));
+        Ok(())
     }
     fn cuStreamCreateWithPriority(s: *mut *mut c_void, flags: u32, priority: i32) {
-        rt(super::stream::cudaStreamCreateWithPriority(s, flags, priority))
+        rt(super::stream::cudaStreamCreateWithPriority(s, flags, priority))?;
+        context::own(|o| o.streams.push(read(s).map_or(0, |s| s as u64)));
+        Ok(())
     }
     fn cuStreamDestroy_v2(s: *mut c_void) {
-        rt(super::stream::cudaStreamDestroy(s))
+        rt(super::stream::cudaStreamDestroy(s))?;
+        context::disown(|o| &mut o.streams, s as u64);
+        Ok(())
     }
     fn cuStreamSynchronize(s: *mut c_void) {
         rt(super::stream::cudaStreamSynchronize(s))
@@ -370,7 +419,9 @@ driver! {
         rt(super::stream::cudaStreamWaitEvent(s, e, flags))
     }
     fn cuEventCreate(e: *mut *mut c_void, flags: u32) {
-        rt(super::stream::cudaEventCreateWithFlags(e, flags))
+        rt(super::stream::cudaEventCreateWithFlags(e, flags))?;
+        context::own(|o| o.events.push(read(e).map_or(0, |e| e as u64)));
+        Ok(())
     }
     fn cuEventRecord(e: *mut c_void, s: *mut c_void) {
         rt(super::stream::cudaEventRecord(e, s))
@@ -388,7 +439,9 @@ driver! {
         rt(super::stream::cudaEventElapsedTime(ms, start, end))
     }
     fn cuEventDestroy_v2(e: *mut c_void) {
-        rt(super::stream::cudaEventDestroy(e))
+        rt(super::stream::cudaEventDestroy(e))?;
+        context::disown(|o| &mut o.events, e as u64);
+        Ok(())
     }
     fn cuGetErrorName(code: u32, s: *mut *const c_char) {
         if !cuda::RESULT_NAMES.iter().any(|e| e.0 == code) {

@@ -2,9 +2,11 @@
 //! calls safe code and returns a `cudaError_t` (see `ffi::export!`).
 
 pub mod array;
+pub mod context;
 pub mod copy_batch;
 pub mod device;
 pub mod driver;
+pub mod driver_mem;
 pub mod graph;
 pub mod launch;
 pub mod library;
@@ -12,6 +14,7 @@ pub mod memory;
 pub mod pool;
 pub mod stream;
 pub mod stream_attrs;
+pub mod vmm;
 
 /// Generated stubs for the runtime entry points crum does not implement (see build.rs).
 #[allow(unsafe_code, non_snake_case, clippy::missing_safety_doc)]

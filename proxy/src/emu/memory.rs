@@ -127,6 +127,15 @@ impl Vram {
         if size > reserved {
             inner.free.insert(base + reserved, size - reserved);
         }
+        // The VMM range (`cuMemAddressReserve`) is never handed out by `alloc`: only mapped
+        // into by `map_at`.
+        let vmm_end = crum_wire::VMM_VA_OFFSET + crum_wire::VMM_VA_SIZE;
+        if size >= vmm_end {
+            inner.free.insert(base + reserved, crum_wire::VMM_VA_OFFSET - reserved);
+            if size > vmm_end {
+                inner.free.insert(base + vmm_end, size - vmm_end);
+            }
+        }
         Ok(Vram {
             base,
             size,
@@ -216,7 +225,48 @@ impl Vram {
     /// Allocate `len` bytes exactly at `addr` (a restart re-creating a checkpointed
     /// allocation). Fails if the range is not free.
     pub fn alloc_at(&self, addr: u64, len: u64, kind: AllocKind) -> Result<(u64, Option<i32>), u32> {
+        if self.in_vmm(addr) && kind == AllocKind::Device {
+            return self.map_at(addr, len);
+        }
         self.place(len, kind, Some(addr))
+    }
+
+    /// Whether `addr` lies in the VMM range (`crum_wire::VMM_VA_OFFSET`).
+    pub fn in_vmm(&self, addr: u64) -> bool {
+        let off = addr.wrapping_sub(self.base);
+        addr >= self.base
+            && self.size >= crum_wire::VMM_VA_OFFSET + crum_wire::VMM_VA_SIZE
+            && (crum_wire::VMM_VA_OFFSET..crum_wire::VMM_VA_OFFSET + crum_wire::VMM_VA_SIZE).contains(&off)
+    }
+
+    /// Device memory of `len` bytes exactly at `addr` in the VMM range (`cuMemMap`; a
+    /// restart re-creating such a mapping): granule-aligned, overlapping no other mapping.
+    pub fn map_at(&self, addr: u64, len: u64) -> Result<(u64, Option<i32>), u32> {
+        let bad = crum_wire::cuda::ERROR_INVALID_VALUE;
+        let span = len.checked_next_multiple_of(GRANULE).ok_or(bad)?;
+        let end = addr.checked_add(span).ok_or(bad)?;
+        if len == 0 || !addr.is_multiple_of(GRANULE) || !self.in_vmm(addr) || !self.in_vmm(end - 1) {
+            return Err(bad);
+        }
+        let mut g = self.inner.write().unwrap();
+        if g.used + span > self.capacity {
+            return Err(crum_wire::cuda::ERROR_MEMORY_ALLOCATION);
+        }
+        let below = g.allocs.range(..end).next_back();
+        if below.is_some_and(|(&b, a)| b + a.span > addr) {
+            return Err(bad);
+        }
+        map_fixed(
+            addr,
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        )
+        .map_err(|_| crum_wire::cuda::ERROR_MEMORY_ALLOCATION)?;
+        g.used += span;
+        g.allocs.insert(addr, Alloc { len, span, kind: AllocKind::Device, _memfd: None });
+        Ok((addr, None))
     }
 
     fn place(&self, len: u64, kind: AllocKind, at: Option<u64>) -> Result<(u64, Option<i32>), u32> {
@@ -333,6 +383,10 @@ impl Vram {
         if a.kind != AllocKind::Managed {
             g.used -= a.span;
         }
+        if self.in_vmm(addr) {
+            // A VMM mapping: its range stays the program's reservation.
+            return Ok(a.kind);
+        }
         let (mut start, mut len) = (addr, a.span);
         if let Some((&ps, &pl)) = g.free.range(..start).next_back() {
             if ps + pl == start {
@@ -368,10 +422,30 @@ impl Vram {
         })
     }
 
-    /// Whether `[addr, addr+len)` lies inside one allocation.
+    /// Whether `[addr, addr+len)` lies inside one allocation, or, in the VMM range, inside
+    /// mappings that follow each other without a gap (`cuMemMap` of several physical
+    /// allocations side by side makes one range for copies, as on a GPU).
     pub fn contains(&self, addr: u64, len: u64) -> Option<Range> {
         let r = self.lookup(addr)?;
-        (addr.checked_add(len)? <= r.base + r.len).then_some(r)
+        let end = addr.checked_add(len)?;
+        if end <= r.base + r.len {
+            return Some(r);
+        }
+        if !self.in_vmm(addr) {
+            return None;
+        }
+        let g = self.inner.read().unwrap();
+        let mut at = r.base;
+        for (&b, a) in g.allocs.range(r.base..) {
+            if b != at || a.len != a.span {
+                return None;
+            }
+            at = b + a.span;
+            if end <= at {
+                return Some(r);
+            }
+        }
+        None
     }
 
     /// The memfd behind the shared allocation starting at `addr`.
@@ -495,6 +569,31 @@ pub(crate) mod tests {
         v.free(a[1]).unwrap();
         let (big, _) = v.alloc(3 * GRANULE, AllocKind::Device).unwrap();
         assert_eq!(big, base + RESERVED);
+    }
+
+    #[test]
+    fn vmm_mappings_are_placed_exactly_joined_for_copies_and_never_given_to_alloc() {
+        // A whole device window (its VMM range lies 384 GiB in), away from `window()`'s.
+        let base = 0x5000_0000_0000;
+        let v = Vram::new(base, crum_wire::DEVICE_VA_SIZE, 1 << 30).unwrap();
+        let (vmm, g) = (base + crum_wire::VMM_VA_OFFSET, crum_wire::VMM_GRANULARITY);
+        assert!(v.map_at(base + RESERVED, g).is_err(), "outside the VMM range");
+        assert_eq!(v.map_at(vmm, g).unwrap().0, vmm);
+        assert_eq!(v.map_at(vmm + g, g).unwrap().0, vmm + g);
+        assert!(v.map_at(vmm + g, g).is_err(), "overlapping a mapping");
+        assert!(v.contains(vmm + 100, g).is_some(), "one range across two mappings side by side");
+        assert!(v.contains(vmm + g + 100, g).is_none(), "not past the last mapping");
+        // SAFETY: both mappings are live, writable, `g` bytes each.
+        unsafe {
+            *((vmm + g - 4) as *mut u32) = 7;
+            *((vmm + g) as *mut u32) = 8;
+        }
+        v.free(vmm + g).unwrap();
+        let (x, _) = v.alloc(g, AllocKind::Device).unwrap();
+        assert!(!v.in_vmm(x), "alloc never hands out the VMM range, even after a mapping is freed");
+        assert_eq!(v.alloc_at(vmm + g, g, AllocKind::Device).unwrap().0, vmm + g, "a restart maps it again");
+        // SAFETY: mapped again just above (fresh pages).
+        assert_eq!(unsafe { *((vmm + g) as *const u32) }, 0);
     }
 
     #[test]

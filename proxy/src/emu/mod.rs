@@ -339,6 +339,11 @@ impl Backend for Emu {
         Ok(Allocation { addr, memfd })
     }
 
+    fn map_at(&self, addr: u64, size: u64) -> Result<Allocation> {
+        let (addr, memfd) = self.shared.vram.map_at(addr, size).map_err(BackendError::Cuda)?;
+        Ok(Allocation { addr, memfd })
+    }
+
     fn free(&self, addr: u64) -> Result<()> {
         // cudaFree synchronizes the device: nothing may still be using the memory.
         self.device_sync_inner();
