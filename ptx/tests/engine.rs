@@ -273,6 +273,7 @@ fn tex2d_point_and_linear_sampling_follow_cuda() {
             linear_filter: linear,
             normalized_float: false,
             normalized_coords: false,
+            mip: None,
         };
         mem.add_texture(5, desc);
         let out = mem.alloc(4 * (w * h) as u64);
@@ -531,6 +532,7 @@ fn float_tex(base: u64, w: u64, h: u64, d: u64) -> TextureDesc {
         linear_filter: false,
         normalized_float: false,
         normalized_coords: false,
+        mip: None,
     }
 }
 
