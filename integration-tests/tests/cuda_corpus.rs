@@ -139,6 +139,14 @@ corpus_test!(
     small_out_of_bounds_reads_next_to_allocations_read_memory_as_on_a_gpu,
     "oob_near"
 );
+corpus_test!(
+    conditional_if_while_switch_nodes_set_from_kernels_match_cpu,
+    "graph_conditional"
+);
+corpus_test!(
+    mipmapped_array_levels_sampled_with_lod_and_grad_match_cpu,
+    "mipmap_tex"
+);
 
 /// `crum run --strict-memory`: the same reads are illegal addresses, and the log names the
 /// allocation each one misses.
