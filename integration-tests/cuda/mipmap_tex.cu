@@ -124,6 +124,9 @@ static void run_and_check(const Tex *tx, int ntx, cudaTextureObject_t t1, float 
 }
 
 int main() {
+    int maxw = 0;
+    CK(cudaDeviceGetAttribute(&maxw, cudaDevAttrMaxTexture2DMipmappedWidth, 0));
+    EXPECT(maxw >= W);
     cudaChannelFormatDesc fd = cudaCreateChannelDesc<float>();
     cudaMipmappedArray_t m2, m1;
     CK(cudaMallocMipmappedArray(&m2, &fd, make_cudaExtent(W, H, 0), LEVELS, 0));

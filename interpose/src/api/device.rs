@@ -85,6 +85,10 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrMaxTexture3DWidth
         | cudaDevAttrMaxTexture3DHeight
         | cudaDevAttrMaxTexture3DDepth => 16384,
+        // Mipmapped arrays (`api::mipmap`), with an A100's limits.
+        cudaDevAttrMaxTexture1DMipmappedWidth
+        | cudaDevAttrMaxTexture2DMipmappedWidth
+        | cudaDevAttrMaxTexture2DMipmappedHeight => 32768,
         cudaDevAttrSingleToDoublePrecisionPerfRatio => 2,
         a if ABSENT_FEATURES.contains(&a) => 0,
         cudaDevAttrMaxPersistingL2CacheSize => p.max_persisting_l2,
