@@ -827,6 +827,59 @@ mod tests {
         );
     }
 
+    /// A conditional node of `g` with `n` empty bodies (what `api::graph` builds).
+    fn conditional(s: &mut Store, g: u64, deps: &[u64], handle: u64, ty: u32, n: usize) -> (u64, Vec<u64>) {
+        let node = s.add_node(g, deps, NodeKind::Empty).unwrap();
+        let bodies: Vec<u64> = (0..n).map(|_| s.create_graph()).collect();
+        for b in &bodies {
+            s.graphs.get_mut(b).unwrap().owner = Some(node);
+        }
+        s.node_mut(node).unwrap().kind = NodeKind::Conditional(CondNode { handle, ty, bodies: bodies.clone() });
+        (node, bodies)
+    }
+
+    #[test]
+    fn conditional_bodies_stay_apart_in_the_exec_and_defaults_are_collected() {
+        let mut s = Store::default();
+        let g = s.create_graph();
+        s.handles.insert(0x100, CondHandle { graph: g, default: 1, assign_default: true });
+        s.handles.insert(0x200, CondHandle { graph: g, default: 0, assign_default: false });
+        let a = s.add_node(g, &[], host(0)).unwrap();
+        let (c, bodies) = conditional(&mut s, g, &[a], 0x100, cudaGraphCondTypeIf, 2);
+        s.add_node(bodies[0], &[], host(10)).unwrap();
+        s.add_node(bodies[1], &[], host(20)).unwrap();
+        // A WHILE nested in the IF's first body.
+        let (_, inner) = conditional(&mut s, bodies[0], &[], 0x200, cudaGraphCondTypeWhile, 1);
+        s.add_node(inner[0], &[], host(30)).unwrap();
+        s.add_node(g, &[c], host(1)).unwrap();
+        let e = s.instantiate(g, 0).unwrap();
+        let ex = &s.execs[&e];
+        let top: Vec<u64> = ex.nodes.iter().map(data_of).collect();
+        assert_eq!(top, vec![0, u64::MAX, 1], "the bodies are not in the launch order");
+        let cond = &ex.nodes[1];
+        assert_eq!(cond.bodies.len(), 2);
+        assert_eq!(data_of(&cond.bodies[0][0]), 10);
+        assert_eq!(cond.bodies[0][1].bodies[0].iter().map(data_of).collect::<Vec<_>>(), vec![30]);
+        assert_eq!(ex.defaults, vec![(0x100, 1)], "only handles with cudaGraphCondAssignDefault");
+        // Such a graph is neither cloned nor copied into another.
+        assert_eq!(s.clone_graph(g, None), Err(cuda::ERROR_NOT_SUPPORTED));
+        // The same graph updates the exec; another handle is another shape.
+        s.update(e, g).unwrap();
+        let g2 = s.create_graph();
+        let a2 = s.add_node(g2, &[], host(0)).unwrap();
+        let (c2, b2) = conditional(&mut s, g2, &[a2], 0x200, cudaGraphCondTypeIf, 2);
+        s.add_node(b2[0], &[], host(10)).unwrap();
+        s.add_node(b2[1], &[], host(20)).unwrap();
+        s.add_node(g2, &[c2], host(1)).unwrap();
+        assert!(s.update(e, g2).is_err());
+        // Destroying the graph takes the bodies (nested ones too) and orphans its handles.
+        s.destroy_graph(g).unwrap();
+        assert!(!s.graphs.contains_key(&bodies[0]) && !s.graphs.contains_key(&inner[0]));
+        let mut gone = s.orphan_handles();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![0x100, 0x200]);
+    }
+
     #[test]
     fn duplicate_or_foreign_dependencies_are_invalid() {
         let mut s = Store::default();
