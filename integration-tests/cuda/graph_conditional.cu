@@ -1,9 +1,10 @@
 // Conditional graph nodes built with cudaGraphAddNode: an IF node with an else body whose
 // condition a kernel sets from device data, a WHILE node whose body counts down with
 // cudaGraphSetConditional from a kernel (its handle reset to 1 at every launch by
-// cudaGraphCondAssignDefault), and a SWITCH node of three bodies. The node parameters (the
-// body graphs in phGraph_out) are read back; a body's kernel is changed and the executable
-// graph updated from the graph; the refusals CUDA documents (clone, a bad size). The graph is
+// cudaGraphCondAssignDefault), and a SWITCH node of three bodies (one filled by a stream
+// capture into it). The node parameters (the body graphs in phGraph_out) are read back; a
+// body's kernel is changed and the executable graph updated from the graph; the refusals
+// CUDA documents (clone, a bad size). The graph is
 // instantiated before the gates and launched again after each (and so after a restart), with
 // the inputs changed between launches. Every result is checked against the CPU.
 #include "common.h"
@@ -142,7 +143,15 @@ int main() {
     cudaGraphNode_t nsw = add_cond(g, &ps, 1, hswitch, cudaGraphCondTypeSwitch, 3, sw);
     int sv[3] = {100, 200, 300};
     void *sargs[3][3] = {{&db, &n, &sv[0]}, {&db, &n, &sv[1]}, {&db, &n, &sv[2]}};
-    for (int k = 0; k < 3; k++) add_kernel(sw[k], nullptr, 0, (void *)add, dim3(N / 256), dim3(256), sargs[k]);
+    for (int k = 0; k < 2; k++) add_kernel(sw[k], nullptr, 0, (void *)add, dim3(N / 256), dim3(256), sargs[k]);
+    // The third body is filled by capturing a stream into it.
+    cudaStream_t cs;
+    CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CK(cudaStreamBeginCaptureToGraph(cs, sw[2], nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+    add<<<N / 256, 256, 0, cs>>>(db, n, sv[2]);
+    cudaGraph_t captured;
+    CK(cudaStreamEndCapture(cs, &captured));
+    EXPECT(captured == sw[2]);
 
     // Results back to pinned memory after both branches.
     cudaGraphNode_t ends[] = {nwhile, nsw}, outa, outb;
