@@ -255,6 +255,9 @@ fn run_nodes(nodes: &[ExecNode], stream: u64) -> CudaResult<()> {
 /// condition would otherwise hang the launching thread forever.
 const MAX_WHILE_ITERATIONS: u64 = 1 << 32;
 
+/// Conditional node `c`: its condition once the nodes before it have run, then the body it
+/// selects (IF: 0 when non-zero, else 1 if there is one; SWITCH: the value's; WHILE: body 0
+/// until the condition is 0).
 fn run_conditional(c: &CondNode, bodies: &[Vec<ExecNode>], stream: u64) -> CudaResult<()> {
     let value = read_condition(c.handle, stream)?;
     match c.ty {
@@ -364,7 +367,8 @@ fn add_conditional(node_out: *mut *mut c_void, graph: u64, d: &[u64], u: *mut u8
 fn run_node(kind: &NodeKind, stream: u64) -> CudaResult<()> {
     match kind {
         NodeKind::Empty | NodeKind::Child(_) => Ok(()),
-        NodeKind::Conditional(c) => run_conditional(c, &[], stream),
+        // Run by `run_nodes`, which has its bodies.
+        NodeKind::Conditional(_) => Err(cuda::ERROR_INVALID_VALUE),
         NodeKind::Kernel(k) => crate::api::launch::issue(k, stream),
         NodeKind::Memcpy(p) => crate::api::array::memcpy3d(p.as_ptr(), stream, false),
         NodeKind::Memset(m) => run_memset(m, stream),
