@@ -616,6 +616,7 @@ fn device_json(d: &DeviceState, data_size: u64) -> serde_json::Value {
         "events": d.events.iter().map(|e| json!({"handle": e.handle, "flags": e.flags})).collect::<Vec<_>>(),
         "textures": d.textures.iter().map(|(h, t)| json!({
             "handle": h, "base": t.base, "width": t.width, "height": t.height, "depth": t.depth,
+            "mip_levels": t.mip.as_ref().map_or(0, |m| m.levels.len()),
         })).collect::<Vec<_>>(),
         "queue": d.queue.iter().map(|w| json!({
             "stream": w.stream, "seq": w.seq, "op": w.op.name(), "detail": queued_detail(&w.op),
@@ -799,8 +800,14 @@ fn describe_device(o: &mut String, d: &DeviceState, data_size: u64) -> anyhow::R
         for (h, t) in &d.textures {
             writeln!(
                 o,
-                "  {:>#8x}  base {:#x} {}x{}x{} pitch {}",
-                h, t.base, t.width, t.height, t.depth, t.pitch
+                "  {:>#8x}  base {:#x} {}x{}x{} pitch {}{}",
+                h,
+                t.base,
+                t.width,
+                t.height,
+                t.depth,
+                t.pitch,
+                t.mip.as_ref().map_or(String::new(), |m| format!(", {} mipmap levels", m.levels.len()))
             )?;
         }
     }

@@ -117,6 +117,14 @@ corpus_ckpt!(
     "graph_mem_nodes"
 );
 corpus_ckpt!(
+    conditional_nodes_and_handles_of_a_graph_instantiated_before_a_checkpoint_work_after_restart,
+    "graph_conditional"
+);
+corpus_ckpt!(
+    mipmapped_levels_and_their_textures_survive_restarts_at_the_same_handles,
+    "mipmap_tex"
+);
+corpus_ckpt!(
     out_of_bounds_reads_next_to_allocations_read_the_same_after_restart,
     "oob_near"
 );

@@ -19,8 +19,8 @@ fields = {
  'cudaPointerAttributes': 'type device devicePointer hostPointer',
  'cudaLaunchConfig_t': 'gridDim blockDim dynamicSmemBytes stream attrs numAttrs',
  'cudaLaunchAttribute_st': 'id val',
- 'cudaResourceDesc': 'resType res.linear.devPtr res.linear.desc res.linear.sizeInBytes res.pitch2D.devPtr res.pitch2D.desc res.pitch2D.width res.pitch2D.height res.pitch2D.pitchInBytes',
- 'cudaTextureDesc': 'addressMode filterMode readMode normalizedCoords',
+ 'cudaResourceDesc': 'resType res.linear.devPtr res.linear.desc res.linear.sizeInBytes res.pitch2D.devPtr res.pitch2D.desc res.pitch2D.width res.pitch2D.height res.pitch2D.pitchInBytes res.array.array res.mipmap.mipmap',
+ 'cudaTextureDesc': 'addressMode filterMode readMode normalizedCoords maxAnisotropy mipmapFilterMode mipmapLevelBias minMipmapLevelClamp maxMipmapLevelClamp',
  'cudaMemcpy3DParms': 'srcArray srcPos srcPtr dstArray dstPos dstPtr extent kind',
  'cudaPitchedPtr': 'ptr pitch xsize ysize',
  'cudaPos': 'x y z',
@@ -32,7 +32,8 @@ fields = {
  'cudaGraphExecUpdateResultInfo_st': 'result errorNode errorFromNode',
  'cudaMemPoolProps': 'allocType handleTypes location maxSize usage',
  'cudaMemLocation': 'type id',
- 'cudaGraphNodeParams': 'type kernel memcpy memset host graph eventWait eventRecord alloc free reserved2',
+ 'cudaGraphNodeParams': 'type kernel memcpy memset host graph eventWait eventRecord alloc free conditional reserved2',
+ 'cudaConditionalNodeParams': 'handle type size phGraph_out ctx',
  'cudaKernelNodeParamsV2': 'func gridDim blockDim sharedMemBytes kernelParams extra ctx functionType',
  'cudaMemcpyNodeParams': 'flags reserved ctx copyParams',
  'cudaMemsetParamsV2': 'dst pitch value elementSize width height ctx',
@@ -57,14 +58,17 @@ enums = ['cudaDeviceAttr', 'cudaLimit', 'cudaFuncAttribute', 'cudaLaunchAttribut
          'cudaStreamUpdateCaptureDependenciesFlags', 'cudaKernelFunctionType',
          'cudaGraphChildGraphNodeOwnership', 'cudaGraphInstantiateResult',
          'cudaGraphMemAttributeType', 'cudaAccessProperty', 'cudaSynchronizationPolicy',
-         'cudaLaunchMemSyncDomain', 'cudaMemcpy3DOperandType']
+         'cudaLaunchMemSyncDomain', 'cudaMemcpy3DOperandType', 'cudaGraphConditionalNodeType',
+         'cudaGraphConditionalHandleFlags']
 src = '#include <stddef.h>\n#include <stdio.h>\n#include <cuda_runtime_api.h>\nint main(void){\n'
 for s, fs in fields.items():
     t = s if s.endswith('_t') else 'struct ' + s
     src += f'printf("pub const {s.upper()}_SIZE: usize = %zu;\\n", sizeof({t}));\n'
     for f in fs.split():
-        name = f.replace('.', '_')
-        src += f'printf("pub const {s.upper()}_{name.upper()}: usize = %zu;\\n", offsetof({t}, {f}));\n'
+        name = f.replace('.', '_').upper()
+        # A field called `size` would collide with the struct's own size.
+        name = 'SIZE_FIELD' if name == 'SIZE' else name
+        src += f'printf("pub const {s.upper()}_{name}: usize = %zu;\\n", offsetof({t}, {f}));\n'
 src += 'return 0;}\n'
 d = tempfile.mkdtemp()
 open(f'{d}/g.c', 'w').write(src)

@@ -7,6 +7,11 @@
 //! they launch again after a restart (the stream, event and kernel handles they name are
 //! re-created behind the same values).
 //!
+//! Conditional nodes (IF with an optional else body, WHILE, SWITCH) own their body graphs;
+//! their condition is a 32-bit value in device memory that kernels set with
+//! `cudaGraphSetConditional` (a conditional handle is its address, [`CondHandle`]), read by
+//! the launch when the node's turn comes (`api::graph`).
+//!
 //! This module is plain data and the graph algorithms (topological order, clone, flatten,
 //! the update check); it never talks to the proxy.
 #![allow(non_upper_case_globals)]
@@ -156,6 +161,28 @@ pub enum NodeKind {
     MemAlloc(Arc<GraphAlloc>),
     /// Frees a graph allocation of the same graph (at the end of the graph's life here).
     MemFree(u64),
+    Conditional(CondNode),
+}
+
+/// A conditional node: which condition, what kind (`cudaGraphCondTypeIf/While/Switch`), and
+/// its body graphs (owned by the node, like a child graph; `phGraph_out` points at `bodies`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CondNode {
+    pub handle: u64,
+    pub ty: u32,
+    pub bodies: Vec<u64>,
+}
+
+/// A conditional handle (`cudaGraphConditionalHandleCreate`): the handle value is the device
+/// address of the condition's 32-bit value, so a kernel's `cudaGraphSetConditional` is a
+/// store there and the value is device memory, saved and restored with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CondHandle {
+    /// The graph it was created for; it goes with that graph.
+    pub graph: u64,
+    pub default: u32,
+    /// `cudaGraphCondAssignDefault`: the default is written at the start of every launch.
+    pub assign_default: bool,
 }
 
 impl NodeKind {
@@ -172,6 +199,7 @@ impl NodeKind {
             NodeKind::EventWait(_) => cudaGraphNodeTypeWaitEvent,
             NodeKind::MemAlloc(_) => cudaGraphNodeTypeMemAlloc,
             NodeKind::MemFree(_) => cudaGraphNodeTypeMemFree,
+            NodeKind::Conditional(_) => cudaGraphNodeTypeConditional,
         }
     }
 }
@@ -206,12 +234,15 @@ pub struct Graph {
 pub struct ExecNode {
     pub kind: NodeKind,
     pub enabled: bool,
+    /// A conditional node's bodies, flattened like the graph (empty for other nodes).
+    pub bodies: Vec<Vec<ExecNode>>,
 }
 
-/// The shape of a graph for `cudaGraphExecUpdate`: per node in topological order, its type,
-/// its dependencies (positions) and, for a child graph, the child's shape.
+/// The shape of a graph for `cudaGraphExecUpdate`: per node in topological order, its type
+/// (a conditional's with its kind and condition), its dependencies (positions) and, for a
+/// child graph or a conditional node, the shapes of the graphs in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shape(pub Vec<(u32, Vec<usize>, Option<Shape>)>);
+pub struct Shape(pub Vec<(u64, Vec<usize>, Vec<Shape>)>);
 
 pub struct Exec {
     /// Nodes in launch order (child graphs expanded in place). Copied on write, so a launch
@@ -229,6 +260,9 @@ pub struct Exec {
     /// References to user objects taken from the graph (and its child graphs) at
     /// instantiation; released after the last launch when the exec is destroyed.
     pub user_objects: Vec<(u64, u32)>,
+    /// Conditions written at the start of every launch (handles made with
+    /// `cudaGraphCondAssignDefault`): (address, default value).
+    pub defaults: Vec<(u64, u32)>,
 }
 
 #[derive(Default)]
@@ -239,6 +273,8 @@ pub struct Store {
     pub graphs: HashMap<u64, Graph>,
     pub nodes: HashMap<u64, Node>,
     pub execs: HashMap<u64, Exec>,
+    /// Conditional handles by value (the address of their condition).
+    pub handles: HashMap<u64, CondHandle>,
 }
 
 /// The store of graphs, nodes and executable graphs.
@@ -265,6 +301,7 @@ pub fn reset() {
     s.graphs.clear();
     s.nodes.clear();
     s.execs.clear();
+    s.handles.clear();
     drop(s);
     crate::user_object::release_all(&refs);
 }
@@ -333,7 +370,7 @@ impl Store {
     /// A deep copy of graph `g` (child graphs copied too); `owner`: the child node that will
     /// own the copy.
     pub fn clone_graph(&mut self, g: u64, owner: Option<u64>) -> CudaResult<u64> {
-        if self.has_memory_nodes(g)? {
+        if self.has_uncopyable_nodes(g)? {
             return Err(cuda::ERROR_NOT_SUPPORTED);
         }
         let order = self.graph(g)?.nodes.clone();
@@ -365,14 +402,38 @@ impl Store {
         Ok(new)
     }
 
-    /// Whether graph `g` has mem alloc or free nodes (such a graph cannot be a child graph
-    /// or be cloned, as in CUDA).
-    pub fn has_memory_nodes(&self, g: u64) -> CudaResult<bool> {
-        Ok(self
-            .graph(g)?
-            .nodes
-            .iter()
-            .any(|n| matches!(self.nodes.get(n).map(|x| &x.kind), Some(NodeKind::MemAlloc(_) | NodeKind::MemFree(_)))))
+    /// Whether graph `g` has mem alloc, mem free or conditional nodes (such a graph cannot
+    /// be a child graph or be cloned, as in CUDA).
+    pub fn has_uncopyable_nodes(&self, g: u64) -> CudaResult<bool> {
+        Ok(self.graph(g)?.nodes.iter().any(|n| {
+            matches!(
+                self.nodes.get(n).map(|x| &x.kind),
+                Some(NodeKind::MemAlloc(_) | NodeKind::MemFree(_) | NodeKind::Conditional(_))
+            )
+        }))
+    }
+
+    /// The conditions of `g`'s conditional nodes, their bodies' included.
+    pub fn condition_handles(&self, g: u64, out: &mut Vec<u64>) -> CudaResult<()> {
+        for n in &self.graph(g)?.nodes {
+            if let NodeKind::Conditional(c) = &self.node(*n)?.kind {
+                out.push(c.handle);
+                for &b in &c.bodies {
+                    self.condition_handles(b, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Take out the conditional handles whose graph is gone (for the caller to free their
+    /// memory).
+    pub fn orphan_handles(&mut self) -> Vec<u64> {
+        let gone: Vec<u64> = self.handles.iter().filter(|(_, h)| !self.graphs.contains_key(&h.graph)).map(|(&a, _)| a).collect();
+        for a in &gone {
+            self.handles.remove(a);
+        }
+        gone
     }
 
     /// The allocation node of graph `g` at `addr`.
@@ -394,8 +455,14 @@ impl Store {
                 }
             }
         }
-        if let NodeKind::Child(c) = node.kind {
-            self.destroy_graph_inner(c)?;
+        match node.kind {
+            NodeKind::Child(c) => self.destroy_graph_inner(c)?,
+            NodeKind::Conditional(c) => {
+                for b in c.bodies {
+                    self.destroy_graph_inner(b)?;
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -406,8 +473,14 @@ impl Store {
         crate::user_object::release_all(&refs);
         for n in gr.nodes {
             if let Some(node) = self.nodes.remove(&n) {
-                if let NodeKind::Child(c) = node.kind {
-                    self.destroy_graph_inner(c)?;
+                match node.kind {
+                    NodeKind::Child(c) => self.destroy_graph_inner(c)?,
+                    NodeKind::Conditional(c) => {
+                        for b in c.bodies {
+                            self.destroy_graph_inner(b)?;
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
@@ -419,8 +492,14 @@ impl Store {
         let gr = self.graph(g)?;
         let mut refs: Vec<(u64, u32)> = gr.user_objects.iter().map(|(&o, &n)| (o, n)).collect();
         for n in &gr.nodes {
-            if let NodeKind::Child(c) = self.node(*n)?.kind {
-                refs.extend(self.user_object_refs(c)?);
+            match &self.node(*n)?.kind {
+                NodeKind::Child(c) => refs.extend(self.user_object_refs(*c)?),
+                NodeKind::Conditional(c) => {
+                    for &b in &c.bodies {
+                        refs.extend(self.user_object_refs(b)?);
+                    }
+                }
+                _ => {}
             }
         }
         Ok(refs)
@@ -480,21 +559,38 @@ impl Store {
             let node = self.node(n)?;
             let mut deps: Vec<usize> = node.deps.iter().map(|d| pos[d]).collect();
             deps.sort_unstable();
+            let mut code = node.kind.type_code() as u64;
             let child = match &node.kind {
                 NodeKind::Child(c) => {
                     index.insert(n, out.len());
-                    Some(self.flatten(*c, out, index)?)
+                    vec![self.flatten(*c, out, index)?]
+                }
+                NodeKind::Conditional(c) => {
+                    // The bodies run as the condition says, so they stay apart; their
+                    // nodes are not in `index` (an exec update of one is not supported).
+                    index.insert(n, out.len());
+                    code |= (c.ty as u64) << 8 | c.handle << 16;
+                    let mut bodies = Vec::new();
+                    let mut shapes = Vec::new();
+                    for &b in &c.bodies {
+                        let mut body = Vec::new();
+                        shapes.push(self.flatten(b, &mut body, &mut HashMap::new())?);
+                        bodies.push(body);
+                    }
+                    out.push(ExecNode { kind: node.kind.clone(), enabled: true, bodies });
+                    shapes
                 }
                 k => {
                     index.insert(n, out.len());
                     out.push(ExecNode {
                         kind: k.clone(),
                         enabled: true,
+                        bodies: Vec::new(),
                     });
-                    None
+                    Vec::new()
                 }
             };
-            shape.push((node.kind.type_code(), deps, child));
+            shape.push((code, deps, child));
         }
         Ok(Shape(shape))
     }
@@ -505,6 +601,7 @@ impl Store {
         let mut index = HashMap::new();
         let shape = self.flatten(g, &mut nodes, &mut index)?;
         let user_objects = self.user_object_refs(g)?;
+        let defaults = self.launch_defaults(g)?;
         for &(o, n) in &user_objects {
             crate::user_object::retain(o, n)?;
         }
@@ -522,9 +619,22 @@ impl Store {
                 last_stream: None,
                 done_event: 0,
                 user_objects,
+                defaults,
             },
         );
         Ok(h)
+    }
+
+    /// The conditions of `g` that a launch sets to their default first.
+    fn launch_defaults(&self, g: u64) -> CudaResult<Vec<(u64, u32)>> {
+        let mut handles = Vec::new();
+        self.condition_handles(g, &mut handles)?;
+        handles.sort_unstable();
+        handles.dedup();
+        Ok(handles
+            .into_iter()
+            .filter_map(|h| self.handles.get(&h).filter(|c| c.assign_default).map(|c| (h, c.default)))
+            .collect())
     }
 
     /// `cudaGraphExecUpdate` for graphs of the same shape: every node takes the parameters
@@ -555,7 +665,9 @@ impl Store {
                 }
             }
         }
+        let defaults = self.launch_defaults(g).map_err(|_| (cudaGraphExecUpdateError, 0))?;
         let exec = self.execs.get_mut(&e).ok_or((cudaGraphExecUpdateError, 0))?;
+        exec.defaults = defaults;
         let enabled: Vec<bool> = exec.nodes.iter().map(|n| n.enabled).collect();
         for (n, en) in nodes.iter_mut().zip(enabled) {
             n.enabled = en;
@@ -594,6 +706,7 @@ impl Store {
         let nodes = Arc::make_mut(&mut exec.nodes);
         for (i, n) in new.into_iter().enumerate() {
             nodes[start + i].kind = n.kind;
+            nodes[start + i].bodies = n.bodies;
         }
         Ok(())
     }
@@ -712,6 +825,59 @@ mod tests {
             s.update(e, g3).map_err(|e| e.0),
             Err(cudaGraphExecUpdateErrorTopologyChanged)
         );
+    }
+
+    /// A conditional node of `g` with `n` empty bodies (what `api::graph` builds).
+    fn conditional(s: &mut Store, g: u64, deps: &[u64], handle: u64, ty: u32, n: usize) -> (u64, Vec<u64>) {
+        let node = s.add_node(g, deps, NodeKind::Empty).unwrap();
+        let bodies: Vec<u64> = (0..n).map(|_| s.create_graph()).collect();
+        for b in &bodies {
+            s.graphs.get_mut(b).unwrap().owner = Some(node);
+        }
+        s.node_mut(node).unwrap().kind = NodeKind::Conditional(CondNode { handle, ty, bodies: bodies.clone() });
+        (node, bodies)
+    }
+
+    #[test]
+    fn conditional_bodies_stay_apart_in_the_exec_and_defaults_are_collected() {
+        let mut s = Store::default();
+        let g = s.create_graph();
+        s.handles.insert(0x100, CondHandle { graph: g, default: 1, assign_default: true });
+        s.handles.insert(0x200, CondHandle { graph: g, default: 0, assign_default: false });
+        let a = s.add_node(g, &[], host(0)).unwrap();
+        let (c, bodies) = conditional(&mut s, g, &[a], 0x100, cudaGraphCondTypeIf, 2);
+        s.add_node(bodies[0], &[], host(10)).unwrap();
+        s.add_node(bodies[1], &[], host(20)).unwrap();
+        // A WHILE nested in the IF's first body.
+        let (_, inner) = conditional(&mut s, bodies[0], &[], 0x200, cudaGraphCondTypeWhile, 1);
+        s.add_node(inner[0], &[], host(30)).unwrap();
+        s.add_node(g, &[c], host(1)).unwrap();
+        let e = s.instantiate(g, 0).unwrap();
+        let ex = &s.execs[&e];
+        let top: Vec<u64> = ex.nodes.iter().map(data_of).collect();
+        assert_eq!(top, vec![0, u64::MAX, 1], "the bodies are not in the launch order");
+        let cond = &ex.nodes[1];
+        assert_eq!(cond.bodies.len(), 2);
+        assert_eq!(data_of(&cond.bodies[0][0]), 10);
+        assert_eq!(cond.bodies[0][1].bodies[0].iter().map(data_of).collect::<Vec<_>>(), vec![30]);
+        assert_eq!(ex.defaults, vec![(0x100, 1)], "only handles with cudaGraphCondAssignDefault");
+        // Such a graph is neither cloned nor copied into another.
+        assert_eq!(s.clone_graph(g, None), Err(cuda::ERROR_NOT_SUPPORTED));
+        // The same graph updates the exec; another handle is another shape.
+        s.update(e, g).unwrap();
+        let g2 = s.create_graph();
+        let a2 = s.add_node(g2, &[], host(0)).unwrap();
+        let (c2, b2) = conditional(&mut s, g2, &[a2], 0x200, cudaGraphCondTypeIf, 2);
+        s.add_node(b2[0], &[], host(10)).unwrap();
+        s.add_node(b2[1], &[], host(20)).unwrap();
+        s.add_node(g2, &[c2], host(1)).unwrap();
+        assert!(s.update(e, g2).is_err());
+        // Destroying the graph takes the bodies (nested ones too) and orphans its handles.
+        s.destroy_graph(g).unwrap();
+        assert!(!s.graphs.contains_key(&bodies[0]) && !s.graphs.contains_key(&inner[0]));
+        let mut gone = s.orphan_handles();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![0x100, 0x200]);
     }
 
     #[test]

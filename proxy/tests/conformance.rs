@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crum_proxy::backend::*;
 use crum_proxy::hostmem::AppMemory;
-use crum_wire::{cuda, AccessPolicy, AllocKind, FuncInfo, StreamAttr};
+use crum_wire::{cuda, AccessPolicy, AllocKind, FuncInfo, StreamAttr, TexDesc, TexLevel, TexMip};
 
 const FATBIN: &[u8] = include_bytes!("data/kernels.fatbin");
 const WINDOW: u64 = 1 << 34;
@@ -596,6 +596,42 @@ fn stream_hints_are_taken_and_limits_reported(b: &dyn Backend) {
     need!(b.stream_destroy(s));
 }
 
+/// Textures over the levels of a mipmapped array are taken where textures are (their levels
+/// checked), refused where they are not; only a device whose kernels' `cudaGraphSetConditional`
+/// stores at the handle the interposer hands out (the emulated one) claims graph conditions —
+/// a real GPU's wants the driver's own graphs.
+fn mipmap_textures_and_graph_conditions_follow_the_capabilities(b: &dyn Backend) {
+    let caps = b.capabilities();
+    assert_eq!(b.device_props().graph_conditionals, caps.name == "emu");
+    let d = need!(b.malloc(8192, AllocKind::Device)).addr;
+    let levels: Vec<TexLevel> =
+        (0..4).map(|l| TexLevel { base: d + 2048 * l, width: 8 >> l, height: 8 >> l, depth: 1, pitch: 512 }).collect();
+    let desc = |levels: Vec<TexLevel>| TexDesc {
+        base: d,
+        width: 8,
+        height: 8,
+        depth: 1,
+        pitch: 512,
+        bits: [32, 0, 0, 0],
+        format_kind: 2,
+        address_mode: [1; 3],
+        filter_mode: 0,
+        read_mode: 0,
+        normalized: true,
+        mip: Some(TexMip { levels, filter_mode: 1, bias: 0, min_clamp: 0, max_clamp: 3.0f32.to_bits() }),
+    };
+    match b.texture_create(&desc(levels)) {
+        Ok(t) => {
+            assert!(caps.textures);
+            b.texture_destroy(t).unwrap();
+            assert_eq!(b.texture_create(&desc(Vec::new())), Err(BackendError::Cuda(cuda::ERROR_INVALID_VALUE)), "no levels");
+        }
+        Err(BackendError::Unsupported { .. }) => assert!(!caps.textures),
+        Err(e) => panic!("texture over mipmap levels: {e}"),
+    }
+    b.free(d).unwrap();
+}
+
 /// Device state saved from one backend instance comes back at the same addresses in a new
 /// one (as after a restart).
 fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box<dyn Backend>>) {
@@ -719,6 +755,7 @@ conformance!(emu, super::make_emu;
     concurrent_lanes_do_not_interfere,
     errors_are_reported_as_the_runtime_does,
     stream_hints_are_taken_and_limits_reported,
+    mipmap_textures_and_graph_conditions_follow_the_capabilities,
 );
 
 conformance!(gpu, super::make_cuda;
@@ -737,6 +774,7 @@ conformance!(gpu, super::make_cuda;
     concurrent_lanes_do_not_interfere,
     errors_are_reported_as_the_runtime_does,
     stream_hints_are_taken_and_limits_reported,
+    mipmap_textures_and_graph_conditions_follow_the_capabilities,
 );
 
 /// The PTX fallback of the `cuda` backend (drivers without `cuFuncGetParamInfo`) reads the

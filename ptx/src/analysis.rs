@@ -177,7 +177,7 @@ impl Module {
                 }
                 Op::Call => match prog.calls.get(i.aux as usize).map(|c| c.target) {
                     Some(CallTarget::Extern(Extern::Vprintf | Extern::AssertFail)) => {}
-                    Some(CallTarget::Extern(Extern::Malloc | Extern::Free)) => {
+                    Some(CallTarget::Extern(Extern::Malloc | Extern::Free | Extern::GraphSetConditional)) => {
                         acc.writes.insert(Target::Unknown);
                     }
                     _ => acc.calls = true,

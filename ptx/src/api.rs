@@ -195,6 +195,31 @@ pub struct TextureDesc {
     pub normalized_float: bool,
     /// Coordinates in [0,1).
     pub normalized_coords: bool,
+    /// The levels of a mipmapped texture (the fields above describe level 0).
+    pub mip: Option<Mipmap>,
+}
+
+/// One level of a mipmapped texture: its memory and extent (elements; bytes per row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MipLevel {
+    pub base: u64,
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    pub pitch: u64,
+}
+
+/// A mipmapped texture's levels and its level-of-detail sampler state (`cudaTextureDesc`'s
+/// `mipmapFilterMode`, `mipmapLevelBias`, `min/maxMipmapLevelClamp`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mipmap {
+    /// Level 0 first; each level half the extent of the one before (at least 1).
+    pub levels: Vec<MipLevel>,
+    /// Linear filtering between the two nearest levels (else the nearest level).
+    pub linear: bool,
+    pub bias: f32,
+    pub min_clamp: f32,
+    pub max_clamp: f32,
 }
 
 impl TextureDesc {
@@ -237,6 +262,7 @@ impl TextureDesc {
             linear_filter: filter_mode == 1,
             normalized_float: read_mode == 1,
             normalized_coords: normalized,
+            mip: None,
         }
     }
 }

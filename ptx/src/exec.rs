@@ -2071,6 +2071,23 @@ impl<'a, 'l> Block<'a, 'l> {
                 }
                 Ok(true)
             }
+            CallTarget::Extern(Extern::GraphSetConditional) => {
+                let arg = |k: usize, size: usize| -> u64 {
+                    cs.args.get(k).map_or(0, |&(off, _)| {
+                        let o = t.fb + off as usize;
+                        let mut b = [0u8; 8];
+                        if let Some(s) = t.pframe.get(o..o + size) {
+                            b[..size].copy_from_slice(s);
+                        }
+                        u64::from_le_bytes(b)
+                    })
+                };
+                // The handle names the condition's 32-bit value in device memory; a handle
+                // that names none faults like any bad store.
+                let (handle, value) = (arg(0, 8), arg(1, 4));
+                self.regions.write(handle, 4, value)?;
+                Ok(true)
+            }
         }
     }
 

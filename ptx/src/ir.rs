@@ -329,6 +329,9 @@ pub(crate) enum Extern {
     AssertFail,
     Malloc,
     Free,
+    /// `cudaGraphSetConditional(handle, value)`: the handle is the device address of the
+    /// condition's 32-bit value (as the runtime hands handles out on the emulated device).
+    GraphSetConditional,
 }
 
 /// A call site: arguments and return slots are offsets in the caller's param frame.
@@ -385,6 +388,9 @@ pub(crate) struct Mods {
     pub(crate) geom: u8,
     /// suld/sust `.clamp`: out-of-range coordinates are clamped to the surface's edge.
     pub(crate) clamp: bool,
+    /// tex: 0 plain (level 0 of a mipmapped texture), 1 `.level` (explicit level of detail),
+    /// 2 `.grad` (level from the coordinate gradients).
+    pub(crate) lod: u8,
 }
 
 impl Default for Mods {
@@ -403,6 +409,7 @@ impl Default for Mods {
             flag: false,
             geom: 1,
             clamp: false,
+            lod: 0,
         }
     }
 }

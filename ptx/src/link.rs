@@ -90,7 +90,7 @@ pub(crate) fn private_name(name: &str, module: usize) -> String {
 
 /// Functions the engine provides itself: never unresolved.
 pub(crate) fn is_builtin(name: &str) -> bool {
-    matches!(name, "vprintf" | "__assertfail" | "__assert_fail" | "malloc" | "free")
+    matches!(name, "vprintf" | "__assertfail" | "__assert_fail" | "malloc" | "free" | "cudaGraphSetConditional")
 }
 
 /// A parse error of one module of several: says which.

@@ -1143,6 +1143,7 @@ impl Builder {
                 "__assertfail" | "__assert_fail" => CallTarget::Extern(Extern::AssertFail),
                 "malloc" => CallTarget::Extern(Extern::Malloc),
                 "free" => CallTarget::Extern(Extern::Free),
+                "cudaGraphSetConditional" => CallTarget::Extern(Extern::GraphSetConditional),
                 n if n.starts_with('%') => match names.get(n) {
                     Some(Sym::Reg(r)) => {
                         self.indirect_callers.push(self.cur_func);
@@ -1177,7 +1178,12 @@ impl Builder {
                 // vprintf returns an int, malloc a pointer; arguments are pointers or sizes.
                 CallTarget::Extern(e) => {
                     let rsize = if e == Extern::Malloc { 8 } else { 4 };
-                    (rets.iter().map(|r| (r.0, rsize)).collect(), args.iter().map(|a| (a.0, 8)).collect())
+                    // cudaGraphSetConditional(handle: u64, value: u32).
+                    let asize = |k: usize| if e == Extern::GraphSetConditional && k == 1 { 4 } else { 8 };
+                    (
+                        rets.iter().map(|r| (r.0, rsize)).collect(),
+                        args.iter().enumerate().map(|(k, a)| (a.0, asize(k))).collect(),
+                    )
                 }
             };
             if let CallTarget::Func(f) = target {
@@ -1642,6 +1648,10 @@ fn decode_opcode(w: &str, line: u32, messages: &mut Vec<String>) -> Result<Inst,
             "a2d" => mm.geom = 4,
             "cube" => mm.geom = 6,
             "acube" => mm.geom = 7,
+            // Mipmapped textures: `tex.level` takes an explicit level of detail, `tex.grad`
+            // the coordinates' gradients.
+            "level" if inst.op == Op::Tex => mm.lod = 1,
+            "grad" if inst.op == Op::Tex => mm.lod = 2,
             // Memory-order, scope, cache and alignment hints: no effect on a sequentially
             // consistent, cache-less emulation.
             "sync" | "aligned" | "volatile" | "relaxed" | "acquire" | "release" | "acq_rel" | "sc" | "cta"

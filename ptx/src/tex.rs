@@ -1,8 +1,10 @@
 //! Texture fetches through texture objects: `tex.1d` with integer coordinates
 //! (`tex1Dfetch` on linear memory) and float coordinates with point or linear filtering,
-//! address modes and normalized coordinates for 1D/2D/3D textures.
+//! address modes and normalized coordinates for 1D/2D/3D textures; mipmapped textures with
+//! `tex.level` (`tex2DLod`…) and `tex.grad` (`tex2DGrad`…), a plain `tex` reading level 0
+//! (plus the bias), point or linear filtering between levels.
 
-use crate::api::{AddressMode, ChannelKind, LaunchError, TextureDesc};
+use crate::api::{AddressMode, ChannelKind, LaunchError, Mipmap, TextureDesc};
 use crate::exec::{Block, Thread};
 use crate::fp;
 use crate::ir::{Inst, Opd, Ty};
@@ -15,6 +17,107 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
         Opd::Vec(v) => v.iter().map(|o| b.val_pub(t, o)).collect(),
         o => vec![b.val_pub(t, o)],
     };
+    let out = match &desc.mip {
+        None => sample(b, i, &desc, &coords)?,
+        Some(mip) => {
+            let lod = level_of_detail(b, t, i, &desc, mip);
+            let n = mip.levels.len().max(1);
+            if mip.linear {
+                // Between the two nearest levels, with the hardware's 8-bit fraction.
+                let l0 = lod.floor();
+                let f = ((lod - l0) * 256.0).round() / 256.0;
+                let l0 = (l0 as usize).min(n - 1);
+                let a = sample_level(b, i, &desc, mip, l0, &coords)?;
+                if f == 0.0 || l0 + 1 >= n {
+                    a
+                } else {
+                    let z = sample_level(b, i, &desc, mip, l0 + 1, &coords)?;
+                    std::array::from_fn(|k| a[k] * (1.0 - f) + z[k] * f)
+                }
+            } else {
+                // The nearest level (OpenGL's rule: ceil(lod + 1/2) - 1).
+                let l = ((lod + 0.5).ceil() - 1.0).max(0.0) as usize;
+                sample_level(b, i, &desc, mip, l.min(n - 1), &coords)?
+            }
+        }
+    };
+    Ok(out.map(|v| match i.ty {
+        Ty::F32 => v.to_bits() as u64,
+        Ty::F16 => fp::f32_to_f16(v) as u64,
+        _ => v.to_bits() as u64,
+    }))
+}
+
+/// The level of detail of a fetch from a mipmapped texture: the instruction's (`.level`),
+/// from the gradients (`.grad`: log2 of the longer of the two gradient vectors in level-0
+/// texels), or 0; then the texture's bias and clamps, and at most the last level.
+fn level_of_detail(b: &mut Block, t: &Thread, i: &Inst, desc: &TextureDesc, mip: &Mipmap) -> f32 {
+    let f = |b: &mut Block, o: &Opd| -> Vec<f32> {
+        match o {
+            Opd::Vec(v) => v.iter().map(|o| f32::from_bits(b.val_pub(t, o) as u32)).collect(),
+            Opd::None => Vec::new(),
+            o => vec![f32::from_bits(b.val_pub(t, o) as u32)],
+        }
+    };
+    let lod = match i.m.lod {
+        1 => f(b, &i.b).first().copied().unwrap_or(0.0),
+        2 => {
+            let ext = [desc.width.max(1), desc.height.max(1), desc.depth.max(1)];
+            let len = |g: &[f32]| -> f32 {
+                g.iter()
+                    .enumerate()
+                    .take(3)
+                    .map(|(k, v)| {
+                        let v = if desc.normalized_coords { v * ext[k] as f32 } else { *v };
+                        v * v
+                    })
+                    .sum::<f32>()
+                    .sqrt()
+            };
+            let (dx, dy) = (f(b, &i.b), f(b, &i.c));
+            len(&dx).max(len(&dy)).log2()
+        }
+        _ => 0.0,
+    };
+    let last = mip.levels.len().saturating_sub(1) as f32;
+    let lod = lod + mip.bias;
+    // NaN (a zero gradient gives -inf, which the clamps take care of) reads level 0.
+    let lod = if lod.is_nan() { 0.0 } else { lod };
+    lod.max(mip.min_clamp).min(mip.max_clamp).clamp(0.0, last)
+}
+
+/// Sample level `l` of a mipmapped texture: the same sampling over that level's memory, with
+/// unnormalized coordinates (given in level-0 texels) scaled to the level.
+fn sample_level(b: &mut Block, i: &Inst, desc: &TextureDesc, mip: &Mipmap, l: usize, coords: &[u64]) -> Result<[f32; 4], LaunchError> {
+    let Some(lv) = mip.levels.get(l) else { return sample(b, i, desc, coords) };
+    let mut d = desc.clone();
+    (d.base, d.width, d.height, d.depth, d.pitch) = (lv.base, lv.width, lv.height, lv.depth, lv.pitch);
+    d.mip = None;
+    let cube = matches!(i.m.geom, 6 | 7);
+    if l == 0 || desc.normalized_coords || cube || i.ty2 != Ty::F32 {
+        return sample(b, i, &d, coords);
+    }
+    let layered = matches!(i.m.geom, 4 | 5);
+    let first = layered as usize;
+    let ext0 = [desc.width.max(1), desc.height.max(1), desc.depth.max(1)];
+    let ext = [d.width.max(1), d.height.max(1), d.depth.max(1)];
+    let scaled: Vec<u64> = coords
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            if k < first || k - first >= 3 {
+                return v;
+            }
+            let x = f32::from_bits(v as u32) * ext[k - first] as f32 / ext0[k - first] as f32;
+            x.to_bits() as u64
+        })
+        .collect();
+    sample(b, i, &d, &scaled)
+}
+
+/// One texture sample from `desc`'s memory (no level of detail), as f32 lanes.
+fn sample(b: &mut Block, i: &Inst, desc: &TextureDesc, coords: &[u64]) -> Result<[f32; 4], LaunchError> {
+    let coords = coords.to_vec();
     // Layered textures (`a1d`, `a2d`) take the layer index first; it selects the row (1D)
     // or slice (2D) and is never filtered.
     let cube = matches!(i.m.geom, 6 | 7);
@@ -54,7 +157,7 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
     };
     let layers = if layered { [desc.height.max(1), desc.depth.max(1)][dims - 1] as i64 } else { 1 };
     let layer = layer.clamp(0, layers - 1);
-    let texel = |b: &mut Block, xyz: [i64; 3]| -> Result<[f32; 4], LaunchError> { texel(b, &desc, xyz, i.ty) };
+    let texel = |b: &mut Block, xyz: [i64; 3]| -> Result<[f32; 4], LaunchError> { texel(b, desc, xyz, i.ty) };
     let mut out = [0f32; 4];
     if i.ty2 != Ty::F32 {
         // Integer coordinates: no filtering; out of range reads 0.
@@ -115,11 +218,7 @@ pub(crate) fn fetch(b: &mut Block, t: &Thread, i: &Inst) -> Result<[u64; 4], Lau
             }
         }
     }
-    Ok(out.map(|v| match i.ty {
-        Ty::F32 => v.to_bits() as u64,
-        Ty::F16 => fp::f32_to_f16(v) as u64,
-        _ => v.to_bits() as u64,
-    }))
+    Ok(out)
 }
 
 /// The face of a cube map a direction points at and the normalized (s, t) on it, as the CUDA

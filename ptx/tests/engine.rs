@@ -273,6 +273,7 @@ fn tex2d_point_and_linear_sampling_follow_cuda() {
             linear_filter: linear,
             normalized_float: false,
             normalized_coords: false,
+            mip: None,
         };
         mem.add_texture(5, desc);
         let out = mem.alloc(4 * (w * h) as u64);
@@ -531,6 +532,7 @@ fn float_tex(base: u64, w: u64, h: u64, d: u64) -> TextureDesc {
         linear_filter: false,
         normalized_float: false,
         normalized_coords: false,
+        mip: None,
     }
 }
 
@@ -769,4 +771,142 @@ LOOP:
     bad.index = 5;
     assert!(crum_ptx::launch_resume(&m, "churn", &c, &p, &|_| None, &mem, &pool, 1, None, vec![bad]).is_err());
     assert!(BlockContext::decode(&bytes[..bytes.len() / 2]).is_err());
+}
+
+/// What nvcc 13 emits for `tex2DLod`, `tex2DGrad` and `tex2D` on one texture object.
+const MIP_TEX: &str = r#"
+.visible .entry t(.param .u64 tex, .param .u64 out, .param .f32 lod)
+{
+  .reg .f32 %f<20>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [tex];
+  ld.param.u64 %rd2, [out];
+  ld.param.f32 %f1, [lod];
+  mov.f32 %f2, 0f3E000000;
+  tex.level.2d.v4.f32.f32 {%f3, %f4, %f5, %f6}, [%rd1, {%f2, %f2}], %f1;
+  st.global.f32 [%rd2], %f3;
+  mov.f32 %f11, 0f00000000;
+  tex.grad.2d.v4.f32.f32 {%f12, %f13, %f14, %f15}, [%rd1, {%f2, %f2}], {%f1, %f11}, {%f11, %f1};
+  st.global.f32 [%rd2+4], %f12;
+  tex.2d.v4.f32.f32 {%f7, %f8, %f9, %f10}, [%rd1, {%f2, %f2}];
+  st.global.f32 [%rd2+8], %f7;
+  ret;
+}
+"#;
+
+#[test]
+fn tex_level_grad_and_plain_fetches_pick_levels_of_a_mipmapped_texture() {
+    let m = ptx(MIP_TEX);
+    // Four levels, 8x8 down to 1x1; every texel of level l holds 10 (l + 1).
+    for (linear, lod, want) in [
+        // Linear between levels: 1.5 → halfway between 20 and 30; the gradient of 1.5
+        // normalized = 12 texels → lod 3.58, clamped to the last level; plain → level 0.
+        (true, 1.5f32, [25.0f32, 40.0, 10.0]),
+        // 0.25 → a quarter of the way to level 1; gradient 2 texels → level 1.
+        (true, 0.25, [12.5, 20.0, 10.0]),
+        // Point between levels: the nearest (1.5 → 1, as ceil(lod + 1/2) - 1).
+        (false, 1.5, [20.0, 40.0, 10.0]),
+    ] {
+        let mut mem = HostMemory::new();
+        let mut levels = Vec::new();
+        for l in 0..4u64 {
+            let w = 8 >> l;
+            let base = mem.alloc_bytes(&f32s(&vec![10.0 * (l + 1) as f32; (w * w) as usize]));
+            levels.push(crum_ptx::MipLevel { base, width: w, height: w, depth: 1, pitch: 4 * w });
+        }
+        let mut desc = TextureDesc::from_parts(levels[0].base, 8, 8, 1, 32, [32, 0, 0, 0], 2, [1, 1, 1], 0, 0, true);
+        desc.mip = Some(crum_ptx::Mipmap { levels, linear, bias: 0.0, min_clamp: 0.0, max_clamp: 3.0 });
+        mem.add_texture(0x91, desc);
+        let out = mem.alloc(12);
+        let mut params = 0x91u64.to_le_bytes().to_vec();
+        params.extend_from_slice(&out.to_le_bytes());
+        params.extend_from_slice(&lod.to_le_bytes());
+        go(&m, "t", cfg(1, 1), &params, &mem, 1).unwrap();
+        assert_eq!(to_f32s(&mem.read(out, 12)), want, "linear {linear} lod {lod}");
+    }
+}
+
+#[test]
+fn a_zero_max_level_clamp_and_a_bias_move_the_level_as_on_a_gpu() {
+    let m = ptx(MIP_TEX);
+    let mut mem = HostMemory::new();
+    let mut levels = Vec::new();
+    for l in 0..4u64 {
+        let w = 8 >> l;
+        let base = mem.alloc_bytes(&f32s(&vec![10.0 * (l + 1) as f32; (w * w) as usize]));
+        levels.push(crum_ptx::MipLevel { base, width: w, height: w, depth: 1, pitch: 4 * w });
+    }
+    for (bias, max_clamp, want) in [(0.0f32, 0.0f32, [10.0f32, 10.0, 10.0]), (1.0, 2.0, [30.0, 30.0, 20.0])] {
+        let mut desc = TextureDesc::from_parts(levels[0].base, 8, 8, 1, 32, [32, 0, 0, 0], 2, [1, 1, 1], 0, 0, true);
+        desc.mip = Some(crum_ptx::Mipmap { levels: levels.clone(), linear: true, bias, min_clamp: 0.0, max_clamp });
+        mem.add_texture(0x92, desc);
+        let out = mem.alloc(12);
+        let mut params = 0x92u64.to_le_bytes().to_vec();
+        params.extend_from_slice(&out.to_le_bytes());
+        params.extend_from_slice(&1.5f32.to_le_bytes());
+        go(&m, "t", cfg(1, 1), &params, &mem, 1).unwrap();
+        assert_eq!(to_f32s(&mem.read(out, 12)), want, "bias {bias} max clamp {max_clamp}");
+    }
+}
+
+/// What nvcc 13 emits for `cudaGraphSetConditional(h, --*c > 0)` in thread 0.
+const SET_CONDITIONAL: &str = r#"
+.extern .func cudaGraphSetConditional
+(
+	.param .b64 cudaGraphSetConditional_param_0,
+	.param .b32 cudaGraphSetConditional_param_1
+)
+;
+.visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [k_param_0];
+  ld.param.u64 %rd2, [k_param_1];
+  mov.u32 %r1, %tid.x;
+  setp.ne.s32 %p1, %r1, 0;
+  @%p1 bra $L__BB0_2;
+  cvta.to.global.u64 %rd3, %rd2;
+  ld.global.u32 %r2, [%rd3];
+  add.s32 %r3, %r2, -1;
+  st.global.u32 [%rd3], %r3;
+  setp.gt.s32 %p2, %r2, 1;
+  selp.u32 %r4, 1, 0, %p2;
+  {
+  .reg .b32 temp_param_reg;
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd1;
+  .param .b32 param1;
+  st.param.b32 [param1+0], %r4;
+  call.uni
+  cudaGraphSetConditional,
+  (
+  param0,
+  param1
+  );
+  }
+$L__BB0_2:
+  ret;
+}
+"#;
+
+#[test]
+fn graph_set_conditional_stores_the_value_at_the_handle() {
+    let m = ptx(SET_CONDITIONAL);
+    let mut mem = HostMemory::new();
+    // The handle is the address of the condition; the high bytes around it stay untouched.
+    let cond = mem.alloc_bytes(&[0xee; 12]);
+    let counter = mem.alloc_bytes(&2i32.to_le_bytes());
+    let handle = cond + 4;
+    let mut params = handle.to_le_bytes().to_vec();
+    params.extend_from_slice(&counter.to_le_bytes());
+    go(&m, "k", cfg(1, 32), &params, &mem, 1).unwrap();
+    assert_eq!(mem.read(cond, 12), [0xee, 0xee, 0xee, 0xee, 1, 0, 0, 0, 0xee, 0xee, 0xee, 0xee]);
+    go(&m, "k", cfg(1, 32), &params, &mem, 1).unwrap();
+    assert_eq!(mem.read(cond + 4, 4), [0, 0, 0, 0], "the counter reached 0");
+    // A handle that names no memory faults like a bad store.
+    let mut bad = 0x10u64.to_le_bytes().to_vec();
+    bad.extend_from_slice(&counter.to_le_bytes());
+    assert!(matches!(go(&m, "k", cfg(1, 32), &bad, &mem, 1), Err(LaunchError::IllegalAddress { .. })));
 }

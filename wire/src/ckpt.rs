@@ -11,7 +11,7 @@ use bincode::de::{Decode, Decoder};
 use bincode::error::DecodeError;
 use bincode::Encode;
 
-use crate::msg::{AllocKind, Dim3, TexDesc};
+use crate::msg::{AllocKind, Dim3, TexDesc, TexLevel, TexMip};
 
 /// Image section holding the encoded [`DeviceState`].
 pub const SECTION_DEVICE: &str = "crum.device";
@@ -19,7 +19,8 @@ pub const SECTION_DEVICE: &str = "crum.device";
 pub const SECTION_DEVICE_DATA: &str = "crum.device.data";
 /// Version of [`DeviceState`]'s encoding (2 added the saved queue and the cut calls; 3 the
 /// cut `cudaFree`, [`Carried::Free`]; 4 the cut module unload and device reset,
-/// [`Carried::Unload`], [`Carried::Reset`]; versions 1 to 3 are still read).
+/// [`Carried::Unload`], [`Carried::Reset`], and the levels of mipmapped textures,
+/// [`TexDesc::mip`]; versions 1 to 3 are still read).
 pub const DEVICE_STATE_VERSION: u32 = 4;
 
 /// Everything a restart needs to rebuild the device side of a program.
@@ -286,10 +287,50 @@ fn option<C, T, D: Decoder<Context = C>>(
     }
 }
 
+/// A texture description of a state of `version` (before 4 without `mip`).
+fn tex_desc<C, D: Decoder<Context = C>>(d: &mut D, version: u32) -> Result<TexDesc, DecodeError> {
+    Ok(TexDesc {
+        base: Decode::decode(d)?,
+        width: Decode::decode(d)?,
+        height: Decode::decode(d)?,
+        depth: Decode::decode(d)?,
+        pitch: Decode::decode(d)?,
+        bits: Decode::decode(d)?,
+        format_kind: Decode::decode(d)?,
+        address_mode: Decode::decode(d)?,
+        filter_mode: Decode::decode(d)?,
+        read_mode: Decode::decode(d)?,
+        normalized: Decode::decode(d)?,
+        mip: if version >= 4 {
+            option(d, |d| {
+                Ok(TexMip {
+                    levels: bounded_vec::<C, TexLevel, D>(d)?,
+                    filter_mode: Decode::decode(d)?,
+                    bias: Decode::decode(d)?,
+                    min_clamp: Decode::decode(d)?,
+                    max_clamp: Decode::decode(d)?,
+                })
+            })?
+        } else {
+            None
+        },
+    })
+}
+
+fn textures<C, D: Decoder<Context = C>>(d: &mut D, version: u32) -> Result<Vec<(u64, TexDesc)>, DecodeError> {
+    let n = bounded_len(d)?;
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push((Decode::decode(d)?, tex_desc(d, version)?));
+    }
+    Ok(v)
+}
+
 impl<C> Decode<C> for DeviceState {
     fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        let version: u32 = Decode::decode(d)?;
         Ok(DeviceState {
-            version: Decode::decode(d)?,
+            version,
             backend: bounded_string(d)?,
             device_name: bounded_string(d)?,
             next_handle: Decode::decode(d)?,
@@ -299,7 +340,7 @@ impl<C> Decode<C> for DeviceState {
             registered: bounded_vec(d)?,
             streams: bounded_vec(d)?,
             events: bounded_vec(d)?,
-            textures: bounded_vec(d)?,
+            textures: textures(d, version)?,
             data_len: Decode::decode(d)?,
             pending_error: Decode::decode(d)?,
             sticky_error: Decode::decode(d)?,
@@ -516,6 +557,13 @@ mod tests {
                     filter_mode: 0,
                     read_mode: 0,
                     normalized: false,
+                    mip: (i % 2 == 1).then(|| TexMip {
+                        levels: vec![TexLevel { base: 0x1000, width: 4, height: 1, depth: 1, pitch: 512 }; i as usize],
+                        filter_mode: 1,
+                        bias: 0.5f32.to_bits(),
+                        min_clamp: 0,
+                        max_clamp: 3.0f32.to_bits(),
+                    }),
                 }));
         }
         s.data_len = off;
@@ -574,6 +622,27 @@ mod tests {
         }
     }
 
+    /// `b`, the encoding of `s` whose textures have no levels, as a state before version 4
+    /// wrote it: without the `mip` option's tag (a 0) after each texture.
+    fn without_mip_tags(s: &DeviceState, mut b: Vec<u8>) -> Vec<u8> {
+        for (_, t) in &s.textures {
+            assert!(t.mip.is_none());
+            let tex = bincode::encode_to_vec(t, crate::msg::config_unlimited()).unwrap();
+            let pos = b.windows(tex.len()).position(|w| w == tex.as_slice()).unwrap();
+            assert_eq!(b[pos + tex.len() - 1], 0, "the None tag of mip");
+            b.remove(pos + tex.len() - 1);
+        }
+        b
+    }
+
+    #[test]
+    fn a_version_3_state_without_mipmap_levels_is_still_read() {
+        let mut s = sample(1, b"p".to_vec());
+        s.version = 3;
+        let b = without_mip_tags(&s, s.encode());
+        assert_eq!(DeviceState::decode(&b).unwrap(), s);
+    }
+
     #[test]
     fn a_version_1_state_without_queue_is_still_read() {
         let mut s = sample(2, b"p".to_vec());
@@ -581,7 +650,10 @@ mod tests {
         s.carried.clear();
         s.cut_notes.clear();
         s.version = 1;
-        let mut b = s.encode();
+        for (_, t) in &mut s.textures {
+            t.mip = None;
+        }
+        let mut b = without_mip_tags(&s, s.encode());
         // Version 1 ended with printf: drop the three empty lists.
         b.truncate(b.len() - 3);
         assert_eq!(DeviceState::decode(&b).unwrap(), s);

@@ -12,7 +12,7 @@ pub mod msg;
 pub use channel::{Channel, ClientLane, Incoming, PeerWatch, ServerLane};
 pub use msg::{
     AccessPolicy, AllocKind, Body, CopyKind, DeviceProps, FuncInfo, Reply, Request, StreamAttr,
-    TexDesc,
+    TexDesc, TexLevel, TexMip,
 };
 
 /// Environment variable holding the channel memfd number (set by `crum run`).

@@ -298,6 +298,32 @@ pub struct TexDesc {
     pub filter_mode: u32,
     pub read_mode: u32,
     pub normalized: bool,
+    /// A texture over a mipmapped array: its levels (the fields above describe level 0).
+    pub mip: Option<TexMip>,
+}
+
+/// The levels of a mipmapped texture and its level-of-detail sampler state.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct TexMip {
+    /// Level 0 first.
+    pub levels: Vec<TexLevel>,
+    /// `cudaTextureFilterMode` between levels: 0 point, 1 linear.
+    pub filter_mode: u32,
+    /// `mipmapLevelBias`, `minMipmapLevelClamp`, `maxMipmapLevelClamp` (f32 bits).
+    pub bias: u32,
+    pub min_clamp: u32,
+    pub max_clamp: u32,
+}
+
+/// One level's memory: base, extent in elements (rows, slices as the texture reads them),
+/// bytes per row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct TexLevel {
+    pub base: u64,
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    pub pitch: u64,
 }
 
 /// Static properties of the device the proxy drives (enough for `cudaDeviceProp` and
@@ -335,6 +361,11 @@ pub struct DeviceProps {
     pub max_persisting_l2: i32,
     /// Largest access policy window (`cudaDevAttrMaxAccessPolicyWindowSize`).
     pub max_access_policy_window: i32,
+    /// Kernels can set a graph's conditions (`cudaGraphSetConditional`) as the interposer
+    /// hands conditional handles out: the address of the condition's value in device memory.
+    /// The emulated device can; a real GPU's `cudaGraphSetConditional` expects the driver's
+    /// handles of a driver graph, which crum's graphs are not.
+    pub graph_conditionals: bool,
 }
 
 /// What the interposer needs about a kernel: attributes and the packed parameter layout.

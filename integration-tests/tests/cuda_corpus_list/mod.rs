@@ -37,6 +37,8 @@ macro_rules! corpus {
         $crate::cuda_corpus_list::corpus_test!($run, device_properties_and_pointer_attributes_are_consistent, "device_query");
         $crate::cuda_corpus_list::corpus_test!($run, stream_attributes_persisting_l2_and_former_stubs_behave_as_cuda_documents, "stream_attrs");
         $crate::cuda_corpus_list::corpus_test!($run, batched_3d_copies_between_pointers_and_arrays_match_cpu, "copy_batch_3d");
+        $crate::cuda_corpus_list::corpus_test!($run, conditional_if_while_switch_nodes_set_from_kernels_match_cpu, "graph_conditional");
+        $crate::cuda_corpus_list::corpus_test!($run, mipmapped_array_levels_sampled_with_lod_and_grad_match_cpu, "mipmap_tex");
         $crate::cuda_corpus_list::corpus_test!($run, read_and_write_syscalls_on_managed_memory_match_cpu, "managed_fileio");
         $crate::cuda_corpus_list::corpus_test!($run, registered_mapped_host_memory_default_copies_and_priorities_work, "host_memory");
         $crate::cuda_corpus_list::corpus_test!($run, managed_memory_from_threads_write_then_read_and_sparse_gib_match_cpu, "managed_threads");

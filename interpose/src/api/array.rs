@@ -3,7 +3,8 @@
 //! naming the allocation, its element format and its pitch. 1-D, 2-D and 3-D arrays and
 //! layered 1-D and 2-D arrays (`cudaMalloc3DArray`): slices (or layers) of `height` rows,
 //! `slice` bytes apart; cube maps as six slices (faces), layered cube maps as six slices per
-//! cube map. Sparse arrays and mipmaps return cudaErrorNotSupported.
+//! cube map. Sparse arrays return cudaErrorNotSupported; mipmapped arrays are in `api::mipmap`,
+//! their levels arrays of this kind.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -37,6 +38,9 @@ pub struct ArrayRec {
     pub slice: u64,
     /// The extent as the program asked for it (what `cudaArrayGetInfo` reports).
     pub extent: [usize; 3],
+    /// A level of a mipmapped array (`cudaGetMipmappedArrayLevel`): its memory belongs to
+    /// the mipmapped array, so `cudaFreeArray` refuses it.
+    pub mip_level: bool,
 }
 
 impl ArrayRec {
@@ -96,6 +100,46 @@ fn alloc_array(
     flags: u32,
 ) -> CudaResult<()> {
     let desc = read(desc)?;
+    let (mut rec, size) = layout(desc, extent, flags)?;
+    rec.base = device_alloc(size)?;
+    out(out_handle, register(rec) as *mut c_void)
+}
+
+/// Device memory for arrays: a plain allocation the interposer knows as device memory.
+pub(crate) fn device_alloc(size: u64) -> CudaResult<u64> {
+    crate::client::ensure()?;
+    let Body::Alloc { addr, .. } = call(&Request::Malloc {
+        size,
+        kind: AllocKind::Device,
+    })?
+    else {
+        return Err(cuda::ERROR_UNKNOWN);
+    };
+    add_alloc(addr, size, MemKind::Device, 0);
+    Ok(addr)
+}
+
+/// A new handle for `rec`.
+pub(crate) fn register(rec: ArrayRec) -> u64 {
+    let h = NEXT.fetch_add(0x10, std::sync::atomic::Ordering::Relaxed);
+    ARRAYS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(h, rec);
+    h
+}
+
+/// Forget array handle `h` (its memory is the caller's to free).
+pub(crate) fn unregister(h: u64) {
+    if let Some(m) = ARRAYS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        m.remove(&h);
+    }
+}
+
+/// The record (at base 0) and size in bytes of an array of `extent` with `flags`, checked
+/// as `cudaMalloc3DArray` checks them.
+pub(crate) fn layout(desc: ChannelFormatDesc, extent: [usize; 3], flags: u32) -> CudaResult<(ArrayRec, u64)> {
     if desc.f == CHANNEL_KIND_NV12 {
         // Multi-planar (video) formats: one allocation per plane, not emulated.
         return Err(crate::errors::unsupported("cudaMallocArray (multi-planar NV12 format)"));
@@ -127,18 +171,8 @@ fn alloc_array(
         .checked_mul(rows)
         .and_then(|b| b.checked_mul(slices))
         .ok_or(cuda::ERROR_MEMORY_ALLOCATION)?;
-    crate::client::ensure()?;
-    let Body::Alloc { addr, .. } = call(&Request::Malloc {
-        size,
-        kind: AllocKind::Device,
-    })?
-    else {
-        return Err(cuda::ERROR_UNKNOWN);
-    };
-    add_alloc(addr, size, MemKind::Device, 0);
-    let h = NEXT.fetch_add(0x10, std::sync::atomic::Ordering::Relaxed);
     let rec = ArrayRec {
-        base: addr,
+        base: 0,
         width: width as u64,
         height: rows,
         elem,
@@ -148,13 +182,9 @@ fn alloc_array(
         depth: slices,
         slice: pitch * rows,
         extent,
+        mip_level: false,
     };
-    ARRAYS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(h, rec);
-    out(out_handle, h as *mut c_void)
+    Ok((rec, size))
 }
 
 /// Device address of byte `w_offset` in row `h_offset`, checking that `width` bytes of
@@ -263,6 +293,10 @@ crate::export! {
             return Ok(());
         }
         let a = array(handle)?;
+        if a.mip_level {
+            // A level's memory is its mipmapped array's (cudaFreeMipmappedArray).
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
         call(&Request::Free { addr: a.base })?;
         remove_alloc(a.base);
         if let Some(m) = ARRAYS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
@@ -395,6 +429,7 @@ mod tests {
             depth: 1,
             slice: (width * elem).next_multiple_of(ROW_ALIGN) * height,
             extent: [width as usize, height as usize, 0],
+            mip_level: false,
         }
     }
 

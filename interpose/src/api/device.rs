@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_void};
 
-use crum_wire::{cuda, Body, Request, TexDesc};
+use crum_wire::{cuda, Body, Request, TexDesc, TexMip};
 
 use crate::abi_gen::*;
 use crate::client::call;
@@ -85,6 +85,10 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         cudaDevAttrMaxTexture3DWidth
         | cudaDevAttrMaxTexture3DHeight
         | cudaDevAttrMaxTexture3DDepth => 16384,
+        // Mipmapped arrays (`api::mipmap`), with an A100's limits.
+        cudaDevAttrMaxTexture1DMipmappedWidth
+        | cudaDevAttrMaxTexture2DMipmappedWidth
+        | cudaDevAttrMaxTexture2DMipmappedHeight => 32768,
         cudaDevAttrSingleToDoublePrecisionPerfRatio => 2,
         // Texture and surface limits (those of an sm_80 device; the emulated device has no
         // smaller ones). Before, these valid attributes answered cudaErrorInvalidValue.
@@ -95,9 +99,6 @@ fn attribute(attr: u32) -> CudaResult<i32> {
         | cudaDevAttrMaxTexture2DGatherHeight
         | cudaDevAttrMaxTextureCubemapWidth
         | cudaDevAttrMaxTextureCubemapLayeredWidth
-        | cudaDevAttrMaxTexture1DMipmappedWidth
-        | cudaDevAttrMaxTexture2DMipmappedWidth
-        | cudaDevAttrMaxTexture2DMipmappedHeight
         | cudaDevAttrMaxSurface1DWidth
         | cudaDevAttrMaxSurface1DLayeredWidth
         | cudaDevAttrMaxSurface2DLayeredWidth
@@ -618,6 +619,7 @@ fn surface_desc(res: *const u8) -> CudaResult<(TexDesc, u64)> {
         filter_mode: 0,
         read_mode: 0,
         normalized: false,
+        mip: None,
     };
     Ok((desc, handle))
 }
@@ -655,11 +657,27 @@ fn copy_out(p: *mut u8, bytes: &[u8]) -> CudaResult<()> {
 }
 
 /// `cudaResourceDesc` + `cudaTextureDesc` → the wire description (linear and pitch-2D
-/// resources; arrays are not supported).
+/// memory, arrays, mipmapped arrays: level 0 as the texture, every level in `mip`).
 fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
     let ty: u32 = field(res, CUDARESOURCEDESC_RESTYPE)?;
     // cudaResourceType: 0 array, 1 mipmapped array, 2 linear, 3 pitch2D.
     let mut depth = 1;
+    let mut mip = None;
+    let mut array_handle = 0u64;
+    if ty == 1 {
+        let handle: u64 = field(res, CUDARESOURCEDESC_RES_MIPMAP_MIPMAP)?;
+        let levels = super::mipmap::texture_levels(handle)?;
+        array_handle = *super::mipmap::mipmap(handle)?.levels.first().ok_or(cuda::ERROR_INVALID_VALUE)?;
+        mip = Some(TexMip {
+            levels,
+            filter_mode: field(tdesc, CUDATEXTUREDESC_MIPMAPFILTERMODE)?,
+            bias: field(tdesc, CUDATEXTUREDESC_MIPMAPLEVELBIAS)?,
+            min_clamp: field(tdesc, CUDATEXTUREDESC_MINMIPMAPLEVELCLAMP)?,
+            max_clamp: field(tdesc, CUDATEXTUREDESC_MAXMIPMAPLEVELCLAMP)?,
+        });
+    } else if ty == 0 {
+        array_handle = field(res, CUDARESOURCEDESC_RES_ARRAY_ARRAY)?;
+    }
     let (base, chan, width, height, pitch) = match ty {
         2 => {
             let base: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
@@ -676,10 +694,8 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
             let p: u64 = field(res, CUDARESOURCEDESC_RES_PITCH2D_PITCHINBYTES)?;
             (base, chan, w, h, p)
         }
-        0 => {
-            // res.array.array sits at the start of the union, like res.linear.devPtr.
-            let handle: u64 = field(res, CUDARESOURCEDESC_RES_LINEAR_DEVPTR)?;
-            let a = super::array::array(handle as *const c_void)?;
+        0 | 1 => {
+            let a = super::array::array(array_handle as *const c_void)?;
             let d = a.desc;
             // A layered 1-D array is read as rows of layers, every other array as slices
             // (3-D) or layers (layered 2-D) of rows.
@@ -697,11 +713,7 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
                 a.pitch,
             )
         }
-        _ => {
-            return Err(crate::errors::unsupported(
-                "cudaCreateTextureObject (mipmapped arrays)",
-            ))
-        }
+        _ => return Err(cuda::ERROR_INVALID_VALUE),
     };
     if !is_device_visible(base, 1) {
         return Err(cuda::ERROR_INVALID_VALUE);
@@ -723,5 +735,6 @@ fn texture_desc(res: *const u8, tdesc: *const u8) -> CudaResult<TexDesc> {
         filter_mode: field(tdesc, CUDATEXTUREDESC_FILTERMODE)?,
         read_mode: field(tdesc, CUDATEXTUREDESC_READMODE)?,
         normalized: field::<i32>(tdesc, CUDATEXTUREDESC_NORMALIZEDCOORDS)? != 0,
+        mip,
     })
 }

@@ -1,8 +1,10 @@
 //! CUDA graphs and stream capture: the exported entry points. Graphs live in this process
 //! (`crate::graph`); launching an executable graph queues its nodes, in one topological
 //! order, as ordinary requests on the launch stream (`run_node`), so they are stream-ordered
-//! with the stream's other work and need nothing new from the proxy. Stream capture is in
-//! `crate::capture`.
+//! with the stream's other work and need nothing new from the proxy. A conditional node is
+//! the exception: its condition is read (a synchronous 4-byte copy on the launch stream, so
+//! the launch waits there for the nodes before it) and the body it selects is queued, again
+//! and again for WHILE (`run_nodes`). Stream capture is in `crate::capture`.
 #![allow(unsafe_code, non_upper_case_globals)]
 
 use std::ffi::{c_char, c_void};
@@ -12,11 +14,12 @@ use std::sync::Arc;
 use crum_wire::{cuda, AllocKind, Body, Request};
 
 use crate::abi_gen::*;
+use crate::api::memory::{D2H, H2D};
 use crate::capture;
 use crate::client::{call, send};
 use crate::errors::CudaResult;
 use crate::ffi::*;
-use crate::graph::{store, GraphAlloc, KernelNode, MemsetNode, NodeKind, Store};
+use crate::graph::{store, CondHandle, CondNode, ExecNode, GraphAlloc, KernelNode, MemsetNode, NodeKind, Store};
 use crate::state::*;
 
 /// A `cudaMemcpy3DParms` for a plain (pitched) copy: what a captured copy or a 1-D copy
@@ -236,10 +239,136 @@ fn exec_set(exec: *mut c_void, node: *mut c_void, kind: NodeKind) -> CudaResult<
     Ok(())
 }
 
+/// Queue the enabled nodes of `nodes` on `stream` (resolved), in order; a conditional node
+/// reads its condition when its turn comes and runs the body it selects.
+fn run_nodes(nodes: &[ExecNode], stream: u64) -> CudaResult<()> {
+    for n in nodes.iter().filter(|n| n.enabled) {
+        match &n.kind {
+            NodeKind::Conditional(c) => run_conditional(c, &n.bodies, stream)?,
+            k => run_node(k, stream)?,
+        }
+    }
+    Ok(())
+}
+
+/// Most iterations of a WHILE node's body in one launch: a kernel that never clears the
+/// condition would otherwise hang the launching thread forever.
+const MAX_WHILE_ITERATIONS: u64 = 1 << 32;
+
+/// Conditional node `c`: its condition once the nodes before it have run, then the body it
+/// selects (IF: 0 when non-zero, else 1 if there is one; SWITCH: the value's; WHILE: body 0
+/// until the condition is 0).
+fn run_conditional(c: &CondNode, bodies: &[Vec<ExecNode>], stream: u64) -> CudaResult<()> {
+    let value = read_condition(c.handle, stream)?;
+    match c.ty {
+        cudaGraphCondTypeIf => {
+            let body = if value != 0 { bodies.first() } else { bodies.get(1) };
+            body.map_or(Ok(()), |b| run_nodes(b, stream))
+        }
+        cudaGraphCondTypeWhile => {
+            let body = bodies.first().ok_or(cuda::ERROR_INVALID_VALUE)?;
+            let (mut value, mut n) = (value, 0u64);
+            while value != 0 {
+                n += 1;
+                if n > MAX_WHILE_ITERATIONS {
+                    return Err(cuda::ERROR_LAUNCH_TIMEOUT);
+                }
+                run_nodes(body, stream)?;
+                value = read_condition(c.handle, stream)?;
+            }
+            Ok(())
+        }
+        cudaGraphCondTypeSwitch => bodies.get(value as usize).map_or(Ok(()), |b| run_nodes(b, stream)),
+        _ => Err(cuda::ERROR_INVALID_VALUE),
+    }
+}
+
+/// The condition at `handle` once the work queued on `stream` before now has run.
+fn read_condition(handle: u64, stream: u64) -> CudaResult<u32> {
+    let mut v = [0u8; 4];
+    crate::api::memory::copy(v.as_mut_ptr() as u64, 4, handle, 4, 4, 1, D2H, stream, true)?;
+    Ok(u32::from_le_bytes(v))
+}
+
+/// Write `value` to the condition at `handle`, in order on `stream` (from pageable memory:
+/// the proxy takes the bytes before the call returns).
+fn write_condition(handle: u64, value: u32, stream: u64) -> CudaResult<()> {
+    let v = value.to_le_bytes();
+    crate::api::memory::copy(handle, 4, v.as_ptr() as u64, 4, 4, 1, H2D, stream, false)
+}
+
+/// `cudaGraphConditionalHandleCreate[_v2]`: 4 bytes of device memory (in a 512-byte block)
+/// that hold the condition, set to the default now.
+fn conditional_handle_create(out_handle: *mut u64, graph: u64, default: u32, flags: u32) -> CudaResult<()> {
+    if out_handle.is_null() || flags & !cudaGraphCondAssignDefault != 0 {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    store().graph(graph)?;
+    if !props()?.graph_conditionals {
+        // A real GPU's cudaGraphSetConditional needs the driver's own graphs.
+        return Err(crate::errors::unsupported("cudaGraphConditionalHandleCreate on this device"));
+    }
+    let addr = crate::api::memory::alloc_any(crate::pool::BLOCK_ALIGN, AllocKind::Device, MemKind::Device, 0)?;
+    let h = CondHandle { graph, default, assign_default: flags & cudaGraphCondAssignDefault != 0 };
+    let r = write_condition(addr, default, resolve_stream(0, false)?);
+    if let Err(e) = r {
+        let _ = crate::api::memory::free_any(addr, false);
+        return Err(e);
+    }
+    store().handles.insert(addr, h);
+    out(out_handle, addr)
+}
+
+/// Give back the memory of the conditional handles whose graph is gone.
+fn free_orphan_handles() {
+    let gone = store().orphan_handles();
+    for a in gone {
+        if crate::api::memory::free_any(a, false).is_err() {
+            tracing::warn!(addr = a, "could not free a conditional handle's memory");
+        }
+    }
+}
+
+/// A conditional node (`cudaGraphAddNode` with `cudaGraphNodeTypeConditional`): checks the
+/// kind and size, makes the empty body graphs and hands them out in `phGraph_out`.
+fn add_conditional(node_out: *mut *mut c_void, graph: u64, d: &[u64], u: *mut u8) -> CudaResult<()> {
+    let handle: u64 = field(u, CUDACONDITIONALNODEPARAMS_HANDLE)?;
+    let ty: u32 = field(u, CUDACONDITIONALNODEPARAMS_TYPE)?;
+    let size: u32 = field(u, CUDACONDITIONALNODEPARAMS_SIZE_FIELD)?;
+    let size_ok = match ty {
+        cudaGraphCondTypeIf => matches!(size, 1 | 2),
+        cudaGraphCondTypeWhile => size == 1,
+        cudaGraphCondTypeSwitch => (1..=1024).contains(&size),
+        _ => false,
+    };
+    if !size_ok {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let mut s = store();
+    if !s.handles.contains_key(&handle) {
+        return Err(cuda::ERROR_INVALID_VALUE);
+    }
+    let h = s.add_node(graph, d, NodeKind::Empty)?;
+    let mut bodies = Vec::with_capacity(size as usize);
+    for _ in 0..size {
+        let b = s.create_graph();
+        s.graphs.get_mut(&b).ok_or(cuda::ERROR_INVALID_VALUE)?.owner = Some(h);
+        bodies.push(b);
+    }
+    let node = s.node_mut(h)?;
+    node.kind = NodeKind::Conditional(CondNode { handle, ty, bodies });
+    let NodeKind::Conditional(c) = &node.kind else { return Err(cuda::ERROR_UNKNOWN) };
+    // The array stays where it is for the life of the node (CUDA owns it, the program reads it).
+    set_field(u, CUDACONDITIONALNODEPARAMS_PHGRAPH_OUT, c.bodies.as_ptr() as u64);
+    out(node_out, h as *mut c_void)
+}
+
 /// Queue one node on `stream` (resolved).
 fn run_node(kind: &NodeKind, stream: u64) -> CudaResult<()> {
     match kind {
         NodeKind::Empty | NodeKind::Child(_) => Ok(()),
+        // Run by `run_nodes`, which has its bodies.
+        NodeKind::Conditional(_) => Err(cuda::ERROR_INVALID_VALUE),
         NodeKind::Kernel(k) => crate::api::launch::issue(k, stream),
         NodeKind::Memcpy(p) => crate::api::array::memcpy3d(p.as_ptr(), stream, false),
         NodeKind::Memset(m) => run_memset(m, stream),
@@ -440,6 +569,12 @@ fn write_generic(p: *mut u8, kind: &NodeKind, argv: u64) -> CudaResult<()> {
             set_field(u, CUDAMEMALLOCNODEPARAMSV2_DPTR, a.addr);
         }
         NodeKind::MemFree(a) => set_field(u, CUDAMEMFREENODEPARAMS_DPTR, *a),
+        NodeKind::Conditional(c) => {
+            set_field(u, CUDACONDITIONALNODEPARAMS_HANDLE, c.handle);
+            set_field(u, CUDACONDITIONALNODEPARAMS_TYPE, c.ty);
+            set_field(u, CUDACONDITIONALNODEPARAMS_SIZE_FIELD, c.bodies.len() as u32);
+            set_field(u, CUDACONDITIONALNODEPARAMS_PHGRAPH_OUT, c.bodies.as_ptr() as u64);
+        }
         NodeKind::Empty => {}
     }
     Ok(())
@@ -476,6 +611,7 @@ fn add_generic(node_out: *mut *mut c_void, graph: u64, d: &[u64], params: *mut u
             out(node_out, h as *mut c_void)
         }
         cudaGraphNodeTypeMemAlloc => add_alloc_node(node_out, graph, d, u),
+        cudaGraphNodeTypeConditional => add_conditional(node_out, graph, d, u),
         cudaGraphNodeTypeMemFree => {
             let addr: u64 = field(u, CUDAMEMFREENODEPARAMS_DPTR)?;
             let mut s = store();
@@ -494,7 +630,7 @@ fn add_generic(node_out: *mut *mut c_void, graph: u64, d: &[u64], params: *mut u
 /// A child graph node: a copy of `child`, or `child` itself when it is moved in.
 fn add_child(graph: u64, d: &[u64], child: u64, moved: bool) -> CudaResult<u64> {
     let mut s = store();
-    if s.has_memory_nodes(child)? {
+    if s.has_uncopyable_nodes(child)? {
         return Err(cuda::ERROR_NOT_SUPPORTED);
     }
     if moved && s.graph(child)?.owner.is_some() {
@@ -541,8 +677,12 @@ fn launch(exec: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()> 
         .ok_or(cuda::ERROR_INVALID_VALUE)?
         .nodes
         .clone();
-    // Launched into a capturing stream: the graph becomes a child node of the capture.
+    // Launched into a capturing stream: the graph becomes a child node of the capture (not
+    // one with conditional nodes, which CUDA does not allow in a child graph).
     if capture::record(s, || {
+        if nodes.iter().any(|n| matches!(n.kind, NodeKind::Conditional(_))) {
+            return Err(cuda::ERROR_NOT_SUPPORTED);
+        }
         let mut st = store();
         let g = st.create_graph();
         let mut prev: Vec<u64> = Vec::new();
@@ -553,10 +693,10 @@ fn launch(exec: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()> 
     })? {
         return Ok(());
     }
-    let (last, mut ev) = {
+    let (last, mut ev, defaults) = {
         let mut st = store();
         let e = st.exec_mut(exec as u64)?;
-        (e.last_stream.replace(s), e.done_event)
+        (e.last_stream.replace(s), e.done_event, e.defaults.clone())
     };
     if let Some(prev) = last.filter(|&l| l != s) {
         if ev == 0 {
@@ -569,10 +709,10 @@ fn launch(exec: *mut c_void, stream: *mut c_void, ptsz: bool) -> CudaResult<()> 
         send(&Request::EventRecord { event: ev, stream: prev })?;
         send(&Request::StreamWaitEvent { stream: s, event: ev })?;
     }
-    for n in nodes.iter().filter(|n| n.enabled) {
-        run_node(&n.kind, s)?;
+    for (h, v) in defaults {
+        write_condition(h, v, s)?;
     }
-    Ok(())
+    run_nodes(&nodes, s)
 }
 
 fn instantiate_with_params(exec: *mut *mut c_void, graph: *mut c_void, params: *mut u8, ptsz: bool) -> CudaResult<()> {
@@ -632,6 +772,7 @@ fn dot(graph: u64, path: &str) -> CudaResult<()> {
             NodeKind::EventWait(e) => format!("event wait {e:#x}"),
             NodeKind::MemAlloc(a) => format!("mem alloc {:#x} {} bytes", a.addr, a.size),
             NodeKind::MemFree(a) => format!("mem free {a:#x}"),
+            NodeKind::Conditional(c) => format!("conditional type {} handle {:#x} {} bodies", c.ty, c.handle, c.bodies.len()),
         };
         let _ = writeln!(t, "  n{} [label=\"{} {}\"];", node.local_id, node.local_id, label);
         for d in &node.deps {
@@ -651,7 +792,16 @@ crate::export! {
         out(graph, h as *mut c_void)
     }
     fn cudaGraphDestroy(graph: *mut c_void) {
-        store().destroy_graph(graph as u64)
+        store().destroy_graph(graph as u64)?;
+        free_orphan_handles();
+        Ok(())
+    }
+    fn cudaGraphConditionalHandleCreate(handle: *mut u64, graph: *mut c_void, default: u32, flags: u32) {
+        conditional_handle_create(handle, graph as u64, default, flags)
+    }
+    fn cudaGraphConditionalHandleCreate_v2(handle: *mut u64, graph: *mut c_void, _ctx: *mut c_void, default: u32, flags: u32) {
+        // The execution context (NULL: the current one) is always the device's one context.
+        conditional_handle_create(handle, graph as u64, default, flags)
     }
     fn cudaGraphClone(clone: *mut *mut c_void, graph: *mut c_void) {
         if clone.is_null() {

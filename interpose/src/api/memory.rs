@@ -21,8 +21,8 @@ use crate::state::*;
 
 /// `cudaMemcpyKind`.
 const H2H: u32 = 0;
-const H2D: u32 = 1;
-const D2H: u32 = 2;
+pub(crate) const H2D: u32 = 1;
+pub(crate) const D2H: u32 = 2;
 const D2D: u32 = 3;
 const DEFAULT: u32 = 4;
 

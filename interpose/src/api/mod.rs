@@ -11,6 +11,7 @@ pub mod graph;
 pub mod launch;
 pub mod library;
 pub mod memory;
+pub mod mipmap;
 pub mod pool;
 pub mod stream;
 pub mod stream_attrs;

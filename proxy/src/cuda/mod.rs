@@ -927,6 +927,7 @@ fn read_props(dev: Device) -> DResult<DeviceProps> {
         uuid: driver::device_uuid(dev)?,
         max_persisting_l2: a(DA::CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE)?,
         max_access_policy_window: a(DA::CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE)?,
+        graph_conditionals: false,
     })
 }
 

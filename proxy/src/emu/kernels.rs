@@ -416,7 +416,7 @@ impl DeviceMemory for Mem<'_> {
 
 /// Wire texture description → the interpreter's.
 pub(crate) fn texture_desc(d: &TexDesc) -> crum_ptx::TextureDesc {
-    crum_ptx::TextureDesc::from_parts(
+    let mut t = crum_ptx::TextureDesc::from_parts(
         d.base,
         d.width,
         d.height,
@@ -428,7 +428,19 @@ pub(crate) fn texture_desc(d: &TexDesc) -> crum_ptx::TextureDesc {
         d.filter_mode,
         d.read_mode,
         d.normalized,
-    )
+    );
+    t.mip = d.mip.as_ref().map(|m| crum_ptx::Mipmap {
+        levels: m
+            .levels
+            .iter()
+            .map(|l| crum_ptx::MipLevel { base: l.base, width: l.width, height: l.height, depth: l.depth, pitch: l.pitch })
+            .collect(),
+        linear: m.filter_mode == 1,
+        bias: f32::from_bits(m.bias),
+        min_clamp: f32::from_bits(m.min_clamp),
+        max_clamp: f32::from_bits(m.max_clamp),
+    });
+    t
 }
 
 impl Job {

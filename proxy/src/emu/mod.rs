@@ -297,6 +297,7 @@ fn emu_props() -> DeviceProps {
         // As an A100 reports them: 75% of L2 may persist, windows up to 128 MiB.
         max_persisting_l2: 30 << 20,
         max_access_policy_window: 128 << 20,
+        graph_conditionals: true,
     }
 }
 
@@ -989,6 +990,10 @@ impl Backend for Emu {
     }
 
     fn texture_create(&self, desc: &TexDesc) -> Result<u64> {
+        // A level is at least half the one before, so a 64-bit extent has at most 64 levels.
+        if desc.mip.as_ref().is_some_and(|m| m.levels.is_empty() || m.levels.len() > 64) {
+            return Err(BackendError::Cuda(cuda::ERROR_INVALID_VALUE));
+        }
         let id = self.handle();
         self.textures.lock().unwrap().insert(id, desc.clone());
         Ok(id)
