@@ -60,8 +60,8 @@ int main(int argc, char **argv) {
         std::thread t([&] { CK(cudaLibraryUnload(lib)); });
         GATE(1);
         t.join();
-        EXPECT(cudaLibraryUnload(lib) != cudaSuccess);  // unloaded once, not twice
-        (void)cudaGetLastError();
+        // (Unloading it again is not checked: a stale handle is undefined on a GPU. The test
+        // checks the module is gone from an image taken at gate 2.)
         CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(lh, l, 32 * 4, cudaMemcpyDeviceToHost));
         for (int i = 0; i < n; i++) EXPECT(h[i] == ref[i]);
@@ -69,11 +69,18 @@ int main(int argc, char **argv) {
         GATE(2);
         printf("a module unload waiting at the cut happened once after it; %d results match\n", n + 32);
     } else {
+        // 64 MiB more, given back by the reset (reading a freed pointer is undefined on a
+        // GPU: a real one, driver 580, answered a copy from `d` after the reset).
+        const size_t spare_bytes = 64 << 20;
+        void *spare;
+        CK(cudaMalloc(&spare, spare_bytes));
+        size_t free_before = 0, free_after = 0, total = 0;
+        CK(cudaMemGetInfo(&free_before, &total));
         std::thread t([&] { CK(cudaDeviceReset()); });
         GATE(1);
         t.join();
-        EXPECT(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess);  // gone with the reset
-        (void)cudaGetLastError();
+        CK(cudaMemGetInfo(&free_after, &total));
+        EXPECT(free_after >= free_before + spare_bytes);
         unsigned *fresh;
         CK(cudaMalloc(&fresh, n * 4));
         CK(cudaMemcpy(fresh, ref, n * 4, cudaMemcpyHostToDevice));

@@ -125,7 +125,8 @@ int main() {
     DRV(p_cuCtxGetCurrent(&cur));
     EXPECT(cur == primary);
     EXPECT(p_cuMemFree(a2) != CUDA_SUCCESS);
-    EXPECT(p_cuCtxPushCurrent(c2) != CUDA_SUCCESS);
+    // (Pushing the destroyed c2 is not checked: a real driver (580, CUDA 13.0) accepts it;
+    // using a destroyed handle is undefined.)
     GATE(3);
     DRV(p_cuCtxPushCurrent(c1));
     DRV(axpb(f1, a1, 2, 0, s1));  // 20 + 3i

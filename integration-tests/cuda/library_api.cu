@@ -126,7 +126,8 @@ int main() {
     EXPECT(*hits == 1064);
     CK(cudaLibraryUnload(lib3));
     CK(cudaLibraryUnload(lib2));
-    EXPECT(cudaLibraryGetKernel(&twice2, lib2, "twice") == cudaErrorInvalidResourceHandle);
+    // (A kernel of an unloaded library is not looked up: a real driver (580, CUDA 13.0) does
+    // not answer cudaErrorInvalidResourceHandle; using an unloaded handle is undefined.)
     CK(cudaLibraryUnload(lib));
     printf("library kernels from a freed buffer and a deleted file: %d results match\n", n);
     printf("a library's managed variable, read and written in place: %u\n", 1064u);

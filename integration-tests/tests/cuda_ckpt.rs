@@ -524,7 +524,7 @@ fn a_device_reset_waiting_at_the_cut_resets_once_after_restart() {
         let device = |v: &serde_json::Value| {
             v["regions"].as_array().unwrap().iter().filter(|r| r["kind"] == "device").count()
         };
-        assert_eq!(device(before), 2, "{before:#}");
+        assert_eq!(device(before), 3, "{before:#}");
         assert_eq!(device(after), 1, "only the buffer made after the reset: {after:#}");
         assert!(after["carried_calls"].as_array().unwrap().is_empty(), "{after:#}");
     });

@@ -304,6 +304,10 @@ fn restore(read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {
         .ok_or("this CUDA program's image was restarted without a device proxy (use `crum restart`)")?;
     crum_ckpt::agent::exclude_fd(fd);
     client::reconnect(fd)?;
+    // Before the device state: the saved queue starts running with it, and a kernel that
+    // calls device `malloc` then makes the new heap at the default size (and a later limit
+    // is refused: the restart failed now and then under load).
+    crate::api::stream_attrs::replay_before_restore()?;
     let shared = match client::agent_call(&Request::RestoreDevice {
         state_addr: state.as_ptr() as u64,
         state_len: state.len() as u64,

@@ -259,6 +259,18 @@ pub(crate) fn reset() {
     *PERSISTING_L2.lock().unwrap_or_else(|p| p.into_inner()) = None;
 }
 
+/// After a restart, the new proxy connected, before the device state is replayed (threads
+/// stopped): the device heap's size the program set. The new device makes a heap of that
+/// size (the blocks of the old one come back with the device memory); it must know it before
+/// the saved queue runs a kernel that calls `malloc`.
+pub(crate) fn replay_before_restore() -> Result<(), String> {
+    if let Some(bytes) = super::device::heap_limit() {
+        crate::client::agent_call(&Request::SetHeapLimit { bytes })
+            .map_err(|e| format!("cannot set the device heap size again: {e}"))?;
+    }
+    Ok(())
+}
+
 /// After a restart (threads stopped, new proxy connected, streams re-created behind their
 /// handles): give the new context every attribute and the set-aside again.
 pub(crate) fn replay_after_restart() -> Result<(), String> {
@@ -266,12 +278,6 @@ pub(crate) fn replay_after_restart() -> Result<(), String> {
     if let Some(bytes) = limit {
         crate::client::agent_call(&Request::SetPersistingL2Limit { bytes })
             .map_err(|e| format!("cannot set the persisting L2 limit again: {e}"))?;
-    }
-    // The new device makes a heap of the size the program set (the blocks of the old one
-    // came back with the device memory).
-    if let Some(bytes) = super::device::heap_limit() {
-        crate::client::agent_call(&Request::SetHeapLimit { bytes })
-            .map_err(|e| format!("cannot set the device heap size again: {e}"))?;
     }
     let all: Vec<(u64, Attrs)> = with_attrs(|m| m.iter().map(|(&s, &a)| (s, a)).collect());
     for (stream, a) in all {
