@@ -69,18 +69,15 @@ int main(int argc, char **argv) {
         GATE(2);
         printf("a module unload waiting at the cut happened once after it; %d results match\n", n + 32);
     } else {
-        // 64 MiB more, given back by the reset (reading a freed pointer is undefined on a
-        // GPU: a real one, driver 580, answered a copy from `d` after the reset).
-        const size_t spare_bytes = 64 << 20;
+        // What the reset freed is not touched again (undefined on a GPU: a real one, driver
+        // 580, answered a copy from `d` after the reset, and its free memory did not grow by
+        // a freed buffer's size). The test checks, in an image taken at gate 2, that the
+        // device holds only the buffer made after the reset.
         void *spare;
-        CK(cudaMalloc(&spare, spare_bytes));
-        size_t free_before = 0, free_after = 0, total = 0;
-        CK(cudaMemGetInfo(&free_before, &total));
+        CK(cudaMalloc(&spare, 64 << 20));
         std::thread t([&] { CK(cudaDeviceReset()); });
         GATE(1);
         t.join();
-        CK(cudaMemGetInfo(&free_after, &total));
-        EXPECT(free_after >= free_before + spare_bytes);
         unsigned *fresh;
         CK(cudaMalloc(&fresh, n * 4));
         CK(cudaMemcpy(fresh, ref, n * 4, cudaMemcpyHostToDevice));

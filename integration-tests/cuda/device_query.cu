@@ -72,10 +72,10 @@ int main() {
     EXPECT(cudaDeviceGetTexture1DLinearMaxWidth(&lin, &f4, 1) == cudaErrorInvalidDevice);
     (void)cudaGetLastError();
     // Documented absences, with the attributes a program checks first.
-    CK(cudaDeviceGetAttribute(&v, cudaDevAttrConcurrentManagedAccess, 0)); EXPECT(v == 0);
+    // (A GPU may have them: an H200 reports concurrent managed access.)
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrConcurrentManagedAccess, 0));
     cudaMemLocation loc;
-    EXPECT(cudaMemGetLocationInfo(m, 4096, 4096, 0, &loc) == cudaErrorNotSupported);
-    EXPECT(p.unifiedFunctionPointers == 0);
+    if (v == 0) EXPECT(cudaMemGetLocationInfo(m, 4096, 4096, 0, &loc) == cudaErrorNotSupported);
     (void)cudaGetLastError();
     GATE(3);
     CK(cudaFree(d)); CK(cudaFreeHost(h)); CK(cudaFree(m));

@@ -124,7 +124,9 @@ int main() {
     cudaStream_t rs;
     CK(cudaStreamCreate(&rs));
     struct { unsigned long long p; unsigned n; } packed = {(unsigned long long)rd, n};
-    size_t psize = sizeof packed;
+    // The kernel's parameter bytes (8 + 4), not sizeof packed (16, padded): a real driver
+    // answers CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES to a larger buffer, and so does crum's.
+    size_t psize = 12;
     void *extra[] = {(void *)1, &packed, (void *)2, &psize, (void *)0};  // BUFFER_POINTER, BUFFER_SIZE, END
     unsigned b2 = 100;
     DRV(cuMemcpyHtoD(bump, &b2, 4));

@@ -500,11 +500,13 @@ fn prepare(
                 _ => return Err(cuda::ERROR_INVALID_VALUE),
             }
         }
-        if size < params.len() {
-            return Err(cuda::ERROR_INVALID_VALUE);
+        // As a real driver answers (H200, driver 580): a buffer larger than the kernel's
+        // parameters is CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; a shorter one is taken (the
+        // parameters it does not reach are zero here).
+        if size > params.len() {
+            return Err(cuda::ERROR_LAUNCH_OUT_OF_RESOURCES);
         }
-        let n = params.len();
-        params.copy_from_slice(bytes(buf, n)?);
+        params[..size].copy_from_slice(bytes(buf, size)?);
     } else {
         for (i, &(off, size)) in info.params.iter().enumerate() {
             let (off, size) = (off as usize, size as usize);
