@@ -6,16 +6,8 @@
 // pointer is an error, the device has the memory back, and the results are right.
 // Usage: ckpt_free_cut [LONG_ITERS=8000000]
 #include "common.h"
+#include "ckpt_work.h"
 #include <thread>
-__global__ void spin(unsigned *x, int iters) {
-    unsigned v = x[threadIdx.x];
-    for (int t = 0; t < iters; t++) v = v * 1664525u + 1013904223u;
-    x[threadIdx.x] = v;
-}
-__global__ void step(unsigned *x, int n, unsigned k) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = x[i] * 3u + k + (unsigned)i;
-}
 int main(int argc, char **argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 8000000;
     const int n = 1024;

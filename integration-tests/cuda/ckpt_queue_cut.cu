@@ -7,17 +7,9 @@
 // the second and third, shorter rounds. Checked against a CPU reference; PASS.
 // Usage: ckpt_queue_cut [SMALL=1000] [LONG_ITERS=8000000]
 #include "common.h"
+#include "ckpt_work.h"
 #include <atomic>
 #include <thread>
-__global__ void spin(unsigned *x, int iters) {
-    unsigned v = x[threadIdx.x];
-    for (int t = 0; t < iters; t++) v = v * 1664525u + 1013904223u;
-    x[threadIdx.x] = v;
-}
-__global__ void step(unsigned *x, int n, unsigned k) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = x[i] * 3u + k + (unsigned)i;
-}
 static unsigned spin_cpu(unsigned v, int iters) {
     for (int t = 0; t < iters; t++) v = v * 1664525u + 1013904223u;
     return v;

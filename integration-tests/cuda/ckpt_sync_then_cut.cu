@@ -8,6 +8,7 @@
 // inspects an image taken at gate 2 (after the call) for what the device still holds.
 // Usage: ckpt_sync_then_cut unload|reset [LONG_ITERS=8000000]
 #include "common.h"
+#include "ckpt_work.h"
 #include <cstring>
 #include <thread>
 
@@ -20,15 +21,6 @@ static const char *PTX =
     "  ld.global.u32 %r2, [%rd3]; add.s32 %r2, %r2, 1; st.global.u32 [%rd3], %r2;\n"
     "  ret;\n}\n";
 
-__global__ void spin(unsigned *x, int iters) {
-    unsigned v = x[threadIdx.x];
-    for (int t = 0; t < iters; t++) v = v * 1664525u + 1013904223u;
-    x[threadIdx.x] = v;
-}
-__global__ void step(unsigned *x, int n, unsigned k) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = x[i] * 3u + k + (unsigned)i;
-}
 
 int main(int argc, char **argv) {
     const bool reset = argc > 1 && strcmp(argv[1], "reset") == 0;
