@@ -175,15 +175,6 @@ pub enum Carried {
     Reset { points: Vec<(u64, u64)> },
 }
 
-impl Carried {
-    /// The (stream, seq) points a waiting call waits for (none for a saved reply).
-    pub fn points(&self) -> &[(u64, u64)] {
-        match self {
-            Carried::Reply(_) => &[],
-            Carried::Wait { points, .. } | Carried::Free { points, .. } | Carried::Unload { points, .. } | Carried::Reset { points } => points,
-        }
-    }
-}
 
 /// A module: its fat binary lives in the program's memory (restored with the process).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, bincode::Decode)]
