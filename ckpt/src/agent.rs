@@ -51,6 +51,7 @@ pub struct Hooks {
     /// state's `hook_sections`; a restorer must name them as understood.
     /// Runs while the program's threads are stopped: its Rust allocations come from the
     /// agent's arena (`crate::alloc`); it must not call C library functions that `malloc`.
+    /// State it cannot save goes to [`name_unsaved`], named with the checkpoint's problems.
     pub collect: fn() -> Result<Vec<(String, SectionData)>, String>,
     /// In the parent after fork (and after a failed checkpoint): release the gate.
     pub resume: fn(),
@@ -146,9 +147,18 @@ static EXCLUDED_FDS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 /// One crum cannot restore is saved as [`FdKind::Inherited`]: `crum restart` passes its own
 /// descriptor of that number, or /dev/null with a warning. Updated after a restart.
 static INHERITED: Mutex<Vec<(i32, u64, u64)>> = Mutex::new(Vec::new());
+/// What the last `collect` hook could not save ([`name_unsaved`]).
+static HOOK_UNSAVED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// The problems named by the last checkpoint started by the agent itself (timer, signal),
 /// printed on the program's stderr only when they change.
 static LAST_WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// For the `collect` hook: state of the program that this checkpoint does not save (device
+/// state a backend cannot read out). It is named like every other problem: a warning, and no
+/// image under `--strict`.
+pub fn name_unsaved(what: String) {
+    HOOK_UNSAVED.lock().unwrap_or_else(|e| e.into_inner()).push(what);
+}
 
 /// (st_dev, st_ino) of an open descriptor.
 fn fd_identity(fd: i32) -> Option<(u64, u64)> {
@@ -2184,7 +2194,9 @@ fn prepare(
     base: Option<std::sync::Arc<crate::image::Base>>,
 ) -> Result<Box<ForkCtx>, String> {
     let tc = Instant::now();
+    HOOK_UNSAVED.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let mut sections = (h.collect)().map_err(|e| format!("collect hook failed: {e}"))?;
+    let unsaved = std::mem::take(&mut *HOOK_UNSAVED.lock().unwrap_or_else(|e| e.into_inner()));
     *device_time = tc.elapsed();
     threads::prepare_restart_stacks()?;
     let pid = threads::real_pid();
@@ -2206,6 +2218,7 @@ fn prepare(
     }
     let mut problems = classify_fds(&mut fds);
     problems.extend(pipe_problems);
+    problems.extend(unsaved);
     // What a restart would bring back wrong: no image, whatever `--strict` says.
     let socket_refusals = socket_refusals(&fds);
     if !socket_refusals.is_empty() {

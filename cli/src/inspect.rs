@@ -622,6 +622,7 @@ fn device_json(d: &DeviceState, data_size: u64) -> serde_json::Value {
             "stream": w.stream, "seq": w.seq, "op": w.op.name(), "detail": queued_detail(&w.op),
         })).collect::<Vec<_>>(),
         "cut_notes": d.cut_notes,
+        "unsaved": d.unsaved,
         "carried_calls": d.carried.iter().map(|c| json!({
             "lane": c.lane, "seq": c.seq, "what": carried_detail(&c.what),
         })).collect::<Vec<_>>(),
@@ -811,6 +812,12 @@ fn describe_device(o: &mut String, d: &DeviceState, data_size: u64) -> anyhow::R
             )?;
         }
     }
+    if !d.unsaved.is_empty() {
+        writeln!(o, "\nnot saved (named at the checkpoint; a restart loses it)")?;
+        for n in &d.unsaved {
+            writeln!(o, "  {n}")?;
+        }
+    }
     if !d.cut_notes.is_empty() {
         writeln!(o, "\nwork running at the checkpoint")?;
         for n in &d.cut_notes {
@@ -989,6 +996,7 @@ mod tests {
             }],
             carried: vec![CarriedCall { channel: 1, lane: 2, seq: 9, what: Carried::Wait { points: vec![(0x6, 12)], syncing: true } }],
             cut_notes: vec!["kernel _Z5sweepPKfPfi (3 of 8 blocks done): stopped at a block boundary, policy auto: blocks take about 2 ms".into()],
+            unsaved: vec!["device heap: kernels that call device-side malloc/new ran (grow)".into()],
         }
     }
 
@@ -1044,6 +1052,7 @@ mod tests {
             "launch         kernel 0x4 grid 8x1x1 block 256x1x1 shared 0 params 20 B, from block 3 (preempted), 1 blocks saved in the middle (100 B)",
             "lane  2 call      9  waiting for stream 0x6 work 12",
             "stopped at a block boundary, policy auto: blocks take about 2 ms",
+            "not saved (named at the checkpoint; a restart loses it)\n  device heap: kernels that call device-side malloc/new ran (grow)",
         ] {
             assert!(text.contains(want), "`{want}` missing from:\n{text}");
         }

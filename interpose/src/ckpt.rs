@@ -231,6 +231,10 @@ fn collect() -> Result<Vec<(String, SectionData)>, String> {
         Body::Value(pid) => pid as i32,
         other => return Err(format!("unexpected reply to the device checkpoint data: {other:?}")),
     };
+    let decoded = DeviceState::decode(&state)?;
+    for u in &decoded.unsaved {
+        crum_ckpt::agent::name_unsaved(format!("not saved by the {} device: {u}", decoded.backend));
+    }
     if !snapshot {
         crum_ckpt::agent::PHASE_DEVICE_BYTES.store(copied_len, Ordering::Relaxed);
         return Ok(vec![
@@ -241,7 +245,6 @@ fn collect() -> Result<Vec<(String, SectionData)>, String> {
     if holder <= 0 {
         return Err("the proxy took no device snapshot".into());
     }
-    let decoded = DeviceState::decode(&state)?;
     let mut pieces = Vec::with_capacity(decoded.regions.len());
     let mut copied = 0u64;
     let mut regions: Vec<_> = decoded.regions.iter().collect();

@@ -398,6 +398,12 @@ pub trait Backend: Send + Sync {
         let _ = sink;
         unsupported(self.name(), "device snapshot")
     }
+    /// Checkpoint: device state the program holds that this backend cannot save, one line
+    /// each, for the checkpoint to name (a warning; an error under `--strict`). The regions
+    /// of [`Backend::saved_regions`] are not in it.
+    fn unsaved_state(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Checkpoint: the regions [`Backend::snapshot`] will save, in the same order (the device
     /// is idle).
     fn saved_regions(&self) -> Result<Vec<SavedRegion>> {

@@ -405,6 +405,57 @@ fn managed_variables_survive_save_and_restore(base: u64, make: fn(u64) -> Option
     assert_eq!(unsafe { p.read_volatile() }, 43);
 }
 
+/// A block a kernel took from the device heap (device-side `malloc`) and the program still
+/// holds is saved with the device state (the emulated device: the heap is an allocation), or
+/// named as not saved (`unsaved_state`; the cuda backend: the driver keeps the heap) — never
+/// silently lost. Kernels that cannot reach `malloc` name nothing; a reset forgets the heap.
+fn device_heap_blocks_are_saved_or_named(base: u64, make: fn(u64) -> Option<Box<dyn Backend>>) {
+    let Some(a) = make(base) else { return };
+    let m = need!(a.load_module(FATBIN));
+    let out = need!(a.malloc(8, AllocKind::Device)).addr;
+    let incr = need!(a.function(m, "incr"));
+    need!(a.launch(LEGACY_STREAM, FuncId(incr.handle), dims(1, 2, 0), pack(&incr, &[&out.to_le_bytes(), &0i32.to_le_bytes()])));
+    need!(a.device_sync());
+    assert_eq!(a.unsaved_state(), Vec::<String>::new(), "a kernel without malloc");
+    let keep = need!(a.function(m, "heap_keep"));
+    need!(a.launch(LEGACY_STREAM, FuncId(keep.handle), dims(1, 1, 0), pack(&keep, &[&out.to_le_bytes(), &4242i32.to_le_bytes()])));
+    need!(a.device_sync());
+    let block = u64::from_le_bytes(read_back(&*a, out, 8).try_into().unwrap());
+    assert_ne!(block, 0, "device malloc gave no block");
+    let unsaved = a.unsaved_state();
+    if a.name() == "cuda" {
+        assert_eq!(unsaved.len(), 1, "{unsaved:?}");
+        assert!(unsaved[0].contains("device heap") && unsaved[0].contains("heap_keep"), "{unsaved:?}");
+        assert!(!unsaved[0].contains("incr"), "{unsaved:?}");
+        need!(a.device_reset());
+        assert_eq!(a.unsaved_state(), Vec::<String>::new(), "after a reset");
+        return;
+    }
+    assert_eq!(unsaved, Vec::<String>::new(), "the {} backend saves its heap", a.name());
+    let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+    let mut regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
+        saved.push((r.addr, off, bytes.to_vec()));
+        Ok(())
+    }));
+    assert!(regions.iter().any(|r| r.addr <= block && block + 4 <= r.addr + r.len), "no saved region holds the block");
+    drop(a);
+    let b = make(base).expect("the backend opened once already");
+    let vars: Vec<(String, u64, AllocKind)> =
+        regions.iter().filter_map(|r| r.symbol.as_ref().map(|s| (s.1.clone(), r.addr, r.kind))).collect();
+    let m2 = need!(b.restore_module(FATBIN, &vars));
+    for r in &mut regions {
+        if let Some(sym) = r.symbol.as_mut() {
+            sym.0 = m2;
+        }
+    }
+    need!(b.restore(&regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
+        let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
+        buf.copy_from_slice(&bytes[..buf.len()]);
+        Ok(())
+    }));
+    assert_eq!(read_back(&*b, block, 4), 4242i32.to_le_bytes(), "the block after a restore");
+}
+
 /// Events recorded before a checkpoint come back recorded at a restart, with the times
 /// between them (and their ages) as at the checkpoint; an unrecorded one stays unrecorded.
 fn event_times_survive_save_and_restore(base: u64, make: fn(u64) -> Option<Box<dyn Backend>>) {
@@ -732,6 +783,10 @@ macro_rules! conformance {
                 super::managed_variables_survive_save_and_restore(super::next_window(), $make);
             }
             #[test]
+            fn device_heap_blocks_are_saved_or_named() {
+                super::device_heap_blocks_are_saved_or_named(super::next_window(), $make);
+            }
+            #[test]
             fn event_times_survive_save_and_restore() {
                 super::event_times_survive_save_and_restore(super::next_window(), $make);
             }
@@ -812,7 +867,7 @@ fn gpu_backend_plumbing_against_a_fake_driver() {
     }
     let Some(text) = run_on_fake_driver(&[], &["gpu::"]) else { return };
     let passed = text.lines().filter(|l| l.starts_with("test gpu::") && l.ends_with("... ok")).count();
-    assert!(passed >= 18 && !text.contains("FAILED"), "only {passed} gpu cases ran:\n{text}");
+    assert!(passed >= 19 && text.contains("gpu::device_heap_blocks_are_saved_or_named ... ok") && !text.contains("FAILED"), "only {passed} gpu cases ran:\n{text}");
 }
 
 /// The same against a fake of a driver older than CUDA 12.4 (no `cuFuncGetParamInfo`): kernel

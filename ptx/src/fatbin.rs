@@ -82,9 +82,71 @@ pub fn program_ptx(image: &[u8]) -> Result<Vec<PtxImage>, FatbinError> {
 
 /// The PTX entries of each fat binary in `fatbin` (back to back), in order.
 pub fn ptx_per_fatbin(fatbin: &[u8]) -> Result<Vec<Vec<PtxImage>>, FatbinError> {
-    let mut all = Vec::new();
+    let mut all: Vec<Vec<PtxImage>> = Vec::new();
     let mut sass = Vec::new();
+    let n = walk(fatbin, |e| {
+        if all.len() <= e.fatbin {
+            all.resize_with(e.fatbin + 1, Vec::new);
+        }
+        match e.kind {
+            KIND_PTX => {
+                let text = e.decode()?;
+                let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
+                let ptx = String::from_utf8(text[..end].to_vec()).map_err(|_| FatbinError::NotText { offset: e.at })?;
+                all[e.fatbin].push(PtxImage { arch: e.arch, ptx });
+            }
+            KIND_ELF => sass.push(e.arch),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    all.resize_with(n, Vec::new);
+    if all.iter().all(Vec::is_empty) && !sass.is_empty() {
+        sass.sort_unstable();
+        sass.dedup();
+        return Err(FatbinError::SassOnly { archs: sass });
+    }
+    Ok(all)
+}
+
+/// The machine code (cubin ELF) entries of the fat binaries in `fatbin`, decompressed:
+/// (architecture, e.g. 90 for `sm_90`; the ELF image).
+pub fn elf_images(fatbin: &[u8]) -> Result<Vec<(u32, Vec<u8>)>, FatbinError> {
+    let mut out = Vec::new();
+    walk(fatbin, |e| {
+        if e.kind == KIND_ELF {
+            out.push((e.arch, e.decode()?));
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// One entry of a fat binary, as [`walk`] finds it.
+struct Entry<'a> {
+    /// Which fat binary of the back-to-back sequence (0-based).
+    fatbin: usize,
+    kind: u16,
+    arch: u32,
+    /// Offset of the entry in the whole input (for messages).
+    at: usize,
+    payload: &'a [u8],
+    csize: u64,
+    dsize: u64,
+    flags: u64,
+}
+
+impl Entry<'_> {
+    fn decode(&self) -> Result<Vec<u8>, FatbinError> {
+        decode_payload(self.payload, self.csize, self.dsize, self.flags, self.at)
+    }
+}
+
+/// Visit every entry of each fat binary in `fatbin` (back to back), in order, checking every
+/// size against the bytes there are; the number of fat binaries.
+fn walk(fatbin: &[u8], mut visit: impl FnMut(Entry<'_>) -> Result<(), FatbinError>) -> Result<usize, FatbinError> {
     let mut pos = 0usize;
+    let mut n = 0usize;
     loop {
         let rest = &fatbin[pos..];
         let total = fatbin_total_size(rest)?;
@@ -93,48 +155,36 @@ pub fn ptx_per_fatbin(fatbin: &[u8]) -> Result<Vec<Vec<PtxImage>>, FatbinError> 
         }
         let hs = u16_at(rest, 6) as usize;
         let mut off = hs;
-        let mut out = Vec::new();
         while off < total {
             let at = pos + off;
             if total - off < 64 {
                 return Err(FatbinError::BadEntry { offset: at, what: "entry header truncated" });
             }
             let e = &rest[off..total];
-            let kind = u16_at(e, 0);
             let ehs = u32_at(e, 4) as usize;
             let psize = u64_at(e, 8);
-            let csize = u32_at(e, 16) as u64;
-            let arch = u32_at(e, 28);
-            let flags = u64_at(e, 40);
-            let dsize = u64_at(e, 56);
             if ehs < 64 || ehs > e.len() || psize > (e.len() - ehs) as u64 {
                 return Err(FatbinError::BadEntry { offset: at, what: "sizes exceed the fat binary" });
             }
-            let payload = &e[ehs..ehs + psize as usize];
-            match kind {
-                KIND_PTX => {
-                    let text = decode_payload(payload, csize, dsize, flags, at)?;
-                    let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
-                    let ptx = String::from_utf8(text[..end].to_vec()).map_err(|_| FatbinError::NotText { offset: at })?;
-                    out.push(PtxImage { arch, ptx });
-                }
-                KIND_ELF => sass.push(arch),
-                _ => {}
-            }
+            visit(Entry {
+                fatbin: n,
+                kind: u16_at(e, 0),
+                arch: u32_at(e, 28),
+                at,
+                payload: &e[ehs..ehs + psize as usize],
+                csize: u32_at(e, 16) as u64,
+                dsize: u64_at(e, 56),
+                flags: u64_at(e, 40),
+            })?;
             off += ehs + psize as usize;
         }
-        all.push(out);
+        n += 1;
         pos += total;
         if fatbin.len() - pos < HEADER || u32_at(fatbin, pos) != FATBIN_MAGIC {
             break;
         }
     }
-    if all.iter().all(Vec::is_empty) && !sass.is_empty() {
-        sass.sort_unstable();
-        sass.dedup();
-        return Err(FatbinError::SassOnly { archs: sass });
-    }
-    Ok(all)
+    Ok(n)
 }
 
 fn decode_payload(payload: &[u8], csize: u64, dsize: u64, flags: u64, offset: usize) -> Result<Vec<u8>, FatbinError> {

@@ -20,8 +20,9 @@ pub const SECTION_DEVICE_DATA: &str = "crum.device.data";
 /// Version of [`DeviceState`]'s encoding (2 added the saved queue and the cut calls; 3 the
 /// cut `cudaFree`, [`Carried::Free`]; 4 the cut module unload and device reset,
 /// [`Carried::Unload`], [`Carried::Reset`], and the levels of mipmapped textures,
-/// [`TexDesc::mip`]; versions 1 to 3 are still read).
-pub const DEVICE_STATE_VERSION: u32 = 4;
+/// [`TexDesc::mip`]; 5 the state the backend could not save, [`DeviceState::unsaved`];
+/// versions 1 to 4 are still read).
+pub const DEVICE_STATE_VERSION: u32 = 5;
 
 /// Everything a restart needs to rebuild the device side of a program.
 ///
@@ -68,6 +69,10 @@ pub struct DeviceState {
     /// What the cut did with the work running on the device, and why (the policy's choice:
     /// drained, stopped at a block boundary, flushed).
     pub cut_notes: Vec<String>,
+    /// Device state the program held that the backend could not save (one line each, e.g.
+    /// blocks on a GPU driver's device heap): named at the checkpoint (a warning, an error
+    /// under `--strict`), lost by a restart. Version 5.
+    pub unsaved: Vec<String>,
 }
 
 /// One unit of stream work not started at the cut.
@@ -266,6 +271,12 @@ fn bounded_string<D: Decoder>(d: &mut D) -> Result<String, DecodeError> {
     String::from_utf8(bounded_bytes(d)?).map_err(|e| DecodeError::Utf8 { inner: e.utf8_error() })
 }
 
+/// A list of strings, each length checked like [`bounded_string`]'s.
+fn bounded_strings<D: Decoder>(d: &mut D) -> Result<Vec<String>, DecodeError> {
+    let n = bounded_len(d)?;
+    (0..n).map(|_| bounded_string(d)).collect()
+}
+
 /// `Option<T>` as bincode writes it: a 0/1 tag, then the value.
 fn option<C, T, D: Decoder<Context = C>>(
     d: &mut D,
@@ -339,16 +350,17 @@ impl<C> Decode<C> for DeviceState {
             queue: Vec::new(),
             carried: Vec::new(),
             cut_notes: Vec::new(),
+            unsaved: Vec::new(),
         })
         .and_then(|mut s| {
             // Version 1 ends here.
             if s.version >= 2 {
                 s.queue = bounded_vec(d)?;
                 s.carried = bounded_vec(d)?;
-                let n = bounded_len(d)?;
-                for _ in 0..n {
-                    s.cut_notes.push(bounded_string(d)?);
-                }
+                s.cut_notes = bounded_strings(d)?;
+            }
+            if s.version >= 5 {
+                s.unsaved = bounded_strings(d)?;
             }
             Ok(s)
         })
@@ -470,6 +482,7 @@ impl DeviceState {
             queue: Vec::new(),
             carried: Vec::new(),
             cut_notes: Vec::new(),
+            unsaved: Vec::new(),
         }
     }
 
@@ -573,6 +586,7 @@ mod tests {
             let what = if i % 2 == 0 { Carried::Reply(vec![1, 2, 3]) } else { Carried::Wait { points: vec![(0, i)], syncing: true } };
             s.carried.push(CarriedCall { channel: 0xabc, lane: i as u32, seq: 5, what });
             s.cut_notes.push(format!("kernel {i}: stopped at a block boundary"));
+            s.unsaved.push(format!("device heap: kernel k{i}"));
         }
         s
     }
@@ -626,11 +640,28 @@ mod tests {
         b
     }
 
+    /// `s` as a state before version 5 wrote it: without the (empty) unsaved list at the end.
+    fn before_v5(s: &mut DeviceState) -> Vec<u8> {
+        s.unsaved.clear();
+        let mut b = s.encode();
+        assert_eq!(b.pop(), Some(0), "the empty unsaved list");
+        b
+    }
+
+    #[test]
+    fn a_version_4_state_without_unsaved_state_is_still_read() {
+        let mut s = sample(2, b"p".to_vec());
+        s.version = 4;
+        let b = before_v5(&mut s);
+        assert_eq!(DeviceState::decode(&b).unwrap(), s);
+    }
+
     #[test]
     fn a_version_3_state_without_mipmap_levels_is_still_read() {
         let mut s = sample(1, b"p".to_vec());
         s.version = 3;
-        let b = without_mip_tags(&s, s.encode());
+        let b = before_v5(&mut s);
+        let b = without_mip_tags(&s, b);
         assert_eq!(DeviceState::decode(&b).unwrap(), s);
     }
 
@@ -644,7 +675,8 @@ mod tests {
         for (_, t) in &mut s.textures {
             t.mip = None;
         }
-        let mut b = without_mip_tags(&s, s.encode());
+        let b = before_v5(&mut s);
+        let mut b = without_mip_tags(&s, b);
         // Version 1 ended with printf: drop the three empty lists.
         b.truncate(b.len() - 3);
         assert_eq!(DeviceState::decode(&b).unwrap(), s);

@@ -165,6 +165,7 @@ static struct func funcs[] = {
     {"scale_table", 1, {0}, {4}},
     {"incr", 2, {0, 8}, {8, 4}},
     {"bump_managed", 0, {0}, {0}},
+    {"heap_keep", 2, {0, 8}, {8, 4}},
 };
 /* Each loaded module has its own module variables, as on a GPU. */
 struct module { int counter; float table[4]; int mcount; };
@@ -281,6 +282,11 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         int *p = ARG(int *, 0);
         int n = ARG(int, 1);
         for (size_t i = 0; i < threads; i++) if ((int)i < n) p[i] += 1;
+    } else if (!strcmp(fn->name, "heap_keep")) {
+        /* The driver's device heap: out of the backend's reach, as on a GPU. */
+        int *b = malloc(sizeof(int));
+        if (b) *b = ARG(int, 1);
+        *ARG(int **, 0) = b;
     } else {
         return 400;
     }

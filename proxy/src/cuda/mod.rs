@@ -32,13 +32,14 @@
 
 pub mod driver;
 pub mod errors;
+pub mod heap;
 pub mod params;
 pub mod pieces;
 pub mod planner;
 pub mod printf;
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -195,6 +196,8 @@ struct ModuleRec {
     last_use: Option<Arc<driver::Event>>,
     /// Whether every module variable of its PTX has been looked up ([`Cuda::learn_globals`]).
     globals_known: bool,
+    /// Which of its kernels can allocate on the device heap (found at the first lookup).
+    heap: OnceLock<heap::HeapUse>,
 }
 
 /// A `__managed__` variable. The driver places it (in its own managed memory, which the
@@ -227,6 +230,8 @@ struct FuncRec {
     module: u64,
     layout: Vec<(u32, u32)>,
     param_bytes: u32,
+    /// Its name, where it can allocate on the device heap (`heap::HeapUse`).
+    heap: Option<String>,
 }
 
 struct EventRec {
@@ -258,6 +263,9 @@ struct Tables {
     /// of large staged copies, so they overlap with the DMA on the user stream.
     io: HashMap<u64, Arc<driver::Stream>>,
     events: HashMap<u64, EventRec>,
+    /// Kernels launched that can allocate on the driver's device heap, which a checkpoint of
+    /// this backend does not save (named at the cut: [`Backend::unsaved_state`]).
+    heap_launches: BTreeSet<String>,
 }
 
 /// Address planners of the two halves of the window.
@@ -1087,7 +1095,7 @@ impl Backend for Cuda {
         }
         let module = driver::module_load(image).map_err(|c| self.err(Op::ModuleLoad, c))?;
         let id = self.handle();
-        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new(), mirrors: Vec::new(), last_use: None, globals_known: false });
+        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new(), mirrors: Vec::new(), last_use: None, globals_known: false, heap: OnceLock::new() });
         Ok(ModuleId(id))
     }
 
@@ -1140,8 +1148,13 @@ impl Backend for Cuda {
             binary_version: fa(FA::CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
             max_dynamic_shared: fa(FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
         };
+        let heap = t.modules.get(&module.0).is_some_and(|m| {
+            m.heap
+                .get_or_init(|| heap::HeapUse::of_image(m.module.image(), m.ptx.get_or_init(|| ptx_text(m.module.image())).as_deref()))
+                .reaches(name)
+        });
         let id = self.handle();
-        t.funcs.insert(id, FuncRec { f, module: module.0, layout, param_bytes });
+        t.funcs.insert(id, FuncRec { f, module: module.0, layout, param_bytes, heap: heap.then(|| name.to_string()) });
         Ok(FuncInfo { handle: id, ..info })
     }
 
@@ -1189,13 +1202,18 @@ impl Backend for Cuda {
     fn launch(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>) -> Result<()> {
         self.bind()?;
         let (f, module, mut packed, mirrored) = {
-            let t = self.tables.lock().unwrap();
+            let mut t = self.tables.lock().unwrap();
             let r = t.funcs.get(&func.0).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
             if params.len() < r.param_bytes as usize {
                 return Err(bad());
             }
             let mirrored = t.modules.get(&r.module).is_some_and(|m| !m.mirrors.is_empty());
-            (r.f, r.module, params::pointers(&params, &r.layout).map_err(|_| bad())?, mirrored)
+            let out = (r.f, r.module, params::pointers(&params, &r.layout).map_err(|_| bad())?, mirrored);
+            if let Some(name) = r.heap.as_ref().filter(|n| !t.heap_launches.contains(*n)) {
+                let name = name.clone();
+                t.heap_launches.insert(name);
+            }
+            out
         };
         let s = self.stream(stream)?;
         let launch = |packed: &mut params::Packed| {
@@ -1481,6 +1499,8 @@ impl Backend for Cuda {
         t.io.clear();
         t.events.clear();
         t.registered.clear();
+        // The program may no longer use what the reset freed, heap blocks included.
+        t.heap_launches.clear();
         self.shared.async_err.store(0, Ordering::SeqCst);
         Ok(())
     }
@@ -1506,6 +1526,18 @@ impl Backend for Cuda {
 
     fn take_printf(&self, max: usize) -> Vec<u8> {
         self.shared.printf.get().map(|c| c.take(max)).unwrap_or_default()
+    }
+
+    fn unsaved_state(&self) -> Vec<String> {
+        let t = self.tables.lock().unwrap();
+        if t.heap_launches.is_empty() {
+            return Vec::new();
+        }
+        let names: Vec<&str> = t.heap_launches.iter().map(String::as_str).collect();
+        vec![format!(
+            "device heap: kernels that call device-side malloc/new ran ({}); the blocks they still hold are on the driver's heap, which the cuda backend cannot save, so a restart would lose them",
+            names.join(", ")
+        )]
     }
 
     fn saved_regions(&self) -> Result<Vec<SavedRegion>> {

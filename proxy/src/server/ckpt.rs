@@ -229,6 +229,7 @@ impl Server {
             queue,
             carried,
             cut_notes,
+            unsaved: b.unsaved_state(),
         };
         if !state.queue.is_empty() || !state.carried.is_empty() {
             tracing::info!(queued = state.queue.len(), calls = state.carried.len(), "checkpoint cut without waiting for the device");

@@ -59,3 +59,13 @@ extern "C" __global__ void incr(int *p, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] += 1;
 }
+
+// A block of the device heap (device-side malloc) holding v, through a device function.
+__device__ __noinline__ int *heap_block(int v) {
+    int *p = (int *)malloc(sizeof(int));
+    if (p) *p = v;
+    return p;
+}
+
+// Keeps a block of the device heap and stores its address: the program holds it.
+extern "C" __global__ void heap_keep(int **out, int v) { *out = heap_block(v); }
