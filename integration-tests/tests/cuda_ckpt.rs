@@ -109,6 +109,10 @@ corpus_ckpt!(
     "graph_capture"
 );
 corpus_ckpt!(
+    recaptured_graphs_and_their_updated_execs_survive_restarts,
+    "graph_recapture"
+);
+corpus_ckpt!(
     pool_blocks_in_use_and_cached_survive_restarts_at_their_addresses,
     "mem_pools"
 );

@@ -12,6 +12,14 @@
 //! stream captures is `cudaErrorStreamCaptureImplicit`; an invalidated capture answers
 //! `cudaErrorStreamCaptureInvalidated` until it is ended.
 //!
+//! A recapture (`cudaStreamBeginRecaptureToGraph`) captures into a graph made before: each
+//! operation is matched, in order, with the graph's next node in creation order, which must
+//! have the same type and the same dependencies, and takes the operation's parameters (the
+//! program's callback, if any, is told each change, and whether `cudaGraphExecUpdate` can take
+//! it). A topology or type mismatch, a changed memory allocation or free node, or a callback
+//! that answers an error fails the recapture (`cudaErrorGraphRecaptureFailure`); the graph is
+//! then in an undefined state, as CUDA says.
+//!
 //! Nothing here costs anything while no stream captures: one atomic load.
 #![allow(non_upper_case_globals)]
 
@@ -29,6 +37,9 @@ use crate::graph::{self, NodeKind};
 
 /// `cudaStreamNonBlocking`.
 const NON_BLOCKING: u32 = 1;
+/// `cudaGraphRecaptureStatus` (driver_types.h, CUDA 13.3).
+const cudaGraphRecaptureEligibleForUpdate: u32 = 0;
+const cudaGraphRecaptureIneligibleForUpdate: u32 = 1;
 
 struct Capture {
     graph: u64,
@@ -40,6 +51,27 @@ struct Capture {
     invalidated: bool,
     /// Participating stream → its frontier.
     streams: HashMap<u64, Vec<u64>>,
+    recapture: Option<Recapture>,
+}
+
+/// The state of a recapture (see the module docs).
+struct Recapture {
+    /// Position, in the graph's creation order, of the node the next operation must match.
+    next: usize,
+    /// `cudaGraphRecaptureCallbackData`: (function, user data).
+    callback: Option<(u64, u64)>,
+    failed: bool,
+}
+
+/// A parameter change of a recaptured node, for the program's callback (called once the
+/// capture lock is released: the callback may call CUDA).
+struct Changed {
+    capture: u64,
+    callback: (u64, u64),
+    node: u64,
+    old: NodeKind,
+    new: NodeKind,
+    status: u32,
 }
 
 #[derive(Default)]
@@ -67,6 +99,34 @@ thread_local! {
     static MODE: Cell<u32> = const { Cell::new(cudaStreamCaptureModeGlobal) };
     /// What the last `cudaStreamGetCaptureInfo` of this thread handed out.
     static INFO: RefCell<(Vec<u64>, Vec<u64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// Recaptured nodes whose callback is still to be called ([`done`]).
+    static CHANGED: RefCell<Vec<Changed>> = const { RefCell::new(Vec::new()) };
+}
+
+/// After an operation added (or matched) a node with the capture lock held: release the
+/// lock, then tell the program's recapture callback what changed; an error from it fails the
+/// recapture.
+fn done(c: MutexGuard<'static, Captures>, r: CudaResult<u64>) -> CudaResult<bool> {
+    drop(c);
+    let changed = CHANGED.try_with(|ch| std::mem::take(&mut *ch.borrow_mut())).unwrap_or_default();
+    let mut result = r.map(|_| true);
+    for ch in changed {
+        if result.is_err() {
+            break;
+        }
+        let (func, data) = ch.callback;
+        if crate::api::graph::recapture_callback(func, data, ch.node, &ch.old, &ch.new, ch.status) != cuda::SUCCESS {
+            let mut c = captures();
+            if let Some(cap) = c.by_id.get_mut(&ch.capture) {
+                cap.invalidated = true;
+                if let Some(r) = cap.recapture.as_mut() {
+                    r.failed = true;
+                }
+            }
+            result = Err(cuda::ERROR_GRAPH_RECAPTURE_FAILURE);
+        }
+    }
+    result
 }
 
 fn is_blocking(stream: u64) -> bool {
@@ -118,6 +178,9 @@ impl Captures {
     fn add(&mut self, id: u64, stream: u64, kind: NodeKind) -> CudaResult<u64> {
         let c = self.by_id.get_mut(&id).ok_or(cuda::ERROR_ILLEGAL_STATE)?;
         let deps = c.streams.get(&stream).cloned().unwrap_or_default();
+        if c.recapture.is_some() {
+            return self.rematch(id, stream, deps, kind);
+        }
         let child = match kind {
             NodeKind::Child(g) => Some(g),
             _ => None,
@@ -131,6 +194,50 @@ impl Captures {
         drop(s);
         c.streams.insert(stream, vec![n]);
         Ok(n)
+    }
+
+    /// A recapture's operation: the graph's next node, if it matches (module docs).
+    fn rematch(&mut self, id: u64, stream: u64, deps: Vec<u64>, kind: NodeKind) -> CudaResult<u64> {
+        let c = self.by_id.get_mut(&id).ok_or(cuda::ERROR_ILLEGAL_STATE)?;
+        let Some(r) = c.recapture.as_mut() else { return Err(cuda::ERROR_ILLEGAL_STATE) };
+        let mut s = graph::store();
+        let target = s.graph(c.graph)?.nodes.get(r.next).copied().filter(|&t| {
+            s.node(t).is_ok_and(|n| {
+                let memory = matches!(n.kind, NodeKind::MemAlloc(_) | NodeKind::MemFree(_) | NodeKind::Conditional(_));
+                n.deps.len() == deps.len()
+                    && deps.iter().all(|d| n.deps.contains(d))
+                    && n.kind.type_code() == kind.type_code()
+                    && (!memory || n.kind == kind)
+            })
+        });
+        let Some(t) = target else {
+            tracing::warn!(position = r.next, "the recapture's operation does not match the graph's node there (type, dependencies, or a memory node's parameters)");
+            r.failed = true;
+            c.invalidated = true;
+            if let NodeKind::Child(g) = kind {
+                let _ = s.destroy_graph(g);
+            }
+            return Err(cuda::ERROR_GRAPH_RECAPTURE_FAILURE);
+        };
+        r.next += 1;
+        c.streams.insert(stream, vec![t]);
+        if s.node(t)?.kind == kind {
+            return Ok(t);
+        }
+        // cudaGraphExecUpdate refuses a kernel that moves between cooperative and plain
+        // launches (`graph::Store::update`); any other change of the same type it takes.
+        let status = match (&s.node(t)?.kind, &kind) {
+            (NodeKind::Kernel(a), NodeKind::Kernel(b)) if a.cooperative != b.cooperative => cudaGraphRecaptureIneligibleForUpdate,
+            _ => cudaGraphRecaptureEligibleForUpdate,
+        };
+        let callback = r.callback;
+        let new = callback.map(|_| kind.clone());
+        let old = s.replace_kind(t, kind)?;
+        if let (Some(callback), Some(new)) = (callback, new) {
+            let ch = Changed { capture: id, callback, node: t, old, new, status };
+            CHANGED.try_with(|c| c.borrow_mut().push(ch)).map_err(|_| cuda::ERROR_UNKNOWN)?;
+        }
+        Ok(t)
     }
 
     fn finish(&mut self, id: u64) -> Option<Capture> {
@@ -159,7 +266,8 @@ pub fn record(stream: u64, make: impl FnOnce() -> CudaResult<NodeKind>) -> CudaR
         return Ok(false);
     };
     let kind = make()?;
-    c.add(id, stream, kind).map(|_| true)
+    let r = c.add(id, stream, kind);
+    done(c, r)
 }
 
 /// `cudaFreeAsync` on a capturing stream: a mem free node when the memory is an allocation
@@ -183,7 +291,8 @@ pub fn record_free(stream: u64, addr: u64) -> CudaResult<bool> {
             None => NodeKind::Empty,
         }
     };
-    c.add(id, stream, kind).map(|_| true)
+    let r = c.add(id, stream, kind);
+    done(c, r)
 }
 
 /// A potentially unsafe call (allocation, synchronous copy, device synchronization): refused
@@ -269,7 +378,9 @@ pub fn event_record(event: u64, stream: u64, external: bool) -> CudaResult<bool>
         return Ok(false);
     };
     if external {
-        c.add(id, stream, NodeKind::EventRecord(event))?;
+        let r = c.add(id, stream, NodeKind::EventRecord(event));
+        done(c, r)?;
+        c = captures();
     }
     let front = c.by_id[&id].streams.get(&stream).cloned().unwrap_or_default();
     c.events.insert(event, (id, front));
@@ -314,7 +425,10 @@ pub fn wait_event(stream: u64, event: u64, external: bool) -> CudaResult<bool> {
                 .insert(stream, deps);
             Ok(true)
         }
-        (None, Some(cur)) if external => c.add(cur, stream, NodeKind::EventWait(event)).map(|_| true),
+        (None, Some(cur)) if external => {
+            let r = c.add(cur, stream, NodeKind::EventWait(event));
+            done(c, r)
+        }
         (None, Some(cur)) => {
             c.invalidate(cur);
             Err(cuda::ERROR_STREAM_CAPTURE_ISOLATION)
@@ -328,6 +442,24 @@ pub fn wait_event(stream: u64, event: u64, external: bool) -> CudaResult<bool> {
 
 /// `cudaStreamBeginCapture[ToGraph]`: into a new graph, or into `into` = (graph, frontier).
 pub fn begin(stream: u64, mode: u32, into: Option<(u64, Vec<u64>)>) -> CudaResult<()> {
+    start(stream, mode, into, None)
+}
+
+/// `cudaStreamBeginRecaptureToGraph`: into `graph`'s own nodes (module docs), with the
+/// program's callback (function, user data) for parameter changes. The user objects the graph
+/// holds are released first, as CUDA does.
+pub fn begin_recapture(stream: u64, mode: u32, graph: u64, callback: Option<(u64, u64)>) -> CudaResult<()> {
+    let recapture = Recapture { next: 0, callback, failed: false };
+    start(stream, mode, Some((graph, Vec::new())), Some(recapture))?;
+    let refs: Vec<(u64, u32)> = match graph::store().graphs.get_mut(&graph) {
+        Some(g) => g.user_objects.drain().collect(),
+        None => Vec::new(),
+    };
+    crate::user_object::release_all(&refs);
+    Ok(())
+}
+
+fn start(stream: u64, mode: u32, into: Option<(u64, Vec<u64>)>, recapture: Option<Recapture>) -> CudaResult<()> {
     if mode > cudaStreamCaptureModeRelaxed {
         return Err(cuda::ERROR_INVALID_VALUE);
     }
@@ -364,6 +496,7 @@ pub fn begin(stream: u64, mode: u32, into: Option<(u64, Vec<u64>)>) -> CudaResul
             origin: stream,
             invalidated: false,
             streams: HashMap::from([(stream, front)]),
+            recapture,
         },
     );
     c.stream.insert(stream, id);
@@ -392,6 +525,11 @@ pub fn end(stream: u64) -> CudaResult<u64> {
         }
         Err(code)
     };
+    if let Some(r) = &cap.recapture {
+        if r.failed {
+            return Err(cuda::ERROR_GRAPH_RECAPTURE_FAILURE);
+        }
+    }
     if cap.invalidated {
         return fail(&mut s, cuda::ERROR_STREAM_CAPTURE_INVALIDATED);
     }
@@ -401,6 +539,13 @@ pub fn end(stream: u64) -> CudaResult<u64> {
     });
     if !joined {
         return fail(&mut s, cuda::ERROR_STREAM_CAPTURE_UNJOINED);
+    }
+    if let Some(r) = &cap.recapture {
+        // Fewer operations than the graph has nodes: a topology mismatch.
+        if r.next != s.graph(cap.graph)?.nodes.len() {
+            tracing::warn!(matched = r.next, "the recapture ended before it matched every node of the graph");
+            return Err(cuda::ERROR_GRAPH_RECAPTURE_FAILURE);
+        }
     }
     Ok(cap.graph)
 }

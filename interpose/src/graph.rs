@@ -467,6 +467,21 @@ impl Store {
         Ok(())
     }
 
+    /// Give node `n` new parameters of the same type (a recapture): a child graph it owned
+    /// goes, the new one becomes its own. The old parameters.
+    pub fn replace_kind(&mut self, n: u64, kind: NodeKind) -> CudaResult<NodeKind> {
+        if let NodeKind::Child(c) = kind {
+            self.graphs.get_mut(&c).ok_or(cuda::ERROR_INVALID_VALUE)?.owner = Some(n);
+        }
+        let node = self.node_mut(n)?;
+        node.argv.clear();
+        let old = std::mem::replace(&mut node.kind, kind);
+        if let NodeKind::Child(c) = old {
+            self.destroy_graph_inner(c)?;
+        }
+        Ok(old)
+    }
+
     fn destroy_graph_inner(&mut self, g: u64) -> CudaResult<()> {
         let gr = self.graphs.remove(&g).ok_or(cuda::ERROR_INVALID_VALUE)?;
         let refs: Vec<(u64, u32)> = gr.user_objects.into_iter().collect();

@@ -74,6 +74,7 @@ errors! {
     ERROR_CAPTURED_EVENT = 907, "cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream";
     ERROR_STREAM_CAPTURE_WRONG_THREAD = 908, "cudaErrorStreamCaptureWrongThread", "attempt to terminate a thread-local capture sequence from another thread";
     ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910, "cudaErrorGraphExecUpdateFailure", "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
+    ERROR_GRAPH_RECAPTURE_FAILURE = 918, "cudaErrorGraphRecaptureFailure", "recapturing to the source graph failed and had to be terminated";
     ERROR_INVALID_RESOURCE_TYPE = 1000, "cudaErrorInvalidResourceType", "invalid resource type";
     ERROR_UNKNOWN = 999, "cudaErrorUnknown", "unknown error";
 }

@@ -50,6 +50,7 @@ macro_rules! corpus {
         $crate::cuda_corpus_list::corpus_test!($run, unsupported_form_fails_only_its_own_kernel, "unsupported_form");
         $crate::cuda_corpus_list::corpus_test!($run, explicit_graph_nodes_launch_update_and_clone_match_cpu, "graph_explicit");
         $crate::cuda_corpus_list::corpus_test!($run, stream_capture_with_fork_join_modes_and_errors_matches_cpu, "graph_capture");
+        $crate::cuda_corpus_list::corpus_test!($run, recapture_into_an_existing_graph_updates_its_nodes_in_place, "graph_recapture");
         $crate::cuda_corpus_list::corpus_test!($run, memory_pools_reuse_release_trim_and_attributes_match_cpu, "mem_pools");
         $crate::cuda_corpus_list::corpus_test!($run, graph_memory_nodes_and_generic_node_api_match_cpu, "graph_mem_nodes");
         $crate::cuda_corpus_list::corpus_test!($run, small_out_of_bounds_reads_next_to_allocations_read_memory_as_on_a_gpu, "oob_near");

@@ -1396,6 +1396,14 @@ crate::export! {
         let d = deps(dep, n)?;
         capture::begin(resolve_stream(stream as u64, true)?, mode, Some((graph as u64, d)))
     }
+    fn cudaStreamBeginRecaptureToGraph(stream: *mut c_void, mode: u32, graph: *mut c_void, callback: *const u64) {
+        let cb = recapture_data(callback)?;
+        capture::begin_recapture(resolve_stream(stream as u64, false)?, mode, graph as u64, cb)
+    }
+    fn cudaStreamBeginRecaptureToGraph_ptsz(stream: *mut c_void, mode: u32, graph: *mut c_void, callback: *const u64) {
+        let cb = recapture_data(callback)?;
+        capture::begin_recapture(resolve_stream(stream as u64, true)?, mode, graph as u64, cb)
+    }
     fn cudaStreamEndCapture(stream: *mut c_void, graph: *mut *mut c_void) {
         end_capture(stream, graph, false)
     }
@@ -1419,6 +1427,42 @@ crate::export! {
         let old = capture::exchange_mode(m)?;
         out(mode, old)
     }
+}
+
+/// A `cudaGraphRecaptureCallbackData` (callback function, user data), optional; a null
+/// function is no callback.
+fn recapture_data(p: *const u64) -> CudaResult<Option<(u64, u64)>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    let func = read(p)?;
+    let data = read(p.wrapping_add(1))?;
+    Ok((func != 0).then_some((func, data)))
+}
+
+/// Call a recapture callback (`cudaGraphRecaptureCallback_t`) for `node`, whose parameters
+/// changed from `old` to `new`; its answer.
+pub(crate) fn recapture_callback(func: u64, data: u64, node: u64, old: &NodeKind, new: &NodeKind, status: u32) -> u32 {
+    type Callback = unsafe extern "C" fn(*mut c_void, *mut c_void, *const u8, *const u8, u32) -> u32;
+    let params = |kind: &NodeKind, argv: &mut Vec<u64>| -> CudaResult<Vec<u8>> {
+        if let NodeKind::Kernel(k) = kind {
+            let (_, info) = function(k.host_fun)?;
+            let base = k.params.as_ptr() as u64;
+            *argv = info.params.iter().map(|&(o, _)| base + o as u64).collect();
+        }
+        let mut buf = vec![0u8; CUDAGRAPHNODEPARAMS_SIZE];
+        write_generic(buf.as_mut_ptr(), kind, if argv.is_empty() { 0 } else { argv.as_ptr() as u64 })?;
+        Ok(buf)
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (Ok(o), Ok(n)) = (params(old, &mut a), params(new, &mut b)) else {
+        return cuda::ERROR_UNKNOWN;
+    };
+    // SAFETY: the program passed this function as a `cudaGraphRecaptureCallback_t`; both
+    // parameter blocks (and the kernel argument arrays they point to) live across the call.
+    let f: Callback = unsafe { std::mem::transmute::<usize, Callback>(func as usize) };
+    // SAFETY: as above.
+    unsafe { f(data as *mut c_void, node as *mut c_void, o.as_ptr(), n.as_ptr(), status) }
 }
 
 fn end_capture(stream: *mut c_void, graph: *mut *mut c_void, ptsz: bool) -> CudaResult<()> {
