@@ -220,11 +220,20 @@ pub fn symbol(host_var: usize) -> CudaResult<(u64, u64)> {
     else {
         return Err(cuda::ERROR_UNKNOWN);
     };
-    // Module variables live in device memory the program never allocated itself: record
-    // them so copies and pointer attributes know what they are.
-    if find_alloc(addr).is_none() {
-        add_alloc(addr, size, MemKind::Device, 0);
-    }
+    record_symbol(addr, size);
     let _ = rec.addr.set(addr);
     Ok((addr, size))
+}
+
+/// Module variables live in device memory the program never allocated itself: record one
+/// the proxy named so copies and pointer attributes know what it is (a GPU driver places
+/// them outside crum's device window, where an address would otherwise be taken for host
+/// memory: a `cuMemcpyHtoD` to a `cuModuleGetGlobal` address failed on an H200). Whether it
+/// was recorded now.
+pub fn record_symbol(addr: u64, size: u64) -> bool {
+    if find_alloc(addr).is_some() {
+        return false;
+    }
+    add_alloc(addr, size, MemKind::Device, 0);
+    true
 }

@@ -35,6 +35,9 @@ pub(crate) struct Library {
     kernels: Mutex<HashMap<String, usize>>,
     /// Its managed variables handed out so far: name → (address, size).
     managed: Mutex<HashMap<String, (u64, u64)>>,
+    /// Its variables handed out so far, recorded as device memory (`state::record_symbol`):
+    /// forgotten when it is unloaded.
+    globals: Mutex<Vec<u64>>,
 }
 
 /// The live libraries, by handle (the address of the `Library`, never freed).
@@ -136,6 +139,7 @@ pub(crate) fn load_image(image: Vec<u8>) -> CudaResult<usize> {
             unloaded: AtomicBool::new(false),
             kernels: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),
+            globals: Mutex::new(Vec::new()),
         }));
     let h = l as *const Library as usize;
     LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).push(h);
@@ -170,6 +174,12 @@ pub(crate) fn unload(handle: *mut c_void) -> CudaResult<()> {
             f.remove(&k);
         }
     }
+    for g in std::mem::take(&mut *l.globals.lock().unwrap_or_else(|p| p.into_inner())) {
+        // A variable that became managed memory (`managed`) stays as it is.
+        if crate::state::find_alloc(g).is_some_and(|(b, r)| b == g && r.kind == crate::state::MemKind::Device) {
+            crate::state::remove_alloc(g);
+        }
+    }
     call(&Request::UnloadModule { module: module_id(l.module)? }).map(|_| ())
 }
 
@@ -202,6 +212,9 @@ pub(crate) fn global(l: &Library, name: String) -> CudaResult<(u64, u64)> {
     else {
         return Err(cuda::ERROR_UNKNOWN);
     };
+    if crate::state::record_symbol(addr, size) {
+        l.globals.lock().unwrap_or_else(|p| p.into_inner()).push(addr);
+    }
     Ok((addr, size))
 }
 
