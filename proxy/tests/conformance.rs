@@ -267,6 +267,17 @@ fn module_variables_are_device_memory(b: &dyn Backend) {
     assert_eq!(b.function(m, "no_such_kernel").err(), Some(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION)));
 }
 
+/// `cudaLibraryEnumerateKernels`: every kernel of the module, once.
+fn module_kernels_are_listed(b: &dyn Backend) {
+    let m = need!(b.load_module(FATBIN));
+    let mut names = need!(b.module_kernels(m));
+    names.sort();
+    let mut want = ["kinds", "fill", "reverse_shared", "bump", "bump_managed", "scale_table", "incr", "heap_keep"];
+    want.sort();
+    assert_eq!(names, want);
+    assert_eq!(b.module_kernels(ModuleId(0xdead)).err(), Some(BackendError::Cuda(cuda::ERROR_INVALID_RESOURCE_HANDLE)));
+}
+
 fn host_functions_run_in_stream_order(b: &dyn Backend) {
     let m = need!(b.load_module(FATBIN));
     let incr = need!(b.function(m, "incr"));
@@ -803,6 +814,7 @@ conformance!(emu, super::make_emu;
     launches_with_every_parameter_kind,
     launch_geometry_and_dynamic_shared_memory,
     module_variables_are_device_memory,
+    module_kernels_are_listed,
     host_functions_run_in_stream_order,
     events_order_work_between_streams,
     streams_events_and_host_functions_keep_order,
@@ -822,6 +834,7 @@ conformance!(gpu, super::make_cuda;
     launches_with_every_parameter_kind,
     launch_geometry_and_dynamic_shared_memory,
     module_variables_are_device_memory,
+    module_kernels_are_listed,
     host_functions_run_in_stream_order,
     events_order_work_between_streams,
     streams_events_and_host_functions_keep_order,
@@ -867,7 +880,7 @@ fn gpu_backend_plumbing_against_a_fake_driver() {
     }
     let Some(text) = run_on_fake_driver(&[], &["gpu::"]) else { return };
     let passed = text.lines().filter(|l| l.starts_with("test gpu::") && l.ends_with("... ok")).count();
-    assert!(passed >= 19 && text.contains("gpu::device_heap_blocks_are_saved_or_named ... ok") && !text.contains("FAILED"), "only {passed} gpu cases ran:\n{text}");
+    assert!(passed >= 20 && text.contains("gpu::device_heap_blocks_are_saved_or_named ... ok") && !text.contains("FAILED"), "only {passed} gpu cases ran:\n{text}");
 }
 
 /// The same against a fake of a driver older than CUDA 12.4 (no `cuFuncGetParamInfo`): kernel

@@ -408,6 +408,35 @@ pub fn module_function(m: &Module, name: &str) -> DResult<Function> {
     Ok(Function(f))
 }
 
+/// The names of module `m`'s kernels (`cuModuleGetFunctionCount`, `cuModuleEnumerateFunctions`,
+/// `cuFuncGetName`); None where the driver predates them (CUDA 12.4).
+pub fn module_function_names(m: &Module) -> Option<DResult<Vec<String>>> {
+    if !["cuModuleGetFunctionCount", "cuModuleEnumerateFunctions", "cuFuncGetName"].iter().all(|n| has_symbol(n)) {
+        return None;
+    }
+    Some((|| {
+        let mut n = 0u32;
+        // SAFETY: live module, out-pointer; the symbols exist (checked above).
+        ck(unsafe { sys::cuModuleGetFunctionCount(&mut n, m.handle) })?;
+        let mut funcs = vec![std::ptr::null_mut(); n as usize];
+        // SAFETY: live module; `funcs` holds `n` handles.
+        ck(unsafe { sys::cuModuleEnumerateFunctions(funcs.as_mut_ptr(), n, m.handle) })?;
+        funcs
+            .into_iter()
+            .map(|f| {
+                let mut name = std::ptr::null();
+                // SAFETY: a function of the live module; the driver keeps the name it hands out.
+                ck(unsafe { sys::cuFuncGetName(&mut name, f) })?;
+                if name.is_null() {
+                    return Err(sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32);
+                }
+                // SAFETY: a NUL-terminated string of the driver's, alive with the module.
+                Ok(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned())
+            })
+            .collect()
+    })())
+}
+
 /// `cuModuleGetGlobal`: (device address, size).
 pub fn module_global(m: &Module, name: &str) -> DResult<(u64, u64)> {
     let c = CString::new(name).map_err(|_| sys::CUresult::CUDA_ERROR_NOT_FOUND as u32)?;

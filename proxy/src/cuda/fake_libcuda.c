@@ -211,6 +211,26 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *n) {
     }
     return NOT_FOUND;
 }
+CUresult cuModuleGetFunctionCount(unsigned *n, CUmodule m) {
+    if (!n || !m) return INVALID_VALUE;
+    *n = sizeof funcs / sizeof funcs[0];
+    return OK;
+}
+CUresult cuModuleEnumerateFunctions(CUfunction *out, unsigned n, CUmodule m) {
+    if (!out || !m || n != sizeof funcs / sizeof funcs[0]) return INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        struct kernel *k = malloc(sizeof *k);
+        k->fn = &funcs[i];
+        k->mod = m;
+        out[i] = k;
+    }
+    return OK;
+}
+CUresult cuFuncGetName(const char **name, CUfunction f) {
+    if (!name || !f) return INVALID_VALUE;
+    *name = ((struct kernel *)f)->fn->name;
+    return OK;
+}
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) {
     struct module *mod = m;
     if (!strcmp(n, "counter")) { *p = (CUdeviceptr)&mod->counter; *b = sizeof mod->counter; return OK; }

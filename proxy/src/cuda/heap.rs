@@ -11,6 +11,9 @@
 //! it): the kernels whose static call graph reaches `malloc`, and every kernel that makes an
 //! indirect call in a module that calls `malloc` anywhere (the callee is not known). A module
 //! of machine code only: every kernel, if an ELF string table names `malloc`.
+//!
+//! Also here, from the same reading of PTX: the kernels a module declares ([`entry_names`]),
+//! for drivers without `cuModuleEnumerateFunctions`.
 
 use std::collections::{HashMap, HashSet};
 
@@ -118,6 +121,24 @@ pub fn of_ptx(ptx: &str) -> HeapUse {
         }
     }
     HeapUse::Kernels(funcs.iter().filter(|(n, f)| f.0 && reach.contains(n.as_str())).map(|(n, _)| n.clone()).collect())
+}
+
+/// The kernels (`.entry`) a PTX module defines, in its order.
+pub fn entry_names(ptx: &str) -> Vec<String> {
+    let text = strip_comments(ptx);
+    let mut out = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(".entry") {
+        let after = &rest[at + 6..];
+        if after.starts_with(char::is_whitespace) {
+            let name: String = after.trim_start().chars().take_while(|&c| is_ident(c)).collect();
+            if !name.is_empty() && !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        rest = after;
+    }
+    out
 }
 
 fn strip_comments(ptx: &str) -> String {
@@ -276,6 +297,11 @@ mod tests {
         for k in ["plain", "_Z4grabi", "_ZN1B1fEv", "nothing"] {
             assert!(!u.reaches(k), "{k}: {u:?}");
         }
+    }
+
+    #[test]
+    fn the_kernels_of_a_ptx_module_are_listed_in_order() {
+        assert_eq!(entry_names(PTX), ["keep", "plain", "viaptr", "indirect_only"]);
     }
 
     #[test]

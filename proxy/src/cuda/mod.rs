@@ -1158,6 +1158,21 @@ impl Backend for Cuda {
         Ok(FuncInfo { handle: id, ..info })
     }
 
+    fn module_kernels(&self, module: ModuleId) -> Result<Vec<String>> {
+        self.bind()?;
+        let t = self.tables.lock().unwrap();
+        let m = t.modules.get(&module.0).ok_or_else(handle_err)?;
+        if let Some(names) = driver::module_function_names(&m.module) {
+            return names.map_err(|c| self.err(Op::Other, c));
+        }
+        // A driver older than CUDA 12.4: the kernels its PTX declares.
+        let ptx = m.ptx.get_or_init(|| ptx_text(m.module.image())).as_deref().ok_or_else(|| {
+            tracing::error!("driver older than 12.4 and no plain PTX in the module: its kernels cannot be listed");
+            BackendError::Unsupported { backend: "cuda", op: "listing the kernels of a module without cuModuleEnumerateFunctions or PTX" }
+        })?;
+        Ok(heap::entry_names(ptx))
+    }
+
     fn symbol(&self, module: ModuleId, name: &str) -> Result<(u64, u64)> {
         self.bind()?;
         let mut t = self.tables.lock().unwrap();
