@@ -31,14 +31,31 @@ fn attach(b: &dyn Backend) {
     b.attach_app(Arc::new(AppMemory::new(std::process::id())));
 }
 
+/// A window as large as the product's (1 TiB: it holds the VMM range), for the VMM cases.
+const BIG_WINDOW: u64 = 1 << 40;
+
+/// A distinct 1 TiB window per call, away from [`next_window`]'s.
+fn next_big_window() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    0x5000_0000_0000 + NEXT.fetch_add(1, Ordering::Relaxed) * (2 * BIG_WINDOW)
+}
+
 fn make_emu(base: u64) -> Option<Box<dyn Backend>> {
-    let b = crum_proxy::emu::Emu::with_window(base, WINDOW).expect("emulated device window");
+    make_emu_sized(base, WINDOW)
+}
+
+fn make_emu_sized(base: u64, size: u64) -> Option<Box<dyn Backend>> {
+    let b = crum_proxy::emu::Emu::with_window(base, size).expect("emulated device window");
     attach(&b);
     Some(Box::new(b))
 }
 
 fn make_cuda(base: u64) -> Option<Box<dyn Backend>> {
-    match crum_proxy::cuda::Cuda::with_window(base, WINDOW) {
+    make_cuda_sized(base, WINDOW)
+}
+
+fn make_cuda_sized(base: u64, size: u64) -> Option<Box<dyn Backend>> {
+    match crum_proxy::cuda::Cuda::with_window(base, size) {
         Ok(b) => {
             attach(&b);
             Some(Box::new(b))
@@ -416,6 +433,61 @@ fn managed_variables_survive_save_and_restore(base: u64, make: fn(u64) -> Option
     assert_eq!(unsafe { p.read_volatile() }, 43);
 }
 
+/// `cuMemMap`'s side of the backend (`map_at`): device memory placed exactly at an address of
+/// the window's VMM range, usable by copies and kernels, saved with its address and placed
+/// there again by a restore; refused outside the range, over another mapping, and in a
+/// window too small to hold the range.
+fn vmm_mappings_are_placed_saved_and_restored(base: u64, make: fn(u64, u64) -> Option<Box<dyn Backend>>) {
+    let Some(small) = make(base, WINDOW) else { return };
+    assert!(small.map_at(base + crum_wire::VMM_VA_OFFSET, 2 << 20).is_err(), "a window without the VMM range");
+    drop(small);
+    let Some(a) = make(base, BIG_WINDOW) else { return };
+    let mib = 1u64 << 20;
+    let v = base + crum_wire::VMM_VA_OFFSET + 8 * mib;
+    let got = need!(a.map_at(v, 4 * mib));
+    assert_eq!(got.addr, v);
+    assert!(a.map_at(v + 2 * mib, 2 * mib).is_err(), "over another mapping");
+    assert!(a.map_at(base + 64 * mib, 2 * mib).is_err(), "outside the VMM range");
+    let w = need!(a.map_at(v + 4 * mib, 2 * mib)).addr;
+    assert_eq!(w, v + 4 * mib, "side by side with the first");
+    let n = (4 * mib / 4) as usize;
+    let m = need!(a.load_module(FATBIN));
+    let fill = need!(a.function(m, "fill"));
+    need!(a.launch(LEGACY_STREAM, FuncId(fill.handle), dims((n / 256) as u32, 256, 0), pack(&fill, &[&v.to_le_bytes(), &(n as i32).to_le_bytes(), &0.5f32.to_le_bytes()])));
+    let tail = pattern(4096, 9);
+    need!(a.memcpy(LEGACY_STREAM, copy(w, tail.as_ptr() as u64, tail.len() as u64)));
+    need!(a.device_sync());
+    let at = |b: &dyn Backend, i: usize| f32::from_le_bytes(read_back(b, v + 4 * i as u64, 4).try_into().unwrap());
+    assert_eq!((at(&*a, 0), at(&*a, n - 1)), (0.5, 0.5 + (n - 1) as f32));
+    let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+    let mut regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
+        saved.push((r.addr, off, bytes.to_vec()));
+        Ok(())
+    }));
+    assert!(regions.iter().any(|r| r.addr == v && r.len == 4 * mib && r.kind == AllocKind::Device), "the mapping is saved");
+    drop(a);
+
+    let b = make(base, BIG_WINDOW).expect("the backend opened once already");
+    let vars: Vec<(String, u64, AllocKind)> =
+        regions.iter().filter_map(|r| r.symbol.as_ref().map(|s| (s.1.clone(), r.addr, r.kind))).collect();
+    let m2 = need!(b.restore_module(FATBIN, &vars));
+    for r in &mut regions {
+        if let Some(sym) = r.symbol.as_mut() {
+            sym.0 = m2;
+        }
+    }
+    let allocs = need!(b.restore(&regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
+        let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
+        buf.copy_from_slice(&bytes[..buf.len()]);
+        Ok(())
+    }));
+    assert!(allocs.iter().any(|x| x.addr == v), "the mapping is placed at its address again");
+    assert_eq!((at(&*b, 0), at(&*b, n - 1)), (0.5, 0.5 + (n - 1) as f32));
+    assert_eq!(read_back(&*b, w, tail.len()), tail);
+    need!(b.free(v));
+    assert_eq!(need!(b.map_at(v, 2 * mib)).addr, v, "mapped again once unmapped");
+}
+
 /// A block a kernel took from the device heap (device-side `malloc`) and the program still
 /// holds is saved with the device state (the emulated device: the heap is an allocation), or
 /// named as not saved (`unsaved_state`; the cuda backend: the driver keeps the heap) — never
@@ -774,7 +846,7 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
 }
 
 macro_rules! conformance {
-    ($backend:ident, $make:path; $($case:ident),* $(,)?) => {
+    ($backend:ident, $make:path, $sized:path; $($case:ident),* $(,)?) => {
         mod $backend {
             $(
                 #[test]
@@ -794,6 +866,10 @@ macro_rules! conformance {
                 super::managed_variables_survive_save_and_restore(super::next_window(), $make);
             }
             #[test]
+            fn vmm_mappings_are_placed_saved_and_restored() {
+                super::vmm_mappings_are_placed_saved_and_restored(super::next_big_window(), $sized);
+            }
+            #[test]
             fn device_heap_blocks_are_saved_or_named() {
                 super::device_heap_blocks_are_saved_or_named(super::next_window(), $make);
             }
@@ -805,7 +881,7 @@ macro_rules! conformance {
     };
 }
 
-conformance!(emu, super::make_emu;
+conformance!(emu, super::make_emu, super::make_emu_sized;
     copies_in_every_direction,
     managed_memory_is_shared_host_memory,
     managed_variables_are_shared_with_the_host,
@@ -825,7 +901,7 @@ conformance!(emu, super::make_emu;
     mipmap_textures_and_graph_conditions_follow_the_capabilities,
 );
 
-conformance!(gpu, super::make_cuda;
+conformance!(gpu, super::make_cuda, super::make_cuda_sized;
     copies_in_every_direction,
     managed_memory_is_shared_host_memory,
     managed_variables_are_shared_with_the_host,
@@ -880,7 +956,7 @@ fn gpu_backend_plumbing_against_a_fake_driver() {
     }
     let Some(text) = run_on_fake_driver(&[], &["gpu::"]) else { return };
     let passed = text.lines().filter(|l| l.starts_with("test gpu::") && l.ends_with("... ok")).count();
-    assert!(passed >= 20 && text.contains("gpu::device_heap_blocks_are_saved_or_named ... ok") && !text.contains("FAILED"), "only {passed} gpu cases ran:\n{text}");
+    assert!(passed >= 21 && text.contains("gpu::vmm_mappings_are_placed_saved_and_restored ... ok") && text.contains("gpu::device_heap_blocks_are_saved_or_named ... ok") && !text.contains("FAILED"), "only {passed} gpu cases ran:\n{text}");
 }
 
 /// The same against a fake of a driver older than CUDA 12.4 (no `cuFuncGetParamInfo`): kernel

@@ -268,10 +268,14 @@ struct Tables {
     heap_launches: BTreeSet<String>,
 }
 
-/// Address planners of the two halves of the window.
+/// Address planners of the two halves of the window, and of the VMM range.
 struct Planners {
     device: Planner,
     pinned: Planner,
+    /// The driver API's VMM range of the window (`crum_wire::VMM_VA_OFFSET`), where
+    /// `cuMemMap` places memory at the program's addresses (`Backend::map_at`); None when the
+    /// window is too small to hold it or it could not be reserved.
+    vmm: Option<Planner>,
 }
 
 /// The `cuda` backend.
@@ -284,6 +288,8 @@ pub struct Cuda {
     window: (u64, u64),
     /// The range reserved with `cuMemAddressReserve` (released on drop).
     reserved: (u64, u64),
+    /// The VMM range, when reserved apart from `reserved` (released on drop).
+    vmm_reserved: Option<(u64, u64)>,
     /// The pinned half, reserved PROT_NONE in this process (released on drop).
     host_reserved: (u64, u64),
     tables: Mutex<Tables>,
@@ -372,6 +378,25 @@ impl Cuda {
             return Err(ProbeError::Window { base: base + half, got: 0 });
         }
         let pinned = Planner::new(base + half, size - half, granule);
+        // The VMM range: ordinary allocations stay below it; reserved with the device half
+        // when that holds it, apart otherwise (the device half is sized by the device's
+        // memory), and left out when the window is too small (tests' windows).
+        let (vmm_base, vmm_len) = (base + crum_wire::VMM_VA_OFFSET, crum_wire::VMM_VA_SIZE);
+        let fits = crum_wire::VMM_VA_OFFSET + vmm_len <= half && vmm_base.is_multiple_of(granule) && vmm_len.is_multiple_of(granule);
+        let mut vmm_reserved = None;
+        let vmm = if !fits {
+            None
+        } else if crum_wire::VMM_VA_OFFSET + vmm_len <= dev_size {
+            Some(Planner::new(vmm_base, vmm_len, granule))
+        } else if crum_wire::VMM_VA_OFFSET >= dev_size && driver::reserve_exact(vmm_base, vmm_len).is_ok() {
+            vmm_reserved = Some((vmm_base, vmm_len));
+            Some(Planner::new(vmm_base, vmm_len, granule))
+        } else {
+            tracing::warn!("the VMM range of the device window cannot be reserved: cuMemMap will be refused");
+            None
+        };
+        // Ordinary device allocations end below the VMM range.
+        let dev_plan_end = if vmm.is_some() { dev_size.min(crum_wire::VMM_VA_OFFSET) } else { dev_size };
         // The start of the window: zeros, read-only, never handed out. On a GPU the runtime's
         // own allocations lie below a program's first one, and a stencil that reads a[-1] of it
         // reads memory; here it reads zeros (as on the emulated device) instead of faulting.
@@ -380,6 +405,9 @@ impl Cuda {
             Ok(m) => m,
             Err(code) => {
                 let _ = driver::release_reservation(base, dev_size);
+                if let Some((a, l)) = vmm_reserved {
+                    let _ = driver::release_reservation(a, l);
+                }
                 // SAFETY: the pinned half was reserved just above by `host_reserve`, unused.
                 unsafe { libc::munmap((base + half) as *mut libc::c_void, (size - half) as usize) };
                 return Err(drv("cuMemMap")(code));
@@ -396,10 +424,11 @@ impl Cuda {
         Ok(Cuda {
             dev,
             ctx,
-            planner: Mutex::new(Planners { device: Planner::new(base + guard_len, dev_size - guard_len, granule), pinned }),
+            planner: Mutex::new(Planners { device: Planner::new(base + guard_len, dev_plan_end - guard_len, granule), pinned, vmm }),
             guard: Mutex::new(Some(guard)),
             window: (base, size),
             reserved: (base, dev_size),
+            vmm_reserved,
             host_reserved: (base + half, size - half),
             tables: Mutex::default(),
             shared: Arc::new(Shared {
@@ -481,10 +510,16 @@ impl Cuda {
         // none), and the planner places it at a replayable address.
         let pinned = host_backed(kind);
         let mut planners = self.planner.lock().unwrap();
-        let planner = if pinned { &mut planners.pinned } else { &mut planners.device };
+        let Planners { device, pinned: host, vmm } = &mut *planners;
+        // A recorded address in the VMM range is a mapping (`map_at`), of chunks of its own.
+        let (planner, own) = match (vmm.as_mut(), at) {
+            (Some(v), Some(a)) if !pinned && v.in_window(a) => (v, true),
+            _ if pinned => (host, true),
+            _ => (device, false),
+        };
         let placed = match at {
-            Some(a) => planner.place_at(a, len, pinned),
-            None => planner.alloc(len, pinned),
+            Some(a) => planner.place_at(a, len, own),
+            None => planner.alloc(len, own),
         }
         .map_err(|e| {
             tracing::warn!("device allocation of {len:#x} bytes: {e}");
@@ -1032,6 +1067,20 @@ impl Backend for Cuda {
         self.place(size, kind, None)
     }
 
+    fn map_at(&self, addr: u64, size: u64) -> Result<Allocation> {
+        let inside = {
+            let p = self.planner.lock().unwrap();
+            match &p.vmm {
+                None => return Err(BackendError::Unsupported { backend: "cuda", op: "cuMemMap (the device window has no VMM range here)" }),
+                Some(v) => v.in_window(addr) && addr.checked_add(size).is_some_and(|e| e == addr || v.in_window(e - 1)),
+            }
+        };
+        if !inside || size == 0 {
+            return Err(bad());
+        }
+        self.place(size, AllocKind::Device, Some(addr))
+    }
+
     fn free(&self, addr: u64) -> Result<()> {
         self.bind()?;
         // cudaFree synchronizes the device: nothing may still use the memory.
@@ -1048,7 +1097,11 @@ impl Backend for Cuda {
                 Ok(())
             }
             Region::Device => {
-                let released = planners.device.free(addr).map_err(|_| bad())?;
+                let planner = match planners.vmm.as_mut() {
+                    Some(v) if v.in_window(addr) => v,
+                    _ => &mut planners.device,
+                };
+                let released = planner.free(addr).map_err(|_| bad())?;
                 let mapping = released.and_then(|chunk| self.tables.lock().unwrap().mappings.remove(&chunk.addr));
                 match mapping {
                     Some(m) => driver::unmap(m).map_err(|c| self.err(Op::Other, c)),
@@ -1660,6 +1713,9 @@ impl Drop for Cuda {
             let _ = driver::unmap(g);
         }
         let _ = driver::release_reservation(self.reserved.0, self.reserved.1);
+        if let Some((a, l)) = self.vmm_reserved {
+            let _ = driver::release_reservation(a, l);
+        }
         let (addr, len) = self.host_reserved;
         if len > 0 {
             // SAFETY: the pinned half was reserved by `host_reserve` in `with_window`; every
