@@ -111,6 +111,43 @@ fn read_back(b: &dyn Backend, addr: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// Bytes a snapshot handed out: (region address, offset in it, bytes).
+type Saved = Vec<(u64, u64, Vec<u8>)>;
+
+/// Snapshot `a`: the regions and the bytes saved of each.
+fn save(a: &dyn Backend) -> Result<(Vec<SavedRegion>, Saved)> {
+    let mut saved: Saved = Vec::new();
+    let regions = a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
+        saved.push((r.addr, off, bytes.to_vec()));
+        Ok(())
+    })?;
+    Ok((regions, saved))
+}
+
+/// Load `FATBIN` into `b` with the saved regions' module variables at their addresses, name
+/// it in the regions, and restore the regions from `saved`: the module and the allocations.
+fn restore_all(b: &dyn Backend, regions: &mut [SavedRegion], saved: &Saved) -> Result<(ModuleId, Vec<Allocation>)> {
+    let vars: Vec<(String, u64, AllocKind)> =
+        regions.iter().filter_map(|r| r.symbol.as_ref().map(|s| (s.1.clone(), r.addr, r.kind))).collect();
+    let m = b.restore_module(FATBIN, &vars)?;
+    for r in regions.iter_mut() {
+        if let Some(sym) = r.symbol.as_mut() {
+            sym.0 = m;
+        }
+    }
+    let allocs = restore_from(b, regions, saved)?;
+    Ok((m, allocs))
+}
+
+/// Restore `regions` into `b` from the bytes of [`save`].
+fn restore_from(b: &dyn Backend, regions: &[SavedRegion], saved: &Saved) -> Result<Vec<Allocation>> {
+    b.restore(regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
+        let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
+        buf.copy_from_slice(&bytes[..buf.len()]);
+        Ok(())
+    })
+}
+
 fn copies_in_every_direction(b: &dyn Backend) {
     // Larger than one staging buffer and not a multiple of anything.
     let n = (20 << 20) + 4093;
@@ -400,29 +437,13 @@ fn managed_variables_survive_save_and_restore(base: u64, make: fn(u64) -> Option
     need!(a.device_sync());
     // SAFETY: as above.
     assert_eq!(unsafe { p.read_volatile() }, 42);
-    let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
-    let mut regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
-        saved.push((r.addr, off, bytes.to_vec()));
-        Ok(())
-    }));
+    let (mut regions, saved) = need!(save(&*a));
     let r = regions.iter().find(|r| r.symbol.as_ref().is_some_and(|s| s.1 == "mcount")).expect("the variable is saved");
     assert_eq!((r.addr, r.len, r.kind), (v, 4, AllocKind::Managed));
     drop(a);
 
     let b = make(base).expect("the backend opened once already");
-    let vars: Vec<(String, u64, AllocKind)> =
-        regions.iter().filter_map(|r| r.symbol.as_ref().map(|s| (s.1.clone(), r.addr, r.kind))).collect();
-    let m2 = need!(b.restore_module(FATBIN, &vars));
-    for r in &mut regions {
-        if let Some(sym) = r.symbol.as_mut() {
-            sym.0 = m2;
-        }
-    }
-    let allocs = need!(b.restore(&regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
-        let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
-        buf.copy_from_slice(&bytes[..buf.len()]);
-        Ok(())
-    }));
+    let (m2, allocs) = need!(restore_all(&*b, &mut regions, &saved));
     assert!(allocs.iter().any(|x| x.addr == v && x.memfd.is_some()), "the variable's memory is shared again");
     // SAFETY: the restore mapped the variable at `v` in this process again.
     assert_eq!(unsafe { p.read_volatile() }, 42);
@@ -459,28 +480,12 @@ fn vmm_mappings_are_placed_saved_and_restored(base: u64, make: fn(u64, u64) -> O
     need!(a.device_sync());
     let at = |b: &dyn Backend, i: usize| f32::from_le_bytes(read_back(b, v + 4 * i as u64, 4).try_into().unwrap());
     assert_eq!((at(&*a, 0), at(&*a, n - 1)), (0.5, 0.5 + (n - 1) as f32));
-    let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
-    let mut regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
-        saved.push((r.addr, off, bytes.to_vec()));
-        Ok(())
-    }));
+    let (mut regions, saved) = need!(save(&*a));
     assert!(regions.iter().any(|r| r.addr == v && r.len == 4 * mib && r.kind == AllocKind::Device), "the mapping is saved");
     drop(a);
 
     let b = make(base, BIG_WINDOW).expect("the backend opened once already");
-    let vars: Vec<(String, u64, AllocKind)> =
-        regions.iter().filter_map(|r| r.symbol.as_ref().map(|s| (s.1.clone(), r.addr, r.kind))).collect();
-    let m2 = need!(b.restore_module(FATBIN, &vars));
-    for r in &mut regions {
-        if let Some(sym) = r.symbol.as_mut() {
-            sym.0 = m2;
-        }
-    }
-    let allocs = need!(b.restore(&regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
-        let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
-        buf.copy_from_slice(&bytes[..buf.len()]);
-        Ok(())
-    }));
+    let (_, allocs) = need!(restore_all(&*b, &mut regions, &saved));
     assert!(allocs.iter().any(|x| x.addr == v), "the mapping is placed at its address again");
     assert_eq!((at(&*b, 0), at(&*b, n - 1)), (0.5, 0.5 + (n - 1) as f32));
     assert_eq!(read_back(&*b, w, tail.len()), tail);
@@ -515,27 +520,11 @@ fn device_heap_blocks_are_saved_or_named(base: u64, make: fn(u64) -> Option<Box<
         return;
     }
     assert_eq!(unsaved, Vec::<String>::new(), "the {} backend saves its heap", a.name());
-    let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
-    let mut regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
-        saved.push((r.addr, off, bytes.to_vec()));
-        Ok(())
-    }));
+    let (mut regions, saved) = need!(save(&*a));
     assert!(regions.iter().any(|r| r.addr <= block && block + 4 <= r.addr + r.len), "no saved region holds the block");
     drop(a);
     let b = make(base).expect("the backend opened once already");
-    let vars: Vec<(String, u64, AllocKind)> =
-        regions.iter().filter_map(|r| r.symbol.as_ref().map(|s| (s.1.clone(), r.addr, r.kind))).collect();
-    let m2 = need!(b.restore_module(FATBIN, &vars));
-    for r in &mut regions {
-        if let Some(sym) = r.symbol.as_mut() {
-            sym.0 = m2;
-        }
-    }
-    need!(b.restore(&regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
-        let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
-        buf.copy_from_slice(&bytes[..buf.len()]);
-        Ok(())
-    }));
+    need!(restore_all(&*b, &mut regions, &saved));
     assert_eq!(read_back(&*b, block, 4), 4242i32.to_le_bytes(), "the block after a restore");
 }
 
@@ -790,11 +779,7 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
         // The copy reads `v` when the stream runs it: finish before `v` goes.
         need!(a.device_sync());
     }
-    let mut saved: Vec<(u64, u64, Vec<u8>)> = Vec::new();
-    let regions = need!(a.snapshot(&mut |r: &SavedRegion, off: u64, bytes: &[u8]| {
-        saved.push((r.addr, off, bytes.to_vec()));
-        Ok(())
-    }));
+    let (regions, saved) = need!(save(&*a));
     let allocations: Vec<(u64, u64)> = regions.iter().filter(|r| r.symbol.is_none()).map(|r| (r.addr, r.len)).collect();
     assert_eq!(allocations, {
         let mut v = vec![(d_big, big.len() as u64), (d_small, small.len() as u64), (m, managed.len() as u64)];
@@ -823,11 +808,7 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
             sym.0 = m;
         }
     }
-    let allocs = need!(b.restore(&regions, &mut |r: &SavedRegion, off: u64, buf: &mut [u8]| {
-        let (_, _, bytes) = saved.iter().find(|(a, o, _)| *a == r.addr && *o == off).expect("saved piece");
-        buf.copy_from_slice(&bytes[..buf.len()]);
-        Ok(())
-    }));
+    let allocs = need!(restore_from(&*b, &regions, &saved));
     // Everything comes back at its address.
     for (a, r) in allocs.iter().zip(&regions) {
         assert_eq!(a.addr, r.addr);
