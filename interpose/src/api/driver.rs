@@ -23,7 +23,12 @@
 //!   objects): `api::driver_mem`; virtual memory management (`cuMemCreate`, `cuMemMap`…):
 //!   `api::vmm`.
 //!
-//! Not here: graphs, surfaces, mipmapped arrays, IPC, external memory, green contexts: their
+//! - Graphs and stream capture (`cuGraph*`, `cuStreamBeginCapture`…): `api::driver_graph`.
+//!   Libraries (`cuLibraryLoadData`, `cuLibraryGetKernel`…) are modules too: a `CUlibrary` is
+//!   its one `CUmodule`, and a `CUkernel` is the kernel handle a `CUfunction` is, so
+//!   `cuLaunchKernel` takes either.
+//!
+//! Not here: surfaces, mipmapped arrays, IPC, external memory, green contexts: their
 //! symbols are absent (a `dlsym` for them fails; `cuGetProcAddress` says not found); the list
 //! is in `docs/driver-api.md` § 5.
 #![allow(unsafe_code, non_snake_case, clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]
@@ -289,20 +294,54 @@ driver! {
         super::launch::launch_extra(f, grid, block, params, std::ptr::null_mut(), shared as usize, stream as u64, false, true)
     }
     fn cuFuncGetAttribute(v: *mut i32, attr: u32, f: usize) {
-        let (_, info) = crate::state::function(f)?;
-        // CU_FUNC_ATTRIBUTE_*: the values of cudaFuncAttributes' fields.
-        let x = match attr {
-            0 => info.max_threads_per_block,
-            1 => info.shared_bytes as i32,
-            2 => info.const_bytes as i32,
-            3 => info.local_bytes as i32,
-            4 => info.num_regs,
-            5 => info.ptx_version,
-            6 => info.binary_version,
-            8 => info.max_dynamic_shared,
-            _ => return Err(cuda::ERROR_INVALID_VALUE),
-        };
-        out(v, x)
+        out(v, func_attribute(attr, f)?)
+    }
+    fn cuLibraryLoadData(lib: *mut usize, code: *const c_void, _jit_options: *mut u32, _jit_values: *mut *mut c_void, _num_jit: u32, _lib_options: *mut u32, _lib_values: *mut *mut c_void, _num_lib: u32) {
+        if lib.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let h = super::library::load_image(super::library::image_at(code as u64)?)?;
+        context::module_loaded(h);
+        out(lib, h)
+    }
+    fn cuLibraryUnload(lib: *mut c_void) {
+        super::library::unload(lib)
+    }
+    fn cuLibraryGetModule(module: *mut usize, lib: *mut c_void) {
+        // A library is its one module here.
+        super::library::library(lib)?;
+        out(module, lib as usize)
+    }
+    fn cuLibraryGetKernel(kernel: *mut usize, lib: *mut c_void, name: *const c_char) {
+        if kernel.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let l = super::library::library(lib)?;
+        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let k = super::library::kernel(l, &name)?;
+        context::function_of(k, lib as usize);
+        out(kernel, k)
+    }
+    fn cuKernelGetFunction(f: *mut usize, kernel: usize) {
+        // A CUkernel is a kernel handle, as a CUfunction is: the same value serves as both.
+        crate::state::function(kernel)?;
+        out(f, kernel)
+    }
+    fn cuKernelGetAttribute(v: *mut i32, attr: u32, kernel: usize, dev: i32) {
+        device(dev)?;
+        out(v, func_attribute(attr, kernel)?)
+    }
+    fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, lib: *mut c_void, name: *const c_char) {
+        let l = super::library::library(lib)?;
+        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let (addr, size) = super::library::global(l, name)?;
+        if !dptr.is_null() {
+            out(dptr, addr)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size as usize)?;
+        }
+        Ok(())
     }
     fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) {
         rt(super::memory::cudaMalloc(dptr.cast(), bytes))?;
@@ -458,10 +497,15 @@ driver! {
         };
         out(s, intern(cuda::description(runtime)))
     }
-    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, _version: i32, _flags: u64, status: *mut i32) {
-        let name = cstr(symbol).ok_or(cuda::ERROR_INVALID_VALUE)?;
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, _flags: u64, status: *mut i32) {
+        let mut name = cstr(symbol).ok_or(cuda::ERROR_INVALID_VALUE)?;
         if pfn.is_null() {
             return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        if let Some(&(_, since, to)) = RENAMED.iter().find(|r| r.0 == name) {
+            if version >= since {
+                name = to.to_string();
+            }
         }
         let h = own_handle();
         let found = ["_v4", "_v3", "_v2", ""].iter().find_map(|v| {
@@ -488,6 +532,28 @@ driver! {
         Err(cuda::ERROR_SYMBOL_NOT_FOUND)
     }
 }
+
+/// `CU_FUNC_ATTRIBUTE_*` `attr` of the kernel handle `f` (a `CUfunction` or a `CUkernel`):
+/// the values of `cudaFuncAttributes`' fields.
+fn func_attribute(attr: u32, f: usize) -> CudaResult<i32> {
+    let (_, info) = crate::state::function(f)?;
+    Ok(match attr {
+        0 => info.max_threads_per_block,
+        1 => info.shared_bytes as i32,
+        2 => info.const_bytes as i32,
+        3 => info.local_bytes as i32,
+        4 => info.num_regs,
+        5 => info.ptx_version,
+        6 => info.binary_version,
+        8 => info.max_dynamic_shared,
+        _ => return Err(cuda::ERROR_INVALID_VALUE),
+    })
+}
+
+/// Plain names `cuda.h` 13 maps to another function than a `_vN` of the same name, with the
+/// CUDA version from which the mapping holds (`cuGraphInstantiate` asked for by a CUDA 11
+/// program has the older signature, which crum does not export).
+const RENAMED: [(&str, i32, &str); 1] = [("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags")];
 
 /// A C string for `s` that lives for ever (the error strings; a fixed, small set).
 fn intern(s: &'static str) -> *const c_char {

@@ -20,6 +20,10 @@ use crum_wire::cuda;
 use super::array::Extent;
 use super::device::ChannelFormatDesc;
 use super::driver::{driver, rt};
+use crate::abi_gen::{
+    CUDAEXTENT_DEPTH, CUDAMEMCPY3DPARMS_DSTPTR, CUDAMEMCPY3DPARMS_EXTENT, CUDAMEMCPY3DPARMS_SIZE, CUDAMEMCPY3DPARMS_SRCPTR,
+    CUDAPITCHEDPTR_YSIZE,
+};
 use crate::errors::CudaResult;
 use crate::ffi::*;
 
@@ -123,6 +127,27 @@ fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
         super::memory::copy(d.at + z * d.slice, d.pitch, s.at + z * s.slice, s.pitch, w, h.max(1), kind(&s, &d), stream, sync)?;
     }
     Ok(())
+}
+
+/// A `CUDA_MEMCPY3D` as the runtime's `cudaMemcpy3DParms` over pitched pointers (a memcpy
+/// node of `cuGraphAddMemcpyNode`; an array side is the array's memory at the origin). LOD
+/// must be 0, as for `cuMemcpy3D`.
+pub(crate) fn copy3d_params(p: *const u8) -> CudaResult<Box<[u8; CUDAMEMCPY3DPARMS_SIZE]>> {
+    let (slod, dlod): (u64, u64) = (field(p, 24)?, field(p, 112)?);
+    if slod != 0 || dlod != 0 {
+        return Err(crate::errors::unsupported("cuGraphAddMemcpyNode (mipmap levels)"));
+    }
+    let (s, d) = (side(p, &SRC_3D)?, side(p, &DST_3D)?);
+    let (w, h, depth): (u64, u64, u64) = (field(p, 176)?, field(p, 184)?, field(p, 192)?);
+    let h = h.max(1);
+    let mut b = super::graph::copy_params(d.at, d.pitch, s.at, s.pitch, w, h, kind(&s, &d));
+    // A side's rows per slice: its slice pitch over its row pitch (the copy's height where
+    // it gives none).
+    let rows = |x: &Side| if x.pitch > 0 && x.slice > 0 { (x.slice / x.pitch).max(h) } else { h };
+    set_field(b.as_mut_ptr(), CUDAMEMCPY3DPARMS_SRCPTR + CUDAPITCHEDPTR_YSIZE, rows(&s));
+    set_field(b.as_mut_ptr(), CUDAMEMCPY3DPARMS_DSTPTR + CUDAPITCHEDPTR_YSIZE, rows(&d));
+    set_field(b.as_mut_ptr(), CUDAMEMCPY3DPARMS_EXTENT + CUDAEXTENT_DEPTH, depth.max(1));
+    Ok(b)
 }
 
 /// `CUarray_format` and a channel count as the runtime's channel descriptor.

@@ -1,0 +1,322 @@
+// Driver-API graphs (issue 13): a graph built through the driver (memset, kernel, memcpy,
+// child graph, host, event record nodes; one edge added by cuGraphAddDependencies), its
+// nodes, roots and edges listed, instantiated and launched by cuGraphLaunch and by the
+// runtime's cudaGraphLaunch (the handles are the same objects); a stream captured through the
+// driver (cuStreamBeginCapture … cuStreamEndCapture) and a runtime capture of driver calls
+// launched by cuGraphLaunch; a library loaded by cuLibraryLoadData whose CUkernel is launched
+// by cuLaunchKernel and is the kernel of a node (`kern`, `func` NULL), whose executable graph
+// is updated (cuGraphExecKernelNodeSetParams, cuGraphExecUpdate). Graphs are device state:
+// after each gate (a restart resumes there) every executable graph made before it is
+// launched again and its results checked. Checked on the CPU; PASS.
+#include "driver.h"
+#include "driver_ptx.h"
+#include <cstring>
+#include <atomic>
+
+#define FUNCS(X) X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyDtoH) \
+    X(cuMemcpyDtoDAsync) X(cuMemsetD32) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamSynchronize) \
+    X(cuEventCreate) X(cuEventQuery) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode) \
+    X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode) X(cuGraphAddHostNode) X(cuGraphAddEmptyNode) \
+    X(cuGraphAddChildGraphNode) X(cuGraphAddEventRecordNode) X(cuGraphAddEventWaitNode) \
+    X(cuGraphAddDependencies) X(cuGraphGetNodes) X(cuGraphGetRootNodes) X(cuGraphGetEdges) X(cuGraphClone) \
+    X(cuGraphInstantiate) X(cuGraphInstantiateWithParams) X(cuGraphLaunch) X(cuGraphExecDestroy) \
+    X(cuGraphExecUpdate) X(cuGraphExecKernelNodeSetParams) X(cuGraphKernelNodeGetParams) \
+    X(cuGraphKernelNodeSetParams) X(cuGraphNodeGetType) X(cuGraphDestroyNode) X(cuStreamBeginCapture) \
+    X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) \
+    X(cuThreadExchangeStreamCaptureMode) X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) \
+    X(cuLibraryGetModule) X(cuKernelGetFunction) X(cuKernelGetAttribute) X(cuLibraryGetGlobal) \
+    X(cuGetProcAddress)
+FUNCS(DRIVER)
+
+static const unsigned N = 1024;
+static CUfunction axpb_f;
+static CUstream s;
+static std::atomic<int> host_runs;
+
+static void CUDA_CB count_run(void *arg) { host_runs += *(int *)arg; }
+
+// Every element i of `d` is `base + scale*i`.
+static void check(CUdeviceptr d, unsigned base, unsigned scale, const char *what) {
+    static unsigned h[N];
+    DRV(p_cuMemcpyDtoH(h, d, sizeof h));
+    for (unsigned i = 0; i < N; i++) {
+        if (h[i] != base + scale * i) {
+            printf("FAIL %s: element %u = %u, want %u\n", what, i, h[i], base + scale * i);
+            exit(1);
+        }
+    }
+}
+
+// The parameters of axpb(p, N, 1, a, b) (p[i] = p[i]*a + b + i); kept in static storage
+// as a node's parameters are read when it is added.
+struct Axpb {
+    CUdeviceptr p;
+    unsigned n = N, stride = 1, a, b;
+    void *params[5] = {&p, &n, &stride, &a, &b};
+    Axpb(CUdeviceptr p_, unsigned a_, unsigned b_) : p(p_), a(a_), b(b_) {}
+};
+
+static CUDA_KERNEL_NODE_PARAMS kernel_node(CUfunction f, CUkernel k, Axpb &args) {
+    CUDA_KERNEL_NODE_PARAMS kp = {};
+    kp.func = f;
+    kp.kern = k;
+    kp.gridDimX = N / 128;
+    kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 128;
+    kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = args.params;
+    return kp;
+}
+
+static CUdeviceptr da, db, dc, dd, de;
+static CUgraphExec built, captured, by_runtime, updated;
+static int stage;
+static unsigned updated_b;
+
+// Launch each executable graph made so far (through both faces) and check what it writes.
+static void launch_all(const char *when) {
+    if (stage >= 1) {
+        int before = host_runs;
+        DRV(p_cuGraphLaunch(built, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(da, 11, 1, when);
+        check(db, 111, 2, when);
+        EXPECT(host_runs == before + 1);
+        CK(cudaGraphLaunch(built, s));
+        CK(cudaStreamSynchronize(s));
+        check(db, 111, 2, when);
+        EXPECT(host_runs == before + 2);
+    }
+    if (stage >= 2) {
+        CK(cudaGraphLaunch(captured, s));
+        DRV(p_cuGraphLaunch(by_runtime, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(dc, 40, 1, when);
+        check(dd, 3, 0, when);
+    }
+    if (stage >= 3) {
+        DRV(p_cuGraphLaunch(updated, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(de, updated_b, 1, when);
+    }
+}
+
+int main() {
+    FUNCS(LOAD)
+    CUdevice dev;
+    CUcontext ctx;
+    axpb_f = drv_start(&dev, &ctx, AXPB_PTX, "axpb");
+    DRV(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (CUdeviceptr *d : {&da, &db, &dc, &dd, &de}) DRV(p_cuMemAlloc(d, N * 4));
+
+    // Found by cuGetProcAddress under their plain names (cuGraphInstantiate is
+    // cuGraphInstantiateWithFlags from CUDA 12).
+    void *fn = nullptr;
+    CUdriverProcAddressQueryResult found;
+    DRV(p_cuGetProcAddress("cuGraphInstantiate", &fn, 12000, 0, &found));
+    EXPECT(fn == (void *)p_cuGraphInstantiate && found == CU_GET_PROC_ADDRESS_SUCCESS);
+    DRV(p_cuGetProcAddress("cuGraphAddKernelNode", &fn, 13000, 0, &found));
+    EXPECT(fn == (void *)p_cuGraphAddKernelNode);
+
+    // Errors, not crashes: null outputs and parameters.
+    EXPECT(p_cuGraphCreate(nullptr, 0) == CUDA_ERROR_INVALID_VALUE);
+    CUgraph g;
+    DRV(p_cuGraphCreate(&g, 0));
+    EXPECT(p_cuGraphInstantiate(nullptr, g, 0) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphAddKernelNode(nullptr, g, nullptr, 0, nullptr) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuStreamIsCapturing(s, nullptr) == CUDA_ERROR_INVALID_VALUE);
+
+    // memset da=5 -> axpb(da, 2, 1): 11+i -> copy to db -> child: axpb(db, 1, 100): 111+2i
+    // -> host node -> event record.
+    CUDA_MEMSET_NODE_PARAMS ms = {};
+    ms.dst = da;
+    ms.value = 5;
+    ms.elementSize = 4;
+    ms.width = N;
+    ms.height = 1;
+    CUgraphNode n_set, n_kernel, n_copy, n_child, n_host, n_event;
+    DRV(p_cuGraphAddMemsetNode(&n_set, g, nullptr, 0, &ms, ctx));
+    static Axpb a1(da, 2, 1);
+    CUDA_KERNEL_NODE_PARAMS kp = kernel_node(axpb_f, nullptr, a1);
+    DRV(p_cuGraphAddKernelNode(&n_kernel, g, &n_set, 1, &kp));
+    CUDA_MEMCPY3D cp = {};
+    cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    cp.srcDevice = da;
+    cp.srcPitch = N * 4;
+    cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    cp.dstDevice = db;
+    cp.dstPitch = N * 4;
+    cp.WidthInBytes = N * 4;
+    cp.Height = 1;
+    cp.Depth = 1;
+    DRV(p_cuGraphAddMemcpyNode(&n_copy, g, &n_kernel, 1, &cp, ctx));
+    CUgraph child;
+    DRV(p_cuGraphCreate(&child, 0));
+    static Axpb a2(db, 1, 100);
+    CUDA_KERNEL_NODE_PARAMS kc = kernel_node(axpb_f, nullptr, a2);
+    CUgraphNode n_inner;
+    DRV(p_cuGraphAddKernelNode(&n_inner, child, nullptr, 0, &kc));
+    DRV(p_cuGraphAddChildGraphNode(&n_child, g, &n_copy, 1, child));
+    static int one = 1;
+    CUDA_HOST_NODE_PARAMS hp = {count_run, &one};
+    DRV(p_cuGraphAddHostNode(&n_host, g, nullptr, 0, &hp));
+    DRV(p_cuGraphAddDependencies(g, &n_child, &n_host, nullptr, 1));
+    CUevent done;
+    DRV(p_cuEventCreate(&done, CU_EVENT_DEFAULT));
+    DRV(p_cuGraphAddEventRecordNode(&n_event, g, &n_host, 1, done));
+    // An empty node added and destroyed.
+    CUgraphNode n_empty;
+    DRV(p_cuGraphAddEmptyNode(&n_empty, g, &n_event, 1));
+    DRV(p_cuGraphDestroyNode(n_empty));
+
+    size_t count = 0;
+    DRV(p_cuGraphGetNodes(g, nullptr, &count));
+    EXPECT(count == 6);
+    CUgraphNode nodes[6], roots[6], from[6], to[6];
+    DRV(p_cuGraphGetNodes(g, nodes, &count));
+    count = 6;
+    DRV(p_cuGraphGetRootNodes(g, roots, &count));
+    EXPECT(count == 1 && roots[0] == n_set);
+    count = 6;
+    DRV(p_cuGraphGetEdges(g, from, to, nullptr, &count));
+    EXPECT(count == 5);
+    bool child_to_host = false;
+    for (size_t i = 0; i < count; i++) child_to_host |= from[i] == n_child && to[i] == n_host;
+    EXPECT(child_to_host);
+    CUgraphNodeType ty;
+    const CUgraphNode typed[] = {n_set, n_kernel, n_copy, n_child, n_host, n_event};
+    const CUgraphNodeType want[] = {CU_GRAPH_NODE_TYPE_MEMSET, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEMCPY,
+        CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_EVENT_RECORD};
+    for (int i = 0; i < 6; i++) {
+        DRV(p_cuGraphNodeGetType(typed[i], &ty));
+        EXPECT(ty == want[i]);
+    }
+    CUDA_KERNEL_NODE_PARAMS got;
+    DRV(p_cuGraphKernelNodeGetParams(n_kernel, &got));
+    EXPECT(got.gridDimX == N / 128 && got.blockDimX == 128 && got.sharedMemBytes == 0);
+    EXPECT(*(unsigned *)got.kernelParams[3] == 2 && *(unsigned *)got.kernelParams[4] == 1);
+
+    DRV(p_cuGraphInstantiate(&built, g, 0));
+    // The graph may go once instantiated; the executable graph keeps its nodes.
+    CUgraph copy;
+    DRV(p_cuGraphClone(&copy, g));
+    DRV(p_cuGraphGetNodes(copy, nullptr, &count));
+    EXPECT(count == 6);
+    DRV(p_cuGraphDestroy(copy));
+    DRV(p_cuGraphDestroy(g));
+    DRV(p_cuGraphDestroy(child));
+    stage = 1;
+    launch_all("the built graph");
+    EXPECT(p_cuEventQuery(done) == CUDA_SUCCESS);
+    printf("a graph built through the driver ran through both faces\n");
+    GATE(1);
+    launch_all("after gate 1");
+
+    // A stream captured through the driver: dc = 7, then axpb(dc, 5, 5): 40+i; a runtime
+    // capture of a driver memset: dd = 3.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    DRV(p_cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)&mode));
+    EXPECT(mode == cudaStreamCaptureModeGlobal);
+    DRV(p_cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)&mode));
+    DRV(p_cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUstreamCaptureStatus status;
+    DRV(p_cuStreamIsCapturing(s, &status));
+    EXPECT(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    DRV(p_cuMemsetD32Async(dc, 7, N, s));
+    Axpb a3(dc, 5, 5);
+    DRV(p_cuLaunchKernel(axpb_f, N / 128, 1, 1, 128, 1, 1, 0, s, a3.params, nullptr));
+    cuuint64_t id = 0;
+    CUgraph capturing = nullptr;
+    const CUgraphNode *deps = nullptr;
+    size_t ndeps = 0;
+    DRV(p_cuStreamGetCaptureInfo(s, &status, &id, &capturing, &deps, nullptr, &ndeps));
+    EXPECT(status == CU_STREAM_CAPTURE_STATUS_ACTIVE && id != 0 && capturing != nullptr && ndeps == 1);
+    CUgraph cg;
+    DRV(p_cuStreamEndCapture(s, &cg));
+    DRV(p_cuStreamIsCapturing(s, &status));
+    EXPECT(status == CU_STREAM_CAPTURE_STATUS_NONE);
+    DRV(p_cuGraphGetNodes(cg, nullptr, &count));
+    EXPECT(count == 2);
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip = {};
+    DRV(p_cuGraphInstantiateWithParams(&captured, cg, &ip));
+    EXPECT(ip.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS);
+    DRV(p_cuGraphDestroy(cg));
+    // A runtime capture of a driver call, launched through the driver.
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    DRV(p_cuMemsetD32Async(dd, 3, N, s));
+    cudaGraph_t rg;
+    CK(cudaStreamEndCapture(s, &rg));
+    DRV(p_cuGraphInstantiate(&by_runtime, rg, 0));
+    CK(cudaGraphDestroy(rg));
+    stage = 2;
+    launch_all("the captured graphs");
+    printf("captures through the driver and the runtime launched through either\n");
+    GATE(2);
+    launch_all("after gate 2");
+
+    // A library through the driver: its CUkernel launched by cuLaunchKernel, and the kernel
+    // of a node (func NULL, kern set).
+    char *text = strdup(AXPB_PTX);
+    CUlibrary lib;
+    DRV(p_cuLibraryLoadData(&lib, text, nullptr, nullptr, 0, nullptr, nullptr, 0));
+    free(text);
+    CUkernel k;
+    DRV(p_cuLibraryGetKernel(&k, lib, "axpb"));
+    CUkernel missing;
+    EXPECT(p_cuLibraryGetKernel(&missing, lib, "no_such_kernel") == CUDA_ERROR_NOT_FOUND);
+    CUmodule mod;
+    DRV(p_cuLibraryGetModule(&mod, lib));
+    CUfunction kf;
+    DRV(p_cuKernelGetFunction(&kf, k));
+    int max_threads = 0;
+    DRV(p_cuKernelGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, dev));
+    EXPECT(max_threads >= 128);
+    CUdeviceptr gvar;
+    EXPECT(p_cuLibraryGetGlobal(&gvar, nullptr, lib, "no_such_global") == CUDA_ERROR_NOT_FOUND);
+    DRV(p_cuMemsetD32(de, 1, N));
+    Axpb a4(de, 2, 0);
+    DRV(p_cuLaunchKernel((CUfunction)k, N / 128, 1, 1, 128, 1, 1, 0, s, a4.params, nullptr));
+    DRV(p_cuStreamSynchronize(s));
+    check(de, 2, 1, "a CUkernel launched by cuLaunchKernel");
+
+    // de = 0 (memset node), then axpb(de, 0, 3): 3+i, through the library's kernel.
+    CUgraph ug;
+    DRV(p_cuGraphCreate(&ug, 0));
+    ms.dst = de;
+    ms.value = 0;
+    CUgraphNode u_set, u_wait, u_kernel;
+    DRV(p_cuGraphAddMemsetNode(&u_set, ug, nullptr, 0, &ms, nullptr));
+    DRV(p_cuGraphAddEventWaitNode(&u_wait, ug, &u_set, 1, done));
+    static Axpb a5(de, 0, 3);
+    CUDA_KERNEL_NODE_PARAMS ku = kernel_node(nullptr, k, a5);
+    DRV(p_cuGraphAddKernelNode(&u_kernel, ug, &u_wait, 1, &ku));
+    DRV(p_cuGraphInstantiate(&updated, ug, 0));
+    updated_b = 3;
+    stage = 3;
+    launch_all("the library's graph");
+    // The executable node's parameters changed: b = 9.
+    static Axpb a6(de, 0, 9);
+    ku = kernel_node(nullptr, k, a6);
+    DRV(p_cuGraphExecKernelNodeSetParams(updated, u_kernel, &ku));
+    updated_b = 9;
+    launch_all("after cuGraphExecKernelNodeSetParams");
+    // The graph's node changed (b = 20), the executable graph updated from it.
+    static Axpb a7(de, 0, 20);
+    ku = kernel_node(kf, nullptr, a7);
+    DRV(p_cuGraphKernelNodeSetParams(u_kernel, &ku));
+    CUgraphExecUpdateResultInfo info = {};
+    DRV(p_cuGraphExecUpdate(updated, ug, &info));
+    EXPECT(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    updated_b = 20;
+    launch_all("after cuGraphExecUpdate");
+    DRV(p_cuGraphDestroy(ug));
+    printf("a library's CUkernel launched directly and from an updated graph\n");
+    GATE(3);
+    launch_all("after gate 3");
+
+    for (CUgraphExec e : {built, captured, by_runtime, updated}) DRV(p_cuGraphExecDestroy(e));
+    DRV(p_cuLibraryUnload(lib));
+    for (CUdeviceptr d : {da, db, dc, dd, de}) DRV(p_cuMemFree(d));
+    printf("PASS\n");
+    return 0;
+}

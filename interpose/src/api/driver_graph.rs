@@ -1,0 +1,170 @@
+//! The driver API's graphs and stream capture (issue 13): `cuGraph*`, `cuStreamBeginCapture`
+//! and the rest, each a thin layer over the runtime's implementation (`api::graph`,
+//! `crate::graph`, `crate::capture`), so a `CUgraph`, `CUgraphNode` and `CUgraphExec` are the
+//! runtime's `cudaGraph_t`, `cudaGraphNode_t` and `cudaGraphExec_t`: a graph built through
+//! the driver launches through `cudaGraphLaunch` and the reverse, and a checkpoint keeps
+//! both the same way (the graphs live in the program's memory; their kernels are handles the
+//! runtime restores).
+//!
+//! Most driver structures have the runtime's layout (`CUDA_MEMSET_NODE_PARAMS`,
+//! `CUDA_HOST_NODE_PARAMS`, `CUDA_GRAPH_INSTANTIATE_PARAMS`, `CUgraphExecUpdateResultInfo`,
+//! `CUgraphEdgeData`) and pass through; two are translated here: `CUDA_KERNEL_NODE_PARAMS_v2`
+//! (the runtime's `cudaKernelNodeParams` followed by `kern`, a `CUkernel` used when `func` is
+//! NULL, and `ctx`) and `CUDA_MEMCPY3D` (decoded by `api::driver_mem`). Versions are the ones
+//! `cuda.h` 13 maps the plain names to (`cuGraphAddKernelNode_v2`, `cuGraphGetEdges_v2`,
+//! `cuStreamGetCaptureInfo_v3`…; `cuGraphInstantiate` is `cuGraphInstantiateWithFlags`).
+//!
+//! # Safety
+//! The only unsafe code is the `#[no_mangle]` exports of `driver!`; application pointers are
+//! read and written through `ffi` (`read`, `field`, `out`, `bytes`), under its contract.
+#![allow(unsafe_code, non_snake_case)]
+
+use std::ffi::c_void;
+
+use crum_wire::cuda;
+
+use super::context;
+use super::driver::{driver, rt};
+use super::graph as g;
+use crate::abi_gen::CUDAKERNELNODEPARAMS_SIZE;
+use crate::errors::CudaResult;
+use crate::ffi::*;
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2`: the runtime's 56 bytes, then `kern` and `ctx`.
+const KERNEL_PARAMS_SIZE: usize = 72;
+const KERNEL_PARAMS_KERN: usize = 56;
+const KERNEL_PARAMS_CTX: usize = 64;
+
+/// A `CUDA_KERNEL_NODE_PARAMS_v2` as the runtime's `cudaKernelNodeParams`: `func`, or `kern`
+/// where `func` is NULL (a `CUfunction` and a `CUkernel` are both kernel handles here).
+fn kernel_params(p: *const u8) -> CudaResult<[u8; CUDAKERNELNODEPARAMS_SIZE]> {
+    let mut b = [0u8; CUDAKERNELNODEPARAMS_SIZE];
+    b.copy_from_slice(bytes(p, CUDAKERNELNODEPARAMS_SIZE)?);
+    let func: u64 = field(p, 0)?;
+    if func == 0 {
+        let kern: u64 = field(p, KERNEL_PARAMS_KERN)?;
+        if kern == 0 {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let ctx: usize = field(p, KERNEL_PARAMS_CTX)?;
+        if ctx != 0 {
+            context::check(ctx)?;
+        }
+        set_field(b.as_mut_ptr(), 0, kern);
+    } else {
+        context::check_launch(func as usize)?;
+    }
+    Ok(b)
+}
+
+/// The context argument of a copy or memset node: NULL (the current one) or a live context
+/// (`CUDA_ERROR_INVALID_CONTEXT` otherwise).
+fn node_ctx(ctx: usize) -> CudaResult<()> {
+    if ctx == 0 {
+        return Ok(());
+    }
+    context::check(ctx)
+}
+
+driver! {
+    fn cuGraphCreate(graph: *mut *mut c_void, flags: u32) {
+        rt(g::cudaGraphCreate(graph, flags))
+    }
+    fn cuGraphDestroy(graph: *mut c_void) {
+        rt(g::cudaGraphDestroy(graph))
+    }
+    fn cuGraphClone(clone: *mut *mut c_void, graph: *mut c_void) {
+        rt(g::cudaGraphClone(clone, graph))
+    }
+    fn cuGraphAddKernelNode_v2(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *const u8) {
+        let k = kernel_params(params)?;
+        rt(g::cudaGraphAddKernelNode(node, graph, dep, n, k.as_ptr()))
+    }
+    fn cuGraphKernelNodeGetParams_v2(node: *mut c_void, params: *mut u8) {
+        zero(params, KERNEL_PARAMS_SIZE)?;
+        rt(g::cudaGraphKernelNodeGetParams(node, params))
+    }
+    fn cuGraphKernelNodeSetParams_v2(node: *mut c_void, params: *const u8) {
+        let k = kernel_params(params)?;
+        rt(g::cudaGraphKernelNodeSetParams(node, k.as_ptr()))
+    }
+    fn cuGraphExecKernelNodeSetParams_v2(exec: *mut c_void, node: *mut c_void, params: *const u8) {
+        let k = kernel_params(params)?;
+        rt(g::cudaGraphExecKernelNodeSetParams(exec, node, k.as_ptr()))
+    }
+    fn cuGraphAddMemcpyNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *const u8, ctx: usize) {
+        node_ctx(ctx)?;
+        let p = super::driver_mem::copy3d_params(params)?;
+        rt(g::cudaGraphAddMemcpyNode(node, graph, dep, n, p.as_ptr()))
+    }
+    fn cuGraphAddMemsetNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *const u8, ctx: usize) {
+        // CUDA_MEMSET_NODE_PARAMS is cudaMemsetParams.
+        node_ctx(ctx)?;
+        rt(g::cudaGraphAddMemsetNode(node, graph, dep, n, params))
+    }
+    fn cuGraphAddHostNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *const u8) {
+        rt(g::cudaGraphAddHostNode(node, graph, dep, n, params))
+    }
+    fn cuGraphAddEmptyNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize) {
+        rt(g::cudaGraphAddEmptyNode(node, graph, dep, n))
+    }
+    fn cuGraphAddChildGraphNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, child: *mut c_void) {
+        rt(g::cudaGraphAddChildGraphNode(node, graph, dep, n, child))
+    }
+    fn cuGraphAddEventRecordNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, event: *mut c_void) {
+        rt(g::cudaGraphAddEventRecordNode(node, graph, dep, n, event))
+    }
+    fn cuGraphAddEventWaitNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, event: *mut c_void) {
+        rt(g::cudaGraphAddEventWaitNode(node, graph, dep, n, event))
+    }
+    fn cuGraphAddDependencies_v2(graph: *mut c_void, from: *const u64, to: *const u64, edge_data: *const u64, n: usize) {
+        rt(g::cudaGraphAddDependencies(graph, from, to, edge_data, n))
+    }
+    fn cuGraphGetNodes(graph: *mut c_void, nodes: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphGetNodes(graph, nodes, count))
+    }
+    fn cuGraphGetRootNodes(graph: *mut c_void, nodes: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphGetRootNodes(graph, nodes, count))
+    }
+    fn cuGraphGetEdges_v2(graph: *mut c_void, from: *mut u64, to: *mut u64, edge_data: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphGetEdges(graph, from, to, edge_data, count))
+    }
+    fn cuGraphNodeGetType(node: *mut c_void, ty: *mut u32) {
+        // CUgraphNodeType and cudaGraphNodeType have the same values.
+        rt(g::cudaGraphNodeGetType(node, ty))
+    }
+    fn cuGraphDestroyNode(node: *mut c_void) {
+        rt(g::cudaGraphDestroyNode(node))
+    }
+    fn cuGraphInstantiateWithFlags(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) {
+        rt(g::cudaGraphInstantiateWithFlags(exec, graph, flags))
+    }
+    fn cuGraphInstantiateWithParams(exec: *mut *mut c_void, graph: *mut c_void, params: *mut u8) {
+        rt(g::cudaGraphInstantiateWithParams(exec, graph, params))
+    }
+    fn cuGraphLaunch(exec: *mut c_void, stream: *mut c_void) {
+        rt(g::cudaGraphLaunch(exec, stream))
+    }
+    fn cuGraphExecDestroy(exec: *mut c_void) {
+        rt(g::cudaGraphExecDestroy(exec))
+    }
+    fn cuGraphExecUpdate_v2(exec: *mut c_void, graph: *mut c_void, info: *mut u8) {
+        rt(g::cudaGraphExecUpdate(exec, graph, info))
+    }
+    fn cuStreamBeginCapture_v2(stream: *mut c_void, mode: u32) {
+        // CUstreamCaptureMode and cudaStreamCaptureMode have the same values.
+        rt(g::cudaStreamBeginCapture(stream, mode))
+    }
+    fn cuStreamEndCapture(stream: *mut c_void, graph: *mut *mut c_void) {
+        rt(g::cudaStreamEndCapture(stream, graph))
+    }
+    fn cuStreamIsCapturing(stream: *mut c_void, status: *mut u32) {
+        rt(super::stream::cudaStreamIsCapturing(stream, status))
+    }
+    fn cuStreamGetCaptureInfo_v3(stream: *mut c_void, status: *mut u32, id: *mut u64, graph: *mut *mut c_void, deps: *mut *const u64, edge_data: *mut *const u64, n: *mut usize) {
+        rt(g::cudaStreamGetCaptureInfo(stream, status, id, graph, deps, edge_data, n))
+    }
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
+        rt(g::cudaThreadExchangeStreamCaptureMode(mode))
+    }
+}
