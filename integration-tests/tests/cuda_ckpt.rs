@@ -165,7 +165,7 @@ corpus_ckpt!(
     "driver_memory"
 );
 corpus_ckpt!(
-    driver_made_graphs_captures_and_library_kernels_launch_at_their_handles_after_restarts,
+    driver_graphs_captures_and_library_kernels_launch_at_their_handles_after_restarts,
     "driver_graphs"
 );
 /// Checkpoints no longer fail "lane busy" while threads beyond the 64 lanes hold the overflow

@@ -62,7 +62,7 @@ fn static_driver_api_vmm_mappings_survive_restarts() {
 }
 
 #[test]
-fn static_driver_made_graphs_survive_restarts() {
+fn static_driver_graphs_survive_restarts_at_their_handles() {
     static_scenario("driver_graphs", ScenarioOpts::default());
 }
 
