@@ -125,6 +125,10 @@ int main() {
     EXPECT(p_cuGraphInstantiate(nullptr, g, 0) == CUDA_ERROR_INVALID_VALUE);
     EXPECT(p_cuGraphAddKernelNode(nullptr, g, nullptr, 0, nullptr) == CUDA_ERROR_INVALID_VALUE);
     EXPECT(p_cuStreamIsCapturing(s, nullptr) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphLaunch(nullptr, s) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphDestroy(nullptr) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphExecDestroy(nullptr) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphGetNodes(g, nullptr, nullptr) == CUDA_ERROR_INVALID_VALUE);
 
     // memset da=5 -> axpb(da, 2, 1): 11+i -> copy to db -> child: axpb(db, 1, 100): 111+2i
     // -> host node -> event record.
@@ -192,6 +196,7 @@ int main() {
         EXPECT(ty == want[i]);
     }
     CUDA_KERNEL_NODE_PARAMS got;
+    EXPECT(p_cuGraphKernelNodeGetParams(n_set, &got) == CUDA_ERROR_INVALID_VALUE);  // not a kernel node
     DRV(p_cuGraphKernelNodeGetParams(n_kernel, &got));
     EXPECT(got.gridDimX == N / 128 && got.blockDimX == 128 && got.sharedMemBytes == 0);
     EXPECT(*(unsigned *)got.kernelParams[3] == 2 && *(unsigned *)got.kernelParams[4] == 1);
