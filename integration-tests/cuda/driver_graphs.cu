@@ -25,7 +25,13 @@
     X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuStreamGetCaptureInfo) \
     X(cuThreadExchangeStreamCaptureMode) X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) \
     X(cuLibraryGetModule) X(cuKernelGetFunction) X(cuKernelGetAttribute) X(cuLibraryGetGlobal) \
-    X(cuGetProcAddress)
+    X(cuGetProcAddress) X(cuGraphMemcpyNodeSetParams) X(cuGraphExecMemcpyNodeSetParams) \
+    X(cuGraphMemsetNodeGetParams) X(cuGraphMemsetNodeSetParams) X(cuGraphExecMemsetNodeSetParams) \
+    X(cuGraphHostNodeGetParams) X(cuGraphHostNodeSetParams) X(cuGraphExecHostNodeSetParams) \
+    X(cuGraphChildGraphNodeGetGraph) X(cuGraphEventRecordNodeGetEvent) X(cuGraphEventRecordNodeSetEvent) \
+    X(cuGraphExecEventRecordNodeSetEvent) X(cuGraphNodeGetDependencies) X(cuGraphNodeGetDependentNodes) \
+    X(cuGraphRemoveDependencies) X(cuGraphNodeFindInClone) X(cuGraphUpload) X(cuGraphNodeSetEnabled) \
+    X(cuGraphNodeGetEnabled) X(cuGraphExecGetFlags) X(cuLaunchHostFunc)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -201,12 +207,36 @@ int main() {
     EXPECT(got.gridDimX == N / 128 && got.blockDimX == 128 && got.sharedMemBytes == 0);
     EXPECT(*(unsigned *)got.kernelParams[3] == 2 && *(unsigned *)got.kernelParams[4] == 1);
 
+    // Dependencies both ways, a node found in a clone, the child graph of a node.
+    CUgraphNode dep[2];
+    count = 2;
+    DRV(p_cuGraphNodeGetDependencies(n_kernel, dep, nullptr, &count));
+    EXPECT(count == 1 && dep[0] == n_set);
+    count = 2;
+    DRV(p_cuGraphNodeGetDependentNodes(n_child, dep, nullptr, &count));
+    EXPECT(count == 1 && dep[0] == n_host);
+    CUgraph got_child;
+    DRV(p_cuGraphChildGraphNodeGetGraph(n_child, &got_child));
+    DRV(p_cuGraphGetNodes(got_child, nullptr, &count));
+    EXPECT(count == 1);
+    CUevent got_event;
+    DRV(p_cuGraphEventRecordNodeGetEvent(n_event, &got_event));
+    EXPECT(got_event == done);
+
     DRV(p_cuGraphInstantiate(&built, g, 0));
     // The graph may go once instantiated; the executable graph keeps its nodes.
     CUgraph copy;
     DRV(p_cuGraphClone(&copy, g));
     DRV(p_cuGraphGetNodes(copy, nullptr, &count));
     EXPECT(count == 6);
+    CUgraphNode c_host, c_event;
+    DRV(p_cuGraphNodeFindInClone(&c_host, n_host, copy));
+    DRV(p_cuGraphNodeFindInClone(&c_event, n_event, copy));
+    EXPECT(c_host != n_host);
+    DRV(p_cuGraphRemoveDependencies(copy, &c_host, &c_event, nullptr, 1));
+    count = 6;
+    DRV(p_cuGraphGetEdges(copy, from, to, nullptr, &count));
+    EXPECT(count == 4);
     DRV(p_cuGraphDestroy(copy));
     DRV(p_cuGraphDestroy(g));
     DRV(p_cuGraphDestroy(child));
@@ -214,6 +244,88 @@ int main() {
     launch_all("the built graph");
     EXPECT(p_cuEventQuery(done) == CUDA_SUCCESS);
     printf("a graph built through the driver ran through both faces\n");
+
+    // Node parameters read and changed, in a graph and in its executable graph: dc = 1
+    // (memset) -> copied to dd -> host node (+1) -> event record.
+    {
+        CUgraph h;
+        DRV(p_cuGraphCreate(&h, 0));
+        CUDA_MEMSET_NODE_PARAMS m = ms;
+        m.dst = dc;
+        m.value = 1;
+        CUgraphNode h_set, h_copy, h_host, h_event;
+        DRV(p_cuGraphAddMemsetNode(&h_set, h, nullptr, 0, &m, ctx));
+        CUDA_MEMCPY3D c = cp;
+        c.srcDevice = dc;
+        c.dstDevice = de;
+        DRV(p_cuGraphAddMemcpyNode(&h_copy, h, &h_set, 1, &c, ctx));
+        DRV(p_cuGraphAddHostNode(&h_host, h, &h_copy, 1, &hp));
+        CUevent other;
+        DRV(p_cuEventCreate(&other, CU_EVENT_DEFAULT));
+        DRV(p_cuGraphAddEventRecordNode(&h_event, h, &h_host, 1, done));
+        CUDA_MEMSET_NODE_PARAMS mg = {};
+        DRV(p_cuGraphMemsetNodeGetParams(h_set, &mg));
+        EXPECT(mg.dst == dc && mg.value == 1 && mg.elementSize == 4 && mg.width == N && mg.height == 1);
+        m.value = 4;
+        DRV(p_cuGraphMemsetNodeSetParams(h_set, &m));
+        c.dstDevice = dd;
+        DRV(p_cuGraphMemcpyNodeSetParams(h_copy, &c));
+        static int two = 2, three = 3;
+        CUDA_HOST_NODE_PARAMS hg = {};
+        DRV(p_cuGraphHostNodeGetParams(h_host, &hg));
+        EXPECT(hg.fn == count_run && hg.userData == &one);
+        CUDA_HOST_NODE_PARAMS h2 = {count_run, &two};
+        DRV(p_cuGraphHostNodeSetParams(h_host, &h2));
+        DRV(p_cuGraphEventRecordNodeSetEvent(h_event, other));
+        DRV(p_cuGraphEventRecordNodeGetEvent(h_event, &got_event));
+        EXPECT(got_event == other);
+        CUgraphExec eh;
+        DRV(p_cuGraphInstantiate(&eh, h, 0));
+        cuuint64_t flags = 1;
+        DRV(p_cuGraphExecGetFlags(eh, &flags));
+        EXPECT(flags == 0);
+        DRV(p_cuGraphUpload(eh, s));
+        int before = host_runs;
+        DRV(p_cuGraphLaunch(eh, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(dc, 4, 0, "a memset node's new parameters");
+        check(dd, 4, 0, "a memcpy node's new parameters");
+        EXPECT(host_runs == before + 2 && p_cuEventQuery(other) == CUDA_SUCCESS);
+        // The executable graph's nodes changed; the graph's stay.
+        m.value = 6;
+        DRV(p_cuGraphExecMemsetNodeSetParams(eh, h_set, &m, ctx));
+        c.dstDevice = de;
+        DRV(p_cuGraphExecMemcpyNodeSetParams(eh, h_copy, &c, ctx));
+        CUDA_HOST_NODE_PARAMS h3 = {count_run, &three};
+        DRV(p_cuGraphExecHostNodeSetParams(eh, h_host, &h3));
+        DRV(p_cuGraphExecEventRecordNodeSetEvent(eh, h_event, done));
+        before = host_runs;
+        DRV(p_cuGraphLaunch(eh, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(dc, 6, 0, "an executable memset node's new parameters");
+        check(de, 6, 0, "an executable memcpy node's new parameters");
+        check(dd, 4, 0, "a copy the executable graph no longer makes");
+        EXPECT(host_runs == before + 3);
+        DRV(p_cuGraphMemsetNodeGetParams(h_set, &mg));
+        EXPECT(mg.value == 4);
+        // A node disabled in the executable graph does not run (kernel, memcpy and memset
+        // nodes may be disabled, not host nodes).
+        EXPECT(p_cuGraphNodeSetEnabled(eh, h_host, 0) == CUDA_ERROR_INVALID_VALUE);
+        unsigned enabled = 1;
+        DRV(p_cuGraphNodeSetEnabled(eh, h_set, 0));
+        DRV(p_cuGraphNodeGetEnabled(eh, h_set, &enabled));
+        EXPECT(enabled == 0);
+        DRV(p_cuMemsetD32(dc, 9, N));
+        before = host_runs;
+        DRV(p_cuGraphLaunch(eh, s));
+        // A host function through the driver, ordered after the launch.
+        DRV(p_cuLaunchHostFunc(s, count_run, &one));
+        DRV(p_cuStreamSynchronize(s));
+        check(de, 9, 0, "a copy after a disabled memset");
+        EXPECT(host_runs == before + 4);
+        DRV(p_cuGraphExecDestroy(eh));
+        DRV(p_cuGraphDestroy(h));
+    }
     GATE(1);
     launch_all("after gate 1");
 

@@ -167,4 +167,83 @@ driver! {
     fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
         rt(g::cudaThreadExchangeStreamCaptureMode(mode))
     }
+    fn cuGraphMemcpyNodeSetParams(node: *mut c_void, params: *const u8) {
+        let p = super::driver_mem::copy3d_params(params)?;
+        rt(g::cudaGraphMemcpyNodeSetParams(node, p.as_ptr()))
+    }
+    fn cuGraphExecMemcpyNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const u8, ctx: usize) {
+        node_ctx(ctx)?;
+        let p = super::driver_mem::copy3d_params(params)?;
+        rt(g::cudaGraphExecMemcpyNodeSetParams(exec, node, p.as_ptr()))
+    }
+    fn cuGraphMemsetNodeGetParams(node: *mut c_void, params: *mut u8) {
+        rt(g::cudaGraphMemsetNodeGetParams(node, params))
+    }
+    fn cuGraphMemsetNodeSetParams(node: *mut c_void, params: *const u8) {
+        rt(g::cudaGraphMemsetNodeSetParams(node, params))
+    }
+    fn cuGraphExecMemsetNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const u8, ctx: usize) {
+        node_ctx(ctx)?;
+        rt(g::cudaGraphExecMemsetNodeSetParams(exec, node, params))
+    }
+    fn cuGraphHostNodeGetParams(node: *mut c_void, params: *mut u8) {
+        rt(g::cudaGraphHostNodeGetParams(node, params))
+    }
+    fn cuGraphHostNodeSetParams(node: *mut c_void, params: *const u8) {
+        rt(g::cudaGraphHostNodeSetParams(node, params))
+    }
+    fn cuGraphExecHostNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const u8) {
+        rt(g::cudaGraphExecHostNodeSetParams(exec, node, params))
+    }
+    fn cuGraphChildGraphNodeGetGraph(node: *mut c_void, graph: *mut *mut c_void) {
+        rt(g::cudaGraphChildGraphNodeGetGraph(node, graph))
+    }
+    fn cuGraphExecChildGraphNodeSetParams(exec: *mut c_void, node: *mut c_void, child: *mut c_void) {
+        rt(g::cudaGraphExecChildGraphNodeSetParams(exec, node, child))
+    }
+    fn cuGraphEventRecordNodeGetEvent(node: *mut c_void, event: *mut *mut c_void) {
+        rt(g::cudaGraphEventRecordNodeGetEvent(node, event))
+    }
+    fn cuGraphEventRecordNodeSetEvent(node: *mut c_void, event: *mut c_void) {
+        rt(g::cudaGraphEventRecordNodeSetEvent(node, event))
+    }
+    fn cuGraphEventWaitNodeGetEvent(node: *mut c_void, event: *mut *mut c_void) {
+        rt(g::cudaGraphEventWaitNodeGetEvent(node, event))
+    }
+    fn cuGraphEventWaitNodeSetEvent(node: *mut c_void, event: *mut c_void) {
+        rt(g::cudaGraphEventWaitNodeSetEvent(node, event))
+    }
+    fn cuGraphExecEventRecordNodeSetEvent(exec: *mut c_void, node: *mut c_void, event: *mut c_void) {
+        rt(g::cudaGraphExecEventRecordNodeSetEvent(exec, node, event))
+    }
+    fn cuGraphExecEventWaitNodeSetEvent(exec: *mut c_void, node: *mut c_void, event: *mut c_void) {
+        rt(g::cudaGraphExecEventWaitNodeSetEvent(exec, node, event))
+    }
+    fn cuGraphNodeGetDependencies_v2(node: *mut c_void, list: *mut u64, edge_data: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphNodeGetDependencies(node, list, edge_data, count))
+    }
+    fn cuGraphNodeGetDependentNodes_v2(node: *mut c_void, list: *mut u64, edge_data: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphNodeGetDependentNodes(node, list, edge_data, count))
+    }
+    fn cuGraphRemoveDependencies_v2(graph: *mut c_void, from: *const u64, to: *const u64, edge_data: *const u64, n: usize) {
+        rt(g::cudaGraphRemoveDependencies(graph, from, to, edge_data, n))
+    }
+    fn cuGraphNodeFindInClone(node: *mut *mut c_void, original: *mut c_void, clone: *mut c_void) {
+        rt(g::cudaGraphNodeFindInClone(node, original, clone))
+    }
+    fn cuGraphUpload(exec: *mut c_void, stream: *mut c_void) {
+        rt(g::cudaGraphUpload(exec, stream))
+    }
+    fn cuGraphNodeSetEnabled(exec: *mut c_void, node: *mut c_void, enabled: u32) {
+        rt(g::cudaGraphNodeSetEnabled(exec, node, enabled))
+    }
+    fn cuGraphNodeGetEnabled(exec: *mut c_void, node: *mut c_void, enabled: *mut u32) {
+        rt(g::cudaGraphNodeGetEnabled(exec, node, enabled))
+    }
+    fn cuGraphExecGetFlags(exec: *mut c_void, flags: *mut u64) {
+        rt(g::cudaGraphExecGetFlags(exec, flags))
+    }
+    fn cuLaunchHostFunc(stream: *mut c_void, func: *const c_void, data: *mut c_void) {
+        rt(super::stream::cudaLaunchHostFunc(stream, func, data))
+    }
 }
