@@ -31,7 +31,8 @@
     X(cuGraphChildGraphNodeGetGraph) X(cuGraphEventRecordNodeGetEvent) X(cuGraphEventRecordNodeSetEvent) \
     X(cuGraphExecEventRecordNodeSetEvent) X(cuGraphNodeGetDependencies) X(cuGraphNodeGetDependentNodes) \
     X(cuGraphRemoveDependencies) X(cuGraphNodeFindInClone) X(cuGraphUpload) X(cuGraphNodeSetEnabled) \
-    X(cuGraphNodeGetEnabled) X(cuGraphExecGetFlags) X(cuLaunchHostFunc)
+    X(cuGraphNodeGetEnabled) X(cuGraphExecGetFlags) X(cuLaunchHostFunc) X(cuGraphEventWaitNodeGetEvent) \
+    X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent) X(cuGraphExecChildGraphNodeSetParams)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -238,6 +239,12 @@ int main() {
     DRV(p_cuGraphGetEdges(copy, from, to, nullptr, &count));
     EXPECT(count == 4);
     DRV(p_cuGraphDestroy(copy));
+    // The executable child graph set again from a graph of the same shape and parameters.
+    CUgraph child2;
+    DRV(p_cuGraphClone(&child2, child));
+    DRV(p_cuGraphExecChildGraphNodeSetParams(built, n_child, child2));
+    EXPECT(p_cuGraphExecChildGraphNodeSetParams(built, n_set, child2) == CUDA_ERROR_INVALID_VALUE);
+    DRV(p_cuGraphDestroy(child2));
     DRV(p_cuGraphDestroy(g));
     DRV(p_cuGraphDestroy(child));
     stage = 1;
@@ -404,10 +411,15 @@ int main() {
     CUgraphNode u_set, u_wait, u_kernel;
     DRV(p_cuGraphAddMemsetNode(&u_set, ug, nullptr, 0, &ms, nullptr));
     DRV(p_cuGraphAddEventWaitNode(&u_wait, ug, &u_set, 1, done));
+    CUevent waited = nullptr;
+    DRV(p_cuGraphEventWaitNodeGetEvent(u_wait, &waited));
+    EXPECT(waited == done);
+    DRV(p_cuGraphEventWaitNodeSetEvent(u_wait, done));
     static Axpb a5(de, 0, 3);
     CUDA_KERNEL_NODE_PARAMS ku = kernel_node(nullptr, k, a5);
     DRV(p_cuGraphAddKernelNode(&u_kernel, ug, &u_wait, 1, &ku));
     DRV(p_cuGraphInstantiate(&updated, ug, 0));
+    DRV(p_cuGraphExecEventWaitNodeSetEvent(updated, u_wait, done));
     updated_b = 3;
     stage = 3;
     launch_all("the library's graph");
