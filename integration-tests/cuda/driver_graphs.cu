@@ -32,7 +32,12 @@
     X(cuGraphExecEventRecordNodeSetEvent) X(cuGraphNodeGetDependencies) X(cuGraphNodeGetDependentNodes) \
     X(cuGraphRemoveDependencies) X(cuGraphNodeFindInClone) X(cuGraphUpload) X(cuGraphNodeSetEnabled) \
     X(cuGraphNodeGetEnabled) X(cuGraphExecGetFlags) X(cuLaunchHostFunc) X(cuGraphEventWaitNodeGetEvent) \
-    X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent) X(cuGraphExecChildGraphNodeSetParams)
+    X(cuGraphEventWaitNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent) X(cuGraphExecChildGraphNodeSetParams) \
+    X(cuStreamBeginCaptureToGraph) X(cuStreamUpdateCaptureDependencies) X(cuGraphKernelNodeGetAttribute) \
+    X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeCopyAttributes) X(cuGraphDebugDotPrint) \
+    X(cuUserObjectCreate) X(cuUserObjectRetain) X(cuUserObjectRelease) X(cuGraphRetainUserObject) \
+    X(cuGraphReleaseUserObject) X(cuLibraryLoadFromFile) X(cuLibraryGetKernelCount) \
+    X(cuLibraryEnumerateKernels) X(cuLibraryGetManaged)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -41,6 +46,17 @@ static CUstream s;
 static std::atomic<int> host_runs;
 
 static void CUDA_CB count_run(void *arg) { host_runs += *(int *)arg; }
+static std::atomic<int> destroyed;
+static void CUDA_CB destroy_object(void *arg) { destroyed += *(int *)arg; }
+
+// A temporary file holding `text` (its name in `path`, "/tmp/crum-driver-graphs-XXXXXX").
+static void temp_file(char *path, const char *text) {
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    size_t n = strlen(text);
+    EXPECT(write(fd, text, n) == (ssize_t)n);
+    close(fd);
+}
 
 // Every element i of `d` is `base + scale*i`.
 static void check(CUdeviceptr d, unsigned base, unsigned scale, const char *what) {
@@ -375,6 +391,37 @@ int main() {
     stage = 2;
     launch_all("the captured graphs");
     printf("captures through the driver and the runtime launched through either\n");
+    {
+        // A capture into a graph that has a memset node (dc = 2): axpb(dc, 1, 0) after it,
+        // then a copy dc -> dd after both (the memset added to the capture's dependencies).
+        CUgraph tg;
+        DRV(p_cuGraphCreate(&tg, 0));
+        CUDA_MEMSET_NODE_PARAMS m = ms;
+        m.dst = dc;
+        m.value = 2;
+        CUgraphNode t_set;
+        DRV(p_cuGraphAddMemsetNode(&t_set, tg, nullptr, 0, &m, ctx));
+        DRV(p_cuStreamBeginCaptureToGraph(s, tg, &t_set, nullptr, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        Axpb a9(dc, 1, 0);
+        DRV(p_cuLaunchKernel(axpb_f, N / 128, 1, 1, 128, 1, 1, 0, s, a9.params, nullptr));
+        DRV(p_cuStreamUpdateCaptureDependencies(s, &t_set, nullptr, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+        DRV(p_cuStreamGetCaptureInfo(s, &status, &id, &capturing, &deps, nullptr, &ndeps));
+        EXPECT(capturing == tg && ndeps == 2);
+        DRV(p_cuMemcpyDtoDAsync(dd, dc, N * 4, s));
+        CUgraph ended;
+        DRV(p_cuStreamEndCapture(s, &ended));
+        EXPECT(ended == tg);
+        DRV(p_cuGraphGetNodes(tg, nullptr, &count));
+        EXPECT(count == 3);
+        CUgraphExec te;
+        DRV(p_cuGraphInstantiate(&te, tg, 0));
+        DRV(p_cuGraphLaunch(te, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(dc, 2, 1, "a capture into a graph");
+        check(dd, 2, 1, "a capture into a graph, copied");
+        DRV(p_cuGraphExecDestroy(te));
+        DRV(p_cuGraphDestroy(tg));
+    }
     GATE(2);
     launch_all("after gate 2");
 
@@ -402,6 +449,68 @@ int main() {
     DRV(p_cuLaunchKernel((CUfunction)k, N / 128, 1, 1, 128, 1, 1, 0, s, a4.params, nullptr));
     DRV(p_cuStreamSynchronize(s));
     check(de, 2, 1, "a CUkernel launched by cuLaunchKernel");
+
+    // A library from a file (deleted once loaded), its kernels enumerated.
+    {
+        char path[] = "/tmp/crum-driver-graphs-XXXXXX";
+        temp_file(path, AXPB_PTX);
+        CUlibrary flib;
+        DRV(p_cuLibraryLoadFromFile(&flib, path, nullptr, nullptr, 0, nullptr, nullptr, 0));
+        unlink(path);
+        unsigned kc = 0;
+        DRV(p_cuLibraryGetKernelCount(&kc, flib));
+        EXPECT(kc == 1);
+        CUkernel fk;
+        DRV(p_cuLibraryEnumerateKernels(&fk, 1, flib));
+        CUdeviceptr mp;
+        EXPECT(p_cuLibraryGetManaged(&mp, nullptr, flib, "no_such_variable") == CUDA_ERROR_NOT_FOUND);
+        DRV(p_cuMemsetD32(de, 1, N));
+        Axpb a8(de, 3, 0);
+        DRV(p_cuLaunchKernel((CUfunction)fk, N / 128, 1, 1, 128, 1, 1, 0, s, a8.params, nullptr));
+        DRV(p_cuStreamSynchronize(s));
+        check(de, 3, 1, "a kernel of a library loaded from a file");
+        DRV(p_cuLibraryUnload(flib));
+    }
+    // Kernel node attributes, a user object a graph owns, a graph printed (never launched).
+    {
+        CUgraph ag;
+        DRV(p_cuGraphCreate(&ag, 0));
+        static Axpb a10(de, 1, 0);
+        CUDA_KERNEL_NODE_PARAMS ka = kernel_node(nullptr, k, a10);
+        CUgraphNode k1, k2;
+        DRV(p_cuGraphAddKernelNode(&k1, ag, nullptr, 0, &ka));
+        DRV(p_cuGraphAddKernelNode(&k2, ag, &k1, 1, &ka));
+        CUkernelNodeAttrValue av = {};
+        av.cooperative = 1;
+        DRV(p_cuGraphKernelNodeSetAttribute(k1, CU_KERNEL_NODE_ATTRIBUTE_COOPERATIVE, &av));
+        DRV(p_cuGraphKernelNodeCopyAttributes(k2, k1));
+        av.cooperative = 0;
+        DRV(p_cuGraphKernelNodeGetAttribute(k2, CU_KERNEL_NODE_ATTRIBUTE_COOPERATIVE, &av));
+        EXPECT(av.cooperative == 1);
+        static int five = 5;
+        CUuserObject obj;
+        DRV(p_cuUserObjectCreate(&obj, &five, destroy_object, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+        DRV(p_cuUserObjectRetain(obj, 2));
+        DRV(p_cuGraphRetainUserObject(ag, obj, 1, CU_GRAPH_USER_OBJECT_MOVE));
+        DRV(p_cuGraphRetainUserObject(ag, obj, 1, 0));
+        DRV(p_cuGraphReleaseUserObject(ag, obj, 1));
+        DRV(p_cuUserObjectRelease(obj, 2));
+        EXPECT(destroyed == 0);
+        char path[] = "/tmp/crum-driver-graphs-XXXXXX";
+        temp_file(path, "");
+        DRV(p_cuGraphDebugDotPrint(ag, path, 0));
+        FILE *f = fopen(path, "r");
+        EXPECT(f != nullptr);
+        char head[8] = {};
+        EXPECT(fread(head, 1, 7, f) == 7 && strcmp(head, "digraph") == 0);
+        fclose(f);
+        unlink(path);
+        // The graph held the last reference: destroyed with it (the destructor may run later,
+        // on another thread; waited for, up to 10 s).
+        DRV(p_cuGraphDestroy(ag));
+        for (int i = 0; i < 5000 && destroyed == 0; i++) usleep(2000);
+        EXPECT(destroyed == 5);
+    }
 
     // de = 0 (memset node), then axpb(de, 0, 3): 3+i, through the library's kernel.
     CUgraph ug;

@@ -304,6 +304,31 @@ driver! {
         context::module_loaded(h);
         out(lib, h)
     }
+    fn cuLibraryLoadFromFile(lib: *mut usize, file: *const c_char, _jit_options: *mut u32, _jit_values: *mut *mut c_void, _num_jit: u32, _lib_options: *mut u32, _lib_values: *mut *mut c_void, _num_lib: u32) {
+        if lib.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let path = cstr(file).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let h = super::library::load_image(super::library::image_of_file(&path)?)?;
+        context::module_loaded(h);
+        out(lib, h)
+    }
+    fn cuLibraryGetKernelCount(count: *mut u32, lib: *mut c_void) {
+        rt(super::library::cudaLibraryGetKernelCount(count, lib))
+    }
+    fn cuLibraryEnumerateKernels(kernels: *mut usize, num: u32, lib: *mut c_void) {
+        rt(super::library::cudaLibraryEnumerateKernels(kernels.cast(), num, lib))?;
+        let mut count = 0u32;
+        rt(super::library::cudaLibraryGetKernelCount(&mut count, lib))?;
+        // The kernels written belong to the library's context, as cuLibraryGetKernel's.
+        for i in 0..num.min(count) as usize {
+            context::function_of(read(kernels.wrapping_add(i))?, lib as usize);
+        }
+        Ok(())
+    }
+    fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, lib: *mut c_void, name: *const c_char) {
+        rt(super::library::cudaLibraryGetManaged(dptr.cast(), bytes, lib, name))
+    }
     fn cuLibraryUnload(lib: *mut c_void) {
         super::library::unload(lib)
     }

@@ -19,7 +19,7 @@
 //! read and written through `ffi` (`read`, `field`, `out`, `bytes`), under its contract.
 #![allow(unsafe_code, non_snake_case)]
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 
 use crum_wire::cuda;
 
@@ -245,5 +245,39 @@ driver! {
     }
     fn cuLaunchHostFunc(stream: *mut c_void, func: *const c_void, data: *mut c_void) {
         rt(super::stream::cudaLaunchHostFunc(stream, func, data))
+    }
+    fn cuStreamBeginCaptureToGraph(stream: *mut c_void, graph: *mut c_void, dep: *const u64, edge_data: *const u64, n: usize, mode: u32) {
+        rt(g::cudaStreamBeginCaptureToGraph(stream, graph, dep, edge_data, n, mode))
+    }
+    fn cuStreamUpdateCaptureDependencies_v2(stream: *mut c_void, dep: *const u64, edge_data: *const u64, n: usize, flags: u32) {
+        rt(g::cudaStreamUpdateCaptureDependencies(stream, dep, edge_data, n, flags))
+    }
+    fn cuGraphKernelNodeGetAttribute(node: *mut c_void, id: u32, value: *mut u8) {
+        // CUkernelNodeAttrID and CUkernelNodeAttrValue are the runtime's launch attributes.
+        rt(g::cudaGraphKernelNodeGetAttribute(node, id, value))
+    }
+    fn cuGraphKernelNodeSetAttribute(node: *mut c_void, id: u32, value: *const u8) {
+        rt(g::cudaGraphKernelNodeSetAttribute(node, id, value))
+    }
+    fn cuGraphKernelNodeCopyAttributes(dst: *mut c_void, src: *mut c_void) {
+        rt(g::cudaGraphKernelNodeCopyAttributes(dst, src))
+    }
+    fn cuGraphDebugDotPrint(graph: *mut c_void, path: *const c_char, flags: u32) {
+        rt(g::cudaGraphDebugDotPrint(graph, path, flags))
+    }
+    fn cuUserObjectCreate(obj: *mut *mut c_void, ptr: *mut c_void, destroy: Option<unsafe extern "C" fn(*mut c_void)>, initial: u32, flags: u32) {
+        rt(g::cudaUserObjectCreate(obj, ptr, destroy, initial, flags))
+    }
+    fn cuUserObjectRetain(obj: *mut c_void, count: u32) {
+        rt(g::cudaUserObjectRetain(obj, count))
+    }
+    fn cuUserObjectRelease(obj: *mut c_void, count: u32) {
+        rt(g::cudaUserObjectRelease(obj, count))
+    }
+    fn cuGraphRetainUserObject(graph: *mut c_void, obj: *mut c_void, count: u32, flags: u32) {
+        rt(g::cudaGraphRetainUserObject(graph, obj, count, flags))
+    }
+    fn cuGraphReleaseUserObject(graph: *mut c_void, obj: *mut c_void, count: u32) {
+        rt(g::cudaGraphReleaseUserObject(graph, obj, count))
     }
 }
