@@ -37,7 +37,9 @@
     X(cuGraphKernelNodeSetAttribute) X(cuGraphKernelNodeCopyAttributes) X(cuGraphDebugDotPrint) \
     X(cuUserObjectCreate) X(cuUserObjectRetain) X(cuUserObjectRelease) X(cuGraphRetainUserObject) \
     X(cuGraphReleaseUserObject) X(cuLibraryLoadFromFile) X(cuLibraryGetKernelCount) \
-    X(cuLibraryEnumerateKernels) X(cuLibraryGetManaged)
+    X(cuLibraryEnumerateKernels) X(cuLibraryGetManaged) X(cuGraphAddMemAllocNode) \
+    X(cuGraphMemAllocNodeGetParams) X(cuGraphAddMemFreeNode) X(cuGraphMemFreeNodeGetParams) \
+    X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute) X(cuDeviceSetGraphMemAttribute)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -91,8 +93,8 @@ static CUDA_KERNEL_NODE_PARAMS kernel_node(CUfunction f, CUkernel k, Axpb &args)
     return kp;
 }
 
-static CUdeviceptr da, db, dc, dd, de;
-static CUgraphExec built, captured, by_runtime, updated;
+static CUdeviceptr da, db, dc, dd, de, df;
+static CUgraphExec built, captured, by_runtime, updated, with_memory;
 static int stage;
 static unsigned updated_b;
 
@@ -121,6 +123,10 @@ static void launch_all(const char *when) {
         DRV(p_cuGraphLaunch(updated, s));
         DRV(p_cuStreamSynchronize(s));
         check(de, updated_b, 1, when);
+        DRV(p_cuMemsetD32(df, 0, N));
+        DRV(p_cuGraphLaunch(with_memory, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(df, 8, 0, when);
     }
 }
 
@@ -130,7 +136,7 @@ int main() {
     CUcontext ctx;
     axpb_f = drv_start(&dev, &ctx, AXPB_PTX, "axpb");
     DRV(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    for (CUdeviceptr *d : {&da, &db, &dc, &dd, &de}) DRV(p_cuMemAlloc(d, N * 4));
+    for (CUdeviceptr *d : {&da, &db, &dc, &dd, &de, &df}) DRV(p_cuMemAlloc(d, N * 4));
 
     // Found by cuGetProcAddress under their plain names (cuGraphInstantiate is
     // cuGraphInstantiateWithFlags from CUDA 12).
@@ -528,6 +534,35 @@ int main() {
     CUDA_KERNEL_NODE_PARAMS ku = kernel_node(nullptr, k, a5);
     DRV(p_cuGraphAddKernelNode(&u_kernel, ug, &u_wait, 1, &ku));
     DRV(p_cuGraphInstantiate(&updated, ug, 0));
+    // Graph memory: allocated by a node (its address fixed when the node is added), set to 8,
+    // copied to df, freed by a node.
+    CUgraph mg;
+    DRV(p_cuGraphCreate(&mg, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = {};
+    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ap.poolProps.location.id = dev;
+    ap.bytesize = N * 4;
+    CUgraphNode m_alloc, m_set, m_copy, m_free;
+    DRV(p_cuGraphAddMemAllocNode(&m_alloc, mg, nullptr, 0, &ap));
+    EXPECT(ap.dptr != 0);
+    CUDA_MEM_ALLOC_NODE_PARAMS apg = {};
+    DRV(p_cuGraphMemAllocNodeGetParams(m_alloc, &apg));
+    EXPECT(apg.dptr == ap.dptr && apg.bytesize == N * 4);
+    CUDA_MEMSET_NODE_PARAMS mm = ms;
+    mm.dst = ap.dptr;
+    mm.value = 8;
+    DRV(p_cuGraphAddMemsetNode(&m_set, mg, &m_alloc, 1, &mm, ctx));
+    CUDA_MEMCPY3D mc = cp;
+    mc.srcDevice = ap.dptr;
+    mc.dstDevice = df;
+    DRV(p_cuGraphAddMemcpyNode(&m_copy, mg, &m_set, 1, &mc, ctx));
+    DRV(p_cuGraphAddMemFreeNode(&m_free, mg, &m_copy, 1, ap.dptr));
+    CUdeviceptr freed = 0;
+    DRV(p_cuGraphMemFreeNodeGetParams(m_free, &freed));
+    EXPECT(freed == ap.dptr);
+    DRV(p_cuGraphInstantiate(&with_memory, mg, 0));
+    DRV(p_cuGraphDestroy(mg));
     DRV(p_cuGraphExecEventWaitNodeSetEvent(updated, u_wait, done));
     updated_b = 3;
     stage = 3;
@@ -547,14 +582,20 @@ int main() {
     EXPECT(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
     updated_b = 20;
     launch_all("after cuGraphExecUpdate");
+    cuuint64_t reserved = 0;
+    DRV(p_cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &reserved));
+    EXPECT(reserved >= N * 4);
+    DRV(p_cuDeviceGraphMemTrim(dev));
+    cuuint64_t zero = 0;
+    DRV(p_cuDeviceSetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &zero));
     DRV(p_cuGraphDestroy(ug));
     printf("a library's CUkernel launched directly and from an updated graph\n");
     GATE(3);
     launch_all("after gate 3");
 
-    for (CUgraphExec e : {built, captured, by_runtime, updated}) DRV(p_cuGraphExecDestroy(e));
+    for (CUgraphExec e : {built, captured, by_runtime, updated, with_memory}) DRV(p_cuGraphExecDestroy(e));
     DRV(p_cuLibraryUnload(lib));
-    for (CUdeviceptr d : {da, db, dc, dd, de}) DRV(p_cuMemFree(d));
+    for (CUdeviceptr d : {da, db, dc, dd, de, df}) DRV(p_cuMemFree(d));
     printf("PASS\n");
     return 0;
 }

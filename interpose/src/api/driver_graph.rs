@@ -280,4 +280,28 @@ driver! {
     fn cuGraphReleaseUserObject(graph: *mut c_void, obj: *mut c_void, count: u32) {
         rt(g::cudaGraphReleaseUserObject(graph, obj, count))
     }
+    fn cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *mut u8) {
+        // CUDA_MEM_ALLOC_NODE_PARAMS is cudaMemAllocNodeParams (CUmemPoolProps is
+        // cudaMemPoolProps, 88 bytes).
+        rt(g::cudaGraphAddMemAllocNode(node, graph, dep, n, params))
+    }
+    fn cuGraphMemAllocNodeGetParams(node: *mut c_void, params: *mut u8) {
+        rt(g::cudaGraphMemAllocNodeGetParams(node, params))
+    }
+    fn cuGraphAddMemFreeNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, dptr: u64) {
+        rt(g::cudaGraphAddMemFreeNode(node, graph, dep, n, dptr as *mut c_void))
+    }
+    fn cuGraphMemFreeNodeGetParams(node: *mut c_void, dptr: *mut u64) {
+        rt(g::cudaGraphMemFreeNodeGetParams(node, dptr))
+    }
+    fn cuDeviceGraphMemTrim(dev: i32) {
+        rt(g::cudaDeviceGraphMemTrim(dev))
+    }
+    fn cuDeviceGetGraphMemAttribute(dev: i32, attr: u32, value: *mut u64) {
+        // CUgraphMem_attribute and cudaGraphMemAttributeType have the same values.
+        rt(g::cudaDeviceGetGraphMemAttribute(dev, attr, value))
+    }
+    fn cuDeviceSetGraphMemAttribute(dev: i32, attr: u32, value: *mut u64) {
+        rt(g::cudaDeviceSetGraphMemAttribute(dev, attr, value))
+    }
 }
