@@ -39,7 +39,10 @@
     X(cuGraphReleaseUserObject) X(cuLibraryLoadFromFile) X(cuLibraryGetKernelCount) \
     X(cuLibraryEnumerateKernels) X(cuLibraryGetManaged) X(cuGraphAddMemAllocNode) \
     X(cuGraphMemAllocNodeGetParams) X(cuGraphAddMemFreeNode) X(cuGraphMemFreeNodeGetParams) \
-    X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute) X(cuDeviceSetGraphMemAttribute)
+    X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute) X(cuDeviceSetGraphMemAttribute) \
+    X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuFuncSetCacheConfig) X(cuFuncGetName) X(cuFuncGetParamInfo) \
+    X(cuKernelSetAttribute) X(cuKernelSetCacheConfig) X(cuKernelGetName) X(cuKernelGetParamInfo) \
+    X(cuLaunchKernelEx)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -450,6 +453,46 @@ int main() {
     EXPECT(max_threads >= 128);
     CUdeviceptr gvar;
     EXPECT(p_cuLibraryGetGlobal(&gvar, nullptr, lib, "no_such_global") == CUDA_ERROR_NOT_FOUND);
+    // The kernel's name, parameters and attributes, through the CUkernel and the CUfunction.
+    const char *name = nullptr;
+    DRV(p_cuKernelGetName(&name, k));
+    EXPECT(strcmp(name, "axpb") == 0);
+    DRV(p_cuFuncGetName(&name, axpb_f));
+    EXPECT(strcmp(name, "axpb") == 0);
+    size_t off = 0, size = 0;
+    DRV(p_cuKernelGetParamInfo(k, 1, &off, &size));  // (u64 p, u32 n, ...): n at 8
+    EXPECT(off == 8 && size == 4);
+    DRV(p_cuFuncGetParamInfo(axpb_f, 4, &off, &size));
+    EXPECT(off == 20 && size == 4);
+    DRV(p_cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 2048, k, dev));
+    int dyn = 0;
+    DRV(p_cuKernelGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
+    EXPECT(dyn == 2048);
+    DRV(p_cuFuncSetAttribute(axpb_f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    DRV(p_cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb_f));
+    EXPECT(dyn == 1024);
+    DRV(p_cuKernelSetCacheConfig(k, CU_FUNC_CACHE_PREFER_SHARED, dev));
+    DRV(p_cuFuncSetCacheConfig(axpb_f, CU_FUNC_CACHE_PREFER_L1));
+    // cuLaunchKernelEx with a launch attribute: de = 1, then 1*4 + 0 + i.
+    DRV(p_cuMemsetD32(de, 1, N));
+    {
+        Axpb ax(de, 4, 0);
+        CUlaunchAttribute attr = {};
+        attr.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+        attr.value.priority = 0;
+        CUlaunchConfig lc = {};
+        lc.gridDimX = N / 128;
+        lc.gridDimY = lc.gridDimZ = 1;
+        lc.blockDimX = 128;
+        lc.blockDimY = lc.blockDimZ = 1;
+        lc.sharedMemBytes = 256;
+        lc.hStream = s;
+        lc.attrs = &attr;
+        lc.numAttrs = 1;
+        DRV(p_cuLaunchKernelEx(&lc, (CUfunction)k, ax.params, nullptr));
+        DRV(p_cuStreamSynchronize(s));
+        check(de, 4, 1, "cuLaunchKernelEx");
+    }
     DRV(p_cuMemsetD32(de, 1, N));
     Axpb a4(de, 2, 0);
     DRV(p_cuLaunchKernel((CUfunction)k, N / 128, 1, 1, 128, 1, 1, 0, s, a4.params, nullptr));

@@ -296,6 +296,51 @@ driver! {
     fn cuFuncGetAttribute(v: *mut i32, attr: u32, f: usize) {
         out(v, func_attribute(attr, f)?)
     }
+    fn cuFuncSetAttribute(f: usize, attr: u32, value: i32) {
+        // The settable CU_FUNC_ATTRIBUTE_*s have cudaFuncAttribute's values.
+        rt(super::launch::cudaFuncSetAttribute(f as *const c_void, attr, value))
+    }
+    fn cuFuncSetCacheConfig(f: usize, config: u32) {
+        rt(super::launch::cudaFuncSetCacheConfig(f as *const c_void, config))
+    }
+    fn cuFuncGetName(name: *mut *const c_char, f: usize) {
+        rt(super::launch::cudaFuncGetName(name, f as *const c_void))
+    }
+    fn cuFuncGetParamInfo(f: usize, index: usize, offset: *mut usize, size: *mut usize) {
+        rt(super::launch::cudaFuncGetParamInfo(f as *const c_void, index, offset, size))
+    }
+    fn cuKernelSetAttribute(attr: u32, value: i32, kernel: usize, dev: i32) {
+        rt(super::launch::cudaKernelSetAttributeForDevice(kernel as *const c_void, attr, value, dev))
+    }
+    fn cuKernelSetCacheConfig(kernel: usize, config: u32, dev: i32) {
+        device(dev)?;
+        rt(super::launch::cudaFuncSetCacheConfig(kernel as *const c_void, config))
+    }
+    fn cuKernelGetName(name: *mut *const c_char, kernel: usize) {
+        rt(super::launch::cudaFuncGetName(name, kernel as *const c_void))
+    }
+    fn cuKernelGetParamInfo(kernel: usize, index: usize, offset: *mut usize, size: *mut usize) {
+        rt(super::launch::cudaFuncGetParamInfo(kernel as *const c_void, index, offset, size))
+    }
+    fn cuLaunchKernelEx(config: *const u8, f: usize, params: *mut *mut c_void, extra: *mut *mut c_void) {
+        context::check_launch(f)?;
+        // CUlaunchConfig is cudaLaunchConfig_t but for sharedMemBytes, 4 bytes where the
+        // runtime has 8; CUlaunchAttribute is cudaLaunchAttribute.
+        let mut cfg = [0u8; crate::abi_gen::CUDALAUNCHCONFIG_T_SIZE];
+        cfg.copy_from_slice(crate::ffi::bytes(config, crate::abi_gen::CUDALAUNCHCONFIG_T_SIZE)?);
+        let shared: u32 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_DYNAMICSMEMBYTES)?;
+        set_field(cfg.as_mut_ptr(), crate::abi_gen::CUDALAUNCHCONFIG_T_DYNAMICSMEMBYTES, shared as usize);
+        if extra.is_null() {
+            return rt(super::launch::cudaLaunchKernelExC(cfg.as_ptr(), f as *const c_void, params));
+        }
+        if field::<u32>(config, crate::abi_gen::CUDALAUNCHCONFIG_T_NUMATTRS)? != 0 {
+            return Err(crate::errors::unsupported("cuLaunchKernelEx (extra with launch attributes)"));
+        }
+        let grid: Dim3 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_GRIDDIM)?;
+        let block: Dim3 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_BLOCKDIM)?;
+        let stream: u64 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_STREAM)?;
+        super::launch::launch_extra(f, grid, block, params, extra, shared as usize, stream, false, false)
+    }
     fn cuLibraryLoadData(lib: *mut usize, code: *const c_void, _jit_options: *mut u32, _jit_values: *mut *mut c_void, _num_jit: u32, _lib_options: *mut u32, _lib_values: *mut *mut c_void, _num_lib: u32) {
         if lib.is_null() {
             return Err(cuda::ERROR_INVALID_VALUE);
