@@ -12,6 +12,7 @@
 #include "driver_ptx.h"
 #include <cstring>
 #include <atomic>
+#include <cudaTypedefs.h>
 
 #define FUNCS(X) X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyDtoH) \
     X(cuMemcpyDtoDAsync) X(cuMemsetD32) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamSynchronize) \
@@ -53,6 +54,19 @@ static std::atomic<int> host_runs;
 static void CUDA_CB count_run(void *arg) { host_runs += *(int *)arg; }
 static std::atomic<int> destroyed;
 static void CUDA_CB destroy_object(void *arg) { destroyed += *(int *)arg; }
+
+// The older forms, which cudaTypedefs.h names only inside NVIDIA's own build.
+typedef CUresult (CUDAAPI *BeginCapture_v10000)(CUstream);
+typedef CUresult (CUDAAPI *Instantiate_v11000)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+
+// `name` as cuGetProcAddress gives it to a program built for CUDA `version`.
+static void *proc(const char *name, int version) {
+    void *fn = nullptr;
+    CUdriverProcAddressQueryResult r;
+    DRV(p_cuGetProcAddress(name, &fn, version, 0, &r));
+    EXPECT(fn != nullptr && r == CU_GET_PROC_ADDRESS_SUCCESS);
+    return fn;
+}
 
 // A temporary file holding `text` (its name in `path`, "/tmp/crum-driver-graphs-XXXXXX").
 static void temp_file(char *path, const char *text) {
@@ -249,6 +263,36 @@ int main() {
     DRV(p_cuGraphEventRecordNodeGetEvent(n_event, &got_event));
     EXPECT(got_event == done);
 
+    // The older signatures, for a program that asks for an older CUDA version.
+    {
+        auto edges_v1 = (PFN_cuGraphGetEdges_v10000)proc("cuGraphGetEdges", 11000);
+        EXPECT((void *)edges_v1 != (void *)p_cuGraphGetEdges);
+        EXPECT(proc("cuGraphGetEdges", 12030) == (void *)p_cuGraphGetEdges);
+        count = 6;
+        DRV(edges_v1(g, from, to, &count));
+        EXPECT(count == 5);
+        auto params_v1 = (PFN_cuGraphKernelNodeGetParams_v10000)proc("cuGraphKernelNodeGetParams", 11000);
+        struct {
+            CUDA_KERNEL_NODE_PARAMS_v1 p;
+            unsigned long long guard[2];
+        } k1;
+        k1.guard[0] = k1.guard[1] = 0x5a5a5a5a5a5a5a5aull;
+        DRV(params_v1(n_kernel, &k1.p));
+        EXPECT(k1.p.gridDimX == N / 128 && k1.p.blockDimX == 128);
+        EXPECT(k1.guard[0] == 0x5a5a5a5a5a5a5a5aull && k1.guard[1] == 0x5a5a5a5a5a5a5a5aull);
+        auto inst_v1 = (Instantiate_v11000)proc("cuGraphInstantiate", 11000);
+        CUgraphExec e1;
+        CUgraphNode err = n_set;
+        char log[16] = "x";
+        DRV(inst_v1(&e1, g, &err, log, sizeof log));
+        EXPECT(err == nullptr && log[0] == 0);
+        auto update_v1 = (PFN_cuGraphExecUpdate_v10020)proc("cuGraphExecUpdate", 11000);
+        CUgraphExecUpdateResult ur = CU_GRAPH_EXEC_UPDATE_ERROR;
+        DRV(update_v1(e1, g, &err, &ur));
+        EXPECT(ur == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+        DRV(p_cuGraphExecDestroy(e1));
+    }
+
     DRV(p_cuGraphInstantiate(&built, g, 0));
     // The graph may go once instantiated; the executable graph keeps its nodes.
     CUgraph copy;
@@ -400,6 +444,22 @@ int main() {
     stage = 2;
     launch_all("the captured graphs");
     printf("captures through the driver and the runtime launched through either\n");
+    {
+        // CUDA 10.0's capture (no mode) and CUDA 11.3's capture info (no edge data).
+        auto begin_v1 = (BeginCapture_v10000)proc("cuStreamBeginCapture", 10000);
+        auto info_v2 = (PFN_cuStreamGetCaptureInfo_v11030)proc("cuStreamGetCaptureInfo", 11030);
+        EXPECT(proc("cuStreamGetCaptureInfo", 13000) == (void *)p_cuStreamGetCaptureInfo);
+        DRV(begin_v1(s));
+        DRV(p_cuMemsetD32Async(dc, 1, N, s));
+        ndeps = 0;
+        DRV(info_v2(s, &status, &id, &capturing, &deps, &ndeps));
+        EXPECT(status == CU_STREAM_CAPTURE_STATUS_ACTIVE && ndeps == 1);
+        CUgraph old;
+        DRV(p_cuStreamEndCapture(s, &old));
+        DRV(p_cuGraphGetNodes(old, nullptr, &count));
+        EXPECT(count == 1);
+        DRV(p_cuGraphDestroy(old));
+    }
     {
         // A capture into a graph that has a memset node (dc = 2): axpb(dc, 1, 0) after it,
         // then a copy dc -> dd after both (the memset added to the capture's dependencies).

@@ -572,13 +572,14 @@ driver! {
         if pfn.is_null() {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
-        if let Some(&(_, since, to)) = RENAMED.iter().find(|r| r.0 == name) {
-            if version >= since {
-                name = to.to_string();
-            }
+        // A versioned name: exactly the function for that version.
+        let exact = RENAMED.iter().find(|r| r.0 == name).map(|r| r.1);
+        if let Some(versions) = exact {
+            name = versions.iter().find(|v| version >= v.0).map_or("", |v| v.1).to_string();
         }
         let h = own_handle();
-        let found = ["_v4", "_v3", "_v2", ""].iter().find_map(|v| {
+        let suffixes: &[&str] = if exact.is_some() { &[""] } else { &["_v4", "_v3", "_v2", ""] };
+        let found = suffixes.iter().find_map(|v| {
             let full = std::ffi::CString::new(format!("{name}{v}")).ok()?;
             // SAFETY: `h` is this library's handle (or null: the global scope); a
             // NUL-terminated name.
@@ -620,10 +621,28 @@ fn func_attribute(attr: u32, f: usize) -> CudaResult<i32> {
     })
 }
 
-/// Plain names `cuda.h` 13 maps to another function than a `_vN` of the same name, with the
-/// CUDA version from which the mapping holds (`cuGraphInstantiate` asked for by a CUDA 11
-/// program has the older signature, which crum does not export).
-const RENAMED: [(&str, i32, &str); 1] = [("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags")];
+/// Names whose signature changed, with the function each CUDA version asking for it gets
+/// (the newest first; the first whose version is at most the one asked for): a program built
+/// for CUDA 11 that asks for `cuGraphGetEdges` gets the one without edge data.
+const RENAMED: [(&str, &[(i32, &str)]); 14] = [
+    ("cuGraphInstantiate", &[(12000, "cuGraphInstantiateWithFlags"), (0, "cuGraphInstantiate_v2")]),
+    ("cuStreamBeginCapture", &[(10010, "cuStreamBeginCapture_v2"), (0, "cuStreamBeginCapture")]),
+    (
+        "cuStreamGetCaptureInfo",
+        &[(12030, "cuStreamGetCaptureInfo_v3"), (11030, "cuStreamGetCaptureInfo_v2"), (0, "cuStreamGetCaptureInfo")],
+    ),
+    ("cuStreamUpdateCaptureDependencies", &[(12030, "cuStreamUpdateCaptureDependencies_v2"), (0, "cuStreamUpdateCaptureDependencies")]),
+    ("cuGraphGetEdges", &[(12030, "cuGraphGetEdges_v2"), (0, "cuGraphGetEdges")]),
+    ("cuGraphNodeGetDependencies", &[(12030, "cuGraphNodeGetDependencies_v2"), (0, "cuGraphNodeGetDependencies")]),
+    ("cuGraphNodeGetDependentNodes", &[(12030, "cuGraphNodeGetDependentNodes_v2"), (0, "cuGraphNodeGetDependentNodes")]),
+    ("cuGraphAddDependencies", &[(12030, "cuGraphAddDependencies_v2"), (0, "cuGraphAddDependencies")]),
+    ("cuGraphRemoveDependencies", &[(12030, "cuGraphRemoveDependencies_v2"), (0, "cuGraphRemoveDependencies")]),
+    ("cuGraphAddKernelNode", &[(12000, "cuGraphAddKernelNode_v2"), (0, "cuGraphAddKernelNode")]),
+    ("cuGraphKernelNodeGetParams", &[(12000, "cuGraphKernelNodeGetParams_v2"), (0, "cuGraphKernelNodeGetParams")]),
+    ("cuGraphKernelNodeSetParams", &[(12000, "cuGraphKernelNodeSetParams_v2"), (0, "cuGraphKernelNodeSetParams")]),
+    ("cuGraphExecKernelNodeSetParams", &[(12000, "cuGraphExecKernelNodeSetParams_v2"), (0, "cuGraphExecKernelNodeSetParams")]),
+    ("cuGraphExecUpdate", &[(12000, "cuGraphExecUpdate_v2"), (0, "cuGraphExecUpdate")]),
+];
 
 /// A C string for `s` that lives for ever (the error strings; a fixed, small set).
 fn intern(s: &'static str) -> *const c_char {

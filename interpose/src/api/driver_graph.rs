@@ -26,7 +26,10 @@ use crum_wire::cuda;
 use super::context;
 use super::driver::{driver, rt};
 use super::graph as g;
-use crate::abi_gen::CUDAKERNELNODEPARAMS_SIZE;
+use crate::abi_gen::{
+    CUDAGRAPHEXECUPDATERESULTINFO_ST_ERRORNODE, CUDAGRAPHEXECUPDATERESULTINFO_ST_RESULT, CUDAGRAPHEXECUPDATERESULTINFO_ST_SIZE,
+    CUDAKERNELNODEPARAMS_SIZE,
+};
 use crate::errors::CudaResult;
 use crate::ffi::*;
 
@@ -64,6 +67,18 @@ fn node_ctx(ctx: usize) -> CudaResult<()> {
         return Ok(());
     }
     context::check(ctx)
+}
+
+/// CUDA 10/11's `cuGraphInstantiate`: no error node (NULL) and an empty log, whatever the
+/// result (the runtime's error says what was wrong).
+fn instantiate_logged(exec: *mut *mut c_void, graph: *mut c_void, error_node: *mut u64, log: *mut c_char, size: usize) -> CudaResult<()> {
+    if !error_node.is_null() {
+        out(error_node, 0)?;
+    }
+    if !log.is_null() && size > 0 {
+        out(log, 0)?;
+    }
+    rt(g::cudaGraphInstantiateWithFlags(exec, graph, 0))
 }
 
 driver! {
@@ -279,6 +294,71 @@ driver! {
     }
     fn cuGraphReleaseUserObject(graph: *mut c_void, obj: *mut c_void, count: u32) {
         rt(g::cudaGraphReleaseUserObject(graph, obj, count))
+    }
+    // The older versions under their plain names (and `cuStreamGetCaptureInfo_v2`,
+    // `cuGraphInstantiate_v2`), which `cuGetProcAddress` gives a program that asks for a CUDA
+    // version before the newer signature (`RENAMED` in `api::driver`), and which a program
+    // built against older headers links to: no edge data, `CUDA_KERNEL_NODE_PARAMS_v1`
+    // (the runtime's 56 bytes), the CUDA 10/11 results of an update or an instantiation.
+    fn cuGraphGetEdges(graph: *mut c_void, from: *mut u64, to: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphGetEdges(graph, from, to, std::ptr::null_mut(), count))
+    }
+    fn cuGraphNodeGetDependencies(node: *mut c_void, list: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphNodeGetDependencies(node, list, std::ptr::null_mut(), count))
+    }
+    fn cuGraphNodeGetDependentNodes(node: *mut c_void, list: *mut u64, count: *mut usize) {
+        rt(g::cudaGraphNodeGetDependentNodes(node, list, std::ptr::null_mut(), count))
+    }
+    fn cuGraphAddDependencies(graph: *mut c_void, from: *const u64, to: *const u64, n: usize) {
+        rt(g::cudaGraphAddDependencies(graph, from, to, std::ptr::null(), n))
+    }
+    fn cuGraphRemoveDependencies(graph: *mut c_void, from: *const u64, to: *const u64, n: usize) {
+        rt(g::cudaGraphRemoveDependencies(graph, from, to, std::ptr::null(), n))
+    }
+    fn cuStreamGetCaptureInfo(stream: *mut c_void, status: *mut u32, id: *mut u64) {
+        let none = std::ptr::null_mut();
+        rt(g::cudaStreamGetCaptureInfo(stream, status, id, none, none.cast(), none.cast(), none.cast()))
+    }
+    fn cuStreamGetCaptureInfo_v2(stream: *mut c_void, status: *mut u32, id: *mut u64, graph: *mut *mut c_void, deps: *mut *const u64, n: *mut usize) {
+        rt(g::cudaStreamGetCaptureInfo(stream, status, id, graph, deps, std::ptr::null_mut(), n))
+    }
+    fn cuStreamUpdateCaptureDependencies(stream: *mut c_void, dep: *const u64, n: usize, flags: u32) {
+        rt(g::cudaStreamUpdateCaptureDependencies(stream, dep, std::ptr::null(), n, flags))
+    }
+    fn cuStreamBeginCapture(stream: *mut c_void) {
+        // CUDA 10.0's form: no mode, CU_STREAM_CAPTURE_MODE_GLOBAL.
+        rt(g::cudaStreamBeginCapture(stream, 0))
+    }
+    fn cuGraphAddKernelNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *const u8) {
+        context::check_launch(field::<usize>(params, 0)?)?;
+        rt(g::cudaGraphAddKernelNode(node, graph, dep, n, params))
+    }
+    fn cuGraphKernelNodeGetParams(node: *mut c_void, params: *mut u8) {
+        rt(g::cudaGraphKernelNodeGetParams(node, params))
+    }
+    fn cuGraphKernelNodeSetParams(node: *mut c_void, params: *const u8) {
+        context::check_launch(field::<usize>(params, 0)?)?;
+        rt(g::cudaGraphKernelNodeSetParams(node, params))
+    }
+    fn cuGraphExecKernelNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const u8) {
+        context::check_launch(field::<usize>(params, 0)?)?;
+        rt(g::cudaGraphExecKernelNodeSetParams(exec, node, params))
+    }
+    fn cuGraphExecUpdate(exec: *mut c_void, graph: *mut c_void, error_node: *mut u64, result: *mut u32) {
+        if error_node.is_null() || result.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let mut info = [0u8; CUDAGRAPHEXECUPDATERESULTINFO_ST_SIZE];
+        let r = rt(g::cudaGraphExecUpdate(exec, graph, info.as_mut_ptr()));
+        out(result, field(info.as_ptr(), CUDAGRAPHEXECUPDATERESULTINFO_ST_RESULT)?)?;
+        out(error_node, field(info.as_ptr(), CUDAGRAPHEXECUPDATERESULTINFO_ST_ERRORNODE)?)?;
+        r
+    }
+    fn cuGraphInstantiate(exec: *mut *mut c_void, graph: *mut c_void, error_node: *mut u64, log: *mut c_char, size: usize) {
+        instantiate_logged(exec, graph, error_node, log, size)
+    }
+    fn cuGraphInstantiate_v2(exec: *mut *mut c_void, graph: *mut c_void, error_node: *mut u64, log: *mut c_char, size: usize) {
+        instantiate_logged(exec, graph, error_node, log, size)
     }
     fn cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *mut u8) {
         // CUDA_MEM_ALLOC_NODE_PARAMS is cudaMemAllocNodeParams (CUmemPoolProps is
