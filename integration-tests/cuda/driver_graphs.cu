@@ -147,7 +147,62 @@ static void launch_all(const char *when) {
     }
 }
 
-int main() {
+// With the argument "bad-handles" (a crum test; a real driver may crash on such handles, so
+// native runs leave it out): handles never made, and destroyed ones, answer errors.
+static void bad_handles(CUgraph g, CUcontext ctx) {
+    void *bad = (void *)0x12345678;
+    CUgraphNode n, bad_node = (CUgraphNode)bad;
+    EXPECT(p_cuGraphLaunch((CUgraphExec)bad, s) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphDestroy((CUgraph)bad) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphExecDestroy((CUgraphExec)bad) == CUDA_ERROR_INVALID_VALUE);
+    static Axpb a(0, 1, 0);
+    CUDA_KERNEL_NODE_PARAMS kp = kernel_node((CUfunction)bad, nullptr, a);
+    EXPECT(p_cuGraphAddKernelNode(&n, g, nullptr, 0, &kp) == CUDA_ERROR_INVALID_HANDLE);
+    kp = kernel_node(nullptr, (CUkernel)bad, a);
+    EXPECT(p_cuGraphAddKernelNode(&n, g, nullptr, 0, &kp) == CUDA_ERROR_INVALID_HANDLE);
+    kp = kernel_node(axpb_f, nullptr, a);
+    kp.func = nullptr;
+    kp.kern = (CUkernel)axpb_f;
+    kp.ctx = (CUcontext)bad;
+    EXPECT(p_cuGraphAddKernelNode(&n, g, nullptr, 0, &kp) == CUDA_ERROR_INVALID_CONTEXT);
+    kp = kernel_node(axpb_f, nullptr, a);
+    EXPECT(p_cuGraphAddKernelNode(&n, (CUgraph)bad, nullptr, 0, &kp) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphAddEmptyNode(&n, g, &bad_node, 1) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphAddChildGraphNode(&n, g, nullptr, 0, (CUgraph)bad) == CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEMSET_NODE_PARAMS ms = {};
+    EXPECT(p_cuGraphAddMemsetNode(&n, g, nullptr, 0, &ms, (CUcontext)bad) == CUDA_ERROR_INVALID_CONTEXT);
+    CUgraphNodeType ty;
+    EXPECT(p_cuGraphNodeGetType(bad_node, &ty) == CUDA_ERROR_INVALID_VALUE);
+    size_t count;
+    EXPECT(p_cuGraphGetNodes((CUgraph)bad, nullptr, &count) == CUDA_ERROR_INVALID_VALUE);
+    CUDA_KERNEL_NODE_PARAMS got;
+    EXPECT(p_cuGraphKernelNodeGetParams(bad_node, &got) == CUDA_ERROR_INVALID_VALUE);
+    CUgraphExec e;
+    EXPECT(p_cuGraphInstantiate(&e, (CUgraph)bad, 0) == CUDA_ERROR_INVALID_VALUE);
+    CUgraphExecUpdateResultInfo info;
+    EXPECT(p_cuGraphExecUpdate((CUgraphExec)bad, g, &info) == CUDA_ERROR_INVALID_VALUE);
+    CUkernel k;
+    EXPECT(p_cuLibraryGetKernel(&k, (CUlibrary)bad, "axpb") == CUDA_ERROR_INVALID_HANDLE);
+    CUfunction f;
+    EXPECT(p_cuKernelGetFunction(&f, (CUkernel)bad) == CUDA_ERROR_INVALID_HANDLE);
+    const char *name;
+    EXPECT(p_cuKernelGetName(&name, (CUkernel)bad) == CUDA_ERROR_INVALID_HANDLE);
+    EXPECT(p_cuLaunchKernel((CUfunction)bad, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr) == CUDA_ERROR_INVALID_HANDLE);
+    // Destroyed handles.
+    CUgraph gone;
+    DRV(p_cuGraphCreate(&gone, 0));
+    DRV(p_cuGraphAddEmptyNode(&n, gone, nullptr, 0));
+    DRV(p_cuGraphInstantiate(&e, gone, 0));
+    DRV(p_cuGraphDestroy(gone));
+    EXPECT(p_cuGraphNodeGetType(n, &ty) == CUDA_ERROR_INVALID_VALUE);
+    EXPECT(p_cuGraphGetNodes(gone, nullptr, &count) == CUDA_ERROR_INVALID_VALUE);
+    DRV(p_cuGraphLaunch(e, s));  // the executable graph outlives its graph
+    DRV(p_cuGraphExecDestroy(e));
+    EXPECT(p_cuGraphLaunch(e, s) == CUDA_ERROR_INVALID_VALUE);
+    (void)ctx;
+}
+
+int main(int argc, char **argv) {
     FUNCS(LOAD)
     CUdevice dev;
     CUcontext ctx;
@@ -175,6 +230,7 @@ int main() {
     EXPECT(p_cuGraphDestroy(nullptr) == CUDA_ERROR_INVALID_VALUE);
     EXPECT(p_cuGraphExecDestroy(nullptr) == CUDA_ERROR_INVALID_VALUE);
     EXPECT(p_cuGraphGetNodes(g, nullptr, nullptr) == CUDA_ERROR_INVALID_VALUE);
+    if (argc > 1 && strcmp(argv[1], "bad-handles") == 0) bad_handles(g, ctx);
 
     // memset da=5 -> axpb(da, 2, 1): 11+i -> copy to db -> child: axpb(db, 1, 100): 111+2i
     // -> host node -> event record.
@@ -439,7 +495,7 @@ int main() {
     DRV(p_cuMemsetD32Async(dd, 3, N, s));
     cudaGraph_t rg;
     CK(cudaStreamEndCapture(s, &rg));
-    DRV(p_cuGraphInstantiate(&by_runtime, rg, 0));
+    CK(cudaGraphInstantiate(&by_runtime, rg, 0));  // the runtime's graph and executable graph
     CK(cudaGraphDestroy(rg));
     stage = 2;
     launch_all("the captured graphs");

@@ -87,6 +87,12 @@ macro_rules! corpus {
             driver_graphs_captures_and_libraries_mix_with_the_runtime_and_match_cpu,
             "driver_graphs"
         );
+        $crate::cuda_corpus_list::corpus_test!(
+            $run,
+            driver_graphs_given_unknown_or_destroyed_handles_answer_errors_not_crashes,
+            "driver_graphs",
+            args: ["bad-handles"]
+        );
     };
 }
 pub(crate) use corpus;

@@ -62,9 +62,12 @@ pub(crate) fn device(dev: i32) -> CudaResult<()> {
     }
 }
 
-/// The entry of a driver call: `CUresult` out, through the checkpoint gate.
+/// The entry of a driver call: `CUresult` out, through the checkpoint gate. A kernel handle
+/// the runtime does not know (`cudaErrorInvalidDeviceFunction`, which has no `CUresult`) is
+/// `CUDA_ERROR_INVALID_HANDLE`, as the driver answers for a `CUfunction` or `CUkernel`.
 pub(crate) fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
-    cuda::driver_result(crate::errors::guard_driver(name, f))
+    let code = crate::errors::guard_driver(name, f);
+    cuda::driver_result(if code == cuda::ERROR_INVALID_DEVICE_FUNCTION { cuda::ERROR_INVALID_RESOURCE_HANDLE } else { code })
 }
 
 /// Whether the driver was initialized: by `cuInit`, or by the runtime (which initializes it

@@ -81,6 +81,13 @@ fn instantiate_logged(exec: *mut *mut c_void, graph: *mut c_void, error_node: *m
     rt(g::cudaGraphInstantiateWithFlags(exec, graph, 0))
 }
 
+/// An executable graph handle this process made (`CUDA_ERROR_INVALID_VALUE` otherwise, not
+/// the update failure an update of an unknown handle would report).
+fn exec_exists(exec: *mut c_void) -> CudaResult<()> {
+    let mut flags = 0u64;
+    rt(g::cudaGraphExecGetFlags(exec, &mut flags)).map_err(|_| cuda::ERROR_INVALID_VALUE)
+}
+
 driver! {
     fn cuGraphCreate(graph: *mut *mut c_void, flags: u32) {
         rt(g::cudaGraphCreate(graph, flags))
@@ -164,6 +171,7 @@ driver! {
         rt(g::cudaGraphExecDestroy(exec))
     }
     fn cuGraphExecUpdate_v2(exec: *mut c_void, graph: *mut c_void, info: *mut u8) {
+        exec_exists(exec)?;
         rt(g::cudaGraphExecUpdate(exec, graph, info))
     }
     fn cuStreamBeginCapture_v2(stream: *mut c_void, mode: u32) {
@@ -348,6 +356,7 @@ driver! {
         if error_node.is_null() || result.is_null() {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
+        exec_exists(exec)?;
         let mut info = [0u8; CUDAGRAPHEXECUPDATERESULTINFO_ST_SIZE];
         let r = rt(g::cudaGraphExecUpdate(exec, graph, info.as_mut_ptr()));
         out(result, field(info.as_ptr(), CUDAGRAPHEXECUPDATERESULTINFO_ST_RESULT)?)?;
