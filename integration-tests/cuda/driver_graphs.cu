@@ -43,7 +43,7 @@
     X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute) X(cuDeviceSetGraphMemAttribute) \
     X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuFuncSetCacheConfig) X(cuFuncGetName) X(cuFuncGetParamInfo) \
     X(cuKernelSetAttribute) X(cuKernelSetCacheConfig) X(cuKernelGetName) X(cuKernelGetParamInfo) \
-    X(cuLaunchKernelEx)
+    X(cuLaunchKernelEx) X(cuGraphMemcpyNodeGetParams)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -402,6 +402,12 @@ int main(int argc, char **argv) {
         DRV(p_cuGraphMemsetNodeSetParams(h_set, &m));
         c.dstDevice = dd;
         DRV(p_cuGraphMemcpyNodeSetParams(h_copy, &c));
+        CUDA_MEMCPY3D cg;
+        memset(&cg, 0xff, sizeof cg);
+        DRV(p_cuGraphMemcpyNodeGetParams(h_copy, &cg));
+        EXPECT(cg.srcMemoryType == CU_MEMORYTYPE_DEVICE && cg.srcDevice == dc && cg.srcPitch == N * 4);
+        EXPECT(cg.dstMemoryType == CU_MEMORYTYPE_DEVICE && cg.dstDevice == dd && cg.dstXInBytes == 0);
+        EXPECT(cg.WidthInBytes == N * 4 && cg.Height == 1 && cg.Depth == 1 && cg.srcLOD == 0);
         static int two = 2, three = 3;
         CUDA_HOST_NODE_PARAMS hg = {};
         DRV(p_cuGraphHostNodeGetParams(h_host, &hg));

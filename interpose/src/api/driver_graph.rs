@@ -190,6 +190,14 @@ driver! {
     fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
         rt(g::cudaThreadExchangeStreamCaptureMode(mode))
     }
+    fn cuGraphMemcpyNodeGetParams(node: *mut c_void, params: *mut u8) {
+        if params.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let mut r = [0u8; crate::abi_gen::CUDAMEMCPY3DPARMS_SIZE];
+        rt(g::cudaGraphMemcpyNodeGetParams(node, r.as_mut_ptr()))?;
+        super::driver_mem::write_copy3d(&r, params)
+    }
     fn cuGraphMemcpyNodeSetParams(node: *mut c_void, params: *const u8) {
         let p = super::driver_mem::copy3d_params(params)?;
         rt(g::cudaGraphMemcpyNodeSetParams(node, p.as_ptr()))
