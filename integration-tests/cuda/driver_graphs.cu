@@ -43,7 +43,8 @@
     X(cuDeviceGraphMemTrim) X(cuDeviceGetGraphMemAttribute) X(cuDeviceSetGraphMemAttribute) \
     X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuFuncSetCacheConfig) X(cuFuncGetName) X(cuFuncGetParamInfo) \
     X(cuKernelSetAttribute) X(cuKernelSetCacheConfig) X(cuKernelGetName) X(cuKernelGetParamInfo) \
-    X(cuLaunchKernelEx) X(cuGraphMemcpyNodeGetParams)
+    X(cuLaunchKernelEx) X(cuGraphMemcpyNodeGetParams) X(cuGraphAddNode) X(cuGraphNodeGetParams) \
+    X(cuGraphNodeSetParams) X(cuGraphExecNodeSetParams)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -641,6 +642,67 @@ int main(int argc, char **argv) {
         DRV(p_cuStreamSynchronize(s));
         check(de, 3, 1, "a kernel of a library loaded from a file");
         DRV(p_cuLibraryUnload(flib));
+    }
+    // Nodes through the generic API (cuGraphAddNode): de = 2 (memset), axpb(de, 3, 1) by the
+    // library's kernel: 7+i, copied to dd, a host node (+1).
+    {
+        CUgraph ng;
+        DRV(p_cuGraphCreate(&ng, 0));
+        CUgraphNodeParams np;
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_MEMSET;
+        np.memset.dst = de;
+        np.memset.value = 2;
+        np.memset.elementSize = 4;
+        np.memset.width = N;
+        np.memset.height = 1;
+        CUgraphNode g_set, g_kernel, g_copy, g_host;
+        DRV(p_cuGraphAddNode(&g_set, ng, nullptr, nullptr, 0, &np));
+        static Axpb a11(de, 3, 1);
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_KERNEL;
+        np.kernel.kern = k;
+        np.kernel.gridDimX = N / 128;
+        np.kernel.gridDimY = np.kernel.gridDimZ = 1;
+        np.kernel.blockDimX = 128;
+        np.kernel.blockDimY = np.kernel.blockDimZ = 1;
+        np.kernel.kernelParams = a11.params;
+        DRV(p_cuGraphAddNode(&g_kernel, ng, &g_set, nullptr, 1, &np));
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+        np.memcpy.copyParams = cp;
+        np.memcpy.copyParams.srcDevice = de;
+        np.memcpy.copyParams.dstDevice = dd;
+        DRV(p_cuGraphAddNode(&g_copy, ng, &g_kernel, nullptr, 1, &np));
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_HOST;
+        np.host.fn = count_run;
+        np.host.userData = &one;
+        DRV(p_cuGraphAddNode(&g_host, ng, &g_copy, nullptr, 1, &np));
+        memset(&np, 0xff, sizeof np);
+        DRV(p_cuGraphNodeGetParams(g_kernel, &np));
+        EXPECT(np.type == CU_GRAPH_NODE_TYPE_KERNEL && np.kernel.gridDimX == N / 128 && np.kernel.blockDimX == 128);
+        DRV(p_cuGraphNodeGetParams(g_copy, &np));
+        EXPECT(np.type == CU_GRAPH_NODE_TYPE_MEMCPY && np.memcpy.copyParams.dstDevice == dd &&
+               np.memcpy.copyParams.WidthInBytes == N * 4);
+        DRV(p_cuGraphNodeGetParams(g_set, &np));
+        EXPECT(np.type == CU_GRAPH_NODE_TYPE_MEMSET && np.memset.value == 2);
+        np.memset.value = 4;  // 4*3 + 1 + i
+        DRV(p_cuGraphNodeSetParams(g_set, &np));
+        CUgraphExec ne;
+        DRV(p_cuGraphInstantiate(&ne, ng, 0));
+        int before = host_runs;
+        DRV(p_cuGraphLaunch(ne, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(dd, 13, 1, "generic nodes");
+        EXPECT(host_runs == before + 1);
+        np.memset.value = 5;  // 5*3 + 1 + i
+        DRV(p_cuGraphExecNodeSetParams(ne, g_set, &np));
+        DRV(p_cuGraphLaunch(ne, s));
+        DRV(p_cuStreamSynchronize(s));
+        check(dd, 16, 1, "a generic node's executable parameters");
+        DRV(p_cuGraphExecDestroy(ne));
+        DRV(p_cuGraphDestroy(ng));
     }
     // Kernel node attributes, a user object a graph owns, a graph printed (never launched).
     {

@@ -28,7 +28,8 @@ use super::driver::{driver, rt};
 use super::graph as g;
 use crate::abi_gen::{
     CUDAGRAPHEXECUPDATERESULTINFO_ST_ERRORNODE, CUDAGRAPHEXECUPDATERESULTINFO_ST_RESULT, CUDAGRAPHEXECUPDATERESULTINFO_ST_SIZE,
-    CUDAKERNELNODEPARAMS_SIZE,
+    CUDAGRAPHNODEPARAMS_SIZE, CUDAKERNELNODEPARAMSV2_CTX, CUDAKERNELNODEPARAMSV2_FUNCTIONTYPE, CUDAKERNELNODEPARAMS_SIZE,
+    CUDAMEMCPY3DPARMS_SIZE, CUDAMEMCPYNODEPARAMS_COPYPARAMS,
 };
 use crate::errors::CudaResult;
 use crate::ffi::*;
@@ -58,6 +59,75 @@ fn kernel_params(p: *const u8) -> CudaResult<[u8; CUDAKERNELNODEPARAMS_SIZE]> {
         context::check_launch(func as usize)?;
     }
     Ok(b)
+}
+
+/// Offsets in `CUgraphNodeParams`: the node type, and the union of per-type parameters.
+const NODE_TYPE: usize = 0;
+const NODE_UNION: usize = 16;
+/// `CU_GRAPH_NODE_TYPE_KERNEL`, `_MEMCPY`.
+const TYPE_KERNEL: u32 = 0;
+const TYPE_MEMCPY: u32 = 1;
+/// `CUDA_MEMCPY_NODE_PARAMS`: `copyCtx`, then the `CUDA_MEMCPY3D` (200 bytes).
+const MEMCPY_NODE_CTX: usize = 8;
+const MEMCPY_NODE_COPY: usize = 16;
+const MEMCPY3D_SIZE: usize = 200;
+
+/// A `CUgraphNodeParams` as the runtime's `cudaGraphNodeParams` (256 bytes both). The members
+/// have the runtime's layouts but two: the kernel's (`CUDA_KERNEL_NODE_PARAMS_v3`: `kern` at
+/// 56 where the runtime has its context, the context at 64 where the runtime has the function
+/// type) and the copy's (`CUDA_MEMCPY_NODE_PARAMS`: a context and a `CUDA_MEMCPY3D`).
+fn node_params(p: *const u8) -> CudaResult<[u8; CUDAGRAPHNODEPARAMS_SIZE]> {
+    let mut b = [0u8; CUDAGRAPHNODEPARAMS_SIZE];
+    b.copy_from_slice(bytes(p, CUDAGRAPHNODEPARAMS_SIZE)?);
+    let u = p.wrapping_add(NODE_UNION);
+    let bu = b.as_mut_ptr().wrapping_add(NODE_UNION);
+    match field::<u32>(p, NODE_TYPE)? {
+        TYPE_KERNEL => {
+            let k = kernel_params(u)?;
+            b[NODE_UNION..NODE_UNION + CUDAKERNELNODEPARAMS_SIZE].copy_from_slice(&k);
+            // The runtime's ctx and function type: the current context, an entry function.
+            set_field(bu, CUDAKERNELNODEPARAMSV2_CTX, 0u64);
+            set_field(bu, CUDAKERNELNODEPARAMSV2_FUNCTIONTYPE, 0u32);
+        }
+        TYPE_MEMCPY => {
+            node_ctx(field(u, MEMCPY_NODE_CTX)?)?;
+            let c = super::driver_mem::copy3d_params(u.wrapping_add(MEMCPY_NODE_COPY))?;
+            b[NODE_UNION..NODE_UNION + MEMCPY3D_SIZE + MEMCPY_NODE_COPY].fill(0);
+            let at = NODE_UNION + CUDAMEMCPYNODEPARAMS_COPYPARAMS;
+            b[at..at + c.len()].copy_from_slice(&c[..]);
+        }
+        _ => {}
+    }
+    Ok(b)
+}
+
+/// The runtime's `cudaGraphNodeParams` `r` written as a `CUgraphNodeParams` at `p`.
+fn write_node_params(r: &[u8; CUDAGRAPHNODEPARAMS_SIZE], p: *mut u8) -> CudaResult<()> {
+    zero(p, CUDAGRAPHNODEPARAMS_SIZE)?;
+    let ty: u32 = field(r.as_ptr(), NODE_TYPE)?;
+    let u = p.wrapping_add(NODE_UNION);
+    match ty {
+        TYPE_KERNEL => {
+            // The runtime's first 56 bytes; no `kern`, no context.
+            let k = &r[NODE_UNION..NODE_UNION + CUDAKERNELNODEPARAMS_SIZE];
+            for (i, &x) in k.iter().enumerate() {
+                set_field(u, i, x);
+            }
+        }
+        TYPE_MEMCPY => {
+            let at = NODE_UNION + CUDAMEMCPYNODEPARAMS_COPYPARAMS;
+            let mut c = [0u8; CUDAMEMCPY3DPARMS_SIZE];
+            c.copy_from_slice(&r[at..at + CUDAMEMCPY3DPARMS_SIZE]);
+            super::driver_mem::write_copy3d(&c, u.wrapping_add(MEMCPY_NODE_COPY))?;
+        }
+        _ => {
+            for (i, &x) in r.iter().enumerate().skip(NODE_UNION) {
+                set_field(p, i, x);
+            }
+        }
+    }
+    set_field(p, NODE_TYPE, ty);
+    Ok(())
 }
 
 /// The context argument of a copy or memset node: NULL (the current one) or a live context
@@ -376,6 +446,31 @@ driver! {
     }
     fn cuGraphInstantiate_v2(exec: *mut *mut c_void, graph: *mut c_void, error_node: *mut u64, log: *mut c_char, size: usize) {
         instantiate_logged(exec, graph, error_node, log, size)
+    }
+    fn cuGraphAddNode_v2(node: *mut *mut c_void, graph: *mut c_void, dep: *const u64, edge_data: *const u64, n: usize, params: *mut u8) {
+        let mut b = node_params(params)?;
+        rt(g::cudaGraphAddNode(node, graph, dep, edge_data, n, b.as_mut_ptr()))?;
+        // What the runtime wrote back (a conditional node's body graphs, an allocation's
+        // address) into the program's structure.
+        let mut back = [0u8; CUDAGRAPHNODEPARAMS_SIZE];
+        back.copy_from_slice(&b);
+        if ![TYPE_KERNEL, TYPE_MEMCPY].contains(&field::<u32>(params, NODE_TYPE)?) {
+            write_node_params(&back, params)?;
+        }
+        Ok(())
+    }
+    fn cuGraphNodeGetParams(node: *mut c_void, params: *mut u8) {
+        let mut r = [0u8; CUDAGRAPHNODEPARAMS_SIZE];
+        rt(g::cudaGraphNodeGetParams(node, r.as_mut_ptr()))?;
+        write_node_params(&r, params)
+    }
+    fn cuGraphNodeSetParams(node: *mut c_void, params: *mut u8) {
+        let mut b = node_params(params)?;
+        rt(g::cudaGraphNodeSetParams(node, b.as_mut_ptr()))
+    }
+    fn cuGraphExecNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *mut u8) {
+        let mut b = node_params(params)?;
+        rt(g::cudaGraphExecNodeSetParams(exec, node, b.as_mut_ptr()))
     }
     fn cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, dep: *const *mut c_void, n: usize, params: *mut u8) {
         // CUDA_MEM_ALLOC_NODE_PARAMS is cudaMemAllocNodeParams (CUmemPoolProps is

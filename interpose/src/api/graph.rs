@@ -497,11 +497,8 @@ fn read_generic(p: *const u8) -> CudaResult<(u32, *const u8)> {
 fn decode_generic(ty: u32, u: *const u8) -> CudaResult<NodeKind> {
     Ok(match ty {
         cudaGraphNodeTypeKernel => {
-            let ft: u32 = field(u, CUDAKERNELNODEPARAMSV2_FUNCTIONTYPE)?;
-            if ft == cudaKernelFunctionTypeFunction {
-                // A driver CUfunction: crum has no driver API.
-                return Err(cuda::ERROR_NOT_SUPPORTED);
-            }
+            // Every function type (an entry function, a cudaKernel_t, a driver CUfunction) is
+            // a kernel handle here (`api::driver`).
             let func: usize = field(u, CUDAKERNELNODEPARAMSV2_FUNC)?;
             let grid: Dim3 = field(u, CUDAKERNELNODEPARAMSV2_GRIDDIM)?;
             let block: Dim3 = field(u, CUDAKERNELNODEPARAMSV2_BLOCKDIM)?;
