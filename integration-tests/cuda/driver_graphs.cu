@@ -703,6 +703,27 @@ int main(int argc, char **argv) {
         check(dd, 16, 1, "a generic node's executable parameters");
         DRV(p_cuGraphExecDestroy(ne));
         DRV(p_cuGraphDestroy(ng));
+        // The runtime's generic node with a driver CUfunction: de = 1, then 1*2 + 5 + i.
+        cudaGraph_t rg2;
+        CK(cudaGraphCreate(&rg2, 0));
+        static Axpb a12(de, 2, 5);
+        cudaGraphNodeParams rp = {};
+        rp.type = cudaGraphNodeTypeKernel;
+        rp.kernel.func = (void *)axpb_f;
+        rp.kernel.functionType = cudaKernelFunctionTypeFunction;
+        rp.kernel.gridDim = dim3(N / 128);
+        rp.kernel.blockDim = dim3(128);
+        rp.kernel.kernelParams = a12.params;
+        cudaGraphNode_t rn;
+        CK(cudaGraphAddNode(&rn, rg2, nullptr, nullptr, 0, &rp));
+        cudaGraphExec_t re;
+        CK(cudaGraphInstantiate(&re, rg2, 0));
+        DRV(p_cuMemsetD32(de, 1, N));
+        CK(cudaGraphLaunch(re, s));
+        CK(cudaStreamSynchronize(s));
+        check(de, 7, 1, "a runtime node of a driver CUfunction");
+        CK(cudaGraphExecDestroy(re));
+        CK(cudaGraphDestroy(rg2));
     }
     // Kernel node attributes, a user object a graph owns, a graph printed (never launched).
     {
