@@ -576,9 +576,9 @@ driver! {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
         // A versioned name: exactly the function for that version.
-        let exact = RENAMED.iter().find(|r| r.0 == name).map(|r| r.1);
-        if let Some(versions) = exact {
-            name = versions.iter().find(|v| version >= v.0).map_or("", |v| v.1).to_string();
+        let exact = versioned(&name, version);
+        if let Some(v) = exact {
+            name = v.to_string();
         }
         let h = own_handle();
         let suffixes: &[&str] = if exact.is_some() { &[""] } else { &["_v4", "_v3", "_v2", ""] };
@@ -647,6 +647,13 @@ const RENAMED: [(&str, &[(i32, &str)]); 14] = [
     ("cuGraphExecUpdate", &[(12000, "cuGraphExecUpdate_v2"), (0, "cuGraphExecUpdate")]),
 ];
 
+/// The function a program built for CUDA `version` gets for `name`, where the signature
+/// changed (`RENAMED`): `Some("")` when no form is that old; `None` for other names.
+fn versioned(name: &str, version: i32) -> Option<&'static str> {
+    let versions = RENAMED.iter().find(|r| r.0 == name)?.1;
+    Some(versions.iter().find(|v| version >= v.0).map_or("", |v| v.1))
+}
+
 /// A C string for `s` that lives for ever (the error strings; a fixed, small set).
 fn intern(s: &'static str) -> *const c_char {
     static MAP: std::sync::Mutex<Vec<(&'static str, &'static CStr)>> = std::sync::Mutex::new(Vec::new());
@@ -657,4 +664,35 @@ fn intern(s: &'static str) -> *const c_char {
     let c: &'static CStr = Box::leak(std::ffi::CString::new(s).unwrap_or_default().into_boxed_c_str());
     g.push((s, c));
     c.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_signature_is_looked_up_in_the_form_of_the_version_asked_for() {
+        assert_eq!(versioned("cuGraphInstantiate", 13000), Some("cuGraphInstantiateWithFlags"));
+        assert_eq!(versioned("cuGraphInstantiate", 11000), Some("cuGraphInstantiate_v2"));
+        assert_eq!(versioned("cuStreamGetCaptureInfo", 12030), Some("cuStreamGetCaptureInfo_v3"));
+        assert_eq!(versioned("cuStreamGetCaptureInfo", 12020), Some("cuStreamGetCaptureInfo_v2"));
+        assert_eq!(versioned("cuStreamGetCaptureInfo", 10010), Some("cuStreamGetCaptureInfo"));
+        assert_eq!(versioned("cuGraphGetEdges", 12000), Some("cuGraphGetEdges"));
+        assert_eq!(versioned("cuStreamBeginCapture", 10000), Some("cuStreamBeginCapture"));
+        assert_eq!(versioned("cuStreamBeginCapture", 10010), Some("cuStreamBeginCapture_v2"));
+    }
+
+    #[test]
+    fn a_name_whose_signature_never_changed_is_not_versioned() {
+        assert_eq!(versioned("cuGraphLaunch", 10000), None);
+        assert_eq!(versioned("cuMemAlloc", 13000), None);
+    }
+
+    #[test]
+    fn every_versioned_form_is_listed_newest_first_and_ends_with_the_oldest() {
+        for (name, forms) in RENAMED {
+            assert!(forms.windows(2).all(|w| w[0].0 > w[1].0), "{name}");
+            assert_eq!(forms.last().map(|f| f.0), Some(0), "{name}");
+        }
+    }
 }
