@@ -44,7 +44,7 @@
     X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuFuncSetCacheConfig) X(cuFuncGetName) X(cuFuncGetParamInfo) \
     X(cuKernelSetAttribute) X(cuKernelSetCacheConfig) X(cuKernelGetName) X(cuKernelGetParamInfo) \
     X(cuLaunchKernelEx) X(cuGraphMemcpyNodeGetParams) X(cuGraphAddNode) X(cuGraphNodeGetParams) \
-    X(cuGraphNodeSetParams) X(cuGraphExecNodeSetParams)
+    X(cuGraphNodeSetParams) X(cuGraphExecNodeSetParams) X(cuGraphConditionalHandleCreate)
 FUNCS(DRIVER)
 
 static const unsigned N = 1024;
@@ -148,8 +148,51 @@ static void launch_all(const char *when) {
     }
 }
 
-// With the argument "bad-handles" (a crum test; a real driver may crash on such handles, so
-// native runs leave it out): handles never made, and destroyed ones, answer errors.
+// With the argument "crum-checks" (crum tests that native runs and the cuda backend leave out):
+// conditional nodes through the driver (the cuda backend has none), and handles never made,
+// or destroyed, answering errors (a real driver may crash on them).
+static void conditional_nodes(CUcontext ctx) {
+    // Two IF nodes whose handles take their default at each launch: 1 runs its body (de = 21),
+    // 0 does not (dd stays 0).
+    CUgraph cg;
+    DRV(p_cuGraphCreate(&cg, 0));
+    CUgraphConditionalHandle yes, no;
+    DRV(p_cuGraphConditionalHandleCreate(&yes, cg, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    DRV(p_cuGraphConditionalHandleCreate(&no, cg, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CUdeviceptr dst[2] = {de, dd};
+    CUgraphConditionalHandle handles[2] = {yes, no};
+    for (int i = 0; i < 2; i++) {
+        CUgraphNodeParams np;
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        np.conditional.handle = handles[i];
+        np.conditional.type = CU_GRAPH_COND_TYPE_IF;
+        np.conditional.size = 1;
+        np.conditional.ctx = ctx;
+        CUgraphNode cn;
+        DRV(p_cuGraphAddNode(&cn, cg, nullptr, nullptr, 0, &np));
+        EXPECT(np.conditional.phGraph_out != nullptr && np.conditional.phGraph_out[0] != nullptr);
+        CUDA_MEMSET_NODE_PARAMS m = {};
+        m.dst = dst[i];
+        m.value = 21 + i;
+        m.elementSize = 4;
+        m.width = N;
+        m.height = 1;
+        CUgraphNode body;
+        DRV(p_cuGraphAddMemsetNode(&body, np.conditional.phGraph_out[0], nullptr, 0, &m, ctx));
+    }
+    CUgraphExec ce;
+    DRV(p_cuGraphInstantiate(&ce, cg, 0));
+    DRV(p_cuMemsetD32(de, 0, N));
+    DRV(p_cuMemsetD32(dd, 0, N));
+    DRV(p_cuGraphLaunch(ce, s));
+    DRV(p_cuStreamSynchronize(s));
+    check(de, 21, 0, "an IF node whose condition is 1");
+    check(dd, 0, 0, "an IF node whose condition is 0");
+    DRV(p_cuGraphExecDestroy(ce));
+    DRV(p_cuGraphDestroy(cg));
+}
+
 static void bad_handles(CUgraph g, CUcontext ctx) {
     void *bad = (void *)0x12345678;
     CUgraphNode n, bad_node = (CUgraphNode)bad;
@@ -231,7 +274,10 @@ int main(int argc, char **argv) {
     EXPECT(p_cuGraphDestroy(nullptr) == CUDA_ERROR_INVALID_VALUE);
     EXPECT(p_cuGraphExecDestroy(nullptr) == CUDA_ERROR_INVALID_VALUE);
     EXPECT(p_cuGraphGetNodes(g, nullptr, nullptr) == CUDA_ERROR_INVALID_VALUE);
-    if (argc > 1 && strcmp(argv[1], "bad-handles") == 0) bad_handles(g, ctx);
+    if (argc > 1 && strcmp(argv[1], "crum-checks") == 0) {
+        bad_handles(g, ctx);
+        conditional_nodes(ctx);
+    }
 
     // memset da=5 -> axpb(da, 2, 1): 11+i -> copy to db -> child: axpb(db, 1, 100): 111+2i
     // -> host node -> event record.

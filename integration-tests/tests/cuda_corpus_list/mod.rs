@@ -89,9 +89,9 @@ macro_rules! corpus {
         );
         $crate::cuda_corpus_list::corpus_test!(
             $run,
-            driver_graphs_given_unknown_or_destroyed_handles_answer_errors_not_crashes,
+            driver_graphs_conditional_nodes_and_unknown_or_destroyed_handles_through_the_driver,
             "driver_graphs",
-            args: ["bad-handles"]
+            args: ["crum-checks"]
         );
     };
 }

@@ -459,6 +459,10 @@ driver! {
         }
         Ok(())
     }
+    fn cuGraphConditionalHandleCreate(handle: *mut u64, graph: *mut c_void, ctx: usize, default: u32, flags: u32) {
+        node_ctx(ctx)?;
+        rt(g::cudaGraphConditionalHandleCreate_v2(handle, graph, ctx as *mut c_void, default, flags))
+    }
     fn cuGraphNodeGetParams(node: *mut c_void, params: *mut u8) {
         let mut r = [0u8; CUDAGRAPHNODEPARAMS_SIZE];
         rt(g::cudaGraphNodeGetParams(node, r.as_mut_ptr()))?;
