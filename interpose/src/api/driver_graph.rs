@@ -7,12 +7,15 @@
 //! runtime restores).
 //!
 //! Most driver structures have the runtime's layout (`CUDA_MEMSET_NODE_PARAMS`,
-//! `CUDA_HOST_NODE_PARAMS`, `CUDA_GRAPH_INSTANTIATE_PARAMS`, `CUgraphExecUpdateResultInfo`,
-//! `CUgraphEdgeData`) and pass through; two are translated here: `CUDA_KERNEL_NODE_PARAMS_v2`
-//! (the runtime's `cudaKernelNodeParams` followed by `kern`, a `CUkernel` used when `func` is
-//! NULL, and `ctx`) and `CUDA_MEMCPY3D` (decoded by `api::driver_mem`). Versions are the ones
-//! `cuda.h` 13 maps the plain names to (`cuGraphAddKernelNode_v2`, `cuGraphGetEdges_v2`,
-//! `cuStreamGetCaptureInfo_v3`…; `cuGraphInstantiate` is `cuGraphInstantiateWithFlags`).
+//! `CUDA_HOST_NODE_PARAMS`, `CUDA_MEM_ALLOC_NODE_PARAMS`, `CUDA_GRAPH_INSTANTIATE_PARAMS`,
+//! `CUgraphExecUpdateResultInfo`, `CUgraphEdgeData`, launch attributes) and pass through;
+//! three are translated here: `CUDA_KERNEL_NODE_PARAMS_v2` (the runtime's
+//! `cudaKernelNodeParams` followed by `kern`, a `CUkernel` used when `func` is NULL, and
+//! `ctx`), `CUDA_MEMCPY3D` (decoded and written by `api::driver_mem`) and `CUgraphNodeParams`
+//! (its kernel and copy members). Versions are the ones `cuda.h` 13 maps the plain names to
+//! (`cuGraphAddKernelNode_v2`, `cuGraphGetEdges_v2`, `cuStreamGetCaptureInfo_v3`…;
+//! `cuGraphInstantiate` is `cuGraphInstantiateWithFlags`), and the older forms are exported
+//! under their plain names for programs that ask `cuGetProcAddress` for an older version.
 //!
 //! # Safety
 //! The only unsafe code is the `#[no_mangle]` exports of `driver!`; application pointers are
@@ -451,11 +454,9 @@ driver! {
         let mut b = node_params(params)?;
         rt(g::cudaGraphAddNode(node, graph, dep, edge_data, n, b.as_mut_ptr()))?;
         // What the runtime wrote back (a conditional node's body graphs, an allocation's
-        // address) into the program's structure.
-        let mut back = [0u8; CUDAGRAPHNODEPARAMS_SIZE];
-        back.copy_from_slice(&b);
+        // address) into the program's structure (kernel and copy members have no outputs).
         if ![TYPE_KERNEL, TYPE_MEMCPY].contains(&field::<u32>(params, NODE_TYPE)?) {
-            write_node_params(&back, params)?;
+            write_node_params(&b, params)?;
         }
         Ok(())
     }
