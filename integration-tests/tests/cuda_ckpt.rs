@@ -168,6 +168,10 @@ corpus_ckpt!(
     driver_arrays_pitched_pooled_and_host_memory_and_textures_survive_restarts,
     "driver_memory"
 );
+corpus_ckpt!(
+    driver_graphs_captures_and_library_kernels_launch_at_their_handles_after_restarts,
+    "driver_graphs"
+);
 /// Checkpoints no longer fail "lane busy" while threads beyond the 64 lanes hold the overflow
 /// lane (the agent has its own lane; this test failed every run before). Its restarts failed
 /// now and then, for three reasons, each fixed — "cannot connect to the new device

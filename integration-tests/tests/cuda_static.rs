@@ -62,6 +62,11 @@ fn static_driver_api_vmm_mappings_survive_restarts() {
 }
 
 #[test]
+fn static_driver_graphs_survive_restarts_at_their_handles() {
+    static_scenario("driver_graphs", ScenarioOpts::default());
+}
+
+#[test]
 fn a_static_runtime_program_restarts_at_three_points_and_restarts_again() {
     static_scenario("streams_pipeline", ScenarioOpts::default());
 }

@@ -83,6 +83,17 @@ macro_rules! corpus {
             driver_memory_of_every_kind_arrays_2d_3d_copies_and_textures_match_cpu,
             "driver_memory"
         );
+        $crate::cuda_corpus_list::corpus_test!(
+            $run,
+            driver_graphs_captures_and_libraries_mix_with_the_runtime_and_match_cpu,
+            "driver_graphs"
+        );
+        $crate::cuda_corpus_list::corpus_test!(
+            $run,
+            driver_graphs_conditional_nodes_and_unknown_or_destroyed_handles_through_the_driver,
+            "driver_graphs",
+            args: ["crum-checks"]
+        );
     };
 }
 pub(crate) use corpus;

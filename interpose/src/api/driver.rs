@@ -23,7 +23,12 @@
 //!   objects): `api::driver_mem`; virtual memory management (`cuMemCreate`, `cuMemMap`…):
 //!   `api::vmm`.
 //!
-//! Not here: graphs, surfaces, mipmapped arrays, IPC, external memory, green contexts: their
+//! - Graphs and stream capture (`cuGraph*`, `cuStreamBeginCapture`…): `api::driver_graph`.
+//!   Libraries (`cuLibraryLoadData`, `cuLibraryGetKernel`…) are modules too: a `CUlibrary` is
+//!   its one `CUmodule`, and a `CUkernel` is the kernel handle a `CUfunction` is, so
+//!   `cuLaunchKernel` takes either.
+//!
+//! Not here: surfaces, mipmapped arrays, IPC, external memory, green contexts: their
 //! symbols are absent (a `dlsym` for them fails; `cuGetProcAddress` says not found); the list
 //! is in `docs/driver-api.md` § 5.
 #![allow(unsafe_code, non_snake_case, clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]
@@ -57,9 +62,12 @@ pub(crate) fn device(dev: i32) -> CudaResult<()> {
     }
 }
 
-/// The entry of a driver call: `CUresult` out, through the checkpoint gate.
+/// The entry of a driver call: `CUresult` out, through the checkpoint gate. A kernel handle
+/// the runtime does not know (`cudaErrorInvalidDeviceFunction`, which has no `CUresult`) is
+/// `CUDA_ERROR_INVALID_HANDLE`, as the driver answers for a `CUfunction` or `CUkernel`.
 pub(crate) fn guard(name: &'static str, f: impl FnOnce() -> CudaResult<()>) -> u32 {
-    cuda::driver_result(crate::errors::guard_driver(name, f))
+    let code = crate::errors::guard_driver(name, f);
+    cuda::driver_result(if code == cuda::ERROR_INVALID_DEVICE_FUNCTION { cuda::ERROR_INVALID_RESOURCE_HANDLE } else { code })
 }
 
 /// Whether the driver was initialized: by `cuInit`, or by the runtime (which initializes it
@@ -289,20 +297,124 @@ driver! {
         super::launch::launch_extra(f, grid, block, params, std::ptr::null_mut(), shared as usize, stream as u64, false, true)
     }
     fn cuFuncGetAttribute(v: *mut i32, attr: u32, f: usize) {
-        let (_, info) = crate::state::function(f)?;
-        // CU_FUNC_ATTRIBUTE_*: the values of cudaFuncAttributes' fields.
-        let x = match attr {
-            0 => info.max_threads_per_block,
-            1 => info.shared_bytes as i32,
-            2 => info.const_bytes as i32,
-            3 => info.local_bytes as i32,
-            4 => info.num_regs,
-            5 => info.ptx_version,
-            6 => info.binary_version,
-            8 => info.max_dynamic_shared,
-            _ => return Err(cuda::ERROR_INVALID_VALUE),
-        };
-        out(v, x)
+        out(v, func_attribute(attr, f)?)
+    }
+    fn cuFuncSetAttribute(f: usize, attr: u32, value: i32) {
+        // The settable CU_FUNC_ATTRIBUTE_*s have cudaFuncAttribute's values.
+        rt(super::launch::cudaFuncSetAttribute(f as *const c_void, attr, value))
+    }
+    fn cuFuncSetCacheConfig(f: usize, config: u32) {
+        rt(super::launch::cudaFuncSetCacheConfig(f as *const c_void, config))
+    }
+    fn cuFuncGetName(name: *mut *const c_char, f: usize) {
+        rt(super::launch::cudaFuncGetName(name, f as *const c_void))
+    }
+    fn cuFuncGetParamInfo(f: usize, index: usize, offset: *mut usize, size: *mut usize) {
+        rt(super::launch::cudaFuncGetParamInfo(f as *const c_void, index, offset, size))
+    }
+    fn cuKernelSetAttribute(attr: u32, value: i32, kernel: usize, dev: i32) {
+        rt(super::launch::cudaKernelSetAttributeForDevice(kernel as *const c_void, attr, value, dev))
+    }
+    fn cuKernelSetCacheConfig(kernel: usize, config: u32, dev: i32) {
+        device(dev)?;
+        rt(super::launch::cudaFuncSetCacheConfig(kernel as *const c_void, config))
+    }
+    fn cuKernelGetName(name: *mut *const c_char, kernel: usize) {
+        rt(super::launch::cudaFuncGetName(name, kernel as *const c_void))
+    }
+    fn cuKernelGetParamInfo(kernel: usize, index: usize, offset: *mut usize, size: *mut usize) {
+        rt(super::launch::cudaFuncGetParamInfo(kernel as *const c_void, index, offset, size))
+    }
+    fn cuLaunchKernelEx(config: *const u8, f: usize, params: *mut *mut c_void, extra: *mut *mut c_void) {
+        context::check_launch(f)?;
+        // CUlaunchConfig is cudaLaunchConfig_t but for sharedMemBytes, 4 bytes where the
+        // runtime has 8; CUlaunchAttribute is cudaLaunchAttribute.
+        let mut cfg = [0u8; crate::abi_gen::CUDALAUNCHCONFIG_T_SIZE];
+        cfg.copy_from_slice(crate::ffi::bytes(config, crate::abi_gen::CUDALAUNCHCONFIG_T_SIZE)?);
+        let shared: u32 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_DYNAMICSMEMBYTES)?;
+        set_field(cfg.as_mut_ptr(), crate::abi_gen::CUDALAUNCHCONFIG_T_DYNAMICSMEMBYTES, shared as usize);
+        if extra.is_null() {
+            return rt(super::launch::cudaLaunchKernelExC(cfg.as_ptr(), f as *const c_void, params));
+        }
+        if field::<u32>(config, crate::abi_gen::CUDALAUNCHCONFIG_T_NUMATTRS)? != 0 {
+            return Err(crate::errors::unsupported("cuLaunchKernelEx (extra with launch attributes)"));
+        }
+        let grid: Dim3 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_GRIDDIM)?;
+        let block: Dim3 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_BLOCKDIM)?;
+        let stream: u64 = field(config, crate::abi_gen::CUDALAUNCHCONFIG_T_STREAM)?;
+        super::launch::launch_extra(f, grid, block, params, extra, shared as usize, stream, false, false)
+    }
+    fn cuLibraryLoadData(lib: *mut usize, code: *const c_void, _jit_options: *mut u32, _jit_values: *mut *mut c_void, _num_jit: u32, _lib_options: *mut u32, _lib_values: *mut *mut c_void, _num_lib: u32) {
+        if lib.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let h = super::library::load_image(super::library::image_at(code as u64)?)?;
+        context::module_loaded(h);
+        out(lib, h)
+    }
+    fn cuLibraryLoadFromFile(lib: *mut usize, file: *const c_char, _jit_options: *mut u32, _jit_values: *mut *mut c_void, _num_jit: u32, _lib_options: *mut u32, _lib_values: *mut *mut c_void, _num_lib: u32) {
+        if lib.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let path = cstr(file).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let h = super::library::load_image(super::library::image_of_file(&path)?)?;
+        context::module_loaded(h);
+        out(lib, h)
+    }
+    fn cuLibraryGetKernelCount(count: *mut u32, lib: *mut c_void) {
+        rt(super::library::cudaLibraryGetKernelCount(count, lib))
+    }
+    fn cuLibraryEnumerateKernels(kernels: *mut usize, num: u32, lib: *mut c_void) {
+        rt(super::library::cudaLibraryEnumerateKernels(kernels.cast(), num, lib))?;
+        let mut count = 0u32;
+        rt(super::library::cudaLibraryGetKernelCount(&mut count, lib))?;
+        // The kernels written belong to the library's context, as cuLibraryGetKernel's.
+        for i in 0..num.min(count) as usize {
+            context::function_of(read(kernels.wrapping_add(i))?, lib as usize);
+        }
+        Ok(())
+    }
+    fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, lib: *mut c_void, name: *const c_char) {
+        rt(super::library::cudaLibraryGetManaged(dptr.cast(), bytes, lib, name))
+    }
+    fn cuLibraryUnload(lib: *mut c_void) {
+        super::library::unload(lib)
+    }
+    fn cuLibraryGetModule(module: *mut usize, lib: *mut c_void) {
+        // A library is its one module here.
+        super::library::library(lib)?;
+        out(module, lib as usize)
+    }
+    fn cuLibraryGetKernel(kernel: *mut usize, lib: *mut c_void, name: *const c_char) {
+        if kernel.is_null() {
+            return Err(cuda::ERROR_INVALID_VALUE);
+        }
+        let l = super::library::library(lib)?;
+        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let k = super::library::kernel(l, &name)?;
+        context::function_of(k, lib as usize);
+        out(kernel, k)
+    }
+    fn cuKernelGetFunction(f: *mut usize, kernel: usize) {
+        // A CUkernel is a kernel handle, as a CUfunction is: the same value serves as both.
+        crate::state::function(kernel)?;
+        out(f, kernel)
+    }
+    fn cuKernelGetAttribute(v: *mut i32, attr: u32, kernel: usize, dev: i32) {
+        device(dev)?;
+        out(v, func_attribute(attr, kernel)?)
+    }
+    fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, lib: *mut c_void, name: *const c_char) {
+        let l = super::library::library(lib)?;
+        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+        let (addr, size) = super::library::global(l, name)?;
+        if !dptr.is_null() {
+            out(dptr, addr)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size as usize)?;
+        }
+        Ok(())
     }
     fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) {
         rt(super::memory::cudaMalloc(dptr.cast(), bytes))?;
@@ -458,13 +570,19 @@ driver! {
         };
         out(s, intern(cuda::description(runtime)))
     }
-    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, _version: i32, _flags: u64, status: *mut i32) {
-        let name = cstr(symbol).ok_or(cuda::ERROR_INVALID_VALUE)?;
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, _flags: u64, status: *mut i32) {
+        let mut name = cstr(symbol).ok_or(cuda::ERROR_INVALID_VALUE)?;
         if pfn.is_null() {
             return Err(cuda::ERROR_INVALID_VALUE);
         }
+        // A versioned name: exactly the function for that version.
+        let exact = versioned(&name, version);
+        if let Some(v) = exact {
+            name = v.to_string();
+        }
         let h = own_handle();
-        let found = ["_v4", "_v3", "_v2", ""].iter().find_map(|v| {
+        let suffixes: &[&str] = if exact.is_some() { &[""] } else { &["_v4", "_v3", "_v2", ""] };
+        let found = suffixes.iter().find_map(|v| {
             let full = std::ffi::CString::new(format!("{name}{v}")).ok()?;
             // SAFETY: `h` is this library's handle (or null: the global scope); a
             // NUL-terminated name.
@@ -489,6 +607,53 @@ driver! {
     }
 }
 
+/// `CU_FUNC_ATTRIBUTE_*` `attr` of the kernel handle `f` (a `CUfunction` or a `CUkernel`):
+/// the values of `cudaFuncAttributes`' fields.
+fn func_attribute(attr: u32, f: usize) -> CudaResult<i32> {
+    let (_, info) = crate::state::function(f)?;
+    Ok(match attr {
+        0 => info.max_threads_per_block,
+        1 => info.shared_bytes as i32,
+        2 => info.const_bytes as i32,
+        3 => info.local_bytes as i32,
+        4 => info.num_regs,
+        5 => info.ptx_version,
+        6 => info.binary_version,
+        8 => info.max_dynamic_shared,
+        _ => return Err(cuda::ERROR_INVALID_VALUE),
+    })
+}
+
+/// Names whose signature changed, with the function each CUDA version asking for it gets
+/// (the newest first; the first whose version is at most the one asked for): a program built
+/// for CUDA 11 that asks for `cuGraphGetEdges` gets the one without edge data.
+const RENAMED: [(&str, &[(i32, &str)]); 14] = [
+    ("cuGraphInstantiate", &[(12000, "cuGraphInstantiateWithFlags"), (0, "cuGraphInstantiate_v2")]),
+    ("cuStreamBeginCapture", &[(10010, "cuStreamBeginCapture_v2"), (0, "cuStreamBeginCapture")]),
+    (
+        "cuStreamGetCaptureInfo",
+        &[(12030, "cuStreamGetCaptureInfo_v3"), (11030, "cuStreamGetCaptureInfo_v2"), (0, "cuStreamGetCaptureInfo")],
+    ),
+    ("cuStreamUpdateCaptureDependencies", &[(12030, "cuStreamUpdateCaptureDependencies_v2"), (0, "cuStreamUpdateCaptureDependencies")]),
+    ("cuGraphGetEdges", &[(12030, "cuGraphGetEdges_v2"), (0, "cuGraphGetEdges")]),
+    ("cuGraphNodeGetDependencies", &[(12030, "cuGraphNodeGetDependencies_v2"), (0, "cuGraphNodeGetDependencies")]),
+    ("cuGraphNodeGetDependentNodes", &[(12030, "cuGraphNodeGetDependentNodes_v2"), (0, "cuGraphNodeGetDependentNodes")]),
+    ("cuGraphAddDependencies", &[(12030, "cuGraphAddDependencies_v2"), (0, "cuGraphAddDependencies")]),
+    ("cuGraphRemoveDependencies", &[(12030, "cuGraphRemoveDependencies_v2"), (0, "cuGraphRemoveDependencies")]),
+    ("cuGraphAddKernelNode", &[(12000, "cuGraphAddKernelNode_v2"), (0, "cuGraphAddKernelNode")]),
+    ("cuGraphKernelNodeGetParams", &[(12000, "cuGraphKernelNodeGetParams_v2"), (0, "cuGraphKernelNodeGetParams")]),
+    ("cuGraphKernelNodeSetParams", &[(12000, "cuGraphKernelNodeSetParams_v2"), (0, "cuGraphKernelNodeSetParams")]),
+    ("cuGraphExecKernelNodeSetParams", &[(12000, "cuGraphExecKernelNodeSetParams_v2"), (0, "cuGraphExecKernelNodeSetParams")]),
+    ("cuGraphExecUpdate", &[(12000, "cuGraphExecUpdate_v2"), (0, "cuGraphExecUpdate")]),
+];
+
+/// The function a program built for CUDA `version` gets for `name`, where the signature
+/// changed (`RENAMED`): `Some("")` when no form is that old; `None` for other names.
+fn versioned(name: &str, version: i32) -> Option<&'static str> {
+    let versions = RENAMED.iter().find(|r| r.0 == name)?.1;
+    Some(versions.iter().find(|v| version >= v.0).map_or("", |v| v.1))
+}
+
 /// A C string for `s` that lives for ever (the error strings; a fixed, small set).
 fn intern(s: &'static str) -> *const c_char {
     static MAP: std::sync::Mutex<Vec<(&'static str, &'static CStr)>> = std::sync::Mutex::new(Vec::new());
@@ -499,4 +664,35 @@ fn intern(s: &'static str) -> *const c_char {
     let c: &'static CStr = Box::leak(std::ffi::CString::new(s).unwrap_or_default().into_boxed_c_str());
     g.push((s, c));
     c.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_signature_is_looked_up_in_the_form_of_the_version_asked_for() {
+        assert_eq!(versioned("cuGraphInstantiate", 13000), Some("cuGraphInstantiateWithFlags"));
+        assert_eq!(versioned("cuGraphInstantiate", 11000), Some("cuGraphInstantiate_v2"));
+        assert_eq!(versioned("cuStreamGetCaptureInfo", 12030), Some("cuStreamGetCaptureInfo_v3"));
+        assert_eq!(versioned("cuStreamGetCaptureInfo", 12020), Some("cuStreamGetCaptureInfo_v2"));
+        assert_eq!(versioned("cuStreamGetCaptureInfo", 10010), Some("cuStreamGetCaptureInfo"));
+        assert_eq!(versioned("cuGraphGetEdges", 12000), Some("cuGraphGetEdges"));
+        assert_eq!(versioned("cuStreamBeginCapture", 10000), Some("cuStreamBeginCapture"));
+        assert_eq!(versioned("cuStreamBeginCapture", 10010), Some("cuStreamBeginCapture_v2"));
+    }
+
+    #[test]
+    fn a_name_whose_signature_never_changed_is_not_versioned() {
+        assert_eq!(versioned("cuGraphLaunch", 10000), None);
+        assert_eq!(versioned("cuMemAlloc", 13000), None);
+    }
+
+    #[test]
+    fn every_versioned_form_is_listed_newest_first_and_ends_with_the_oldest() {
+        for (name, forms) in RENAMED {
+            assert!(forms.windows(2).all(|w| w[0].0 > w[1].0), "{name}");
+            assert_eq!(forms.last().map(|f| f.0), Some(0), "{name}");
+        }
+    }
 }

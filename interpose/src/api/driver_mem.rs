@@ -20,6 +20,12 @@ use crum_wire::cuda;
 use super::array::Extent;
 use super::device::ChannelFormatDesc;
 use super::driver::{driver, rt};
+use crate::abi_gen::{
+    CUDAEXTENT_DEPTH, CUDAEXTENT_HEIGHT, CUDAEXTENT_WIDTH, CUDAMEMCPY3DPARMS_DSTARRAY, CUDAMEMCPY3DPARMS_DSTPOS,
+    CUDAMEMCPY3DPARMS_DSTPTR, CUDAMEMCPY3DPARMS_EXTENT, CUDAMEMCPY3DPARMS_KIND, CUDAMEMCPY3DPARMS_SIZE,
+    CUDAMEMCPY3DPARMS_SRCARRAY, CUDAMEMCPY3DPARMS_SRCPOS, CUDAMEMCPY3DPARMS_SRCPTR, CUDAPITCHEDPTR_PITCH,
+    CUDAPITCHEDPTR_PTR, CUDAPITCHEDPTR_YSIZE, CUDAPOS_X, CUDAPOS_Y, CUDAPOS_Z,
+};
 use crate::errors::CudaResult;
 use crate::ffi::*;
 
@@ -122,6 +128,83 @@ fn memcpy3d(p: *const u8, stream: u64, sync: bool) -> CudaResult<()> {
     for z in 0..depth.max(1) {
         super::memory::copy(d.at + z * d.slice, d.pitch, s.at + z * s.slice, s.pitch, w, h.max(1), kind(&s, &d), stream, sync)?;
     }
+    Ok(())
+}
+
+/// A `CUDA_MEMCPY3D` as the runtime's `cudaMemcpy3DParms` over pitched pointers (a memcpy
+/// node of `cuGraphAddMemcpyNode`; an array side is the array's memory at the origin). LOD
+/// must be 0, as for `cuMemcpy3D`.
+pub(crate) fn copy3d_params(p: *const u8) -> CudaResult<Box<[u8; CUDAMEMCPY3DPARMS_SIZE]>> {
+    let (slod, dlod): (u64, u64) = (field(p, 24)?, field(p, 112)?);
+    if slod != 0 || dlod != 0 {
+        return Err(crate::errors::unsupported("cuGraphAddMemcpyNode (mipmap levels)"));
+    }
+    let (s, d) = (side(p, &SRC_3D)?, side(p, &DST_3D)?);
+    let (w, h, depth): (u64, u64, u64) = (field(p, 176)?, field(p, 184)?, field(p, 192)?);
+    let h = h.max(1);
+    let mut b = super::graph::copy_params(d.at, d.pitch, s.at, s.pitch, w, h, kind(&s, &d));
+    // A side's rows per slice: its slice pitch over its row pitch (the copy's height where
+    // it gives none).
+    let rows = |x: &Side| if x.pitch > 0 && x.slice > 0 { (x.slice / x.pitch).max(h) } else { h };
+    set_field(b.as_mut_ptr(), CUDAMEMCPY3DPARMS_SRCPTR + CUDAPITCHEDPTR_YSIZE, rows(&s));
+    set_field(b.as_mut_ptr(), CUDAMEMCPY3DPARMS_DSTPTR + CUDAPITCHEDPTR_YSIZE, rows(&d));
+    set_field(b.as_mut_ptr(), CUDAMEMCPY3DPARMS_EXTENT + CUDAEXTENT_DEPTH, depth.max(1));
+    Ok(b)
+}
+
+/// The runtime's `cudaMemcpy3DParms` `r` (a memcpy node's) as a `CUDA_MEMCPY3D` at `p`
+/// (`cuGraphMemcpyNodeGetParams`): memory types from the copy's kind (host, device, or
+/// unified for `cudaMemcpyDefault`), an array side as `CU_MEMORYTYPE_ARRAY` with its
+/// position in bytes. A node added through the driver with an array side holds the array's
+/// memory at the origin, so it reads back as device memory.
+pub(crate) fn write_copy3d(r: &[u8; CUDAMEMCPY3DPARMS_SIZE], p: *mut u8) -> CudaResult<()> {
+    zero(p, 200)?;
+    let r = r.as_ptr();
+    let kind: u32 = field(r, CUDAMEMCPY3DPARMS_KIND)?;
+    let (src_host, dst_host) = match kind {
+        0 => (Some(true), Some(true)),
+        1 => (Some(true), Some(false)),
+        2 => (Some(false), Some(true)),
+        3 => (Some(false), Some(false)),
+        _ => (None, None),
+    };
+    let mut elem = 1u64;
+    let mut one = |l: &SideAt, array_at: usize, pos_at: usize, ptr_at: usize, host: Option<bool>| -> CudaResult<()> {
+        let array: u64 = field(r, array_at)?;
+        let (x, y, z): (u64, u64, u64) = (field(r, pos_at + CUDAPOS_X)?, field(r, pos_at + CUDAPOS_Y)?, field(r, pos_at + CUDAPOS_Z)?);
+        if array != 0 {
+            let a = super::array::array(array as *const c_void)?;
+            elem = a.elem;
+            set_field(p, l.ty, MEM_ARRAY);
+            set_field(p, l.array, array);
+            set_field(p, l.x, x * a.elem);
+        } else {
+            let (ty, at) = match host {
+                Some(true) => (MEM_HOST, l.host),
+                Some(false) => (MEM_DEVICE, l.device),
+                None => (MEM_UNIFIED, l.device),
+            };
+            set_field(p, l.ty, ty);
+            set_field(p, at, field::<u64>(r, ptr_at + CUDAPITCHEDPTR_PTR)?);
+            set_field(p, l.pitch, field::<u64>(r, ptr_at + CUDAPITCHEDPTR_PITCH)?);
+            if let Some(h) = l.height {
+                set_field(p, h, field::<u64>(r, ptr_at + CUDAPITCHEDPTR_YSIZE)?);
+            }
+            set_field(p, l.x, x);
+        }
+        set_field(p, l.y, y);
+        if let Some(o) = l.z {
+            set_field(p, o, z);
+        }
+        Ok(())
+    };
+    one(&SRC_3D, CUDAMEMCPY3DPARMS_SRCARRAY, CUDAMEMCPY3DPARMS_SRCPOS, CUDAMEMCPY3DPARMS_SRCPTR, src_host)?;
+    one(&DST_3D, CUDAMEMCPY3DPARMS_DSTARRAY, CUDAMEMCPY3DPARMS_DSTPOS, CUDAMEMCPY3DPARMS_DSTPTR, dst_host)?;
+    // The extent's width is in elements where a side is an array.
+    let w: u64 = field(r, CUDAMEMCPY3DPARMS_EXTENT + CUDAEXTENT_WIDTH)?;
+    set_field(p, 176, w * elem);
+    set_field(p, 184, field::<u64>(r, CUDAMEMCPY3DPARMS_EXTENT + CUDAEXTENT_HEIGHT)?);
+    set_field(p, 192, field::<u64>(r, CUDAMEMCPY3DPARMS_EXTENT + CUDAEXTENT_DEPTH)?);
     Ok(())
 }
 

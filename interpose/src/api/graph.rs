@@ -497,11 +497,8 @@ fn read_generic(p: *const u8) -> CudaResult<(u32, *const u8)> {
 fn decode_generic(ty: u32, u: *const u8) -> CudaResult<NodeKind> {
     Ok(match ty {
         cudaGraphNodeTypeKernel => {
-            let ft: u32 = field(u, CUDAKERNELNODEPARAMSV2_FUNCTIONTYPE)?;
-            if ft == cudaKernelFunctionTypeFunction {
-                // A driver CUfunction: crum has no driver API.
-                return Err(cuda::ERROR_NOT_SUPPORTED);
-            }
+            // Every function type (an entry function, a cudaKernel_t, a driver CUfunction) is
+            // a kernel handle here (`api::driver`).
             let func: usize = field(u, CUDAKERNELNODEPARAMSV2_FUNC)?;
             let grid: Dim3 = field(u, CUDAKERNELNODEPARAMSV2_GRIDDIM)?;
             let block: Dim3 = field(u, CUDAKERNELNODEPARAMSV2_BLOCKDIM)?;
@@ -655,7 +652,12 @@ fn add_child(graph: u64, d: &[u64], child: u64, moved: bool) -> CudaResult<u64> 
 /// A memset of 1-, 2- or 4-byte elements: a byte memset when every byte of the value is
 /// the same, else a copy of the pattern (from pageable memory, so the copy is waited for
 /// before the buffer goes; not a synchronous copy, which a capture elsewhere would refuse).
+/// On a capturing stream (a driver memset, `cuMemsetD32Async`) it is a memset node: a
+/// captured copy would read the pattern's buffer after it is gone.
 pub(crate) fn run_memset(m: &MemsetNode, stream: u64) -> CudaResult<()> {
+    if capture::record(stream, || Ok(NodeKind::Memset(*m)))? {
+        return Ok(());
+    }
     let val = m.value.to_le_bytes();
     let pat = &val[..m.elem as usize];
     let row = m.width * m.elem as u64;

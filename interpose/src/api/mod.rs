@@ -6,6 +6,7 @@ pub mod context;
 pub mod copy_batch;
 pub mod device;
 pub mod driver;
+pub mod driver_graph;
 pub mod driver_mem;
 pub mod graph;
 pub mod launch;
