@@ -2422,7 +2422,7 @@ fn prepare(
     if strict && !problems.is_empty() {
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
     }
-    state.advice = capture::advice(&regions);
+    state.advice = capture::advice(&mut regions);
     state.guards = guard_regions(&regions);
     state.regions = regions;
     state.specials = specials;

@@ -150,34 +150,53 @@ pub fn classify(maps: &[MapsEntry], main_sp: u64) -> (Vec<Region>, Vec<Special>)
 }
 
 /// The advice and locks on the given regions (`VmFlags` of /proc/self/smaps, [`ADVICE`]),
-/// as (start, end, bits) for the mappings that have any.
-pub fn advice(regions: &[Region]) -> Vec<(u64, u64, u32)> {
+/// as (start, end, bits) for the mappings that have any; and marks the private regions the
+/// kernel grows down on demand (`VmFlags` "gd": `MAP_GROWSDOWN`, the main stack or a
+/// program's own such mapping) as [`Region::growsdown`].
+pub fn advice(regions: &mut [Region]) -> Vec<(u64, u64, u32)> {
     let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    for (a, b) in parse_growsdown(&text) {
+        for r in regions.iter_mut().filter(|r| matches!(r.kind, RegionKind::Private) && r.start == a && r.end == b) {
+            r.growsdown = true;
+        }
+    }
     parse_advice(&text).into_iter().filter(|&(a, b, _)| regions.iter().any(|r| r.start <= a && b <= r.end)).collect()
 }
 
-/// (start, end, [`ADVICE`] bits) of each smaps entry with any.
-pub fn parse_advice(smaps: &str) -> Vec<(u64, u64, u32)> {
-    let mut out = Vec::new();
+/// Each smaps entry's range with the tokens of its `VmFlags` line.
+fn vm_flags(smaps: &str) -> impl Iterator<Item = ((u64, u64), &str)> {
     let mut range = None;
-    for l in smaps.lines() {
+    smaps.lines().filter_map(move |l| {
         if let Some(flags) = l.strip_prefix("VmFlags:") {
-            let bits = flags
-                .split_whitespace()
-                .filter_map(|t| ADVICE.iter().position(|(name, _)| *name == t))
-                .fold(0u32, |b, i| b | 1 << i);
-            if let (Some((a, b)), true) = (range.take(), bits != 0) {
-                out.push((a, b, bits));
-            }
-        } else if let Some((r, _)) = l.split_once(' ') {
+            return range.take().map(|r| (r, flags));
+        }
+        if let Some((r, _)) = l.split_once(' ') {
             if let Some((a, b)) = r.split_once('-') {
                 if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
                     range = Some((a, b));
                 }
             }
         }
-    }
-    out
+        None
+    })
+}
+
+/// (start, end, [`ADVICE`] bits) of each smaps entry with any.
+pub fn parse_advice(smaps: &str) -> Vec<(u64, u64, u32)> {
+    vm_flags(smaps)
+        .filter_map(|((a, b), flags)| {
+            let bits = flags
+                .split_whitespace()
+                .filter_map(|t| ADVICE.iter().position(|(name, _)| *name == t))
+                .fold(0u32, |b, i| b | 1 << i);
+            (bits != 0).then_some((a, b, bits))
+        })
+        .collect()
+}
+
+/// The ranges of the smaps entries that grow down on demand (`VmFlags` "gd").
+pub fn parse_growsdown(smaps: &str) -> Vec<(u64, u64)> {
+    vm_flags(smaps).filter(|(_, flags)| flags.split_whitespace().any(|t| t == "gd")).map(|(r, _)| r).collect()
 }
 
 /// Every signal's disposition (kernel `struct sigaction` layout).
@@ -1384,6 +1403,15 @@ mod tests {
                     7f10-7f20 rw-p 00000000 00:00 0 \nVmFlags: rd wr mr mw me ac \n\
                     7f20-7f30 rw-p 00000000 00:00 0 [heap]\nVmFlags: rd wr dc wf hg lo \n";
         assert_eq!(parse_advice(text), vec![(0x7f00, 0x7f10, 1), (0x7f20, 0x7f30, 2 | 4 | 8 | 64)]);
+    }
+
+    #[test]
+    fn mappings_that_grow_down_are_read_from_the_vmflags_of_smaps() {
+        let text = "7f00-7f10 rw-p 00000000 00:00 0 \nSize: 4 kB\nVmFlags: rd wr mr mw me gd ac \n\
+                    7f10-7f20 rw-p 00000000 00:00 0 \nVmFlags: rd wr mr mw me ac \n\
+                    7ffe0-7fff0 rw-p 00000000 00:00 0 [stack]\nVmFlags: rd wr mr mw me gd ac \n";
+        assert_eq!(parse_growsdown(text), vec![(0x7f00, 0x7f10), (0x7ffe0, 0x7fff0)]);
+        assert!(parse_advice(text).is_empty());
     }
 
     #[test]
