@@ -2206,6 +2206,7 @@ fn prepare(
     }
     let mut problems = classify_fds(&mut fds);
     problems.extend(pipe_problems);
+    problems.extend(capture::controlling_terminal_problem());
     // What a restart would bring back wrong: no image, whatever `--strict` says.
     let socket_refusals = socket_refusals(&fds);
     if !socket_refusals.is_empty() {

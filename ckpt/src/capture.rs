@@ -397,6 +397,37 @@ pub fn children() -> Vec<(i32, String, char)> {
     out
 }
 
+/// The controlling terminal of a process that leads its session, which a restart cannot give
+/// back: it took that terminal itself (`TIOCSCTTY`, or the first terminal it opened after
+/// `setsid`), and a restarted process leads a session without one, so opening `/dev/tty`
+/// fails with ENXIO and closing the master side no longer hangs it up (CRIU's `pty03`,
+/// `tty00`). A process that does not lead its session shares its session's terminal, which a
+/// restart gives as the restarting one's ("the restarting terminal").
+pub fn controlling_terminal_problem() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    controlling_terminal_in_stat(&s)
+}
+
+/// [`controlling_terminal_problem`] from the text of /proc/<pid>/stat.
+pub fn controlling_terminal_in_stat(stat: &str) -> Option<String> {
+    let pid: u64 = stat.split(' ').next()?.parse().ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let field = |n: usize| -> Option<u64> { rest.split(' ').nth(n - 3)?.trim().parse().ok() };
+    let (sid, tty) = (field(6)?, field(7)?);
+    if tty == 0 || sid != pid {
+        return None;
+    }
+    let (major, minor) = ((tty >> 8) & 0xfff, (tty & 0xff) | ((tty >> 12) & 0xfff00));
+    let name = if (136..=143).contains(&major) {
+        format!("/dev/pts/{}", (major - 136) * 256 + minor)
+    } else {
+        format!("terminal {major}:{minor}")
+    };
+    Some(format!(
+        "process {pid} leads its session with controlling terminal {name}: a restart does not make it the controlling terminal again (opening /dev/tty fails, no hangup reaches the process)"
+    ))
+}
+
 /// Field `n` (1-based, as in proc(5)) of /proc/self/stat, as a number.
 fn stat_field(n: usize) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -772,7 +803,18 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
                 }
             }
             libc::S_IFCHR => {
-                if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") || link == "/dev/console" {
+                if link == "/dev/ptmx" || link == "/dev/pts/ptmx" {
+                    // The master side of a pseudo-terminal the program made: reopening the
+                    // path would make a new pair, with another slave and none of its state.
+                    let mut n: libc::c_uint = 0;
+                    // SAFETY: TIOCGPTN writes one unsigned int into the live local.
+                    let slave = if unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n) } == 0 {
+                        format!(" /dev/pts/{n}")
+                    } else {
+                        String::new()
+                    };
+                    FdKind::Unsupported { what: format!("{link} (the master side of pseudo-terminal{slave}: crum cannot make the pair again)") }
+                } else if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") || link == "/dev/console" {
                     FdKind::Tty
                 } else {
                     FdKind::CharDev { path: link.clone() }
@@ -1403,6 +1445,17 @@ mod tests {
                     7f10-7f20 rw-p 00000000 00:00 0 \nVmFlags: rd wr mr mw me ac \n\
                     7f20-7f30 rw-p 00000000 00:00 0 [heap]\nVmFlags: rd wr dc wf hg lo \n";
         assert_eq!(parse_advice(text), vec![(0x7f00, 0x7f10, 1), (0x7f20, 0x7f30, 2 | 4 | 8 | 64)]);
+    }
+
+    #[test]
+    fn a_session_leader_with_a_controlling_terminal_is_named_and_others_are_not() {
+        // pid 77 (a b) leads session 77 on /dev/pts/3 (136:3): named.
+        let leader = "77 (a b) S 1 77 77 34819 77 4194560 0";
+        let p = controlling_terminal_in_stat(leader).expect("not named");
+        assert!(p.contains("process 77") && p.contains("/dev/pts/3"), "{p}");
+        // In session 70 (not its own) on the same terminal, or leading one without: not named.
+        assert_eq!(controlling_terminal_in_stat("77 (a) S 1 77 70 34819 77 4194560 0"), None);
+        assert_eq!(controlling_terminal_in_stat("77 (a) S 1 77 77 0 -1 4194560 0"), None);
     }
 
     #[test]
