@@ -2219,6 +2219,7 @@ fn prepare(
     let mut problems = classify_fds(&mut fds);
     problems.extend(pipe_problems);
     problems.extend(unsaved);
+    problems.extend(capture::controlling_terminal_problem());
     // What a restart would bring back wrong: no image, whatever `--strict` says.
     let socket_refusals = socket_refusals(&fds);
     if !socket_refusals.is_empty() {
@@ -2435,7 +2436,7 @@ fn prepare(
     if strict && !problems.is_empty() {
         return Err(format!("--strict: a restart could not restore this process exactly: {}", problems.join("; ")));
     }
-    state.advice = capture::advice(&regions);
+    state.advice = capture::advice(&mut regions);
     state.guards = guard_regions(&regions);
     state.regions = regions;
     state.specials = specials;

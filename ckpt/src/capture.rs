@@ -150,34 +150,53 @@ pub fn classify(maps: &[MapsEntry], main_sp: u64) -> (Vec<Region>, Vec<Special>)
 }
 
 /// The advice and locks on the given regions (`VmFlags` of /proc/self/smaps, [`ADVICE`]),
-/// as (start, end, bits) for the mappings that have any.
-pub fn advice(regions: &[Region]) -> Vec<(u64, u64, u32)> {
+/// as (start, end, bits) for the mappings that have any; and marks the private regions the
+/// kernel grows down on demand (`VmFlags` "gd": `MAP_GROWSDOWN`, the main stack or a
+/// program's own such mapping) as [`Region::growsdown`].
+pub fn advice(regions: &mut [Region]) -> Vec<(u64, u64, u32)> {
     let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    for (a, b) in parse_growsdown(&text) {
+        for r in regions.iter_mut().filter(|r| matches!(r.kind, RegionKind::Private) && r.start == a && r.end == b) {
+            r.growsdown = true;
+        }
+    }
     parse_advice(&text).into_iter().filter(|&(a, b, _)| regions.iter().any(|r| r.start <= a && b <= r.end)).collect()
 }
 
-/// (start, end, [`ADVICE`] bits) of each smaps entry with any.
-pub fn parse_advice(smaps: &str) -> Vec<(u64, u64, u32)> {
-    let mut out = Vec::new();
+/// Each smaps entry's range with the tokens of its `VmFlags` line.
+fn vm_flags(smaps: &str) -> impl Iterator<Item = ((u64, u64), &str)> {
     let mut range = None;
-    for l in smaps.lines() {
+    smaps.lines().filter_map(move |l| {
         if let Some(flags) = l.strip_prefix("VmFlags:") {
-            let bits = flags
-                .split_whitespace()
-                .filter_map(|t| ADVICE.iter().position(|(name, _)| *name == t))
-                .fold(0u32, |b, i| b | 1 << i);
-            if let (Some((a, b)), true) = (range.take(), bits != 0) {
-                out.push((a, b, bits));
-            }
-        } else if let Some((r, _)) = l.split_once(' ') {
+            return range.take().map(|r| (r, flags));
+        }
+        if let Some((r, _)) = l.split_once(' ') {
             if let Some((a, b)) = r.split_once('-') {
                 if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
                     range = Some((a, b));
                 }
             }
         }
-    }
-    out
+        None
+    })
+}
+
+/// (start, end, [`ADVICE`] bits) of each smaps entry with any.
+pub fn parse_advice(smaps: &str) -> Vec<(u64, u64, u32)> {
+    vm_flags(smaps)
+        .filter_map(|((a, b), flags)| {
+            let bits = flags
+                .split_whitespace()
+                .filter_map(|t| ADVICE.iter().position(|(name, _)| *name == t))
+                .fold(0u32, |b, i| b | 1 << i);
+            (bits != 0).then_some((a, b, bits))
+        })
+        .collect()
+}
+
+/// The ranges of the smaps entries that grow down on demand (`VmFlags` "gd").
+pub fn parse_growsdown(smaps: &str) -> Vec<(u64, u64)> {
+    vm_flags(smaps).filter(|(_, flags)| flags.split_whitespace().any(|t| t == "gd")).map(|(r, _)| r).collect()
 }
 
 /// Every signal's disposition (kernel `struct sigaction` layout).
@@ -376,6 +395,37 @@ pub fn children() -> Vec<(i32, String, char)> {
     out.sort();
     out.dedup();
     out
+}
+
+/// The controlling terminal of a process that leads its session, which a restart cannot give
+/// back: it took that terminal itself (`TIOCSCTTY`, or the first terminal it opened after
+/// `setsid`), and a restarted process leads a session without one, so opening `/dev/tty`
+/// fails with ENXIO and closing the master side no longer hangs it up (CRIU's `pty03`,
+/// `tty00`). A process that does not lead its session shares its session's terminal, which a
+/// restart gives as the restarting one's ("the restarting terminal").
+pub fn controlling_terminal_problem() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    controlling_terminal_in_stat(&s)
+}
+
+/// [`controlling_terminal_problem`] from the text of /proc/<pid>/stat.
+pub fn controlling_terminal_in_stat(stat: &str) -> Option<String> {
+    let pid: u64 = stat.split(' ').next()?.parse().ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let field = |n: usize| -> Option<u64> { rest.split(' ').nth(n - 3)?.trim().parse().ok() };
+    let (sid, tty) = (field(6)?, field(7)?);
+    if tty == 0 || sid != pid {
+        return None;
+    }
+    let (major, minor) = ((tty >> 8) & 0xfff, (tty & 0xff) | ((tty >> 12) & 0xfff00));
+    let name = if (136..=143).contains(&major) {
+        format!("/dev/pts/{}", (major - 136) * 256 + minor)
+    } else {
+        format!("terminal {major}:{minor}")
+    };
+    Some(format!(
+        "process {pid} leads its session with controlling terminal {name}: a restart does not make it the controlling terminal again (opening /dev/tty fails, no hangup reaches the process)"
+    ))
 }
 
 /// Field `n` (1-based, as in proc(5)) of /proc/self/stat, as a number.
@@ -753,7 +803,18 @@ pub fn fds(skip: &[i32], control_path: Option<&Path>, own: &mut Vec<(i32, Own)>,
                 }
             }
             libc::S_IFCHR => {
-                if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") || link == "/dev/console" {
+                if link == "/dev/ptmx" || link == "/dev/pts/ptmx" {
+                    // The master side of a pseudo-terminal the program made: reopening the
+                    // path would make a new pair, with another slave and none of its state.
+                    let mut n: libc::c_uint = 0;
+                    // SAFETY: TIOCGPTN writes one unsigned int into the live local.
+                    let slave = if unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n) } == 0 {
+                        format!(" /dev/pts/{n}")
+                    } else {
+                        String::new()
+                    };
+                    FdKind::Unsupported { what: format!("{link} (the master side of pseudo-terminal{slave}: crum cannot make the pair again)") }
+                } else if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") || link == "/dev/console" {
                     FdKind::Tty
                 } else {
                     FdKind::CharDev { path: link.clone() }
@@ -1384,6 +1445,26 @@ mod tests {
                     7f10-7f20 rw-p 00000000 00:00 0 \nVmFlags: rd wr mr mw me ac \n\
                     7f20-7f30 rw-p 00000000 00:00 0 [heap]\nVmFlags: rd wr dc wf hg lo \n";
         assert_eq!(parse_advice(text), vec![(0x7f00, 0x7f10, 1), (0x7f20, 0x7f30, 2 | 4 | 8 | 64)]);
+    }
+
+    #[test]
+    fn a_session_leader_with_a_controlling_terminal_is_named_and_others_are_not() {
+        // pid 77 (a b) leads session 77 on /dev/pts/3 (136:3): named.
+        let leader = "77 (a b) S 1 77 77 34819 77 4194560 0";
+        let p = controlling_terminal_in_stat(leader).expect("not named");
+        assert!(p.contains("process 77") && p.contains("/dev/pts/3"), "{p}");
+        // In session 70 (not its own) on the same terminal, or leading one without: not named.
+        assert_eq!(controlling_terminal_in_stat("77 (a) S 1 77 70 34819 77 4194560 0"), None);
+        assert_eq!(controlling_terminal_in_stat("77 (a) S 1 77 77 0 -1 4194560 0"), None);
+    }
+
+    #[test]
+    fn mappings_that_grow_down_are_read_from_the_vmflags_of_smaps() {
+        let text = "7f00-7f10 rw-p 00000000 00:00 0 \nSize: 4 kB\nVmFlags: rd wr mr mw me gd ac \n\
+                    7f10-7f20 rw-p 00000000 00:00 0 \nVmFlags: rd wr mr mw me ac \n\
+                    7ffe0-7fff0 rw-p 00000000 00:00 0 [stack]\nVmFlags: rd wr mr mw me gd ac \n";
+        assert_eq!(parse_growsdown(text), vec![(0x7f00, 0x7f10), (0x7ffe0, 0x7fff0)]);
+        assert!(parse_advice(text).is_empty());
     }
 
     #[test]

@@ -120,6 +120,15 @@ fn guard_regions_come_back_as_guards() {
     scenario("guard_pages", &["40", "15"]);
 }
 
+/// A mapping the program made with MAP_GROWSDOWN (not the main stack) comes back growing
+/// down: it keeps growing by a page a step after a restart and a restart of a restart, and
+/// smaps shows it so (before, it came back fixed and the next touch below it was SIGSEGV:
+/// CRIU's grow_map).
+#[test]
+fn a_mapping_that_grows_down_still_grows_after_restart() {
+    scenario("grows_down", &["40", "15"]);
+}
+
 #[test]
 fn shared_memory_in_an_image_is_as_it_was_at_the_cut() {
     // Private and shared memory written together without pause: the image holds the

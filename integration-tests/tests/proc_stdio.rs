@@ -248,3 +248,36 @@ fn gzip_into_a_redirected_file_restarts_into_a_valid_archive() {
         mib *= 4;
     }
 }
+
+/// A pseudo-terminal the program made and took as the controlling terminal of its own
+/// session (CRIU's `pty03`, `tty00`) cannot be made again: the checkpoint names the master
+/// side and the controlling terminal (warnings; `--strict` writes no image), a restart of the
+/// image is refused naming the master side (before, the program came back with a new,
+/// unrelated pty and no controlling terminal), and the program goes on with its terminal.
+#[test]
+fn a_pseudo_terminal_the_program_made_is_named_at_checkpoint_and_its_restart_refused() {
+    let sb = Sandbox::new();
+    let prog = build_c("pty_session");
+    let mut p = run_under_crum(&sb, &prog, &[], &[], "run.out");
+    p.wait_lines(1);
+    let c = checkpoint_output(&sb, p.pid());
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(c.status.success(), "{err}");
+    assert!(
+        err.contains("master side of pseudo-terminal /dev/pts/") && err.contains("with controlling terminal /dev/pts/"),
+        "the pty and the controlling terminal are not named: {err}"
+    );
+    let img = PathBuf::from(String::from_utf8_lossy(&c.stdout).trim());
+    let c = checkpoint_output_with(&sb, p.pid(), &["--strict"]);
+    assert!(!c.status.success(), "--strict wrote an image");
+    // The program goes on with its terminal as it was.
+    fs::write(sb.path("run/go"), "").unwrap();
+    assert_eq!(p.wait_exit(), 0, "{}", p.output());
+    assert!(p.output().ends_with("PASS\n"), "{}", p.output());
+    // The image is not restarted with a terminal other than the program's.
+    let mut r = restart(&sb, &img, "restart.out");
+    let code = r.wait_exit();
+    assert_ne!(code, 0, "the restart ran: {}", r.output());
+    assert!(r.stderr().contains("master side of pseudo-terminal"), "the refusal does not name the pty: {}", r.stderr());
+    assert!(!r.output().contains("PASS"), "{}", r.output());
+}

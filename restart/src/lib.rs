@@ -465,12 +465,17 @@ pub fn restart_job(
 /// group of its own when it was one: the processes of the job in them are forked by it or
 /// join later ([`join_job_group`]). What the kernel refuses (the restorer already leads a
 /// group: `crum restart` started by an interactive shell) is said, and the restart goes on.
+/// A restorer that already leads a session (or group) of its own (`crum restart` started by
+/// `setsid`) is what the process was: nothing to do, nothing to say.
 fn lead_groups(me: i32, session: bool, group: bool) {
+    let own = std::process::id() as i32;
     if session {
-        if let Err(e) = sys::setsid() {
+        if sys::getsid() == own {
+            // Already the leader of its own session, and so of its own group.
+        } else if let Err(e) = sys::setsid() {
             eprintln!("crum: warning: process {me} led a session, and cannot lead one again ({e}): it stays in crum restart's");
         }
-    } else if group {
+    } else if group && sys::getpgrp() != own {
         if let Err(e) = sys::setpgid(0, 0) {
             eprintln!("crum: warning: process {me} led a process group, and cannot lead one again ({e}): it stays in crum restart's");
         }

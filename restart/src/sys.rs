@@ -565,6 +565,12 @@ pub fn getsid() -> i32 {
     unsafe { libc::getsid(0) }
 }
 
+/// This process's process group id.
+pub fn getpgrp() -> i32 {
+    // SAFETY: getpgrp takes no arguments.
+    unsafe { libc::getpgrp() }
+}
+
 /// Forks a child that executes `exe` with `argv` (this process's environment); its pid.
 pub fn fork_exec(exe: &std::ffi::CStr, argv: &[CString]) -> Result<i32, ()> {
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
