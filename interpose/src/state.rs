@@ -42,7 +42,13 @@ pub struct AllocRec {
     pub len: u64,
     pub kind: MemKind,
     pub flags: u32,
+    /// `CU_POINTER_ATTRIBUTE_BUFFER_ID`: unique in the process, never reused (a counter in the
+    /// program's memory, so a restart goes on counting where the checkpoint was).
+    pub buffer_id: u64,
 }
+
+/// The last buffer id handed out.
+static BUFFER_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[derive(Default)]
 pub struct State {
@@ -73,6 +79,18 @@ pub struct CallConfig {
 thread_local! {
     pub static CONFIGS: RefCell<Vec<CallConfig>> = const { RefCell::new(Vec::new()) };
     static PER_THREAD_STREAM: Cell<u64> = const { Cell::new(0) };
+    /// Inside a driver `_ptsz`/`_ptds` entry point ([`per_thread`]).
+    static PER_THREAD_CALL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` (a driver entry point) as its `_ptsz`/`_ptds` variant: stream 0 is this thread's
+/// default stream for every stream `f` resolves, as [`resolve_stream`] does for the runtime's
+/// `_ptsz` entry points.
+pub fn per_thread<R>(f: impl FnOnce() -> R) -> R {
+    let was = PER_THREAD_CALL.try_with(|c| c.replace(true)).unwrap_or(false);
+    let r = f();
+    let _ = PER_THREAD_CALL.try_with(|c| c.set(was));
+    r
 }
 
 /// Whether the program registered kernels or module variables (it is a CUDA program even if
@@ -107,7 +125,7 @@ pub const STREAM_PER_THREAD: u64 = 2;
 /// exactly as CUDA's per-thread default stream does).
 pub fn resolve_stream(s: u64, ptsz: bool) -> CudaResult<u64> {
     match s {
-        0 if ptsz => per_thread_stream(),
+        0 if ptsz || PER_THREAD_CALL.try_with(|c| c.get()).unwrap_or(false) => per_thread_stream(),
         0 | STREAM_LEGACY => Ok(0),
         STREAM_PER_THREAD => per_thread_stream(),
         h => Ok(h),
@@ -142,7 +160,7 @@ pub fn add_alloc(addr: u64, len: u64, kind: MemKind, flags: u32) {
         .allocs
         .write()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(addr, AllocRec { len, kind, flags });
+        .insert(addr, AllocRec { len, kind, flags, buffer_id: BUFFER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 });
 }
 
 pub fn remove_alloc(addr: u64) -> Option<AllocRec> {
