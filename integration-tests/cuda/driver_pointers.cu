@@ -23,7 +23,7 @@
     X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) \
     X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuPointerGetAttribute) X(cuPointerGetAttributes) \
     X(cuPointerSetAttribute) X(cuMemAdvise) X(cuMemPrefetchAsync) X(cuMemRangeGetAttribute) \
-    X(cuMemRangeGetAttributes) X(cuMemcpyDtoH) X(cuMemcpyHtoD) X(cuMemsetD32Async) X(cuStreamBeginCapture) \
+    X(cuMemRangeGetAttributes) X(cuMemcpyDtoH) X(cuMemcpyDtoDAsync) X(cuMemcpyHtoD) X(cuMemsetD32Async) X(cuStreamBeginCapture) \
     X(cuStreamEndCapture) X(cuStreamBeginRecaptureToGraph) X(cuGraphInstantiate) X(cuGraphLaunch) \
     X(cuGraphExecUpdate) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGetProcAddress)
 FUNCS(DRIVER)
@@ -186,10 +186,13 @@ static void check_advice(const char *when) {
 
 // The recapture callback's record: what it was given.
 struct Seen {
-    int calls, kernels, memsets, eligible;
+    int calls, kernels, memsets, copies, eligible;
     unsigned memset_was, memset_now, a_was, a_now;
+    size_t copy_was, copy_now;
     CUgraphNode nodes[4];
 };
+
+static CUdeviceptr work, copied;  // N words each
 
 static CUresult CUDA_CB on_change(void *data, CUgraphNode node, const CUgraphNodeParams *was,
                                   const CUgraphNodeParams *now, CUgraphRecaptureStatus status) {
@@ -209,6 +212,16 @@ static CUresult CUDA_CB on_change(void *data, CUgraphNode node, const CUgraphNod
         s->a_was = *(unsigned *)was->kernel.kernelParams[3];
         s->a_now = *(unsigned *)now->kernel.kernelParams[3];
     }
+    if (now->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+        // A CUDA_MEMCPY3D (the runtime's node has a cudaMemcpy3DParms there): work to copied.
+        const CUDA_MEMCPY3D &c = now->memcpy.copyParams;
+        if (c.srcDevice != work || c.dstDevice != copied || c.Height != 1 || c.Depth != 1 ||
+            (c.srcMemoryType != CU_MEMORYTYPE_DEVICE && c.srcMemoryType != CU_MEMORYTYPE_UNIFIED))
+            return CUDA_ERROR_INVALID_VALUE;
+        s->copies++;
+        s->copy_was = was->memcpy.copyParams.WidthInBytes;
+        s->copy_now = c.WidthInBytes;
+    }
     if (status == CU_GRAPH_RECAPTURE_ELIGIBLE_FOR_UPDATE) s->eligible++;
     return CUDA_SUCCESS;
 }
@@ -216,12 +229,11 @@ static CUresult CUDA_CB on_change(void *data, CUgraphNode node, const CUgraphNod
 static CUstream stream;
 static CUgraph graph;
 static CUgraphExec exec;
-static CUdeviceptr work;  // N words
-
-// y = memset(v); y = y*a + b + i
+// y = memset(v); y = y*a + b + i; the first v words of y copied
 static void capture_work(unsigned v, unsigned a, unsigned b) {
     DRV(p_cuMemsetD32Async(work, v, N, stream));
     axpb(work, N, a, b, stream);
+    DRV(p_cuMemcpyDtoDAsync(copied, work, v * 4, stream));
 }
 
 // The graph recaptured through the driver with new values; the callback sees both nodes
@@ -233,17 +245,20 @@ static void recapture(unsigned v, unsigned a, unsigned b, unsigned v_was, unsign
     CUgraph out;
     DRV(p_cuStreamEndCapture(stream, &out));
     EXPECT(out == graph);
-    if (seen.calls != 2 || seen.kernels != 1 || seen.memsets != 1 || seen.eligible != 2) {
-        printf("FAIL %s: callback calls %d kernels %d memsets %d eligible %d\n", when, seen.calls, seen.kernels, seen.memsets, seen.eligible);
+    if (seen.calls != 3 || seen.kernels != 1 || seen.memsets != 1 || seen.copies != 1 || seen.eligible != 3) {
+        printf("FAIL %s: callback calls %d kernels %d memsets %d copies %d eligible %d\n", when, seen.calls, seen.kernels,
+               seen.memsets, seen.copies, seen.eligible);
         exit(1);
     }
     EXPECT(seen.memset_was == v_was && seen.memset_now == v && seen.a_was == a_was && seen.a_now == a);
+    EXPECT(seen.copy_was == v_was * 4 && seen.copy_now == v * 4);
     CUgraphExecUpdateResultInfo info;
     DRV(p_cuGraphExecUpdate(exec, graph, &info));
     EXPECT(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
     DRV(p_cuGraphLaunch(exec, stream));
     DRV(p_cuStreamSynchronize(stream));
     check_words(work, N, v * a + b, when);
+    check_words(copied, v, v * a + b, when);
 }
 
 // The per-thread variants, by their own names.
@@ -378,6 +393,7 @@ int main() {
 
     // A graph captured, instantiated and launched, then recaptured through the driver.
     DRV(p_cuMemAlloc(&work, N * 4));
+    DRV(p_cuMemAlloc(&copied, N * 4));
     DRV(p_cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
     capture_work(5, 1, 0);
     DRV(p_cuStreamEndCapture(stream, &graph));
@@ -385,6 +401,7 @@ int main() {
     DRV(p_cuGraphLaunch(exec, stream));
     DRV(p_cuStreamSynchronize(stream));
     check_words(work, N, 5, "the captured graph");
+    check_words(copied, 5, 5, "the captured graph's copy");
     recapture(9, 2, 1, 5, 1, "the first recapture");
     printf("a graph recaptured through the driver: the callback saw CUgraphNodeParams\n");
 
@@ -435,6 +452,7 @@ int main() {
     DRV(p_cuGraphExecDestroy(exec));
     DRV(p_cuGraphDestroy(graph));
     DRV(p_cuMemFree(work));
+    DRV(p_cuMemFree(copied));
     DRV(p_cuMemUnmap(va, gran));
     DRV(p_cuMemRelease(h));
     DRV(p_cuMemAddressFree(va, 2 * gran));
