@@ -376,7 +376,7 @@ int main() {
     DRV(p_cuGetProcAddress("cuMemPrefetchAsync", &fn, 11000, 0, &found));
     auto prefetch_v1 = (PFN_cuMemPrefetchAsync_v8000)fn;
     DRV(p_cuGetProcAddress("cuMemAdvise", &fn, 12020, 0, &found));
-    EXPECT(fn == (void *)p_cuMemAdvise);
+    if (under_crum) EXPECT(fn == (void *)p_cuMemAdvise);  // NVIDIA's may hand out another address
     // The managed memory written on the host, prefetched, changed by a kernel, read on the host.
     unsigned *mw = (unsigned *)mem[MANAGED];
     for (unsigned i = 0; i < len[MANAGED] / 4; i++) mw[i] = 5;
@@ -408,11 +408,11 @@ int main() {
     // Per-thread default stream variants.
     void *by_flag = nullptr;
     DRV(p_cuGetProcAddress("cuMemsetD32Async", &by_flag, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found));
-    EXPECT(by_flag == (void *)pt_cuMemsetD32Async_ptsz);
+    if (under_crum) EXPECT(by_flag == (void *)pt_cuMemsetD32Async_ptsz);
     DRV(p_cuGetProcAddress("cuMemcpyDtoH", &by_flag, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found));
-    EXPECT(by_flag == (void *)pt_cuMemcpyDtoH_v2_ptds);
+    if (under_crum) EXPECT(by_flag == (void *)pt_cuMemcpyDtoH_v2_ptds);
     DRV(p_cuGetProcAddress("cuMemsetD32Async", &by_flag, 13000, 0, &found));
-    EXPECT(by_flag == (void *)p_cuMemsetD32Async);
+    if (under_crum) EXPECT(by_flag == (void *)p_cuMemsetD32Async);
     per_thread_capture();
     per_thread_run("before the gates");
     printf("per-thread variants capture and run on this thread's default stream\n");

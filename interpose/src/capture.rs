@@ -126,10 +126,12 @@ fn done(c: MutexGuard<'static, Captures>, r: CudaResult<u64>) -> CudaResult<bool
             break;
         }
         let (func, data) = ch.callback;
-        let answer = match ch.face {
+        // The program's code, outside any driver `_ptsz` call that recorded the operation: its
+        // own stream 0 is the legacy stream.
+        let answer = crate::state::outside_per_thread(|| match ch.face {
             Face::Runtime => crate::api::graph::recapture_callback(func, data, ch.node, &ch.old, &ch.new, ch.status),
             Face::Driver => crate::api::driver_graph::recapture_callback(func, data, ch.node, &ch.old, &ch.new, ch.status),
-        };
+        });
         if answer != cuda::SUCCESS {
             let mut c = captures();
             if let Some(cap) = c.by_id.get_mut(&ch.capture) {

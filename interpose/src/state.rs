@@ -87,7 +87,21 @@ thread_local! {
 /// default stream for every stream `f` resolves, as [`resolve_stream`] does for the runtime's
 /// `_ptsz` entry points.
 pub fn per_thread<R>(f: impl FnOnce() -> R) -> R {
-    let was = PER_THREAD_CALL.try_with(|c| c.replace(true)).unwrap_or(false);
+    with_per_thread(true, f)
+}
+
+/// Runs `f` (the program's own code, called back from inside an entry point) with stream 0
+/// the legacy stream again, whatever entry point called it.
+pub fn outside_per_thread<R>(f: impl FnOnce() -> R) -> R {
+    with_per_thread(false, f)
+}
+
+fn in_per_thread_call() -> bool {
+    PER_THREAD_CALL.try_with(|c| c.get()).unwrap_or(false)
+}
+
+fn with_per_thread<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    let was = PER_THREAD_CALL.try_with(|c| c.replace(on)).unwrap_or(false);
     let r = f();
     let _ = PER_THREAD_CALL.try_with(|c| c.set(was));
     r
@@ -125,7 +139,7 @@ pub const STREAM_PER_THREAD: u64 = 2;
 /// exactly as CUDA's per-thread default stream does).
 pub fn resolve_stream(s: u64, ptsz: bool) -> CudaResult<u64> {
     match s {
-        0 if ptsz || PER_THREAD_CALL.try_with(|c| c.get()).unwrap_or(false) => per_thread_stream(),
+        0 if ptsz || in_per_thread_call() => per_thread_stream(),
         0 | STREAM_LEGACY => Ok(0),
         STREAM_PER_THREAD => per_thread_stream(),
         h => Ok(h),
@@ -254,4 +268,21 @@ pub fn record_symbol(addr: u64, size: u64) -> bool {
     }
     add_alloc(addr, size, MemKind::Device, 0);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_per_thread_call_ends_with_its_scope_and_a_callback_inside_it_is_outside() {
+        assert!(!in_per_thread_call());
+        per_thread(|| {
+            assert!(in_per_thread_call());
+            outside_per_thread(|| assert!(!in_per_thread_call()));
+            assert!(in_per_thread_call());
+        });
+        assert!(!in_per_thread_call());
+        assert_eq!(resolve_stream(STREAM_LEGACY, false), Ok(0), "the legacy stream stays the legacy stream");
+    }
 }
