@@ -14,6 +14,7 @@
 #include "driver.h"
 #include "driver_ptx.h"
 #include <cudaTypedefs.h>
+#include <thread>
 #include <vector>
 
 #define FUNCS(X) X(cuCtxCreate) X(cuCtxPopCurrent) X(cuCtxDestroy) X(cuCtxSynchronize) X(cuLaunchKernel) \
@@ -293,6 +294,29 @@ static void per_thread_capture() {
     DRV(p_cuGraphInstantiate(&pt_exec, pt_graph, 0));
 }
 
+// Another thread's default stream is its own: it does not capture while this thread's does,
+// and captures while this thread's goes on capturing.
+static void other_thread_capture() {
+    DRV(pt_cuStreamBeginCapture_v2_ptsz(0, CU_STREAM_CAPTURE_MODE_RELAXED));
+    std::thread t([] {
+        CUstreamCaptureStatus st;
+        DRV(pt_cuStreamIsCapturing_ptsz(0, &st));
+        EXPECT(st == CU_STREAM_CAPTURE_STATUS_NONE);
+        DRV(pt_cuStreamBeginCapture_v2_ptsz(0, CU_STREAM_CAPTURE_MODE_RELAXED));
+        DRV(pt_cuMemsetD32Async_ptsz(work, 1, N, 0));
+        CUgraph g;
+        DRV(pt_cuStreamEndCapture_ptsz(0, &g));
+        DRV(p_cuGraphDestroy(g));
+    });
+    t.join();
+    CUstreamCaptureStatus st;
+    DRV(pt_cuStreamIsCapturing_ptsz(0, &st));
+    EXPECT(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CUgraph g;
+    DRV(pt_cuStreamEndCapture_ptsz(0, &g));
+    DRV(p_cuGraphDestroy(g));
+}
+
 static void per_thread_run(const char *when) {
     DRV(pt_cuMemsetD32_v2_ptds(work, 0, N));
     DRV(pt_cuGraphLaunch_ptsz(pt_exec, 0));
@@ -414,6 +438,7 @@ int main() {
     DRV(p_cuGetProcAddress("cuMemsetD32Async", &by_flag, 13000, 0, &found));
     if (under_crum) EXPECT(by_flag == (void *)p_cuMemsetD32Async);
     per_thread_capture();
+    other_thread_capture();
     per_thread_run("before the gates");
     printf("per-thread variants capture and run on this thread's default stream\n");
 
