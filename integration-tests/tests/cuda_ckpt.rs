@@ -172,6 +172,10 @@ corpus_ckpt!(
     driver_graphs_captures_and_library_kernels_launch_at_their_handles_after_restarts,
     "driver_graphs"
 );
+corpus_ckpt!(
+    driver_pointer_attributes_buffer_ids_advice_and_per_thread_streams_survive_restarts,
+    "driver_pointers"
+);
 /// Checkpoints no longer fail "lane busy" while threads beyond the 64 lanes hold the overflow
 /// lane (the agent has its own lane; this test failed every run before). Its restarts failed
 /// now and then, for three reasons, each fixed — "cannot connect to the new device

@@ -67,6 +67,11 @@ fn static_driver_graphs_survive_restarts_at_their_handles() {
 }
 
 #[test]
+fn static_driver_pointer_attributes_and_advice_survive_restarts() {
+    static_scenario("driver_pointers", ScenarioOpts::default());
+}
+
+#[test]
 fn a_static_runtime_program_restarts_at_three_points_and_restarts_again() {
     static_scenario("streams_pipeline", ScenarioOpts::default());
 }

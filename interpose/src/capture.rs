@@ -54,12 +54,22 @@ struct Capture {
     recapture: Option<Recapture>,
 }
 
+/// The face that began a recapture, which decides the parameters its callback is given: a
+/// `cudaGraphNodeParams` (`cudaStreamBeginRecaptureToGraph`) or a `CUgraphNodeParams`
+/// (`cuStreamBeginRecaptureToGraph`, translated by `api::driver_graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Face {
+    Runtime,
+    Driver,
+}
+
 /// The state of a recapture (see the module docs).
 struct Recapture {
     /// Position, in the graph's creation order, of the node the next operation must match.
     next: usize,
     /// `cudaGraphRecaptureCallbackData`: (function, user data).
     callback: Option<(u64, u64)>,
+    face: Face,
     failed: bool,
 }
 
@@ -68,6 +78,7 @@ struct Recapture {
 struct Changed {
     capture: u64,
     callback: (u64, u64),
+    face: Face,
     node: u64,
     old: NodeKind,
     new: NodeKind,
@@ -115,7 +126,13 @@ fn done(c: MutexGuard<'static, Captures>, r: CudaResult<u64>) -> CudaResult<bool
             break;
         }
         let (func, data) = ch.callback;
-        if crate::api::graph::recapture_callback(func, data, ch.node, &ch.old, &ch.new, ch.status) != cuda::SUCCESS {
+        // The program's code, outside any driver `_ptsz` call that recorded the operation: its
+        // own stream 0 is the legacy stream.
+        let answer = crate::state::outside_per_thread(|| match ch.face {
+            Face::Runtime => crate::api::graph::recapture_callback(func, data, ch.node, &ch.old, &ch.new, ch.status),
+            Face::Driver => crate::api::driver_graph::recapture_callback(func, data, ch.node, &ch.old, &ch.new, ch.status),
+        });
+        if answer != cuda::SUCCESS {
             let mut c = captures();
             if let Some(cap) = c.by_id.get_mut(&ch.capture) {
                 cap.invalidated = true;
@@ -230,11 +247,11 @@ impl Captures {
             (NodeKind::Kernel(a), NodeKind::Kernel(b)) if a.cooperative != b.cooperative => cudaGraphRecaptureIneligibleForUpdate,
             _ => cudaGraphRecaptureEligibleForUpdate,
         };
-        let callback = r.callback;
+        let (callback, face) = (r.callback, r.face);
         let new = callback.map(|_| kind.clone());
         let old = s.replace_kind(t, kind)?;
         if let (Some(callback), Some(new)) = (callback, new) {
-            let ch = Changed { capture: id, callback, node: t, old, new, status };
+            let ch = Changed { capture: id, callback, face, node: t, old, new, status };
             CHANGED.try_with(|c| c.borrow_mut().push(ch)).map_err(|_| cuda::ERROR_UNKNOWN)?;
         }
         Ok(t)
@@ -446,10 +463,10 @@ pub fn begin(stream: u64, mode: u32, into: Option<(u64, Vec<u64>)>) -> CudaResul
 }
 
 /// `cudaStreamBeginRecaptureToGraph`: into `graph`'s own nodes (module docs), with the
-/// program's callback (function, user data) for parameter changes. The user objects the graph
-/// holds are released first, as CUDA does.
-pub fn begin_recapture(stream: u64, mode: u32, graph: u64, callback: Option<(u64, u64)>) -> CudaResult<()> {
-    let recapture = Recapture { next: 0, callback, failed: false };
+/// program's callback (function, user data) for parameter changes, given the parameters of
+/// `face`. The user objects the graph holds are released first, as CUDA does.
+pub fn begin_recapture(stream: u64, mode: u32, graph: u64, callback: Option<(u64, u64)>, face: Face) -> CudaResult<()> {
+    let recapture = Recapture { next: 0, callback, face, failed: false };
     start(stream, mode, Some((graph, Vec::new())), Some(recapture))?;
     let refs: Vec<(u64, u32)> = match graph::store().graphs.get_mut(&graph) {
         Some(g) => g.user_objects.drain().collect(),

@@ -255,6 +255,11 @@ pub fn owns(addr: u64) -> bool {
     !pools().owner.is_empty() && pools().owner.contains_key(&addr)
 }
 
+/// The pool that handed out the block at `addr` (`CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`).
+pub fn pool_of(addr: u64) -> Option<u64> {
+    pools().owner.get(&addr).copied()
+}
+
 /// `cudaFreeAsync` of a pool block (the stream's earlier work is done): back to its pool,
 /// or to the device if the pool was destroyed. `false`: not a pool block.
 pub fn free(addr: u64) -> CudaResult<bool> {

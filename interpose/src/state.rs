@@ -42,7 +42,13 @@ pub struct AllocRec {
     pub len: u64,
     pub kind: MemKind,
     pub flags: u32,
+    /// `CU_POINTER_ATTRIBUTE_BUFFER_ID`: unique in the process, never reused (a counter in the
+    /// program's memory, so a restart goes on counting where the checkpoint was).
+    pub buffer_id: u64,
 }
+
+/// The last buffer id handed out.
+static BUFFER_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[derive(Default)]
 pub struct State {
@@ -73,6 +79,32 @@ pub struct CallConfig {
 thread_local! {
     pub static CONFIGS: RefCell<Vec<CallConfig>> = const { RefCell::new(Vec::new()) };
     static PER_THREAD_STREAM: Cell<u64> = const { Cell::new(0) };
+    /// Inside a driver `_ptsz`/`_ptds` entry point ([`per_thread`]).
+    static PER_THREAD_CALL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` (a driver entry point) as its `_ptsz`/`_ptds` variant: stream 0 is this thread's
+/// default stream for every stream `f` resolves, as [`resolve_stream`] does for the runtime's
+/// `_ptsz` entry points.
+pub fn per_thread<R>(f: impl FnOnce() -> R) -> R {
+    with_per_thread(true, f)
+}
+
+/// Runs `f` (the program's own code, called back from inside an entry point) with stream 0
+/// the legacy stream again, whatever entry point called it.
+pub fn outside_per_thread<R>(f: impl FnOnce() -> R) -> R {
+    with_per_thread(false, f)
+}
+
+fn in_per_thread_call() -> bool {
+    PER_THREAD_CALL.try_with(|c| c.get()).unwrap_or(false)
+}
+
+fn with_per_thread<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    let was = PER_THREAD_CALL.try_with(|c| c.replace(on)).unwrap_or(false);
+    let r = f();
+    let _ = PER_THREAD_CALL.try_with(|c| c.set(was));
+    r
 }
 
 /// Whether the program registered kernels or module variables (it is a CUDA program even if
@@ -107,7 +139,7 @@ pub const STREAM_PER_THREAD: u64 = 2;
 /// exactly as CUDA's per-thread default stream does).
 pub fn resolve_stream(s: u64, ptsz: bool) -> CudaResult<u64> {
     match s {
-        0 if ptsz => per_thread_stream(),
+        0 if ptsz || in_per_thread_call() => per_thread_stream(),
         0 | STREAM_LEGACY => Ok(0),
         STREAM_PER_THREAD => per_thread_stream(),
         h => Ok(h),
@@ -142,7 +174,7 @@ pub fn add_alloc(addr: u64, len: u64, kind: MemKind, flags: u32) {
         .allocs
         .write()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(addr, AllocRec { len, kind, flags });
+        .insert(addr, AllocRec { len, kind, flags, buffer_id: BUFFER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 });
 }
 
 pub fn remove_alloc(addr: u64) -> Option<AllocRec> {
@@ -236,4 +268,21 @@ pub fn record_symbol(addr: u64, size: u64) -> bool {
     }
     add_alloc(addr, size, MemKind::Device, 0);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_per_thread_call_ends_with_its_scope_and_a_callback_inside_it_is_outside() {
+        assert!(!in_per_thread_call());
+        per_thread(|| {
+            assert!(in_per_thread_call());
+            outside_per_thread(|| assert!(!in_per_thread_call()));
+            assert!(in_per_thread_call());
+        });
+        assert!(!in_per_thread_call());
+        assert_eq!(resolve_stream(STREAM_LEGACY, false), Ok(0), "the legacy stream stays the legacy stream");
+    }
 }

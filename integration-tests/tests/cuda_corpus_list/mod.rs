@@ -94,6 +94,11 @@ macro_rules! corpus {
             "driver_graphs",
             args: ["crum-checks"]
         );
+        $crate::cuda_corpus_list::corpus_test!(
+            $run,
+            driver_pointer_attributes_advice_recapture_and_per_thread_variants_match_cpu,
+            "driver_pointers"
+        );
     };
 }
 pub(crate) use corpus;

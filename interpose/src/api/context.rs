@@ -148,6 +148,13 @@ pub(crate) fn disown(pick: impl Fn(&mut Owned) -> &mut Vec<u64>, x: u64) {
     })
 }
 
+/// The context that allocated the memory at `base` (`cuMemAlloc*`, `cuMemAllocHost`,
+/// `cuMemHostAlloc` in a created context), else the primary context (the runtime's memory,
+/// registered memory, pools, VMM mappings).
+pub(crate) fn owner_of(base: u64) -> usize {
+    with(|c| c.created.iter().find(|(_, o)| o.device.contains(&base) || o.host.contains(&base)).map_or(PRIMARY, |(&h, _)| h))
+}
+
 /// A module loaded in the current context.
 pub(crate) fn module_loaded(module: usize) {
     let ctx = current();

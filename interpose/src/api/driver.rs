@@ -24,6 +24,9 @@
 //!   `api::vmm`.
 //!
 //! - Graphs and stream capture (`cuGraph*`, `cuStreamBeginCapture`…): `api::driver_graph`.
+//!   Pointer attributes, advice, prefetches and range attributes: `api::driver_ptr`; the
+//!   `_ptsz`/`_ptds` variants: `api::driver_ptsz` (`cuGetProcAddress` gives them for
+//!   `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`).
 //!   Libraries (`cuLibraryLoadData`, `cuLibraryGetKernel`…) are modules too: a `CUlibrary` is
 //!   its one `CUmodule`, and a `CUkernel` is the kernel handle a `CUfunction` is, so
 //!   `cuLaunchKernel` takes either.
@@ -570,7 +573,7 @@ driver! {
         };
         out(s, intern(cuda::description(runtime)))
     }
-    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, _flags: u64, status: *mut i32) {
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, flags: u64, status: *mut i32) {
         let mut name = cstr(symbol).ok_or(cuda::ERROR_INVALID_VALUE)?;
         if pfn.is_null() {
             return Err(cuda::ERROR_INVALID_VALUE);
@@ -582,7 +585,11 @@ driver! {
         }
         let h = own_handle();
         let suffixes: &[&str] = if exact.is_some() { &[""] } else { &["_v4", "_v3", "_v2", ""] };
-        let found = suffixes.iter().find_map(|v| {
+        // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: the `_ptsz`/`_ptds` variant where
+        // there is one (`api::driver_ptsz`).
+        let per_thread: &[&str] = if flags & 2 != 0 { &["_ptsz", "_ptds", ""] } else { &[""] };
+        let candidates = suffixes.iter().flat_map(|v| per_thread.iter().map(move |t| format!("{v}{t}")));
+        let found = candidates.into_iter().find_map(|v| {
             let full = std::ffi::CString::new(format!("{name}{v}")).ok()?;
             // SAFETY: `h` is this library's handle (or null: the global scope); a
             // NUL-terminated name.
@@ -627,7 +634,7 @@ fn func_attribute(attr: u32, f: usize) -> CudaResult<i32> {
 /// Names whose signature changed, with the function each CUDA version asking for it gets
 /// (the newest first; the first whose version is at most the one asked for): a program built
 /// for CUDA 11 that asks for `cuGraphGetEdges` gets the one without edge data.
-const RENAMED: [(&str, &[(i32, &str)]); 14] = [
+const RENAMED: [(&str, &[(i32, &str)]); 16] = [
     ("cuGraphInstantiate", &[(12000, "cuGraphInstantiateWithFlags"), (0, "cuGraphInstantiate_v2")]),
     ("cuStreamBeginCapture", &[(10010, "cuStreamBeginCapture_v2"), (0, "cuStreamBeginCapture")]),
     (
@@ -645,6 +652,9 @@ const RENAMED: [(&str, &[(i32, &str)]); 14] = [
     ("cuGraphKernelNodeSetParams", &[(12000, "cuGraphKernelNodeSetParams_v2"), (0, "cuGraphKernelNodeSetParams")]),
     ("cuGraphExecKernelNodeSetParams", &[(12000, "cuGraphExecKernelNodeSetParams_v2"), (0, "cuGraphExecKernelNodeSetParams")]),
     ("cuGraphExecUpdate", &[(12000, "cuGraphExecUpdate_v2"), (0, "cuGraphExecUpdate")]),
+    // A CUmemLocation where CUDA 11 took a CUdevice.
+    ("cuMemAdvise", &[(12020, "cuMemAdvise_v2"), (0, "cuMemAdvise")]),
+    ("cuMemPrefetchAsync", &[(12020, "cuMemPrefetchAsync_v2"), (0, "cuMemPrefetchAsync")]),
 ];
 
 /// The function a program built for CUDA `version` gets for `name`, where the signature
@@ -680,6 +690,10 @@ mod tests {
         assert_eq!(versioned("cuGraphGetEdges", 12000), Some("cuGraphGetEdges"));
         assert_eq!(versioned("cuStreamBeginCapture", 10000), Some("cuStreamBeginCapture"));
         assert_eq!(versioned("cuStreamBeginCapture", 10010), Some("cuStreamBeginCapture_v2"));
+        assert_eq!(versioned("cuMemAdvise", 12010), Some("cuMemAdvise"));
+        assert_eq!(versioned("cuMemAdvise", 12020), Some("cuMemAdvise_v2"));
+        assert_eq!(versioned("cuMemPrefetchAsync", 11000), Some("cuMemPrefetchAsync"));
+        assert_eq!(versioned("cuMemPrefetchAsync", 13000), Some("cuMemPrefetchAsync_v2"));
     }
 
     #[test]

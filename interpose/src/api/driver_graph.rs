@@ -133,6 +133,28 @@ fn write_node_params(r: &[u8; CUDAGRAPHNODEPARAMS_SIZE], p: *mut u8) -> CudaResu
     Ok(())
 }
 
+/// Call a recapture callback (`CUgraphRecaptureCallback`) of `cuStreamBeginRecaptureToGraph`
+/// for `node`, whose parameters changed from `old` to `new`, given as `CUgraphNodeParams`;
+/// its answer (a `CUresult`: anything but `CUDA_SUCCESS` fails the recapture).
+pub(crate) fn recapture_callback(func: u64, data: u64, node: u64, old: &crate::graph::NodeKind, new: &crate::graph::NodeKind, status: u32) -> u32 {
+    type Callback = unsafe extern "C" fn(*mut c_void, *mut c_void, *const u8, *const u8, u32) -> u32;
+    let params = |kind, argv: &mut Vec<u64>| -> CudaResult<[u8; CUDAGRAPHNODEPARAMS_SIZE]> {
+        let r = g::recapture_params(kind, argv)?;
+        let mut d = [0u8; CUDAGRAPHNODEPARAMS_SIZE];
+        write_node_params(&r, d.as_mut_ptr())?;
+        Ok(d)
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (Ok(o), Ok(n)) = (params(old, &mut a), params(new, &mut b)) else {
+        return cuda::ERROR_UNKNOWN;
+    };
+    // SAFETY: the program passed this function as a `CUgraphRecaptureCallback`; both parameter
+    // blocks (and the kernel argument arrays `a` and `b` they point to) live across the call.
+    let f: Callback = unsafe { std::mem::transmute::<usize, Callback>(func as usize) };
+    // SAFETY: as above.
+    unsafe { f(data as *mut c_void, node as *mut c_void, o.as_ptr(), n.as_ptr(), status) }
+}
+
 /// The context argument of a copy or memset node: NULL (the current one) or a live context
 /// (`CUDA_ERROR_INVALID_CONTEXT` otherwise).
 fn node_ctx(ctx: usize) -> CudaResult<()> {
@@ -352,6 +374,11 @@ driver! {
     }
     fn cuStreamBeginCaptureToGraph(stream: *mut c_void, graph: *mut c_void, dep: *const u64, edge_data: *const u64, n: usize, mode: u32) {
         rt(g::cudaStreamBeginCaptureToGraph(stream, graph, dep, edge_data, n, mode))
+    }
+    fn cuStreamBeginRecaptureToGraph(stream: *mut c_void, mode: u32, graph: *mut c_void, callback: *const c_void, data: *mut c_void) {
+        let cb = (!callback.is_null()).then_some((callback as u64, data as u64));
+        let stream = crate::state::resolve_stream(stream as u64, false)?;
+        crate::capture::begin_recapture(stream, mode, graph as u64, cb, crate::capture::Face::Driver)
     }
     fn cuStreamUpdateCaptureDependencies_v2(stream: *mut c_void, dep: *const u64, edge_data: *const u64, n: usize, flags: u32) {
         rt(g::cudaStreamUpdateCaptureDependencies(stream, dep, edge_data, n, flags))

@@ -1400,11 +1400,11 @@ crate::export! {
     }
     fn cudaStreamBeginRecaptureToGraph(stream: *mut c_void, mode: u32, graph: *mut c_void, callback: *const u64) {
         let cb = recapture_data(callback)?;
-        capture::begin_recapture(resolve_stream(stream as u64, false)?, mode, graph as u64, cb)
+        capture::begin_recapture(resolve_stream(stream as u64, false)?, mode, graph as u64, cb, capture::Face::Runtime)
     }
     fn cudaStreamBeginRecaptureToGraph_ptsz(stream: *mut c_void, mode: u32, graph: *mut c_void, callback: *const u64) {
         let cb = recapture_data(callback)?;
-        capture::begin_recapture(resolve_stream(stream as u64, true)?, mode, graph as u64, cb)
+        capture::begin_recapture(resolve_stream(stream as u64, true)?, mode, graph as u64, cb, capture::Face::Runtime)
     }
     fn cudaStreamEndCapture(stream: *mut c_void, graph: *mut *mut c_void) {
         end_capture(stream, graph, false)
@@ -1446,18 +1446,8 @@ fn recapture_data(p: *const u64) -> CudaResult<Option<(u64, u64)>> {
 /// changed from `old` to `new`; its answer.
 pub(crate) fn recapture_callback(func: u64, data: u64, node: u64, old: &NodeKind, new: &NodeKind, status: u32) -> u32 {
     type Callback = unsafe extern "C" fn(*mut c_void, *mut c_void, *const u8, *const u8, u32) -> u32;
-    let params = |kind: &NodeKind, argv: &mut Vec<u64>| -> CudaResult<Vec<u8>> {
-        if let NodeKind::Kernel(k) = kind {
-            let (_, info) = function(k.host_fun)?;
-            let base = k.params.as_ptr() as u64;
-            *argv = info.params.iter().map(|&(o, _)| base + o as u64).collect();
-        }
-        let mut buf = vec![0u8; CUDAGRAPHNODEPARAMS_SIZE];
-        write_generic(buf.as_mut_ptr(), kind, if argv.is_empty() { 0 } else { argv.as_ptr() as u64 })?;
-        Ok(buf)
-    };
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    let (Ok(o), Ok(n)) = (params(old, &mut a), params(new, &mut b)) else {
+    let (Ok(o), Ok(n)) = (recapture_params(old, &mut a), recapture_params(new, &mut b)) else {
         return cuda::ERROR_UNKNOWN;
     };
     // SAFETY: the program passed this function as a `cudaGraphRecaptureCallback_t`; both
@@ -1465,6 +1455,19 @@ pub(crate) fn recapture_callback(func: u64, data: u64, node: u64, old: &NodeKind
     let f: Callback = unsafe { std::mem::transmute::<usize, Callback>(func as usize) };
     // SAFETY: as above.
     unsafe { f(data as *mut c_void, node as *mut c_void, o.as_ptr(), n.as_ptr(), status) }
+}
+
+/// A node's parameters as a `cudaGraphNodeParams`, for a recapture callback; a kernel's
+/// argument pointers are put in `argv`, which must live as long as the parameters are used.
+pub(crate) fn recapture_params(kind: &NodeKind, argv: &mut Vec<u64>) -> CudaResult<[u8; CUDAGRAPHNODEPARAMS_SIZE]> {
+    if let NodeKind::Kernel(k) = kind {
+        let (_, info) = function(k.host_fun)?;
+        let base = k.params.as_ptr() as u64;
+        *argv = info.params.iter().map(|&(o, _)| base + o as u64).collect();
+    }
+    let mut buf = [0u8; CUDAGRAPHNODEPARAMS_SIZE];
+    write_generic(buf.as_mut_ptr(), kind, if argv.is_empty() { 0 } else { argv.as_ptr() as u64 })?;
+    Ok(buf)
 }
 
 fn end_capture(stream: *mut c_void, graph: *mut *mut c_void, ptsz: bool) -> CudaResult<()> {

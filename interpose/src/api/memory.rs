@@ -354,7 +354,9 @@ crate::export! {
         out(total, t as usize)
     }
     fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) {
-        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, kind, 0, true)
+        // The legacy stream (this thread's own under a driver `_ptds` call: `state::per_thread`).
+        let s = resolve_stream(0, false)?;
+        copy(dst as u64, count as u64, src as u64, count as u64, count as u64, 1, kind, s, true)
     }
     fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) {
         let s = resolve_stream(0, true)?;

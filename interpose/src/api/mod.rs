@@ -8,6 +8,8 @@ pub mod device;
 pub mod driver;
 pub mod driver_graph;
 pub mod driver_mem;
+pub mod driver_ptr;
+pub mod driver_ptsz;
 pub mod graph;
 pub mod launch;
 pub mod library;

@@ -104,6 +104,19 @@ pub(crate) fn mapping_of(addr: u64) -> Option<(u64, u64)> {
     with(|v| v.mappings.range(..=addr).next_back().filter(|(&b, m)| addr < b + m.len).map(|(&b, m)| (b, m.len)))
 }
 
+/// The reserved range containing `addr`: (start, length).
+pub(crate) fn reservation_of(addr: u64) -> Option<(u64, u64)> {
+    if !(LO..HI).contains(&addr) {
+        return None;
+    }
+    with(|v| v.reserved.range(..=addr).next_back().filter(|(&b, &l)| addr < b + l).map(|(&b, &l)| (b, l)))
+}
+
+/// The `CUmemAccess_flags` of device 0 for the mapping at `base` (0: none set).
+pub(crate) fn access_of(base: u64) -> u32 {
+    with(|v| v.mappings.get(&base).map_or(0, |m| m.access))
+}
+
 /// A `CUmemAllocationProp` for device memory of device 0, as `cuMemCreate` takes it.
 fn check_prop(prop: *const u8) -> CudaResult<[u8; PROP_SIZE]> {
     let bytes: [u8; PROP_SIZE] = read(prop.cast())?;
