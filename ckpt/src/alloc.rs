@@ -107,15 +107,11 @@ fn reset_scratch() {
 /// Starts bump allocation for the calling (agent) thread. Call before stopping threads.
 pub fn enter() {
     if BASE.load(Acquire) == 0 {
-        // SAFETY: a fresh private anonymous reservation; MAP_NORESERVE: only touched pages
-        // cost memory.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), ARENA_SIZE, libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
+        // A fresh private anonymous reservation in crum's range (`highmem`: not next to the
+        // program's mappings); MAP_NORESERVE: only touched pages cost memory.
+        let Some(p) = crate::highmem::map(ARENA_SIZE, libc::MAP_NORESERVE) else {
             return;
-        }
+        };
         BASE.store(p as usize, Release);
         FLOOR.store(p as usize, Relaxed);
         NEXT.store(p as usize, Relaxed);

@@ -538,6 +538,11 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
+                if !loaded {
+                    // A program that has just exited (a zombie: no executable, an empty map)
+                    // is "not running", not "not under crum".
+                    check_can_answer(pid)?;
+                }
                 let waited = if loaded {
                     format!(
                         "; crum's library is loaded in it, and its agent did not listen within {} s ({})",
@@ -843,6 +848,26 @@ mod tests {
         // None usable: the first, so that the error names it.
         std::fs::set_permissions(&alt, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(first_usable(&[planted.clone(), alt.clone()]), planted);
+        std::fs::remove_dir_all(&t).unwrap();
+    }
+
+    /// A program that has just exited (a zombie its parent has not reaped) is "not running",
+    /// not a program running without crum (a loaded machine's test got that message when its
+    /// program ended before the checkpoint reached it).
+    #[test]
+    fn checkpoint_of_an_exited_process_says_it_is_not_running() {
+        let t = scratch("exited");
+        let dir = t.join("sock");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let t0 = std::time::Instant::now();
+        while proc_state(pid) != Some('Z') {
+            assert!(t0.elapsed() < Duration::from_secs(30), "process {pid} never became a zombie");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let e = request_checkpoint_in(&dir, pid, None, false, false).unwrap_err();
+        assert!(matches!(e, ControlError::NoProcess { pid: p } if p == pid), "{e}");
+        child.wait().unwrap();
         std::fs::remove_dir_all(&t).unwrap();
     }
 

@@ -9,6 +9,7 @@ pub mod attrs;
 pub mod capture;
 pub mod control;
 pub mod highfd;
+pub mod highmem;
 pub mod image;
 pub mod inotify;
 pub mod job;

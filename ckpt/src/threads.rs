@@ -789,15 +789,10 @@ pub fn prepare_restart_stacks() -> Result<(), String> {
     let have = RESTART_STACKS_LEN.load(Relaxed);
     if have < need {
         let len = need.next_power_of_two().max(4 * RESTART_STACK);
-        // SAFETY: a fresh anonymous mapping; the old one (if any) is no longer referenced
-        // by any slot once replaced below.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err("cannot reserve restart stacks".into());
-        }
+        // A fresh anonymous mapping in crum's range (`highmem`: not next to the program's
+        // mappings); the old one (if any) is no longer referenced by any slot once replaced
+        // below.
+        let p = crate::highmem::map(len, libc::MAP_NORESERVE).ok_or("cannot reserve restart stacks")?;
         let old = RESTART_STACKS.swap(p as u64, Relaxed);
         if old != 0 {
             // SAFETY: the previous reservation, unused now.

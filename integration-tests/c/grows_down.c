@@ -4,7 +4,8 @@
  * lowest, which the kernel adds to it. Every page keeps its bytes, /proc/self/smaps still
  * shows the mapping as one that grows down ("gd") from the lowest page touched, and the next
  * touch below it still grows it. Before, only the main stack came back growing down: CRIU's
- * grow_map died of SIGSEGV touching below such a mapping after a restart. */
+ * grow_map died of SIGSEGV touching below such a mapping after a restart. Nothing of crum's
+ * may be mapped in the hole either. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +30,26 @@ static int smaps_grows_down(uintptr_t lo, uintptr_t hi) {
         }
         if (in && strncmp(line, "VmFlags:", 8) == 0) {
             found = strstr(line, " gd") != NULL;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* Whether anything is mapped in [lo, hi): the program keeps the rest of its hole free, so a
+ * mapping there is crum's. Such a mapping at the edge of the kernel's guard gap below the
+ * growing mapping stops it from growing (CRIU's grow_map died so after a checkpoint, without
+ * a restart: crum's reservations went where the kernel puts mmap(NULL)). */
+static int mapped_in(uintptr_t lo, uintptr_t hi) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[512];
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && a < hi && b > lo) {
+            found = 1;
             break;
         }
     }
@@ -65,6 +86,7 @@ int main(int argc, char **argv) {
         }
         int gd = smaps_grows_down((uintptr_t)(top - pages * ps), (uintptr_t)top);
         if (gd != 1) { printf("FAIL: step %d: smaps has no growing-down mapping of %ld pages below %p (%d)\n", s, pages, (void *)top, gd); return 1; }
+        if (mapped_in((uintptr_t)hole, (uintptr_t)(top - pages * ps)) != 0) { printf("FAIL: step %d: something was mapped in the hole below the growing mapping\n", s); return 1; }
         printf("step %d ok\n", s);
         struct timespec ts = { 0, ms * 1000000L };
         nanosleep(&ts, NULL);
