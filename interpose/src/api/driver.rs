@@ -111,6 +111,21 @@ fn memset(dst: u64, value: u32, elem: u32, n: usize, stream: u64, sync: bool) ->
     Ok(())
 }
 
+/// `cuModuleGetGlobal`/`cuLibraryGetGlobal` (a `CUlibrary` is its own one `CUmodule`): the
+/// variable's address and size, each through its out-pointer when given.
+fn global_out(dptr: *mut u64, bytes: *mut usize, module: *mut c_void, name: *const c_char) -> CudaResult<()> {
+    let l = super::library::library(module)?;
+    let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
+    let (addr, size) = super::library::global(l, name)?;
+    if !dptr.is_null() {
+        out(dptr, addr)?;
+    }
+    if !bytes.is_null() {
+        out(bytes, size as usize)?;
+    }
+    Ok(())
+}
+
 /// The handle of this library (libcrum.so, by its SONAME) for `cuGetProcAddress`.
 fn own_handle() -> *mut c_void {
     // SAFETY: NUL-terminated name; RTLD_NOLOAD never loads anything.
@@ -278,16 +293,7 @@ driver! {
         out(f, k)
     }
     fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize, module: *mut c_void, name: *const c_char) {
-        let l = super::library::library(module)?;
-        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
-        let (addr, size) = super::library::global(l, name)?;
-        if !dptr.is_null() {
-            out(dptr, addr)?;
-        }
-        if !bytes.is_null() {
-            out(bytes, size as usize)?;
-        }
-        Ok(())
+        global_out(dptr, bytes, module, name)
     }
     fn cuLaunchKernel(f: usize, gx: u32, gy: u32, gz: u32, bx: u32, by: u32, bz: u32, shared: u32, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) {
         context::check_launch(f)?;
@@ -408,16 +414,7 @@ driver! {
         out(v, func_attribute(attr, kernel)?)
     }
     fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, lib: *mut c_void, name: *const c_char) {
-        let l = super::library::library(lib)?;
-        let name = cstr(name).ok_or(cuda::ERROR_INVALID_VALUE)?;
-        let (addr, size) = super::library::global(l, name)?;
-        if !dptr.is_null() {
-            out(dptr, addr)?;
-        }
-        if !bytes.is_null() {
-            out(bytes, size as usize)?;
-        }
-        Ok(())
+        global_out(dptr, bytes, lib, name)
     }
     fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) {
         rt(super::memory::cudaMalloc(dptr.cast(), bytes))?;
