@@ -22,6 +22,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_void, CStr, CString};
+use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
@@ -35,10 +36,76 @@ fn ck(r: sys::CUresult) -> DResult<()> {
     }
 }
 
-/// Whether the driver library (`libcuda.so.1`) can be loaded.
+/// The environment variable naming the driver library to load instead of the one the dynamic
+/// loader finds (a driver installed in an odd place, or crum's emulated driver,
+/// `integration-tests/emu-libcuda`): `CRUM_LIBCUDA=/path/to/libcuda.so.1`.
+pub const LIBCUDA_ENV: &str = "CRUM_LIBCUDA";
+
+/// The library `CRUM_LIBCUDA` names, loaded once (`dlopen(RTLD_NOW | RTLD_GLOBAL)`, never
+/// closed): None when the variable is unset, else its handle or why it cannot be loaded.
+///
+/// cudarc opens the driver by name (`libcuda.so`, …, `libcuda.so.1`); the dynamic loader
+/// answers a name with an already loaded library whose SONAME it is, so the library loaded
+/// here is the one cudarc gets, unless a library called `libcuda.so` is on the search path
+/// (tried first): [`check_loaded`] finds that out.
+fn preloaded() -> Option<&'static Result<usize, String>> {
+    static LIB: OnceLock<Option<Result<usize, String>>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let path = std::env::var_os(LIBCUDA_ENV)?;
+        let Ok(c) = CString::new(path.as_encoded_bytes()) else {
+            return Some(Err("the path contains a NUL byte".into()));
+        };
+        // SAFETY: loads the library the user named (running its initializers, as loading the
+        // driver does anyway); the handle is kept for the life of the process.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if h.is_null() {
+            // SAFETY: dlerror returns a NUL-terminated message or NULL, read at once.
+            let why = unsafe {
+                let e = libc::dlerror();
+                if e.is_null() { "dlopen failed".to_string() } else { CStr::from_ptr(e).to_string_lossy().into_owned() }
+            };
+            return Some(Err(why));
+        }
+        Some(Ok(h as usize))
+    })
+    .as_ref()
+}
+
+/// With `CRUM_LIBCUDA` set: whether the driver cudarc loaded is the library it names (the
+/// same `cuInit`), or why not.
+pub fn check_loaded() -> Result<(), String> {
+    let Some(lib) = preloaded() else { return Ok(()) };
+    let h = *lib.as_ref().map_err(Clone::clone)?;
+    // SAFETY: `h` is a live handle (never closed); looking a symbol up does not call it.
+    let ours = unsafe { libc::dlsym(h as *mut c_void, c"cuInit".as_ptr()) };
+    // SAFETY: the library is present (checked by the caller); a lookup does not call it.
+    let theirs = unsafe { sys::culib().get::<*const c_void>(b"cuInit\0") }.map(|s| *s).ok();
+    if ours.is_null() {
+        return Err("it has no cuInit".into());
+    }
+    if theirs != Some(ours as *const c_void) {
+        return Err("a library called libcuda.so on the library path was loaded first".into());
+    }
+    Ok(())
+}
+
+/// Whether the driver library (`libcuda.so.1`, or the one `CRUM_LIBCUDA` names) can be loaded.
 pub fn library_present() -> bool {
+    if preloaded().is_some_and(|r| r.is_err()) {
+        return false;
+    }
     // SAFETY: only tries to dlopen the candidate names; loads nothing else.
     unsafe { sys::is_culib_present() }
+}
+
+/// `CRUM_LIBCUDA` and why the library it names cannot be used, if it is set and cannot.
+pub fn env_library_error() -> Option<(String, String)> {
+    let path = std::env::var(LIBCUDA_ENV).ok()?;
+    match preloaded()? {
+        Err(why) => Some((path, why.clone())),
+        Ok(_) if !library_present() => Some((path, "not found by the loader".into())),
+        Ok(_) => check_loaded().err().map(|why| (path, why)),
+    }
 }
 
 /// Whether the loaded driver exports `name` (newer entry points on older drivers).

@@ -63,6 +63,8 @@ const STAGES: usize = 6;
 pub enum ProbeError {
     #[error("the CUDA driver library (libcuda.so.1) cannot be loaded; install the NVIDIA driver or add its directory to LD_LIBRARY_PATH")]
     NoLibrary,
+    #[error("the driver library CRUM_LIBCUDA names ({path}) cannot be used: {why}")]
+    EnvLibrary { path: String, why: String },
     #[error("cuInit failed with {name} ({code}){hint}")]
     Init { code: u32, name: String, hint: &'static str },
     #[error("the CUDA driver sees no device (cuDeviceGetCount = 0)")]
@@ -82,6 +84,9 @@ fn drv(call: &'static str) -> impl Fn(u32) -> ProbeError {
 /// Check that a usable GPU is here: the driver loads, `cuInit` succeeds, a device exists and
 /// supports the virtual memory management API. Returns device 0.
 pub fn probe() -> std::result::Result<Device, ProbeError> {
+    if let Some((path, why)) = driver::env_library_error() {
+        return Err(ProbeError::EnvLibrary { path, why });
+    }
     if !driver::library_present() {
         return Err(ProbeError::NoLibrary);
     }

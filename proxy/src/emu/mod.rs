@@ -264,9 +264,10 @@ pub fn strict_memory() -> bool {
     std::env::var_os("CRUM_STRICT_MEMORY").is_some_and(|v| v == "1")
 }
 
-/// Properties of the emulated device: an sm_80-class part (A100-like limits), so programs
+/// Properties of the emulated device (also reported by the emulated driver,
+/// `integration-tests/emu-libcuda`): an sm_80-class part (A100-like limits), so programs
 /// that size their launches from the properties behave as on a real one.
-fn emu_props() -> DeviceProps {
+pub fn emu_props() -> DeviceProps {
     DeviceProps {
         name: "crum emulated device (sm_80)".into(),
         total_mem: CAPACITY,

@@ -1,0 +1,118 @@
+//! The `cuda` backend end to end without a GPU: CUDA programs of the corpus under
+//! `crum run --device cuda`, the proxy driving crum's emulated driver
+//! (`integration-tests/emu-libcuda`, `libcuda.so.1` on the CPU over `crum-ptx`, loaded
+//! through `CRUM_LIBCUDA`). Each must exit 0 with `PASS` and print what it prints on the
+//! emulated device (`cuda/expected/<name>.out`). Then checkpoint → SIGKILL → restart, and a
+//! restart of the restart, on the cuda backend, and images restarted across backends (taken
+//! on cuda, restarted on emu, and the reverse).
+//!
+//! Programs of the corpus not run here, and why (the emulated driver does not do it, or the
+//! cuda backend does not support it, as on a GPU; `docs/gpu-backend.md`):
+//! - textures and surfaces (`mipmap_tex`, `surfaces`, `driver_memory`, `stream_attrs`):
+//!   `Unsupported` on the cuda backend;
+//! - `cuda_facts`: prints the device's answers, which differ between backends on purpose;
+//! - `graph_conditional`: conditional nodes set from kernels need the emulated device's
+//!   handles (`DeviceProps::graph_conditionals`);
+//! - `copy_batch_3d`: arrays (`CUDA_MEMCPY3D` with arrays) are not in the emulated driver.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crum_integration_tests::{
+    build_cuda_with, check_expected, crum_run_command, gated_scenario, wait_with_timeout, workspace,
+    ScenarioOpts,
+};
+
+/// The emulated driver (built with the workspace), named by `CRUM_LIBCUDA` for every proxy
+/// this test process starts.
+fn emulated_driver() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        // Builds the workspace, this library included, when something is missing.
+        let _ = crum_integration_tests::crum_bin();
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
+        let lib = target.join("debug/libcrum_emu_libcuda.so");
+        if !lib.exists() {
+            let st = std::process::Command::new(env!("CARGO"))
+                .args(["build", "-q", "--workspace"])
+                .current_dir(workspace())
+                .status()
+                .expect("run cargo build");
+            assert!(st.success() && lib.exists(), "building the emulated driver failed");
+        }
+        // Every test of this binary wants it, and sets the same value.
+        std::env::set_var("CRUM_LIBCUDA", &lib);
+        lib
+    })
+}
+
+/// Run `name` under `crum run --device cuda`: exit 0, last line `PASS`, stdout as expected.
+fn run_on_cuda(name: &str, nvcc: &[&str], args: &[&str]) {
+    emulated_driver();
+    let exe = build_cuda_with(name, nvcc).unwrap_or_else(|e| panic!("{e:#}"));
+    let child = crum_run_command(Some("cuda"), &exe, args).spawn().expect("spawn crum run");
+    let r = wait_with_timeout(child, Duration::from_secs(600)).expect("crum run");
+    assert!(
+        r.code == Some(0) && !r.timed_out && r.stdout.lines().last() == Some("PASS"),
+        "{name} under crum run --device cuda (emulated driver): code {:?} timed_out {}\nstdout:\n{}\nstderr:\n{}",
+        r.code,
+        r.timed_out,
+        r.stdout,
+        r.stderr
+    );
+    check_expected(name, &r.stdout);
+}
+
+macro_rules! on_cuda {
+    ($test:ident, $name:literal $(, nvcc: [$($flag:literal),*])? $(, args: [$($arg:literal),*])?) => {
+        #[test]
+        fn $test() {
+            run_on_cuda($name, &[$($($flag),*)?], &[$($($arg),*)?]);
+        }
+    };
+}
+
+on_cuda!(vector_add, "vector_add");
+on_cuda!(matmul_tiled, "matmul_tiled");
+on_cuda!(reduce, "reduce");
+on_cuda!(scan, "scan");
+on_cuda!(histogram, "histogram");
+on_cuda!(streams_pipeline, "streams_pipeline");
+on_cuda!(memcpy2d, "memcpy2d");
+on_cuda!(symbols, "symbols");
+on_cuda!(managed, "managed");
+on_cuda!(host_threads, "host_threads");
+on_cuda!(device_printf, "device_printf");
+on_cuda!(error_paths, "error_paths");
+on_cuda!(invalid_pointer, "invalid_pointer");
+on_cuda!(events_callbacks, "events_callbacks");
+on_cuda!(device_query, "device_query");
+on_cuda!(host_memory, "host_memory");
+on_cuda!(managed_threads, "managed_threads");
+on_cuda!(managed_fileio, "managed_fileio");
+on_cuda!(warp_size_loop, "warp_size_loop");
+on_cuda!(cg_grid_sync, "cg_grid_sync");
+on_cuda!(static_shared_per_kernel, "static_shared_per_kernel");
+on_cuda!(unsupported_form, "unsupported_form");
+on_cuda!(graph_explicit, "graph_explicit");
+on_cuda!(graph_capture, "graph_capture");
+on_cuda!(graph_recapture, "graph_recapture");
+on_cuda!(mem_pools, "mem_pools");
+on_cuda!(graph_mem_nodes, "graph_mem_nodes");
+on_cuda!(oob_near, "oob_near");
+on_cuda!(system_atomics, "system_atomics");
+on_cuda!(rdc_linked, "rdc_linked");
+on_cuda!(many_threads, "many_threads");
+on_cuda!(indirect_calls, "indirect_calls");
+on_cuda!(library_api, "library_api");
+on_cuda!(driver_api, "driver_api");
+on_cuda!(driver_contexts, "driver_contexts");
+on_cuda!(driver_vmm, "driver_vmm");
+on_cuda!(stream_attrs, "stream_attrs");
+on_cuda!(copy_batch_3d, "copy_batch_3d");
+on_cuda!(mipmap_tex, "mipmap_tex");
+on_cuda!(surfaces, "surfaces");
+on_cuda!(driver_memory, "driver_memory");
+on_cuda!(jacobi, "jacobi", args: ["32", "300", "100"]);
+on_cuda!(per_thread_stream, "per_thread_stream", nvcc: ["--default-stream", "per-thread"]);
