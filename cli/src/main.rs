@@ -39,6 +39,11 @@ enum Command {
     /// The device proxy (started by `crum run` / `crum restart`; not for direct use).
     #[command(hide = true)]
     Proxy(proxy::Args),
+    /// Whether a usable GPU is here: exit 0, or 1 with the reason on stdout (run by
+    /// `crum restart` so that its own process, which becomes the program, never loads the
+    /// driver; not for direct use).
+    #[command(hide = true)]
+    ProbeCuda,
 }
 
 fn init_logging(verbose: u8) {
@@ -66,6 +71,13 @@ fn main() {
         Command::Inspect(a) => inspect::main(a),
         Command::Ps(a) => ps::main(a),
         Command::Proxy(a) => proxy::main(a),
+        Command::ProbeCuda => Ok(match crum_proxy::backend::probe_cuda() {
+            None => 0,
+            Some(reason) => {
+                println!("{reason}");
+                1
+            }
+        }),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -102,3 +102,23 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(0)
 }
+
+/// [`crum_proxy::backend::probe_cuda`] in a child process (`crum probe-cuda`): the reason a
+/// GPU cannot be used, or None. `crum restart` probes so because its process becomes the
+/// restored program: loading the driver there (`cuInit` maps the library, may start threads)
+/// would leave the driver's mappings and threads inside the program's address space as it is
+/// rebuilt — the emulated driver's stream thread crashed the restored program at its next
+/// checkpoint that way.
+pub fn probe_cuda_in_child() -> anyhow::Result<Option<String>> {
+    let exe = std::env::current_exe().context("locating the crum binary")?;
+    let out = std::process::Command::new(exe)
+        .arg("probe-cuda")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running crum probe-cuda")?;
+    Ok(match out.status.code() {
+        Some(0) => None,
+        _ => Some(String::from_utf8_lossy(&out.stdout).trim().to_string()),
+    })
+}

@@ -156,7 +156,8 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     if device == crum_proxy::DeviceChoice::Cuda {
         let plan = crum_restart::validate(&dir).with_context(|| format!("cannot restart {}", dir.display()))?;
         if plan.has_device() {
-            if let Some(reason) = crum_proxy::backend::probe_cuda() {
+            // In a child: this process becomes the program and must not load the driver.
+            if let Some(reason) = crate::proxy::probe_cuda_in_child()? {
                 bail!("--device cuda: no usable GPU: {reason}");
             }
         }

@@ -13,7 +13,8 @@
 //! - `cuda_facts`: prints the device's answers, which differ between backends on purpose;
 //! - `graph_conditional`: conditional nodes set from kernels need the emulated device's
 //!   handles (`DeviceProps::graph_conditionals`);
-//! - `copy_batch_3d`: arrays (`CUDA_MEMCPY3D` with arrays) are not in the emulated driver.
+//! - `cg_tiles`: passes, but takes minutes on two cores (the corpus runs it on the emulated
+//!   device).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -109,10 +110,54 @@ on_cuda!(library_api, "library_api");
 on_cuda!(driver_api, "driver_api");
 on_cuda!(driver_contexts, "driver_contexts");
 on_cuda!(driver_vmm, "driver_vmm");
-on_cuda!(stream_attrs, "stream_attrs");
 on_cuda!(copy_batch_3d, "copy_batch_3d");
-on_cuda!(mipmap_tex, "mipmap_tex");
-on_cuda!(surfaces, "surfaces");
-on_cuda!(driver_memory, "driver_memory");
 on_cuda!(jacobi, "jacobi", args: ["32", "300", "100"]);
 on_cuda!(per_thread_stream, "per_thread_stream", nvcc: ["--default-stream", "per-thread"]);
+
+/// The zdtm-style scenario (`gated_scenario`: checkpoints at three gates, SIGKILL, restarts,
+/// a restart of a restart) with the program run on `run` and restarted on `restart`.
+fn scenario(name: &str, run: &'static str, restart: &'static str, every_image: bool) {
+    emulated_driver();
+    let o = ScenarioOpts {
+        run_opts: vec!["--device", run],
+        restart_device: Some(restart),
+        every_image,
+        ..Default::default()
+    };
+    if let Err(e) = gated_scenario(name, &o) {
+        panic!("{name} run on {run}, restarted on {restart}: {e:#}");
+    }
+}
+
+#[test]
+fn vector_add_restarts_on_the_cuda_backend() {
+    scenario("vector_add", "cuda", "cuda", true);
+}
+
+#[test]
+fn streams_events_and_pinned_copies_restart_on_the_cuda_backend() {
+    scenario("streams_pipeline", "cuda", "cuda", true);
+}
+
+#[test]
+fn module_variables_restart_on_the_cuda_backend_at_the_driver_addresses() {
+    scenario("symbols", "cuda", "cuda", false);
+}
+
+#[test]
+fn device_printf_and_host_functions_restart_on_the_cuda_backend() {
+    scenario("events_callbacks", "cuda", "cuda", false);
+}
+
+#[test]
+fn image_taken_on_the_cuda_backend_restarts_on_the_emulated_device() {
+    scenario("streams_pipeline", "cuda", "emu", true);
+}
+
+/// From the first gate, and the restarted process's image (taken on cuda) again: the
+/// emulated device's images from gates 2 and 3 hold queued work, which the cuda backend does
+/// not replay yet (issue 16; the restart is refused naming it).
+#[test]
+fn image_taken_on_the_emulated_device_restarts_on_the_cuda_backend() {
+    scenario("vector_add", "emu", "cuda", false);
+}

@@ -968,17 +968,47 @@ fn run_on_fake_driver(defines: &[&str], filters: &[&str]) -> Option<String> {
             return None;
         }
     }
+    let text = run_gpu_cases(("LD_LIBRARY_PATH", dir.as_os_str()), filters, "the fake driver");
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(text)
+}
+
+/// Run the `filters` tests of this binary in a child process with `env` set (which makes the
+/// `cuda` backend find a driver); their output. Every case must pass and none be skipped.
+fn run_gpu_cases(env: (&str, &std::ffi::OsStr), filters: &[&str], driver: &str) -> String {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    // One test at a time: the fake places module variables by load order, as a driver does
-    // in a proxy without address randomization, and the save/restore cases rely on it.
+    // One test at a time: the driver places module variables by load order, as a driver
+    // does in a proxy without address randomization, and the save/restore cases rely on it.
     cmd.arg("--nocapture").arg("--test-threads=1").args(filters);
     if filters.len() > 1 {
         cmd.arg("--exact");
     }
-    let out = cmd.env("LD_LIBRARY_PATH", &dir).env(FAKE_DRIVER_ENV, "1").output().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = cmd.env(env.0, env.1).env(FAKE_DRIVER_ENV, "1").output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "gpu cases failed on the fake driver:\n{text}");
-    assert!(!text.contains("skipped"), "the fake driver was not used, or a case was skipped:\n{text}");
-    Some(text)
+    assert!(out.status.success(), "gpu cases failed on {driver}:\n{text}");
+    assert!(!text.contains("skipped"), "{driver} was not used, or a case was skipped:\n{text}");
+    text
+}
+
+/// Every `gpu` case against crum's emulated driver (`integration-tests/emu-libcuda`, loaded
+/// through `CRUM_LIBCUDA`), which runs the test kernels' own PTX on the interpreter and its
+/// streams asynchronously: the backend against a driver with a real driver's behaviour, not
+/// hand-written kernels. Skipped (with the reason) where the library has not been built
+/// (`cargo test --workspace` builds it).
+#[test]
+fn gpu_cases_against_the_emulated_driver() {
+    if std::env::var_os(FAKE_DRIVER_ENV).is_some() {
+        return;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let lib = target.join("debug/libcrum_emu_libcuda.so");
+    if !lib.exists() {
+        eprintln!("skipped: {} is not built (cargo build --workspace)", lib.display());
+        return;
+    }
+    let text = run_gpu_cases((crum_proxy::cuda::driver::LIBCUDA_ENV, lib.as_os_str()), &["gpu::"], "the emulated driver");
+    let passed = text.lines().filter(|l| l.starts_with("test gpu::") && l.ends_with("... ok")).count();
+    assert!(passed >= 21 && text.contains("gpu::launches_with_every_parameter_kind ... ok"), "only {passed} gpu cases ran:\n{text}");
 }

@@ -127,8 +127,10 @@ impl Arena {
 
 /// Alignment of driver allocations (module variables, heap blocks), as `cudaMalloc`'s.
 const ALIGN: u64 = 256;
-/// Where the arenas of driver memory live (outside crum's device window at 0x2000_0000_0000).
-const ARENA_BASE: u64 = 0x3000_0000_0000;
+/// Where the arenas of driver memory live: outside crum's device window (0x2000_0000_0000)
+/// and the windows the conformance suite gives its backends (0x3000_0000_0000 on), below
+/// where the kernel places mappings and the stack.
+const ARENA_BASE: u64 = 0x7c00_0000_0000;
 const ARENA_LEN: u64 = 32 << 30;
 
 struct Tables {

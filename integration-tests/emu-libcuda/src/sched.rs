@@ -169,6 +169,12 @@ impl Sched {
 
     /// Queue `work` on stream `handle` after `extra` dependencies; the point it will reach.
     pub fn enqueue(&self, handle: u64, extra: Vec<(u64, u64)>, work: Work) -> CuResult<(u64, u64)> {
+        self.enqueue_noting(handle, extra, work, |_, _| {})
+    }
+
+    /// [`Sched::enqueue`], calling `noted` with the point under the same lock (before the
+    /// stream's thread can run the work).
+    fn enqueue_noting(&self, handle: u64, extra: Vec<(u64, u64)>, work: Work, noted: impl FnOnce(&mut State, (u64, u64))) -> CuResult<(u64, u64)> {
         self.sticky()?;
         let mut s = self.lock();
         let id = Self::id(&s, handle)?;
@@ -183,6 +189,7 @@ impl Sched {
         st.queue.push_back(Op { deps, work });
         st.queued += 1;
         let at = (id, st.queued);
+        noted(&mut s, at);
         self.cv.notify_all();
         Ok(at)
     }
@@ -269,40 +276,29 @@ impl Sched {
 
     /// `cuEventRecord`
     pub fn event_record(&'static self, e: u64, stream: u64) -> CuResult<()> {
-        {
-            let s = self.lock();
+        let gen = {
+            let mut s = self.lock();
             if !s.events.contains_key(&e) {
                 return Err(INVALID_HANDLE);
             }
-            Self::id(&s, stream)?;
-        }
-        // The generation is known only once queued; the work reads it from the event.
-        let gen = {
-            let mut s = self.lock();
             s.next += 1;
             s.next
         };
-        let (id, n) = self.enqueue(
-            stream,
-            Vec::new(),
-            Box::new(move || {
-                let mut s = self.lock();
-                if let Some(ev) = s.events.get_mut(&e) {
-                    if ev.record.is_some_and(|r| r.2 == gen) {
-                        ev.reached = Some((gen, Instant::now()));
-                    }
+        let reached = move || {
+            let mut s = self.lock();
+            if let Some(ev) = s.events.get_mut(&e) {
+                if ev.record.is_some_and(|r| r.2 == gen) {
+                    ev.reached = Some((gen, Instant::now()));
                 }
-            }),
-        )?;
-        let mut s = self.lock();
-        let ev = s.events.get_mut(&e).ok_or(INVALID_HANDLE)?;
-        ev.record = Some((id, n, gen));
-        // The work may have run before the record was noted: then it missed it.
-        if s.streams.get(&id).is_none_or(|st| st.done >= n) {
-            let ev = s.events.get_mut(&e).expect("above");
-            ev.reached = Some((gen, Instant::now()));
-        }
-        Ok(())
+            }
+        };
+        // The record is noted before the stream's thread can reach it.
+        self.enqueue_noting(stream, Vec::new(), Box::new(reached), |s, (id, n)| {
+            if let Some(ev) = s.events.get_mut(&e) {
+                ev.record = Some((id, n, gen));
+            }
+        })
+        .map(|_| ())
     }
 
     fn event_done(s: &State, ev: &Event) -> bool {

@@ -484,6 +484,9 @@ impl Cuda {
 
     /// Whether `[addr, addr+len)` is memory the driver can address directly.
     fn locate(&self, addr: u64, len: u64) -> Option<AllocKind> {
+        // Lock order: planner, then tables (as `place` takes them).
+        let planners = self.planner.lock().unwrap();
+        let in_vmm = |a: u64| planners.vmm.as_ref().is_some_and(|v| v.in_window(a));
         let t = self.tables.lock().unwrap();
         let inside = |m: &BTreeMap<u64, _>, get_len: &dyn Fn(&_) -> u64| {
             m.range(..=addr).next_back().is_some_and(|(&s, v)| addr.checked_add(len).is_some_and(|e| e <= s + get_len(v).max(1)))
@@ -496,9 +499,26 @@ impl Cuda {
                     Region::Pinned { .. } => AllocKind::PinnedHost,
                 });
             }
+            // VMM mappings side by side are one range to the device (`cuMemMap` of two
+            // physical allocations next to each other, then one memset or kernel over both),
+            // as on the emulated device.
+            if matches!(a.region, Region::Device) && addr < s + a.len && in_vmm(s) {
+                let end = addr.checked_add(len)?;
+                let mut at = s;
+                for (&b, x) in t.allocs.range(s..) {
+                    if b != at || !matches!(x.region, Region::Device) || !in_vmm(b) {
+                        break;
+                    }
+                    at = b + x.len;
+                    if end <= at {
+                        return Some(AllocKind::Device);
+                    }
+                }
+            }
         }
         inside(&t.globals, &|g: &(u64, u64, String)| g.0).then_some(AllocKind::Device)
     }
+
 
     fn in_window(&self, addr: u64) -> bool {
         addr >= self.window.0 && addr - self.window.0 < self.window.1
@@ -979,6 +999,16 @@ fn read_props(dev: Device) -> DResult<DeviceProps> {
     })
 }
 
+/// Whether `ptx` declares the module variable `name` managed (`.attribute(.managed)`, how
+/// nvcc emits `__managed__`).
+fn declares_managed(ptx: &str, name: &str) -> bool {
+    ptx.lines().filter(|l| l.contains(".attribute(.managed)")).any(|l| {
+        let decl = l.split(['=', ';']).next().unwrap_or("");
+        let last = decl.split_whitespace().last().unwrap_or("");
+        last.split('[').next() == Some(name)
+    })
+}
+
 /// The PTX text of a module image, for the parameter-layout fallback: the highest-architecture
 /// PTX of each fat binary (decompressed by `crum_ptx::fatbin`; several for a program built
 /// with `-rdc=true`, whose kernels are in its objects' PTX), else PTX text found as is (plain
@@ -1251,6 +1281,14 @@ impl Backend for Cuda {
             let m = t.modules.get(&module.0).ok_or_else(handle_err)?;
             if m.mirrors.iter().any(|x| x.name == name) {
                 return Err(bad());
+            }
+            // Only a variable declared managed is one (`cudaLibraryGetManaged` of a plain
+            // `__device__` variable is `cudaErrorSymbolNotFound`); the driver's lookup finds
+            // every variable, so the module's PTX says which (a module of machine code only
+            // cannot be asked: taken as declared).
+            let ptx = m.ptx.get_or_init(|| ptx_text(m.module.image()));
+            if ptx.as_deref().is_some_and(|p| !declares_managed(p, name)) {
+                return Err(BackendError::Cuda(cuda::ERROR_INVALID_SYMBOL));
             }
             driver::module_global(&m.module, name).map_err(|c| self.err(Op::SymbolLookup, c))?
         };
@@ -1996,6 +2034,15 @@ mod tests {
         assert!(check_image(b"\x7fELF\x01short").is_err());
         assert!(check_image(b"random bytes").is_err());
         assert!(check_image(&[]).is_err());
+    }
+
+    #[test]
+    fn managed_declarations_are_told_from_plain_variables() {
+        let ptx = ".visible .global .attribute(.managed) .align 4 .u32 hits = 3;\n.visible .global .align 4 .u32 plain;\n.global .attribute(.managed) .align 8 .b8 arr[64];";
+        assert!(declares_managed(ptx, "hits"));
+        assert!(declares_managed(ptx, "arr"));
+        assert!(!declares_managed(ptx, "plain"));
+        assert!(!declares_managed(ptx, "hit"));
     }
 
     #[test]
