@@ -105,6 +105,30 @@ fn out<T>(p: *mut T, v: T) -> CuResult<()> {
     Ok(())
 }
 
+/// Read a struct argument (`*const T`, not NULL).
+fn read_arg<T>(p: *const T) -> CuResult<T> {
+    if p.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: a non-null pointer to the caller's value of type `T`, valid for the call (the
+    // API's contract for every struct argument).
+    Ok(unsafe { p.read() })
+}
+
+/// `text` into the caller's buffer of `len` bytes, truncated, NUL-terminated.
+fn write_text(dst: *mut c_char, len: usize, text: &[u8]) -> CuResult<()> {
+    if dst.is_null() || len == 0 {
+        return Err(INVALID_VALUE);
+    }
+    let n = text.len().min(len - 1);
+    // SAFETY: the caller's buffer holds `len` > n bytes (API contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), dst.cast::<u8>(), n);
+        *dst.add(n) = 0;
+    }
+    Ok(())
+}
+
 /// A NUL-terminated name argument.
 fn name_arg<'a>(p: *const c_char) -> CuResult<&'a str> {
     if p.is_null() {
@@ -231,6 +255,7 @@ fn check_prop(p: *const AllocProp) -> CuResult<()> {
 
 /// Queue a copy of `height` rows of `width` bytes; ranges checked now, as the driver checks
 /// its arguments at the call.
+#[allow(clippy::too_many_arguments)]
 fn queue_copy(d: &'static Driver, dst: u64, dpitch: u64, src: u64, spitch: u64, width: u64, height: u64, stream: usize) -> CuResult<()> {
     if height == 0 || width == 0 {
         return d.sched.check_stream(stream as u64);
@@ -419,17 +444,7 @@ exports! {
     fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) {
         driver()?;
         device_arg(dev)?;
-        if name.is_null() || len <= 0 {
-            return Err(INVALID_VALUE);
-        }
-        let text = b"crum emulated driver (sm_80)";
-        let n = text.len().min(len as usize - 1);
-        // SAFETY: the caller's buffer holds `len` > n bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(text.as_ptr(), name.cast::<u8>(), n);
-            *name.add(n) = 0;
-        }
-        Ok(())
+        write_text(name, len.max(0) as usize, b"crum emulated driver (sm_80)")
     }
 
     fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c_int) {
@@ -493,7 +508,7 @@ exports! {
             0 => d.stack.store(v, Ordering::Relaxed),
             1 => d.printf_fifo.store(v, Ordering::Relaxed),
             2 => d.mem.set_heap_limit(v),
-            3 | 4 | 5 => {}
+            3..=5 => {}
             6 => {
                 // Clamped to the maximum, as the driver does.
                 let max = crum_proxy::emu::emu_props().max_persisting_l2 as u64;
@@ -596,8 +611,8 @@ exports! {
         }
         let mut access = None;
         for i in 0..count {
-            // SAFETY: `desc` points to `count` descriptors (API contract).
-            let a = unsafe { desc.add(i).read() };
+            // `desc` points to `count` descriptors (API contract).
+            let a = read_arg(desc.wrapping_add(i))?;
             if a.loc_type != 1 {
                 return Err(INVALID_VALUE);
             }
@@ -641,11 +656,7 @@ exports! {
     fn cuMemcpy2DAsync_v2(c: *const Memcpy2D, stream: usize) {
         let d = ctx()?;
         d.sched.sticky()?;
-        if c.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        // SAFETY: a non-null pointer to the caller's descriptor, read once.
-        let c = unsafe { c.read() };
+        let c = read_arg(c)?;
         // CU_MEMORYTYPE_HOST 1, DEVICE 2, ARRAY 3, UNIFIED 4
         let base = |t: c_uint, host: u64, dev: u64| match t {
             1 => Ok(host),
@@ -706,8 +717,8 @@ exports! {
             return Err(INVALID_VALUE);
         }
         for (i, f) in d.modules.functions(m as u64)?.into_iter().take(n as usize).enumerate() {
-            // SAFETY: the caller's array holds `n` handles; i < n.
-            out(unsafe { fs.add(i) }, f as usize)?;
+            // The caller's array holds `n` handles; i < n.
+            out(fs.wrapping_add(i), f as usize)?;
         }
         Ok(())
     }
@@ -906,12 +917,17 @@ fn image_bytes<'a>(p: *const u8) -> CuResult<&'a [u8]> {
     if head.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
         let mut len = 0usize;
         loop {
-            // SAFETY: `len` is the end of the fat binaries read so far, within the image; a
-            // following one is looked for only at an 8-byte aligned end (the caller's
-            // allocation holds whole words), and read only if its magic is there.
-            let next = unsafe { std::slice::from_raw_parts(p.add(len), 4) };
-            if len > 0 && (len % 8 != 0 || next != 0xBA55_ED50u32.to_le_bytes()) {
-                break;
+            if len > 0 {
+                if !len.is_multiple_of(8) {
+                    break;
+                }
+                // SAFETY: `len` is the end of the fat binaries read so far, within the image;
+                // a following one is looked for only at an 8-byte aligned end (the caller's
+                // allocation holds whole words: the proxy's copy is a Vec<u64>).
+                let next = unsafe { std::slice::from_raw_parts(p.add(len), 4) };
+                if next != 0xBA55_ED50u32.to_le_bytes() {
+                    break;
+                }
             }
             // SAFETY: a fat binary header (magic checked) is 16 bytes.
             let h = unsafe { std::slice::from_raw_parts(p.add(len), 16) };

@@ -191,13 +191,13 @@ impl Memory {
 
     /// `cuMemAddressReserve`: `hint` is only a hint.
     pub fn reserve(&self, size: u64, align: u64, hint: u64) -> CuResult<u64> {
-        if size == 0 || size % GRANULE != 0 || hint % GRANULE != 0 || (align != 0 && !align.is_power_of_two()) {
+        if size == 0 || !size.is_multiple_of(GRANULE) || !hint.is_multiple_of(GRANULE) || (align != 0 && !align.is_power_of_two()) {
             return Err(INVALID_VALUE);
         }
         let align = align.max(GRANULE);
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         let mut t = self.t.lock().unwrap();
-        if hint != 0 && hint % align == 0 {
+        if hint != 0 && hint.is_multiple_of(align) {
             // SAFETY: MAP_FIXED_NOREPLACE fails rather than replace anything mapped there.
             let p = unsafe { libc::mmap(hint as *mut _, size as usize, libc::PROT_NONE, flags | libc::MAP_FIXED_NOREPLACE, -1, 0) };
             if p != libc::MAP_FAILED {
@@ -246,7 +246,7 @@ impl Memory {
 
     /// `cuMemCreate` of pinned device memory on device 0 (the caller checked the properties).
     pub fn create(&self, size: u64) -> CuResult<u64> {
-        if size == 0 || size % GRANULE != 0 {
+        if size == 0 || !size.is_multiple_of(GRANULE) {
             return Err(INVALID_VALUE);
         }
         let mut t = self.t.lock().unwrap();
@@ -285,7 +285,7 @@ impl Memory {
     /// `cuMemMap`: `size` bytes of `handle` from `offset` at `ptr`, inside one reservation, over
     /// nothing mapped; inaccessible until [`Memory::set_access`].
     pub fn map(&self, ptr: u64, size: u64, offset: u64, handle: u64) -> CuResult<()> {
-        if size == 0 || ptr % GRANULE != 0 || size % GRANULE != 0 || offset % GRANULE != 0 {
+        if size == 0 || !ptr.is_multiple_of(GRANULE) || !size.is_multiple_of(GRANULE) || !offset.is_multiple_of(GRANULE) {
             return Err(INVALID_VALUE);
         }
         let mut t = self.t.lock().unwrap();

@@ -110,8 +110,8 @@ impl Sched {
     /// Start the legacy default stream (at `cuInit`).
     pub fn start(&'static self) {
         let mut s = self.lock();
-        if !s.streams.contains_key(&LEGACY) {
-            s.streams.insert(LEGACY, Stream { non_blocking: false, priority: 0, queue: VecDeque::new(), queued: 0, done: 0, destroyed: false });
+        if let std::collections::hash_map::Entry::Vacant(v) = s.streams.entry(LEGACY) {
+            v.insert(Stream { non_blocking: false, priority: 0, queue: VecDeque::new(), queued: 0, done: 0, destroyed: false });
             drop(s);
             self.spawn(LEGACY);
         }
