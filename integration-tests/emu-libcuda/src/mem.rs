@@ -567,3 +567,56 @@ pub fn write(dst: u64, bytes: &[u8]) {
     // SAFETY: as in `copy`; `bytes` is a live slice that cannot overlap fresh driver memory.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_places_first_fit_and_coalesces_freed_blocks() {
+        let mut a = Arena::new(0x1000, 0x10000);
+        let x = a.alloc(10, 4).unwrap();
+        let y = a.alloc(300, 8).unwrap();
+        assert_eq!((x, y), (0x1000, 0x1100));
+        assert_eq!(a.find(0x1105), Some((0x1100, 512)));
+        a.free(x).unwrap();
+        // The same requests in the same order get the same addresses again.
+        assert_eq!(a.alloc(10, 4), Some(0x1000));
+        a.free(0x1000).unwrap();
+        a.free(y).unwrap();
+        assert_eq!(a.free.len(), 1, "freed neighbours merge");
+        assert_eq!(a.alloc(0x10000, 256), Some(0x1000));
+        assert_eq!(a.alloc(1, 1), None);
+    }
+
+    #[test]
+    fn mappings_need_a_reservation_and_access_before_the_device_may_touch_them() {
+        let m = Memory::new();
+        let va = m.reserve(2 * GRANULE, 0, 0).unwrap();
+        let h = m.create(GRANULE).unwrap();
+        assert_eq!(m.map(va + GRANULE / 2, GRANULE, 0, h), Err(INVALID_VALUE), "unaligned");
+        m.map(va, GRANULE, 0, h).unwrap();
+        assert_eq!(m.map(va, GRANULE, 0, h), Err(INVALID_VALUE), "over a mapping");
+        assert_eq!(m.check(va, 16, false), Err(INVALID_VALUE), "no access yet");
+        m.set_access(va, GRANULE, ACCESS_READ).unwrap();
+        assert_eq!(m.check(va, 16, false), Ok(()));
+        assert_eq!(m.check(va, 16, true), Err(INVALID_VALUE), "read-only");
+        assert!(m.region(va + 8).is_some_and(|r| r.read_only && r.base == va));
+        assert_eq!(m.check(va + GRANULE - 8, 16, false), Err(INVALID_VALUE), "runs into the unmapped half");
+        m.release(h).unwrap();
+        assert_eq!(m.info().0, total_mem() - GRANULE, "released but still mapped");
+        assert_eq!(m.unmap(va, GRANULE / 2), Err(INVALID_VALUE), "part of a mapping");
+        m.unmap(va, GRANULE).unwrap();
+        assert_eq!(m.info().0, total_mem());
+        m.address_free(va, 2 * GRANULE).unwrap();
+    }
+
+    #[test]
+    fn host_registrations_may_not_overlap() {
+        let m = Memory::new();
+        m.host_register(0x10_0000, 0x2000, false).unwrap();
+        assert_eq!(m.host_register(0x10_1000, 0x2000, false), Err(HOST_MEMORY_ALREADY_REGISTERED));
+        assert_eq!(m.host_unregister(0x10_1000), Err(HOST_MEMORY_NOT_REGISTERED));
+        m.host_unregister(0x10_0000).unwrap();
+    }
+}

@@ -363,3 +363,79 @@ impl Sched {
         self.enqueue(stream, deps, Box::new(|| {})).map(|_| ())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn sched() -> &'static Sched {
+        let s: &'static Sched = Box::leak(Box::new(Sched::new()));
+        s.start();
+        s
+    }
+
+    /// A stream whose first operation waits until the returned sender is used.
+    fn blocked(s: &'static Sched, non_blocking: bool) -> (u64, mpsc::Sender<()>) {
+        let st = s.create(non_blocking, 0);
+        let (tx, rx) = mpsc::channel::<()>();
+        s.enqueue(st, Vec::new(), Box::new(move || drop(rx.recv()))).unwrap();
+        (st, tx)
+    }
+
+    #[test]
+    fn the_legacy_stream_waits_for_blocking_streams_but_not_for_non_blocking_ones() {
+        let s = sched();
+        let (_nb, nb_go) = blocked(s, true);
+        s.enqueue(LEGACY, Vec::new(), Box::new(|| {})).unwrap();
+        s.sync_stream(LEGACY).unwrap();
+        let (_b, b_go) = blocked(s, false);
+        s.enqueue(LEGACY, Vec::new(), Box::new(|| {})).unwrap();
+        assert_eq!(s.query(LEGACY), Ok(false), "waits for the blocked blocking stream");
+        b_go.send(()).unwrap();
+        s.sync_stream(LEGACY).unwrap();
+        nb_go.send(()).unwrap();
+        s.sync_all().unwrap();
+    }
+
+    #[test]
+    fn a_stream_waits_for_the_event_recorded_before_the_wait() {
+        let s = sched();
+        let (a, go) = blocked(s, true);
+        let e = s.event_create(0);
+        s.event_record(e, a).unwrap();
+        assert_eq!(s.event_query(e), Ok(false));
+        let b = s.create(true, 0);
+        s.wait_event(b, e).unwrap();
+        s.enqueue(b, Vec::new(), Box::new(|| {})).unwrap();
+        assert_eq!(s.query(b), Ok(false));
+        assert_eq!(s.elapsed(e, e), Err(NOT_READY));
+        go.send(()).unwrap();
+        s.sync_stream(b).unwrap();
+        assert_eq!(s.event_query(e), Ok(true));
+        assert_eq!(s.elapsed(e, e), Ok(0.0));
+        let unrecorded = s.event_create(0);
+        assert_eq!(s.elapsed(e, unrecorded), Err(INVALID_HANDLE));
+    }
+
+    #[test]
+    fn sticky_errors_stay_and_others_are_reported_once() {
+        let s = sched();
+        s.report(NOT_SUPPORTED);
+        assert_eq!(s.sync_all(), Err(NOT_SUPPORTED));
+        assert_eq!(s.sync_all(), Ok(()));
+        s.report(ILLEGAL_ADDRESS);
+        assert_eq!(s.sync_all(), Err(ILLEGAL_ADDRESS));
+        assert_eq!(s.enqueue(LEGACY, Vec::new(), Box::new(|| {})), Err(ILLEGAL_ADDRESS));
+    }
+
+    #[test]
+    fn a_destroyed_stream_finishes_its_work_and_its_handle_is_invalid() {
+        let s = sched();
+        let (st, go) = blocked(s, false);
+        s.destroy(st).unwrap();
+        assert_eq!(s.query(st), Err(INVALID_HANDLE));
+        go.send(()).unwrap();
+        s.sync_all().unwrap();
+    }
+}
