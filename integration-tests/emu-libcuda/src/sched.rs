@@ -379,7 +379,9 @@ mod tests {
     fn blocked(s: &'static Sched, non_blocking: bool) -> (u64, mpsc::Sender<()>) {
         let st = s.create(non_blocking, 0);
         let (tx, rx) = mpsc::channel::<()>();
-        s.enqueue(st, Vec::new(), Box::new(move || drop(rx.recv()))).unwrap();
+        s.enqueue(st, Vec::new(), Box::new(move || {
+            let _ = rx.recv();
+        })).unwrap();
         (st, tx)
     }
 
