@@ -10,11 +10,12 @@
 //! cuda backend does not support it, as on a GPU; `docs/gpu-backend.md`):
 //! - textures and surfaces (`mipmap_tex`, `surfaces`, `driver_memory`, `stream_attrs`):
 //!   `Unsupported` on the cuda backend;
-//! - `cuda_facts`: prints the device's answers, which differ between backends on purpose;
+//! - `cuda_facts`: prints the backend's answers, which may differ between backends (over the
+//!   emulated driver only the surface line does: surfaces are unsupported on cuda);
 //! - `graph_conditional`: conditional nodes set from kernels need the emulated device's
 //!   handles (`DeviceProps::graph_conditionals`);
-//! - `cg_tiles`: passes, but takes minutes on two cores (the corpus runs it on the emulated
-//!   device).
+//! - `cg_tiles`: passes (40 s by hand on two busy cores), left to the corpus, which runs it on
+//!   the emulated device.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -160,4 +161,19 @@ fn image_taken_on_the_cuda_backend_restarts_on_the_emulated_device() {
 #[test]
 fn image_taken_on_the_emulated_device_restarts_on_the_cuda_backend() {
     scenario("vector_add", "emu", "cuda", false);
+}
+
+/// `CRUM_LIBCUDA` naming something that is not a driver: `--device cuda` fails at once and
+/// says which library and why, and `--device auto` falls back to the emulated device.
+#[test]
+fn a_bad_crum_libcuda_is_named_and_auto_falls_back_to_the_emulated_device() {
+    emulated_driver();
+    let exe = build_cuda_with("vector_add", &[]).unwrap_or_else(|e| panic!("{e:#}"));
+    let bad = "/nonexistent/libcuda.so.1";
+    let child = crum_run_command(Some("cuda"), &exe, &[]).env("CRUM_LIBCUDA", bad).spawn().expect("spawn crum run");
+    let r = wait_with_timeout(child, Duration::from_secs(120)).expect("crum run");
+    assert!(r.code != Some(0) && r.stderr.contains("CRUM_LIBCUDA") && r.stderr.contains(bad), "{}", r.stderr);
+    let child = crum_run_command(Some("auto"), &exe, &[]).env("CRUM_LIBCUDA", bad).spawn().expect("spawn crum run");
+    let r = wait_with_timeout(child, Duration::from_secs(120)).expect("crum run");
+    assert!(r.code == Some(0) && r.stdout.ends_with("PASS\n"), "{}\n{}", r.stdout, r.stderr);
 }
