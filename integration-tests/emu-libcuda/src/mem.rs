@@ -131,7 +131,9 @@ const ALIGN: u64 = 256;
 /// and the windows the conformance suite gives its backends (0x3000_0000_0000 on), below
 /// where the kernel places mappings and the stack.
 const ARENA_BASE: u64 = 0x7c00_0000_0000;
-const ARENA_LEN: u64 = 32 << 30;
+/// Each arena (module variables, device heap): address space only until touched, but counted
+/// by strict overcommit accounting, so not larger than programs need.
+const ARENA_LEN: u64 = 4 << 30;
 
 struct Tables {
     reservations: BTreeMap<u64, u64>,
