@@ -34,7 +34,16 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, RelocationFlags
 const ANCHOR_LEN: usize = 48;
 
 /// The fingerprint files checked in: (file name, text).
-const BUILT_IN: &[(&str, &str)] = &[("13.5.37.txt", include_str!("../cudart-fingerprints/13.5.37.txt"))];
+/// The newest patch release of each CUDA 13 minor version (PyPI's `nvidia-cuda-runtime`),
+/// newest first.
+const BUILT_IN: &[(&str, &str)] = &[
+    ("13.5.37.txt", include_str!("../cudart-fingerprints/13.5.37.txt")),
+    ("13.4.92.txt", include_str!("../cudart-fingerprints/13.4.92.txt")),
+    ("13.3.29.txt", include_str!("../cudart-fingerprints/13.3.29.txt")),
+    ("13.2.86.txt", include_str!("../cudart-fingerprints/13.2.86.txt")),
+    ("13.1.80.txt", include_str!("../cudart-fingerprints/13.1.80.txt")),
+    ("13.0.96.txt", include_str!("../cudart-fingerprints/13.0.96.txt")),
+];
 
 /// The first line of a fingerprint file.
 const MAGIC: &str = "crum-cudart-fingerprint 1";
@@ -467,15 +476,25 @@ pub fn locate(code: &[CodeRange<'_>], prints: &[Fingerprint]) -> Result<Located,
     Err(best.unwrap_or_else(|| LocateError::Unknown { known: prints.iter().map(|f| f.version.clone()).collect() }))
 }
 
-/// The CUDA release that compiled the program's kernels, from the PTX header in its
-/// `.nv_fatbin` (`// Cuda compilation tools, release 13.5, V13.5.37`): the toolkit whose
-/// runtime was most likely linked with it.
+/// The CUDA release that compiled the program's kernels, told by the PTX ISA version of its
+/// `.nv_fatbin` (nvcc strips the PTX's header comments, which name the release): PTX ISA 9.m
+/// is CUDA 13.m's, the toolkit whose runtime was most likely linked with it. Other ISA
+/// versions are named as such.
 pub fn kernels_toolkit(data: &[u8]) -> Option<String> {
     let file = object::File::parse(data).ok()?;
     let fatbin = file.section_by_name(".nv_fatbin")?.data().ok()?;
     let images = crum_ptx::fatbin::extract_ptx(fatbin).ok()?;
-    images.iter().find_map(|img| {
-        img.ptx.lines().take(16).find_map(|l| l.split_once("Cuda compilation tools, release ").map(|(_, v)| v.trim().to_owned()))
+    let isa = images
+        .iter()
+        .filter_map(|img| {
+            let v = img.ptx.lines().find_map(|l| l.trim().strip_prefix(".version "))?;
+            let (major, minor) = v.trim().split_once('.')?;
+            Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
+        })
+        .max()?;
+    Some(match isa {
+        (9, m) => format!("CUDA 13.{m} (PTX ISA 9.{m})"),
+        (major, minor) => format!("PTX ISA {major}.{minor}"),
     })
 }
 

@@ -216,7 +216,7 @@ fn stripped_runtime(path: &Path) -> anyhow::Result<String> {
         }
         Err(why) => {
             let seen = fingerprint::kernels_toolkit(&data)
-                .map(|v| format!(" (its kernels were compiled by CUDA {v})"))
+                .map(|v| format!(" (its kernels were compiled by {v})"))
                 .unwrap_or_default();
             bail!(
                 "{} is linked with the static CUDA runtime and stripped{seen}: {why}.\n\
