@@ -88,6 +88,9 @@ pub struct Fingerprint {
     pub funcs: Vec<FuncPrint>,
 }
 
+/// An entry point: (name, offset or address, size).
+pub type Entry = (String, u64, u64);
+
 /// Whether `name` is a runtime entry point's (`cuda*`, `__cuda*`), as `elf_patch.h` says.
 fn runtime_name(name: &str) -> bool {
     name.starts_with("cuda") || name.starts_with("__cuda")
@@ -181,7 +184,7 @@ pub fn fingerprint_code(
     version: &str,
     code: &[u8],
     relocs: impl IntoIterator<Item = (u64, u32)>,
-    funcs: &[(String, u64, u64)],
+    funcs: &[Entry],
 ) -> Result<Fingerprint, FingerprintError> {
     let mask = relocation_mask(code.len(), relocs);
     let anchor_off = choose_anchor(code, &mask).ok_or(FingerprintError::NoAnchor)?;
@@ -251,7 +254,7 @@ pub fn fingerprint_archive(version: &str, data: &[u8]) -> Result<Fingerprint, Fi
                 continue;
             }
         };
-        let mut by_section: std::collections::BTreeMap<usize, Vec<(String, u64, u64)>> = Default::default();
+        let mut by_section: std::collections::BTreeMap<usize, Vec<Entry>> = Default::default();
         for sym in file.symbols() {
             let (Ok(name), Some(sec)) = (sym.name(), sym.section_index()) else { continue };
             if sym.kind() == SymbolKind::Text && sym.is_definition() && runtime_name(name) {
@@ -399,7 +402,7 @@ pub fn known() -> anyhow::Result<Vec<Fingerprint>> {
 pub struct Located {
     pub version: String,
     /// (name, link-time address, size) of every entry point.
-    pub funcs: Vec<(String, u64, u64)>,
+    pub funcs: Vec<Entry>,
 }
 
 /// Why no runtime was found.
@@ -533,7 +536,7 @@ mod tests {
     }
 
     /// A code block of 4 KiB with two functions and relocations in each.
-    fn block() -> (Vec<u8>, Vec<(u64, u32)>, Vec<(String, u64, u64)>) {
+    fn block() -> (Vec<u8>, Vec<(u64, u32)>, Vec<Entry>) {
         let code = noise(4096, 7);
         let relocs = vec![(0x105, object::elf::R_X86_64_PLT32), (0x230, object::elf::R_X86_64_REX_GOTPCRELX)];
         let funcs = vec![("cudaMalloc".to_owned(), 0x100, 0x40), ("__cudaRegisterFatBinary".to_owned(), 0x200, 0x80)];
