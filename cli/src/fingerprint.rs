@@ -11,7 +11,8 @@
 //!   to find candidate positions of the block quickly (`memmem`);
 //! - for every runtime entry point (`cuda*`, `__cuda*`, the names the name-based patcher
 //!   redirects): its offset and size in the block, the ranges that relocations cover
-//!   (masked: they differ in every program) and a hash (xxh3) of its bytes with the masked
+//!   (masked: they differ in every program) and a hash (FNV-1a, 64-bit: simple enough for
+//!   the audit library's C to compute too) of its bytes with the masked
 //!   ones zeroed.
 //!
 //! [`locate`] accepts a position only when **every** function's masked bytes hash as in the
@@ -72,7 +73,7 @@ pub struct FuncPrint {
     pub size: u64,
     /// (start, length) relative to the function: bytes relocations cover.
     pub masked: Vec<(u32, u32)>,
-    /// xxh3 of the function's bytes with the masked ones zeroed.
+    /// FNV-1a (64-bit) of the function's bytes with the masked ones zeroed.
     pub hash: u64,
 }
 
@@ -134,10 +135,12 @@ fn relocation_mask(len: usize, relocs: impl IntoIterator<Item = (u64, u32)>) -> 
     mask
 }
 
-/// xxh3 of `bytes` with the bytes `mask` marks zeroed.
+/// FNV-1a (64-bit) of `bytes` with the bytes `mask` marks zeroed (`preload/src/audit.c`
+/// computes the same).
 fn masked_hash(bytes: &[u8], mask: &[bool]) -> u64 {
-    let v: Vec<u8> = bytes.iter().zip(mask).map(|(&b, &m)| if m { 0 } else { b }).collect();
-    xxhash_rust::xxh3::xxh3_64(&v)
+    bytes.iter().zip(mask).fold(0xcbf2_9ce4_8422_2325, |h: u64, (&b, &m)| {
+        (h ^ u64::from(if m { 0 } else { b })).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The runs of `true` in `mask` as (start, length).
