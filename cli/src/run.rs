@@ -308,6 +308,23 @@ fn driver_dir(lib: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The fingerprints crum knows (`crate::fingerprint::known`, their text forms one after the
+/// other) in a file of `dir`, for the audit library to find the static runtime of stripped
+/// shared objects: one file per content, written once.
+fn fingerprints_file(dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let text: String = crate::fingerprint::known()?.iter().map(|f| f.to_text()).collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let path = dir.join(format!("cudart-fingerprints-{:016x}.txt", h.finish()));
+    if std::fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
+        let tmp = dir.join(format!(".cudart-fingerprints.{}", std::process::id()));
+        std::fs::write(&tmp, &text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("creating {}", path.display()))?;
+    }
+    Ok(path)
+}
+
 const FORWARDED: [Signal; 4] = [
     Signal::SIGTERM,
     Signal::SIGHUP,
@@ -421,6 +438,13 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
                 _ => audit.display().to_string(),
             };
             cmd.env("LD_AUDIT", audit);
+            // ... found by fingerprint in a stripped one (`preload/src/audit.c`).
+            match fingerprints_file(&d) {
+                Ok(f) => {
+                    cmd.env("CRUM_CUDART_FINGERPRINTS", f);
+                }
+                Err(e) => tracing::warn!("stripped shared objects with a static CUDA runtime will not be found: {e:#}"),
+            }
         }
         Err(e) => tracing::warn!("no libcuda.so.1 of crum's for driver-API programs: {e:#}"),
     }

@@ -260,6 +260,18 @@ fn a_program_linked_with_libcuda_gets_crums_driver() {
 /// is checkpointed mid-run, killed and restarted, and ends as the uninterrupted run.
 #[test]
 fn shared_libraries_with_their_own_static_runtime_run_and_restart() {
+    shared_library_scenario(false);
+}
+
+/// The same with the library stripped: the audit library finds its runtime by fingerprint
+/// (`preload/src/audit.c`, the fingerprints `crum run` hands it in a file); unredirected,
+/// NVIDIA's runtime in it would fail every call and no round would pass.
+#[test]
+fn stripped_shared_libraries_with_their_own_static_runtime_run_and_restart() {
+    shared_library_scenario(true);
+}
+
+fn shared_library_scenario(strip: bool) {
     let src = workspace().join("integration-tests/c/driver");
     let dir = tempfile::tempdir().unwrap();
     let home = cuda_home().unwrap();
@@ -273,6 +285,10 @@ fn shared_libraries_with_their_own_static_runtime_run_and_restart() {
         .output()
         .expect("nvcc");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if strip {
+        assert!(Command::new("strip").arg(&lib).status().expect("strip").success());
+        assert!(!has_symbol_table(&lib), "strip left a symbol table in {}", lib.display());
+    }
     // One program linked with the library (loaded at start), one that dlopens it.
     let (linked, loader) = (dir.path().join("linked"), dir.path().join("loader"));
     let rpath = format!("-Wl,-rpath,{}", dir.path().display());
