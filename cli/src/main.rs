@@ -7,6 +7,7 @@
 use clap::{Parser, Subcommand};
 
 mod checkpoint;
+mod fingerprint;
 mod inspect;
 mod proxy;
 mod ps;
@@ -44,6 +45,28 @@ enum Command {
     /// driver; not for direct use).
     #[command(hide = true)]
     ProbeCuda,
+    /// Print the fingerprint of a static CUDA runtime (libcudart_static.a), to find it in
+    /// stripped executables (scripts/cudart-fingerprints.sh; not for direct use).
+    #[command(hide = true, name = "cudart-fingerprint")]
+    CudartFingerprint(FingerprintArgs),
+}
+
+#[derive(clap::Args)]
+struct FingerprintArgs {
+    /// The runtime's version, as the fingerprint names it (e.g. 13.5.37).
+    #[arg(long = "cuda-version")]
+    version: String,
+    /// libcudart_static.a
+    archive: std::path::PathBuf,
+}
+
+fn print_fingerprint(a: FingerprintArgs) -> anyhow::Result<i32> {
+    use anyhow::Context as _;
+    let data = std::fs::read(&a.archive).with_context(|| format!("reading {}", a.archive.display()))?;
+    let fp = fingerprint::fingerprint_archive(&a.version, &data)
+        .with_context(|| format!("fingerprinting {}", a.archive.display()))?;
+    print!("{}", fp.to_text());
+    Ok(0)
 }
 
 fn init_logging(verbose: u8) {
@@ -78,6 +101,7 @@ fn main() {
                 1
             }
         }),
+        Command::CudartFingerprint(a) => print_fingerprint(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -197,6 +197,39 @@ pub fn statically_linked_cudart(path: &Path) -> anyhow::Result<bool> {
     Ok(!imports_runtime && !needs_shared_cudart(&data))
 }
 
+/// The entry points of the static runtime of the stripped executable `path`, found by
+/// fingerprint (`crate::fingerprint`), as `preload/src/static_runtime.c` reads them from
+/// `CRUM_STATIC_RUNTIME`; an error naming why when none matches.
+fn stripped_runtime(path: &Path) -> anyhow::Result<String> {
+    use crate::fingerprint;
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let prints = fingerprint::known()?;
+    match fingerprint::locate(&fingerprint::code_ranges(&data), &prints) {
+        Ok(found) => {
+            tracing::info!(
+                version = %found.version,
+                entry_points = found.funcs.len(),
+                "{}: stripped; its static CUDA runtime found by fingerprint",
+                path.display()
+            );
+            fingerprint::handover(path, &found).with_context(|| format!("reading {}", path.display()))
+        }
+        Err(why) => {
+            let seen = fingerprint::kernels_toolkit(&data)
+                .map(|v| format!(" (its kernels were compiled by {v})"))
+                .unwrap_or_default();
+            bail!(
+                "{} is linked with the static CUDA runtime and stripped{seen}: {why}.\n\
+                 crum finds a stripped program's runtime entry points by fingerprints of the runtimes \
+                 it knows. Add the one it was built with: CRUM_CUDART_STATIC=/path/to/libcudart_static.a \
+                 (of that toolkit); or run it unstripped, or rebuild it with the shared runtime: \
+                 nvcc -cudart shared ... (CMake: set CUDA_RUNTIME_LIBRARY Shared)",
+                path.display()
+            )
+        }
+    }
+}
+
 /// Whether the ELF file has a symbol table (`.symtab`: not stripped).
 fn has_symbol_table(path: &Path) -> bool {
     use object::Object;
@@ -275,6 +308,23 @@ fn driver_dir(lib: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The fingerprints crum knows (`crate::fingerprint::known`, their text forms one after the
+/// other) in a file of `dir`, for the audit library to find the static runtime of stripped
+/// shared objects: one file per content, written once.
+fn fingerprints_file(dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let text: String = crate::fingerprint::known()?.iter().map(|f| f.to_text()).collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let path = dir.join(format!("cudart-fingerprints-{:016x}.txt", h.finish()));
+    if std::fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
+        let tmp = dir.join(format!(".cudart-fingerprints.{}", std::process::id()));
+        std::fs::write(&tmp, &text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("creating {}", path.display()))?;
+    }
+    Ok(path)
+}
+
 const FORWARDED: [Signal; 4] = [
     Signal::SIGTERM,
     Signal::SIGHUP,
@@ -295,17 +345,13 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     if let Some(dir) = &args.dir {
         crate::trust::warn_about_dir(dir);
     }
+    // The static runtime's entry points are redirected to libcrum.so when the program loads
+    // (preload/src/static_runtime.c), found by the executable's symbol table, or, stripped,
+    // by fingerprint here.
+    let mut static_table = None;
     if let Some(path) = find_program(program) {
-        // The static runtime's entry points are redirected to libcrum.so when the program
-        // loads (preload/src/static_runtime.c), found by the executable's symbol table.
         if statically_linked_cudart(&path)? && !has_symbol_table(&path) {
-            bail!(
-                "{} is linked with the static CUDA runtime and stripped: crum finds the runtime's \
-                 entry points by the executable's symbol table, which it does not have.\n\
-                 Run it unstripped, or rebuild it with the shared runtime: nvcc -cudart shared ... \
-                 (CMake: set CUDA_RUNTIME_LIBRARY Shared)",
-                path.display()
-            );
+            static_table = Some(stripped_runtime(&path)?);
         }
     }
     let lib = interposer()?;
@@ -392,6 +438,13 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
                 _ => audit.display().to_string(),
             };
             cmd.env("LD_AUDIT", audit);
+            // ... found by fingerprint in a stripped one (`preload/src/audit.c`).
+            match fingerprints_file(&d) {
+                Ok(f) => {
+                    cmd.env("CRUM_CUDART_FINGERPRINTS", f);
+                }
+                Err(e) => tracing::warn!("stripped shared objects with a static CUDA runtime will not be found: {e:#}"),
+            }
         }
         Err(e) => tracing::warn!("no libcuda.so.1 of crum's for driver-API programs: {e:#}"),
     }
@@ -405,6 +458,9 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("crum-images")),
         );
+    if let Some(table) = &static_table {
+        cmd.env("CRUM_STATIC_RUNTIME", table);
+    }
     if let Some(i) = interval {
         cmd.env("CRUM_CKPT_INTERVAL", format!("{i}"));
     }

@@ -148,10 +148,10 @@ fn device_output_of_unsynchronized_work_appears_at_exit() {
 }
 
 /// A program linked with the static runtime runs on crum's (its entry points redirected at
-/// load: preload/src/static_runtime.c); a stripped one, whose entry points crum cannot find,
-/// is refused with the advice.
+/// load: preload/src/static_runtime.c), found by its symbol table or, stripped, by
+/// fingerprint (cli/src/fingerprint.rs).
 #[test]
-fn statically_linked_runtime_runs_and_a_stripped_one_is_refused_with_advice() {
+fn statically_linked_runtime_runs_and_so_does_a_stripped_copy() {
     let exe = build("runtime", &["-cudart", "static"]);
     let out = crum().args(["run", "--device", "emu", "--"]).arg(&exe).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -160,11 +160,11 @@ fn statically_linked_runtime_runs_and_a_stripped_one_is_refused_with_advice() {
     let stripped = exe.with_file_name(format!("runtime-static-stripped-{}", std::process::id()));
     std::fs::copy(&exe, &stripped).unwrap();
     assert!(Command::new("strip").arg(&stripped).status().unwrap().success());
-    let out = crum().args(["run", "--"]).arg(&stripped).output().unwrap();
+    let out = crum().args(["run", "--device", "emu", "--"]).arg(&stripped).env("CRUM_LOG", "info").output().unwrap();
     let _ = std::fs::remove_file(&stripped);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("stripped") && err.contains("-cudart shared"), "{err}");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains("runtime: OK"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("static CUDA runtime (found by fingerprint)"), "{stderr}");
 }
 
 /// Runs nvcc with `args`, panicking with its output on failure.

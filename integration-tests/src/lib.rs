@@ -235,6 +235,25 @@ pub fn build_cuda_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
     Ok(exe)
 }
 
+/// A stripped copy of the executable `exe` (`strip`: no symbol table, as most binaries users
+/// have), beside it as `<exe>-stripped`, made once.
+pub fn stripped_copy(exe: &Path) -> Result<PathBuf> {
+    let mut name = exe.as_os_str().to_owned();
+    name.push("-stripped");
+    let out = PathBuf::from(name);
+    if out.exists() {
+        return Ok(out);
+    }
+    let tmp = build_tmp(exe.parent().context("executable without a folder")?, "stripped");
+    let st = Command::new("strip").arg("-o").arg(&tmp).arg(exe).status().context("run strip")?;
+    if !st.success() {
+        let _ = fs::remove_file(&tmp);
+        bail!("strip {} failed: {st}", exe.display());
+    }
+    install_new(&tmp, &out)?;
+    Ok(out)
+}
+
 /// Puts the freshly built `tmp` at `exe` unless another test (or another copy of the suite
 /// sharing this tree) got there first: an executable in place is never replaced, since a
 /// program running it would find `/proc/self/exe` deleted (and fail to execute itself).
@@ -1006,6 +1025,8 @@ pub struct ScenarioOpts {
     pub restart_device: Option<&'static str>,
     /// Options of `crum run` (e.g. `--managed uffd`).
     pub run_opts: Vec<&'static str>,
+    /// Run a stripped copy of the program ([`stripped_copy`]).
+    pub strip: bool,
 }
 
 impl Default for ScenarioOpts {
@@ -1017,6 +1038,7 @@ impl Default for ScenarioOpts {
             every_image: true,
             restart_device: None,
             run_opts: Vec::new(),
+            strip: false,
         }
     }
 }
@@ -1045,7 +1067,10 @@ pub struct ScenarioOutcome {
 /// Every chain's stdout — the part each process had printed when its image was taken, then
 /// the last process's — must equal the uninterrupted run's.
 pub fn gated_scenario(name: &str, o: &ScenarioOpts) -> Result<ScenarioOutcome> {
-    let exe = build_cuda_with(name, &o.nvcc)?;
+    let mut exe = build_cuda_with(name, &o.nvcc)?;
+    if o.strip {
+        exe = stripped_copy(&exe)?;
+    }
     let tmp = tempfile::Builder::new()
         .prefix(&format!("crum-{name}-"))
         .tempdir()?;

@@ -4,16 +4,18 @@
 //! starts. The whole corpus (the list `cuda_corpus_list/`, shared with `cuda_corpus.rs`) runs
 //! here built that way, under `crum run` on the emulated device, and must print what its
 //! shared-runtime build prints; a program per area is checkpointed and restarted as its shared
-//! build is (`cuda_ckpt.rs`). A stripped one is refused, naming the reason.
+//! build is (`cuda_ckpt.rs`). Stripped copies run and restart too, their runtime found by
+//! fingerprint; one whose runtime matches no fingerprint is refused, naming why.
 
 mod cuda_corpus_list;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crum_integration_tests::{
-    build_cuda_with, crum_bin, cuda_home, gated_scenario, run_cuda_pass_with, wait_with_timeout, workspace, Proc,
-    ScenarioOpts,
+    build_cuda_with, check_expected, crum_bin, crum_run_command, cuda_home, gated_scenario, run_cuda_pass_with,
+    stripped_copy, wait_with_timeout, workspace, Proc, ScenarioOpts,
 };
 
 const STATIC: &[&str] = &["-cudart", "static"];
@@ -76,28 +78,147 @@ fn a_static_runtime_program_restarts_at_three_points_and_restarts_again() {
     static_scenario("streams_pipeline", ScenarioOpts::default());
 }
 
+/// A static build, stripped (no `.symtab`, as most binaries users have): `crum run` finds the
+/// runtime's entry points by fingerprint (`cli/src/fingerprint.rs`) and the program runs to
+/// its `PASS`, printing what the unstripped build prints (`cuda/expected/`). With
+/// `CRUM_LOG=info`, the redirection's own line says the entry points were found by
+/// fingerprint (457 redirected: all but `__cudaGetProcAddress`, 3 bytes that return 0).
+fn run_stripped(name: &str, nvcc: &[&str], args: &[&str]) -> String {
+    let flags: Vec<&str> = STATIC.iter().chain(nvcc).copied().collect();
+    let exe = build_cuda_with(name, &flags).unwrap_or_else(|e| panic!("{e:#}"));
+    let stripped = stripped_copy(&exe).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(!has_symbol_table(&stripped), "strip left a symbol table in {}", stripped.display());
+    let child = crum_run_command(Some("emu"), &stripped, args)
+        .env("CRUM_LOG", "info")
+        .spawn()
+        .expect("spawn crum run");
+    let r = wait_with_timeout(child, Duration::from_secs(600)).expect("crum run");
+    assert!(
+        r.code == Some(0) && r.stdout.lines().last() == Some("PASS"),
+        "{name} (static, stripped): code {:?}\nstdout:\n{}\nstderr:\n{}",
+        r.code,
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("static CUDA runtime (found by fingerprint): 457 entry points redirected to libcrum.so, 1 not"),
+        "{name}: no redirection by fingerprint logged:\n{}",
+        r.stderr
+    );
+    check_expected(name, &r.stdout);
+    r.stdout
+}
+
+/// Whether the ELF file has a `.symtab`.
+fn has_symbol_table(path: &Path) -> bool {
+    use object::Object;
+    let data = std::fs::read(path).unwrap();
+    object::File::parse(&*data).unwrap().section_by_name(".symtab").is_some()
+}
+
 #[test]
-fn a_stripped_static_runtime_program_is_refused_naming_why() {
+fn stripped_static_vector_add_prints_what_its_unstripped_build_prints() {
+    run_stripped("vector_add", &[], &[]);
+}
+
+#[test]
+fn stripped_static_managed_memory_program_prints_what_its_unstripped_build_prints() {
+    run_stripped("managed", &[], &[]);
+}
+
+#[test]
+fn stripped_static_graph_capture_prints_what_its_unstripped_build_prints() {
+    run_stripped("graph_capture", &[], &[]);
+}
+
+#[test]
+fn stripped_static_separately_compiled_program_prints_what_its_unstripped_build_prints() {
+    run_stripped("rdc_linked", &[], &[]);
+}
+
+#[test]
+fn stripped_static_device_printf_prints_what_its_unstripped_build_prints() {
+    run_stripped("device_printf", &[], &[]);
+}
+
+#[test]
+fn stripped_static_driver_api_program_prints_what_its_unstripped_build_prints() {
+    run_stripped("driver_api", &[], &[]);
+}
+
+/// The gated scenario (checkpoints at three gates, kill, restarts, a restart of a restart)
+/// on a stripped static build: the jumps written over the runtime found by fingerprint are
+/// in the image like those found by name.
+#[test]
+fn a_stripped_static_runtime_program_restarts_at_three_points_and_restarts_again() {
+    static_scenario("streams_pipeline", ScenarioOpts { strip: true, ..Default::default() });
+}
+
+/// A copy of the static vector_add with bytes overwritten, then stripped: the first 32 bytes
+/// of function `func` (found by the unstripped build's symbol table), or with `None` its whole
+/// `.text`.
+fn corrupted_stripped_copy(dir: &Path, name: &str, func: Option<&str>) -> std::path::PathBuf {
+    use object::{Object, ObjectSection, ObjectSymbol};
     let exe = build_cuda_with("vector_add", STATIC).unwrap_or_else(|e| panic!("{e:#}"));
-    let stripped = tempfile::tempdir().unwrap();
-    let copy = stripped.path().join("vector_add-stripped");
-    std::fs::copy(&exe, &copy).unwrap();
-    let st = Command::new("strip").arg(&copy).status().expect("strip");
-    assert!(st.success());
+    let mut data = std::fs::read(&exe).unwrap();
+    let (at, len) = {
+        let file = object::File::parse(&*data).unwrap();
+        match func {
+            Some(func) => {
+                let sym = file.symbols().find(|s| s.name() == Ok(func)).expect("the symbol in the unstripped build");
+                let sec = file.section_by_index(sym.section_index().unwrap()).unwrap();
+                let (sec_off, _) = sec.file_range().unwrap();
+                ((sec_off + sym.address() - sec.address()) as usize, 32)
+            }
+            None => {
+                let (off, len) = file.section_by_name(".text").unwrap().file_range().unwrap();
+                (off as usize, len as usize)
+            }
+        }
+    };
+    data[at..at + len].iter_mut().for_each(|b| *b = 0xcc);
+    let copy = dir.join(name);
+    std::fs::write(&copy, &data).unwrap();
+    assert!(Command::new("strip").arg(&copy).status().expect("strip").success());
+    copy
+}
+
+/// `crum run` on `exe`, which must be refused: its stderr.
+fn refused(exe: &Path) -> String {
     let child = Command::new(crum_bin())
         .args(["run", "--device", "emu", "--"])
-        .arg(&copy)
+        .arg(exe)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn crum run");
     let r = wait_with_timeout(child, Duration::from_secs(60)).expect("crum run");
-    assert!(r.code != Some(0), "a stripped static program ran: {}", r.stdout);
+    assert!(r.code != Some(0) && r.stdout.is_empty(), "a stripped unmatched program ran: {}", r.stdout);
+    r.stderr
+}
+
+/// A stripped static program whose runtime crum's fingerprints do not match is refused
+/// before it starts, with the functions that differ, the version the kernels name, and the
+/// advice: one entry point changed (`cudaMalloc`'s first 32 bytes) names that function; all
+/// the code changed matches no version.
+#[test]
+fn a_stripped_static_program_whose_runtime_does_not_match_is_refused_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let err = refused(&corrupted_stripped_copy(dir.path(), "one-changed", Some("cudaMalloc")));
     assert!(
-        r.stderr.contains("linked with the static CUDA runtime and stripped") && r.stderr.contains("-cudart shared"),
-        "{}",
-        r.stderr
+        err.contains("linked with the static CUDA runtime and stripped (its kernels were compiled by CUDA 13.5")
+            && err.contains("looks like CUDA 13.5.37's, but 1 of its 458 entry points differ: cudaMalloc.")
+            && err.contains("CRUM_CUDART_STATIC=")
+            && err.contains("-cudart shared"),
+        "{err}"
+    );
+
+    let err = refused(&corrupted_stripped_copy(dir.path(), "all-changed", None));
+    assert!(
+        err.contains("matches none of crum's fingerprints (of CUDA 13.5.37, 13.4.92,") && err.contains("-cudart shared"),
+        "{err}"
     );
 }
 
@@ -139,6 +260,18 @@ fn a_program_linked_with_libcuda_gets_crums_driver() {
 /// is checkpointed mid-run, killed and restarted, and ends as the uninterrupted run.
 #[test]
 fn shared_libraries_with_their_own_static_runtime_run_and_restart() {
+    shared_library_scenario(false);
+}
+
+/// The same with the library stripped: the audit library finds its runtime by fingerprint
+/// (`preload/src/audit.c`, the fingerprints `crum run` hands it in a file); unredirected,
+/// NVIDIA's runtime in it would fail every call and no round would pass.
+#[test]
+fn stripped_shared_libraries_with_their_own_static_runtime_run_and_restart() {
+    shared_library_scenario(true);
+}
+
+fn shared_library_scenario(strip: bool) {
     let src = workspace().join("integration-tests/c/driver");
     let dir = tempfile::tempdir().unwrap();
     let home = cuda_home().unwrap();
@@ -152,6 +285,10 @@ fn shared_libraries_with_their_own_static_runtime_run_and_restart() {
         .output()
         .expect("nvcc");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if strip {
+        assert!(Command::new("strip").arg(&lib).status().expect("strip").success());
+        assert!(!has_symbol_table(&lib), "strip left a symbol table in {}", lib.display());
+    }
     // One program linked with the library (loaded at start), one that dlopens it.
     let (linked, loader) = (dir.path().join("linked"), dir.path().join("loader"));
     let rpath = format!("-Wl,-rpath,{}", dir.path().display());

@@ -54,8 +54,8 @@ static const ElfW(Shdr) *elf_section(const struct elf *e, const char *want) {
     return NULL;
 }
 
-/* Maps `path` and finds its symbol table `table` (".symtab" or ".dynsym"); 0 on success. */
-static int elf_open(struct elf *e, const char *path, const char *table) {
+/* Maps `path` (an ELF file, its section headers checked when used); 0 on success. */
+static int elf_map(struct elf *e, const char *path) {
     memset(e, 0, sizeof *e);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
@@ -69,9 +69,19 @@ static int elf_open(struct elf *e, const char *path, const char *table) {
     if (p == MAP_FAILED) return -1;
     e->f = p;
     e->size = (size_t)st.st_size;
-    const ElfW(Ehdr) *eh = p;
+    if (memcmp(((const ElfW(Ehdr) *)p)->e_ident, ELFMAG, SELFMAG) != 0) {
+        elf_close(e);
+        return -1;
+    }
+    return 0;
+}
+
+/* Maps `path` and finds its symbol table `table` (".symtab" or ".dynsym"); 0 on success. */
+static int elf_open(struct elf *e, const char *path, const char *table) {
+    if (elf_map(e, path) != 0) return -1;
+    const ElfW(Ehdr) *eh = (const void *)e->f;
     const ElfW(Shdr) *s;
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || !(s = elf_section(e, table))) goto bad;
+    if (!(s = elf_section(e, table))) goto bad;
     const ElfW(Shdr) *sh = (const void *)(e->f + eh->e_shoff);
     if (s->sh_link >= eh->e_shnum || s->sh_offset + s->sh_size > e->size) goto bad;
     const ElfW(Shdr) *strs = &sh[s->sh_link];

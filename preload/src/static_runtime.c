@@ -12,14 +12,19 @@
  * long, else `jmp *disp32(%rip)` (6 bytes) through a slot in a page mapped within 2 GiB of
  * the code; shorter functions stay (the runtime's `__cudaGetProcAddress` is `return 0`).
  * The patched code pages are private memory from then on: a checkpoint saves them with their
- * bytes, so a restarted program runs crum's runtime too. `crum run` refuses a stripped
- * executable (no symbol table) beforehand, naming it. x86-64 only.
+ * bytes, so a restarted program runs crum's runtime too. x86-64 only.
+ *
+ * A stripped executable (no symbol table) has its entry points found by `crum run`, which
+ * matches fingerprints of the runtime's code (cli/src/fingerprint.rs) and passes their
+ * addresses in `CRUM_STATIC_RUNTIME` (`redirect_by_table`); one whose runtime matches no
+ * fingerprint is refused there, naming why.
  *
  * The survey's experiment made part of crum; the numbers are in docs/driver-api.md § 4.1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 /* Referenced from lib.rs so that the linker takes this object (and its constructor) from
  * the archive. */
@@ -46,42 +51,102 @@ static int find_exe(struct dl_phdr_info *info, size_t size, void *data) {
     return 1;
 }
 
+/* What the redirection did, for the log line. */
+struct tally {
+    int patched, skipped;
+    char skipped_names[512];
+};
+
+/* Redirects the executable's runtime function `name` at link-time address `addr`
+ * (`size` bytes) to libcrum.so's of the same name, if libcrum.so exports it. */
+static void redirect_one(void *crum, const char *name, uintptr_t addr, size_t size, struct slots *slots, struct tally *t) {
+    void *to = dlsym(crum, name);
+    uintptr_t from = exe_bias + addr;
+    if (!to || ((uintptr_t)to >= exe_lo && (uintptr_t)to < exe_hi) || from < exe_lo || from >= exe_hi || size > exe_hi - from)
+        return;
+    if (patch_jump(from, size, (uintptr_t)to, slots)) {
+        t->patched++;
+        return;
+    }
+    t->skipped++;
+    if (strlen(t->skipped_names) + strlen(name) + 2 < sizeof t->skipped_names) {
+        strcat(t->skipped_names, " ");
+        strcat(t->skipped_names, name);
+    }
+}
+
+/* libcrum.so by its SONAME: its own definitions, not the executable's (which a lookup in the
+ * global scope would find first if the executable exports them). */
+static void *crum_library(void) {
+    void *crum = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
+    if (!crum)
+        fprintf(stderr, "crum: a program with the static CUDA runtime, but libcrum.so is not loaded: not redirected\n");
+    return crum;
+}
+
+static void report(const struct tally *t, const char *how) {
+    if (getenv("CRUM_LOG") && (t->patched || t->skipped))
+        fprintf(stderr, "crum: static CUDA runtime (%s): %d entry points redirected to libcrum.so, %d not:%s\n", how,
+                t->patched, t->skipped, t->skipped_names);
+}
+
+/* A stripped executable: `crum run` found its runtime by fingerprint (cli/src/fingerprint.rs)
+ * and hands the entry points over in `CRUM_STATIC_RUNTIME`:
+ * `DEV:INO:SIZE:MTIME:MTIME_NSEC|name=addr+size,...` (hexadecimal link-time addresses and
+ * sizes). The identity is the executable's as `crum run` saw it: a child that executes
+ * another program inherits the variable and ignores it. 1 when the table was this
+ * executable's (whatever it redirected), 0 when it was not. */
+static int redirect_by_table(const char *table) {
+    unsigned long long dev, ino, size, mtime, mtime_ns;
+    int used = 0;
+    if (sscanf(table, "%llu:%llu:%llu:%llu:%llu|%n", &dev, &ino, &size, &mtime, &mtime_ns, &used) != 5 || !used) return 0;
+    struct stat st;
+    if (stat("/proc/self/exe", &st) != 0 || (unsigned long long)st.st_dev != dev || (unsigned long long)st.st_ino != ino ||
+        (unsigned long long)st.st_size != size || (unsigned long long)st.st_mtim.tv_sec != mtime ||
+        (unsigned long long)st.st_mtim.tv_nsec != mtime_ns)
+        return 0;
+    void *crum = crum_library();
+    if (!crum) return 1;
+    dl_iterate_phdr(find_exe, NULL);
+    struct tally t = {0};
+    struct slots slots = {.near = exe_hi};
+    for (const char *p = table + used; *p;) {
+        const char *eq = strchr(p, '='), *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        char name[128];
+        char *rest;
+        if (eq && eq < end && (size_t)(eq - p) < sizeof name) {
+            memcpy(name, p, (size_t)(eq - p));
+            name[eq - p] = 0;
+            unsigned long long addr = strtoull(eq + 1, &rest, 16), fsize = 0;
+            if (*rest == '+') fsize = strtoull(rest + 1, &rest, 16);
+            if (rest == end && runtime_name(name)) redirect_one(crum, name, (uintptr_t)addr, (size_t)fsize, &slots, &t);
+        }
+        p = *end ? end + 1 : end;
+    }
+    slots_seal(&slots);
+    report(&t, "found by fingerprint");
+    return 1;
+}
+
 __attribute__((constructor)) static void crum_redirect_static_runtime(void) {
+    const char *table = getenv("CRUM_STATIC_RUNTIME");
+    if (table && redirect_by_table(table)) return;
     struct elf exe;
     if (elf_open(&exe, "/proc/self/exe", ".symtab") != 0) return;
     if (!elf_has_static_runtime(&exe)) goto out;
-    /* libcrum.so by its SONAME: its own definitions, not the executable's (which a lookup
-     * in the global scope would find first if the executable exports them). */
-    void *crum = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
-    if (!crum) {
-        fprintf(stderr, "crum: a program with the static CUDA runtime, but libcrum.so is not loaded: not redirected\n");
-        goto out;
-    }
+    void *crum = crum_library();
+    if (!crum) goto out;
     dl_iterate_phdr(find_exe, NULL);
-    int patched = 0, skipped = 0;
-    char skipped_names[512] = "";
+    struct tally t = {0};
     struct slots slots = {.near = exe_hi};
     for (size_t k = 0; k < exe.nsym; k++) {
         if (ELF64_ST_TYPE(exe.sym[k].st_info) != STT_FUNC || !exe.sym[k].st_value) continue;
         const char *name = elf_sym_name(&exe, k);
-        if (!runtime_name(name)) continue;
-        void *to = dlsym(crum, name);
-        uintptr_t from = exe_bias + exe.sym[k].st_value;
-        if (!to || ((uintptr_t)to >= exe_lo && (uintptr_t)to < exe_hi) || from < exe_lo || from >= exe_hi) continue;
-        if (patch_jump(from, exe.sym[k].st_size, (uintptr_t)to, &slots)) {
-            patched++;
-            continue;
-        }
-        skipped++;
-        if (strlen(skipped_names) + strlen(name) + 2 < sizeof skipped_names) {
-            strcat(skipped_names, " ");
-            strcat(skipped_names, name);
-        }
+        if (runtime_name(name)) redirect_one(crum, name, exe.sym[k].st_value, exe.sym[k].st_size, &slots, &t);
     }
     slots_seal(&slots);
-    if (getenv("CRUM_LOG") && (patched || skipped))
-        fprintf(stderr, "crum: static CUDA runtime: %d entry points redirected to libcrum.so, %d not:%s\n", patched, skipped,
-                skipped_names);
+    report(&t, "by symbol");
 out:
     elf_close(&exe);
 }
