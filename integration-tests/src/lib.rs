@@ -756,6 +756,9 @@ pub fn spawn_captured(cmd: &mut Command, out: &Path) -> Result<(Child, Capture, 
     Ok((child, o, e))
 }
 
+/// The least time [`Proc::wait`] gives a program before it counts as hung.
+pub const HANG_GUARD: Duration = Duration::from_secs(600);
+
 /// A program under `crum run` or `crum restart` with stdout and stderr captured, so a test
 /// can see how much it printed before a checkpoint and stitch the outputs of a chain of
 /// restarts together ([`Proc::stdout_prefix`]).
@@ -889,8 +892,12 @@ impl Proc {
         Ok(())
     }
 
-    /// Wait for the end, at most `timeout`: the exit code (None: killed by a signal).
+    /// Wait for the end: the exit code (None: killed by a signal). `timeout` guards against
+    /// hangs only, never measures speed: it is at least [`HANG_GUARD`], since three copies of
+    /// the suite and two busy loops on 2 cores make programs many times slower (a checkpoint
+    /// test's program took over 180 s that way).
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<i32>> {
+        let timeout = timeout.max(HANG_GUARD);
         let start = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait()? {
@@ -1288,7 +1295,8 @@ mod tests {
 
     #[test]
     fn describe_tree_names_a_sleeping_child_and_its_state() {
-        let mut c = Command::new("sleep").arg("30").spawn().unwrap();
+        // Long enough to outlive gdb's backtraces of this process under load (it is killed).
+        let mut c = Command::new("sleep").arg("600").spawn().unwrap();
         let me = std::process::id();
         let mut d = String::new();
         for _ in 0..2000 {
@@ -1304,7 +1312,7 @@ mod tests {
         c.kill().unwrap();
         c.wait().unwrap();
         assert!(d.contains(&format!("process {me}:")), "{d}");
-        assert!(d.contains("sleep 30") && d.contains("(sleep): state S"), "{d}");
+        assert!(d.contains("sleep 600") && d.contains("(sleep): state S"), "{d}");
         assert!(!gdb || sleeper.contains(&format!("--- gdb backtraces of {}:", c.id())) && sleeper.contains("#0 "), "{sleeper}");
     }
 }

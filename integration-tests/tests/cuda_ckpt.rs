@@ -691,9 +691,11 @@ fn a_kernel_of_one_long_block_is_saved_in_the_middle_and_resumed_after_restart()
 }
 
 /// A checkpoint requested while the main thread waits in `cudaDeviceSynchronize` for a kernel
-/// of seconds (on the emulated device) waits for the running kernel (policy drain) and says so
-/// in the log (the waiting call itself is saved and resumed);
-/// the program finishes correctly, and so does a restart of the image, twice.
+/// of seconds (on the emulated device), under policy drain (`CRUM_CKPT_KERNEL=drain`; the
+/// default would flush this write-only kernel): the cut waits for the running kernel and
+/// names it drained in the image, saves nothing of it to run again, and saves the waiting
+/// call itself; the program finishes correctly, and so does a restart of the image, twice.
+/// (It decided by how long the checkpoint took before, which a loaded machine stretches.)
 #[test]
 fn checkpoint_during_a_long_kernel_waits_for_it_and_restarts() {
     let exe = build_cuda("ckpt_long_kernel").unwrap();
@@ -704,41 +706,29 @@ fn checkpoint_during_a_long_kernel_waits_for_it_and_restarts() {
     let gate = Gate::new(&tmp.path().join("gate")).unwrap();
     let env = [
         gate.env(),
+        ("CRUM_CKPT_KERNEL", OsStr::new("drain")),
         ("CRUM_LOG", OsStr::new("crum_ckpt=info,crum=info")),
         ("CRUM_LOG_FILE", log.as_os_str()),
     ];
     let mut p = Proc::run(&exe, &[], &[], &env, &tmp.path().join("out")).unwrap();
     gate.wait_at(1, &mut p).unwrap();
     gate.open_to(1).unwrap();
-    std::thread::sleep(Duration::from_millis(300)); // into cudaDeviceSynchronize
-    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(300)); // most likely into cudaDeviceSynchronize
     let img = p.checkpoint(&images).unwrap();
-    let waited = t0.elapsed();
     gate.open_to(i64::MAX).unwrap();
     assert_eq!(p.success(Duration::from_secs(120)).unwrap(), want);
 
     let text = fs::read_to_string(&log).unwrap();
-    let pause = pause_lines(&text);
-    assert_eq!(pause.len(), 1, "{text}");
-    let inspect = Command::new(crum_bin())
-        .arg("inspect")
-        .arg(&img)
-        .output()
-        .unwrap();
-    let inspect = String::from_utf8_lossy(&inspect.stdout);
-    if inspect.contains("backend    emu") && waited > Duration::from_millis(1500) {
-        // The kernel still ran for seconds when the checkpoint was requested.
-        // The thread waiting in cudaDeviceSynchronize is not waited for; the kernel running
-        // on the device is (the queue behind it would be saved unstarted).
-        assert!(
-            text.contains("device drained for the checkpoint"),
-            "no drain message:\n{text}"
-        );
-        assert!(
-            pause[0]["quiesce_us"] + pause[0]["drain_us"] >= 1_000_000,
-            "{:?}",
-            pause[0]
-        );
+    assert_eq!(pause_lines(&text).len(), 1, "{text}");
+    let dev = device_json(&img);
+    if dev["backend"] == "emu" {
+        let notes = dev["cut_notes"].to_string();
+        let queue = dev["queue"].to_string();
+        // Nothing of the kernel is saved to run again: it ran to its end before the cut.
+        assert!(!queue.contains("spin"), "drain saved the running kernel: {queue}");
+        if notes.contains("spin") {
+            assert!(notes.contains("drained (waited for), policy drain"), "{notes}");
+        }
     }
 
     for round in 0..2 {

@@ -5,19 +5,19 @@ use proc_common::*;
 
 #[test]
 fn single_thread_counter_restarts_with_identical_output() {
-    scenario("counter", &["40", "15"]);
+    scenario("counter", &["40", "100"]);
 }
 
 #[test]
 fn heap_keeps_growing_after_restart() {
-    scenario("heap_grow", &["40", "15"]);
+    scenario("heap_grow", &["40", "100"]);
 }
 
 /// The heap shrinks (glibc trims it with brk) and grows again after a restart.
 #[test]
 fn heap_shrinks_and_grows_again_after_restart() {
     for _ in 0..3 {
-        scenario("heap_trim", &["40", "10"]);
+        scenario("heap_trim", &["40", "100"]);
     }
 }
 
@@ -74,17 +74,17 @@ fn restarted_program_heap_is_the_kernels_heap() {
 
 #[test]
 fn anonymous_shared_and_file_mappings_survive_restart() {
-    scenario("mappings", &["40", "15"]);
+    scenario("mappings", &["40", "100"]);
 }
 
 #[test]
 fn inaccessible_memory_keeps_its_contents_and_protection_across_restart() {
-    scenario("prot_none", &["40", "15"]);
+    scenario("prot_none", &["40", "100"]);
 }
 
 #[test]
 fn process_and_thread_attributes_survive_restart() {
-    scenario("proc_attrs", &["40", "15"]);
+    scenario("proc_attrs", &["40", "100"]);
 }
 
 /// /proc/self/cmdline, environ, auxv, exe and the `[stack]` of maps are the program's after a
@@ -92,24 +92,24 @@ fn process_and_thread_attributes_survive_restart() {
 /// selfexe00).
 #[test]
 fn the_kernels_view_of_the_program_survives_restart() {
-    scenario("proc_self", &["40", "15"]);
+    scenario("proc_self", &["40", "100"]);
 }
 
 /// The tids of threads other than the main one, as the program stored them, still name its
 /// threads after a restart and a restart of a restart (kcmp, tgkill, gettid).
 #[test]
 fn thread_ids_the_program_keeps_survive_restart() {
-    scenario("thread_ids", &["40", "15"]);
+    scenario("thread_ids", &["40", "100"]);
 }
 
 #[test]
 fn thread_local_storage_of_every_thread_survives_restart() {
-    scenario("tls", &["40", "15"]);
+    scenario("tls", &["40", "100"]);
 }
 
 #[test]
 fn memory_advice_and_locks_survive_restart() {
-    scenario("vma_flags", &["40", "15"]);
+    scenario("vma_flags", &["40", "100"]);
 }
 
 /// Guard regions (`MADV_GUARD_INSTALL`) are recorded without bytes and installed again: the
@@ -117,7 +117,7 @@ fn memory_advice_and_locks_survive_restart() {
 /// image writer died reading them and no image could be written).
 #[test]
 fn guard_regions_come_back_as_guards() {
-    scenario("guard_pages", &["40", "15"]);
+    scenario("guard_pages", &["40", "100"]);
 }
 
 /// A mapping the program made with MAP_GROWSDOWN (not the main stack) comes back growing
@@ -126,7 +126,7 @@ fn guard_regions_come_back_as_guards() {
 /// CRIU's grow_map).
 #[test]
 fn a_mapping_that_grows_down_still_grows_after_restart() {
-    scenario("grows_down", &["40", "15"]);
+    scenario("grows_down", &["40", "100"]);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use proc_common::*;
 
 #[test]
 fn an_epoll_event_loop_with_eventfd_timerfd_and_signalfd_survives_restart() {
-    scenario("event_loop", &["40", "15"]);
+    scenario("event_loop", &["40", "100"]);
 }
 
 /// inotify: watches on a directory, a file and a link itself (IN_DONT_FOLLOW) with a gap in
@@ -16,7 +16,7 @@ fn an_epoll_event_loop_with_eventfd_timerfd_and_signalfd_survives_restart() {
 /// paths the program added them by; the instance keeps O_NONBLOCK.
 #[test]
 fn inotify_watches_come_back_with_their_numbers_and_deliver_events() {
-    scenario("inotify", &["40", "15"]);
+    scenario("inotify", &["40", "100"]);
 }
 
 /// What crum cannot carry is named when the image is written: events not read yet (a
@@ -62,5 +62,5 @@ fn inotify_events_waiting_and_watches_of_unknown_path_are_named_at_checkpoint() 
 /// their fdinfo names the process's own pid, and `PIDFD_NONBLOCK` stays.
 #[test]
 fn pidfds_of_the_process_itself_name_the_restarted_process() {
-    scenario("pidfd_self", &["40", "15"]);
+    scenario("pidfd_self", &["40", "100"]);
 }

@@ -6,7 +6,7 @@ use proc_common::*;
 
 #[test]
 fn appended_file_and_read_offsets_match_an_uninterrupted_run() {
-    scenario_with("file_append", &["40", "15"], |sb| {
+    scenario_with("file_append", &["40", "100"], |sb| {
         let want = read(&sb.path("expected/log.txt"));
         let got = read(&sb.path("run/log.txt"));
         assert_eq!(got, want, "log.txt after restart differs from an uninterrupted run's");
@@ -20,7 +20,7 @@ fn appended_file_and_read_offsets_match_an_uninterrupted_run() {
 /// checkpoint taken before late.txt existed).
 #[test]
 fn files_reopened_and_appended_at_every_step_are_rolled_back_at_restart() {
-    scenario_with("reopen_append", &["40", "15"], |sb| {
+    scenario_with("reopen_append", &["40", "100"], |sb| {
         let steps: String = (0..40).map(|i| format!("step {i}\n")).collect();
         assert_eq!(read(&sb.path("run/steps.log")), steps);
         let late: String = (13..40).map(|i| format!("late {i}\n")).collect();
@@ -96,7 +96,7 @@ fn restart_names_a_socket_it_cannot_restore() {
 
 #[test]
 fn file_locks_and_an_enlarged_pipe_full_beyond_the_default_come_back() {
-    scenario("locks_pipesize", &["40", "15"]);
+    scenario("locks_pipesize", &["40", "100"]);
 }
 
 #[test]
@@ -126,7 +126,7 @@ fn restart_refuses_naming_the_file_when_another_process_took_the_programs_lock()
 
 #[test]
 fn deleted_files_and_memfds_come_back_with_their_contents() {
-    scenario("deleted_files", &["40", "15"]);
+    scenario("deleted_files", &["40", "100"]);
 }
 
 #[test]
@@ -151,7 +151,7 @@ fn a_shared_mapping_of_a_memfd_also_open_as_an_fd_is_refused_at_checkpoint() {
 fn files_written_in_place_after_a_checkpoint_are_as_they_were_at_it_after_a_restart() {
     // A file open read-write rewritten record by record, one open write-only rewritten at
     // offset 0, a journal removed and made again: each read back whole at every step.
-    scenario("inplace", &["60", "40"]);
+    scenario("inplace", &["60", "100"]);
 }
 
 /// The sqlite3 shell, if installed.
@@ -205,21 +205,21 @@ fn sqlite3_in_rollback_journal_mode_restarts_with_its_database_as_it_was() {
 /// lease by opening the file again to read it (it waited 45 s for the stopped program).
 #[test]
 fn lock_owners_and_leases_are_the_programs_own_after_a_restart() {
-    scenario("lock_owners", &["40", "15"]);
+    scenario("lock_owners", &["40", "100"]);
 }
 
 /// A deleted file and a memfd with holes keep them (SEEK_DATA/SEEK_HOLE find the same
 /// extents), their bytes, the memfd's name and seals.
 #[test]
 fn deleted_files_and_memfds_keep_their_holes_name_and_seals() {
-    scenario("sparse_deleted", &["40", "15"]);
+    scenario("sparse_deleted", &["40", "100"]);
 }
 
 /// A named pipe whose writer wrote and closed it, read by the program alone: its bytes are
 /// carried and read on after a restart.
 #[test]
 fn a_named_pipe_read_by_the_program_alone_keeps_its_bytes() {
-    scenario("fifo_reader", &["40", "15"]);
+    scenario("fifo_reader", &["40", "100"]);
 }
 
 /// State a restart could not bring back exactly refuses the checkpoint (no image, without

@@ -10,7 +10,7 @@ use proc_common::*;
 fn the_pid_and_the_ids_derived_from_it_stay_those_the_program_started_with() {
     // 120 steps: with 40, the program could end under load before the second checkpoint of
     // the scenario reached it (the client then found a zombie and said "not under crum").
-    scenario("pid_identity", &["120", "15"]);
+    scenario("pid_identity", &["120", "40"]);
 }
 
 const ASYNCIO: &str = r#"

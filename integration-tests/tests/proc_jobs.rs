@@ -7,7 +7,7 @@ use proc_common::*;
 
 #[test]
 fn a_tree_of_exec_children_comes_back_as_one_job() {
-    scenario("job_tree", &["40", "40"]);
+    scenario("job_tree", &["40", "100"]);
 }
 
 /// The children of `pid`, as the kernel lists them.
@@ -47,12 +47,12 @@ fn checkpointing_a_member_checkpoints_its_job_and_killing_it_all_loses_nothing()
 
 #[test]
 fn pipes_between_the_processes_of_a_job_keep_their_bytes_in_flight() {
-    scenario("job_pipeline", &["40", "40"]);
+    scenario("job_pipeline", &["40", "100"]);
 }
 
 #[test]
 fn a_child_forked_without_exec_is_a_member_of_its_job() {
-    scenario("job_pipeline", &["40", "40", "fork"]);
+    scenario("job_pipeline", &["40", "100", "fork"]);
 }
 
 /// Every descendant of `pid`, children first.
@@ -183,12 +183,12 @@ fn shared_memory_between_processes_of_a_job_is_shared_again() {
 fn sockets_between_the_processes_of_a_job_keep_their_messages_and_addresses() {
     // Socket pairs of three types, a Unix and a TCP connection, each with messages in flight
     // both ways at the cut; the listeners are shared by both processes.
-    scenario("job_sockets", &["50", "30"]);
+    scenario("job_sockets", &["50", "100"]);
 }
 
 #[test]
 fn sockets_passed_to_an_executed_worker_are_the_jobs() {
-    scenario("job_sockets", &["50", "30", "exec"]);
+    scenario("job_sockets", &["50", "100", "exec"]);
 }
 
 /// The lines of a file (empty if it is not there yet).
@@ -294,7 +294,7 @@ fn process_groups_and_sessions_of_a_job_come_back_with_their_ids() {
     // A session with two groups in it, a group made by the parent for two children, a child
     // left in the launcher's group: ids checked by every process at every step, and group
     // signals reaching exactly each group after restarts.
-    scenario("job_groups", &["40", "40"]);
+    scenario("job_groups", &["40", "100"]);
     // Nothing is named: a --strict checkpoint takes the job.
     let sb = Sandbox::new();
     let prog = build_c("job_groups");
@@ -309,7 +309,7 @@ fn process_groups_and_sessions_of_a_job_come_back_with_their_ids() {
 fn named_pipes_between_and_within_the_processes_of_a_job_keep_their_bytes() {
     // Requests and answers through two FIFOs opened by path by a root and its executed
     // worker, and the root's own FIFO with numbers in flight: every number checked in order.
-    scenario("job_pipeline", &["40", "40", "fifo"]);
+    scenario("job_pipeline", &["40", "100", "fifo"]);
 }
 
 #[test]
@@ -349,19 +349,19 @@ fn a_member_that_ends_right_after_the_cut_does_not_fail_the_checkpoint() {
 fn a_file_description_shared_by_the_processes_of_a_job_is_one_again() {
     // Root and forked worker write lines through one description (one offset): each
     // checks the offset at every step, and the root checks the whole log at the end.
-    scenario("job_shared_file", &["50", "40"]);
+    scenario("job_shared_file", &["50", "100"]);
 }
 
 #[test]
 fn an_eventfd_shared_by_the_processes_of_a_job_is_one_again() {
     // The worker adds to the counter, the root takes it: every addition reaches the root.
-    scenario("job_eventfd", &["50", "40"]);
+    scenario("job_eventfd", &["50", "100"]);
 }
 
 #[test]
 fn a_timerfd_shared_by_the_processes_of_a_job_is_one_again() {
     // The worker disarms the timer the root armed: the root finds it disarmed.
-    scenario("job_timerfd", &["50", "40"]);
+    scenario("job_timerfd", &["50", "100"]);
 }
 
 #[test]
@@ -379,5 +379,5 @@ fn a_bash_script_and_its_background_job_writing_one_file_keep_every_line() {
 #[test]
 fn a_parent_waiting_for_its_child_at_the_cut_gets_its_status_after_a_restart() {
     // The root is blocked in waitpid (then waitid) for its worker at every checkpoint.
-    scenario("job_wait", &["40", "40"]);
+    scenario("job_wait", &["40", "100"]);
 }

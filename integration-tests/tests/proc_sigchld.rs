@@ -8,10 +8,10 @@ use proc_common::scenario;
 
 #[test]
 fn program_reaping_any_child_in_its_sigchld_handler_is_checkpointed() {
-    scenario("sigchld_reap", &["40", "15"]);
+    scenario("sigchld_reap", &["40", "100"]);
 }
 
 #[test]
 fn program_ignoring_sigchld_is_checkpointed() {
-    scenario("sigchld_ignore", &["40", "15"]);
+    scenario("sigchld_ignore", &["40", "100"]);
 }

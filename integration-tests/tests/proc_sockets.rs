@@ -14,7 +14,7 @@ use std::io::Write;
 
 #[test]
 fn sockets_of_one_process_survive_restart_with_data_in_flight() {
-    scenario("sockets", &["40", "15"]);
+    scenario("sockets", &["40", "100"]);
 }
 
 /// What CRIU's zdtm found lost: a UDP socket's shutdown, pair ends whose other end is closed
@@ -23,7 +23,7 @@ fn sockets_of_one_process_survive_restart_with_data_in_flight() {
 /// TCP_CORK, SO_DONTROUTE, SO_NO_CHECK (and SO_MARK, SO_BINDTODEVICE as root).
 #[test]
 fn shutdowns_closed_peers_and_more_options_survive_restart() {
-    scenario("socket_states", &["24", "15"]);
+    scenario("socket_states", &["24", "100"]);
 }
 
 #[test]

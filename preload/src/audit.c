@@ -17,7 +17,9 @@
  * The ELF reading and the jumps are `elf_patch.h`'s, shared with `static_runtime.c`.
  * The audit library runs in a namespace of its own: it uses nothing of libcrum's and only
  * raw ELF reading here. x86-64 only. Built into `crum` (`cli/build.rs`) and written next to
- * crum's `libcuda.so.1` at run time. */
+ * crum's `libcuda.so.1` at run time. It also fills the hole the kernel's 2 MiB placement of
+ * libcrum.so leaves above it (`fill_alignment_hole`), so the program's mappings land where
+ * they would without crum. */
 #define _GNU_SOURCE
 #include <elf.h>
 #include <fcntl.h>
@@ -301,6 +303,53 @@ static void redirect(struct link_map *map) {
                 patched, skipped);
     elf_close(&crum);
     elf_close(&obj);
+}
+
+/* The kernel places a file mapping of 2 MiB or more (libcrum.so) at a 2 MiB boundary
+ * (transparent huge pages), which leaves a hole of up to 2 MiB between its end and the object
+ * mapped above it. Without crum there is no such hole: the program's first `mmap(NULL)`s go
+ * below its libraries, where nothing lies below them. Under crum they went into the hole,
+ * right above libcrum.so's data, where a `MAP_GROWSDOWN` mapping cannot grow (the kernel
+ * keeps a guard gap of 1 MiB below it free of accessible mappings; zdtm's grow_map died).
+ * Before the program's constructors run, the hole is filled with an inaccessible reservation,
+ * which the kernel does not count against that gap, so the program's mappings land where
+ * they would without crum. Only holes right above libcrum.so (and its zero-fill), smaller
+ * than the alignment, are filled. */
+static void fill_alignment_hole(void) {
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return;
+    char line[4352];
+    uintptr_t run_end = 0; /* the end of libcrum.so's mappings while they are contiguous */
+    int in_run = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long start, end;
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &start, &end, &path_at) < 2) break;
+        const char *path = path_at ? line + path_at : "";
+        size_t n = strcspn(path, "\n");
+        int is_crum = n >= 11 && !strncmp(path + n - 11, "/libcrum.so", 11);
+        if (in_run && start > run_end) {
+            size_t gap = start - run_end;
+            if (gap < (2ul << 20))
+                mmap((void *)run_end, gap, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+            in_run = 0;
+        }
+        if (is_crum || (in_run && n == 0 && start == run_end)) {
+            in_run = 1;
+            run_end = end;
+        } else {
+            in_run = 0;
+        }
+    }
+    fclose(f);
+}
+
+/* After the initial objects are loaded and relocated, before their constructors: the
+ * dynamic linker has dropped its cache mapping by then (filling at LA_ACT_CONSISTENT left
+ * the cache's pages as a hole above the filling). */
+void la_preinit(uintptr_t *cookie) {
+    (void)cookie;
+    fill_alignment_hole();
 }
 
 unsigned int la_objopen(struct link_map *map, Lmid_t lmid, uintptr_t *cookie) {

@@ -160,7 +160,7 @@ impl Proc {
                 panic!("process exited ({st}) before {n} lines: {}{}", self.output(), self.stderr());
             }
             assert!(
-                t0.elapsed() < Duration::from_secs(30),
+                t0.elapsed() < Duration::from_secs(120),
                 "timed out waiting for {n} lines: {}\nstderr: {}\n{}",
                 self.output(),
                 self.stderr(),
@@ -179,7 +179,7 @@ impl Proc {
                 return;
             }
             assert!(
-                t0.elapsed() < Duration::from_secs(30),
+                t0.elapsed() < Duration::from_secs(120),
                 "timed out waiting for {n} lines: {}\nstderr: {}\n{}",
                 self.output(),
                 self.stderr(),
