@@ -1237,18 +1237,27 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
         eprintln!("crum: checkpoints disabled: {e}");
         return;
     }
+    crate::program_end::resolve();
     let mut next = cfg.interval.map(|i| Instant::now() + i);
     loop {
-        let job = match next {
-            Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
-                Ok(j) => Some(j),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            },
-            None => match rx.recv() {
-                Ok(j) => Some(j),
-                Err(_) => return,
-            },
+        // Woken every `program_end::WATCH` to look whether the program's last thread has
+        // left without ending the process (a raw `exit`): crum's threads must not keep it.
+        let wait = next.map_or(crate::program_end::WATCH, |t| t.saturating_duration_since(Instant::now()).min(crate::program_end::WATCH));
+        let job = match rx.recv_timeout(wait) {
+            Ok(j) => Some(j),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if is_owner() && crate::program_end::program_gone() {
+                    if let Some(rt) = runtime().as_ref() {
+                        rt.server.remove_socket();
+                    }
+                    crate::program_end::end(crate::program_end::status());
+                }
+                if next.is_none_or(|t| Instant::now() < t) {
+                    continue;
+                }
+                None
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
         // `crum restart --dir` moves the default (it outlives further restarts: memory).
         let default_dir = NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| cfg.dir.clone());

@@ -690,6 +690,12 @@ fn blocks_stop_signal(tid: i32) -> bool {
     mask_blocks(&s, stop_signal())
 }
 
+/// Whether thread `tid` of this process runs under `SECCOMP_MODE_STRICT` (`Seccomp: 1`).
+fn strict_seccomp(tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { return false };
+    s.lines().any(|l| l.strip_prefix("Seccomp:").is_some_and(|v| v.trim() == "1"))
+}
+
 /// Whether the `SigBlk:` line of a /proc status text has signal `sig` set.
 fn mask_blocks(status: &str, sig: i32) -> bool {
     let Some(line) = status.lines().find_map(|l| l.strip_prefix("SigBlk:")) else { return false };
@@ -741,6 +747,15 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
             if n >= MAX_THREADS {
                 abandon();
                 return Err(format!("more than {MAX_THREADS} threads"));
+            }
+            // A thread under SECCOMP_MODE_STRICT may make no system call but read, write and
+            // exit: the handler's would end it (SIGKILL), and the program with it.
+            if strict_seccomp(tid) {
+                let name = thread_name(tid);
+                abandon();
+                return Err(format!(
+                    "thread {tid} ({name}) runs under SECCOMP_MODE_STRICT, where crum's stop handler could make no system call: it cannot be checkpointed"
+                ));
             }
             let slot = &SLOTS[n];
             save_task(slot, tid);
