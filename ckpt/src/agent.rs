@@ -404,6 +404,12 @@ pub fn exclude_fd(fd: i32) {
     }
 }
 
+/// Makes room for `n` more [`exclude_fd`]s, before the program's threads stop: what grows
+/// while they are stopped lives in the agent's arena, given back after the cut.
+fn reserve_excluded(n: usize) {
+    EXCLUDED_FDS.lock().unwrap_or_else(|e| e.into_inner()).reserve(n);
+}
+
 /// The descriptors that are crum's own ([`exclude_fd`], the logs of written files).
 pub(crate) fn own_fds() -> Vec<i32> {
     let mut v = EXCLUDED_FDS
@@ -1166,7 +1172,10 @@ fn serve_one(server: &ControlServer, tx: &mpsc::Sender<Job>) {
             st.dir = NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone().or_else(|| DEFAULT_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone());
             let _ = responder.reply_status(st);
         }
-        Request::JobMember { parent, strict } => {
+        Request::JobMember { parent, strict, held, restop } => {
+            // For the member's stop (`member_checkpoint`), which runs next on the agent thread.
+            threads::set_held(&held);
+            RESTOP_NEXT.store(restop, SeqCst);
             IN_PROGRESS.fetch_add(1, SeqCst);
             let job = Job {
                 dir: None,
@@ -1228,18 +1237,27 @@ fn engine_loop(cfg: Config, rx: &mpsc::Receiver<Job>, _keepalive: mpsc::Sender<J
         eprintln!("crum: checkpoints disabled: {e}");
         return;
     }
+    crate::program_end::resolve();
     let mut next = cfg.interval.map(|i| Instant::now() + i);
     loop {
-        let job = match next {
-            Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
-                Ok(j) => Some(j),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            },
-            None => match rx.recv() {
-                Ok(j) => Some(j),
-                Err(_) => return,
-            },
+        // Woken every `program_end::WATCH` to look whether the program's last thread has
+        // left without ending the process (a raw `exit`): crum's threads must not keep it.
+        let wait = next.map_or(crate::program_end::WATCH, |t| t.saturating_duration_since(Instant::now()).min(crate::program_end::WATCH));
+        let job = match rx.recv_timeout(wait) {
+            Ok(j) => Some(j),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if is_owner() && crate::program_end::program_gone() {
+                    if let Some(rt) = runtime().as_ref() {
+                        rt.server.remove_socket();
+                    }
+                    crate::program_end::end(crate::program_end::status());
+                }
+                if next.is_none_or(|t| Instant::now() < t) {
+                    continue;
+                }
+                None
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
         // `crum restart --dir` moves the default (it outlives further restarts: memory).
         let default_dir = NEW_DIR.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| cfg.dir.clone());
@@ -1657,6 +1675,120 @@ fn finish_writer(ctx: &ForkCtx) -> Result<(), String> {
     r
 }
 
+/// The signal a member stopped by one stops again with after the cut (0: none), as the
+/// root asked in its `JobMember` request; taken by [`member_checkpoint`].
+static RESTOP_NEXT: AtomicI32 = AtomicI32::new(0);
+/// The signal this process stops again with before its program runs (0: none): set at the
+/// cut of a process that was stopped by a signal, in static memory, so that a restarted one
+/// stops again too ([`restop_self`]).
+static RESTOP: AtomicI32 = AtomicI32::new(0);
+/// Children of this process that were stopped by a signal, continued for the cut and stop
+/// again after it (in static memory: the image has them): (program pid, kernel pid at the
+/// cut, whether the program had not taken the stop's report from `waitpid` yet).
+const MAX_RESTOPPED: usize = 64;
+static RESTOPPED: [[AtomicI32; 3]; MAX_RESTOPPED] = [const { [AtomicI32::new(0), AtomicI32::new(0), AtomicI32::new(0)] }; MAX_RESTOPPED];
+static NRESTOPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// Records, at the cut, the children of this process that the cut continued and that stop
+/// again (`restopped`: (kernel pid, program pid) of every such member; `reports`: this
+/// process's stopped children and the reports waiting for its `waitpid`, read when it
+/// stopped).
+fn record_restopped(restopped: &[(i32, i32)], reports: &[(i32, i32)]) {
+    let mut n = 0;
+    for &(k, v) in restopped {
+        if let Some(&(_, sig)) = reports.iter().find(|r| r.0 == k) {
+            if n < MAX_RESTOPPED {
+                RESTOPPED[n][0].store(v, SeqCst);
+                RESTOPPED[n][1].store(k, SeqCst);
+                RESTOPPED[n][2].store(i32::from(sig != 0), SeqCst);
+                n += 1;
+            }
+        }
+    }
+    NRESTOPPED.store(n, SeqCst);
+}
+
+/// Before this process's program runs again after a cut (or a restart): waits until each
+/// child the cut continued is stopped again, then takes what that made the kernel tell this
+/// process and the program had not been told: the stop's report for `waitpid(WUNTRACED)`
+/// where the program had taken it already, and a `SIGCHLD` (CLD_CONTINUED, CLD_STOPPED) where
+/// none was waiting at the cut. `kernel_pid`: a child's kernel pid now, from its program pid.
+fn settle_restopped(kernel_pid: impl Fn(i32, i32) -> i32) {
+    let n = NRESTOPPED.swap(0, SeqCst).min(MAX_RESTOPPED);
+    if n == 0 {
+        return;
+    }
+    let mut kids = Vec::new();
+    for e in RESTOPPED.iter().take(n) {
+        let k = kernel_pid(e[0].load(SeqCst), e[1].load(SeqCst));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        // Stopped again by itself, once its part is written (or, restarted, once restored):
+        // its report is there once its last thread has stopped (each thread stops on its own:
+        // the state letter says so earlier). Taken if the program had taken the old one.
+        let options = libc::WSTOPPED | libc::WNOHANG | if e[2].load(SeqCst) == 0 { 0 } else { libc::WNOWAIT };
+        loop {
+            // SAFETY: waitid with WNOHANG into a live siginfo, for a child of ours.
+            let got = unsafe {
+                let mut si: libc::siginfo_t = std::mem::zeroed();
+                libc::syscall(libc::SYS_waitid, libc::P_PID, k, &mut si as *mut libc::siginfo_t, options, 0) == 0
+                    && si.si_pid() == k
+            };
+            if got {
+                break;
+            }
+            if !crate::job::alive(k) || Instant::now() > deadline {
+                tracing::warn!("child process {k} did not stop again after the checkpoint");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        kids.push(k);
+    }
+    let was_pending = threads::pending_signals().0.iter().any(|s| s.0 == libc::SIGCHLD);
+    if !was_pending {
+        // SAFETY: rt_sigtimedwait with a zero timeout into a live siginfo (8: the kernel's
+        // sigset size): takes a waiting SIGCHLD, if any.
+        unsafe {
+            let set: u64 = 1 << (libc::SIGCHLD - 1);
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            let mut si: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::syscall(libc::SYS_rt_sigtimedwait, &set as *const u64, &mut si as *mut libc::siginfo_t, &zero, 8);
+            if r == libc::SIGCHLD as i64
+                && !(kids.contains(&si.si_pid()) && matches!(si.si_code, libc::CLD_CONTINUED | libc::CLD_STOPPED))
+            {
+                // Not ours: back in the queue (the kernel lets only the main thread queue it with
+                // its own code; said if it cannot).
+                if libc::syscall(libc::SYS_rt_sigqueueinfo, threads::real_pid(), libc::SIGCHLD, &si as *const libc::siginfo_t) != 0 {
+                    tracing::warn!("a SIGCHLD that arrived during the checkpoint was lost");
+                }
+            }
+        }
+    }
+}
+
+/// Stops this process again with the signal that had stopped it before the cut, before its
+/// program runs ([`RESTOP`]); the caller releases the program's threads once it is continued.
+/// A restarted process first waits until its parent has queued its waiting signals again
+/// (its other threads exist only after that, `threads::restored_main`): the stop's `SIGCHLD`
+/// must not be merged into one of those.
+fn restop_self(restarted: bool) {
+    let sig = RESTOP.swap(0, SeqCst);
+    if sig == 0 {
+        return;
+    }
+    if restarted {
+        // SAFETY: getppid cannot fail.
+        let parent = unsafe { libc::syscall(libc::SYS_getppid) } as i32;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::fs::read_dir(format!("/proc/{parent}/task")).map(|d| d.count()).unwrap_or(2) < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    // SAFETY: a stop signal to our own process: every thread stops, this one included, until
+    // someone continues it.
+    unsafe { libc::syscall(libc::SYS_kill, threads::real_pid(), sig) };
+}
+
 /// A job member's part of its root's checkpoint (`crate::job`): stop, report, cut on the
 /// root's word, run again on its word, report the part complete.
 fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, strict: bool) -> Outcome {
@@ -1664,19 +1796,44 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
     let h = hooks();
     let pid = program_pid();
     let lineage = crate::lineage::current().encode();
+    // Stopped by a signal before the root continued it for this cut: stopped again before
+    // its program runs, whatever the outcome.
+    let restop = RESTOP_NEXT.swap(0, SeqCst);
+    let resume = |h: &Hooks| {
+        RESTOP.store(restop, SeqCst);
+        restop_self(false);
+        resume_program(h);
+    };
     if let Err(e) = stop_program(&h) {
         let _ = link.send(&Msg::Failed(e.clone()));
+        if restop != 0 {
+            RESTOP.store(restop, SeqCst);
+            restop_self(false);
+        }
         return Outcome::Failed(e);
     }
-    let stopped =
-        Msg::Stopped { pid, pipes: crate::job::own_pipes(), socks: crate::job::own_sockets(), files: crate::job::own_files() };
+    let reports = crate::job::own_stopped_children();
+    let stopped = Msg::Stopped {
+        pid,
+        pipes: crate::job::own_pipes(),
+        socks: crate::job::own_sockets(),
+        files: crate::job::own_files(),
+        stopped: reports.clone(),
+    };
     let pipes = match link.send(&stopped).ok().and(link.recv(Some(STEP_TIMEOUT))) {
-        Some(Msg::GoCut { pipes, zombies, socks, files }) => (pipes, zombies, socks, files),
+        Some(Msg::GoCut { pipes, zombies, socks, files, restopped }) => {
+            record_restopped(&restopped, &reports);
+            (pipes, zombies, socks, files)
+        }
         _ => {
-            resume_program(&h);
+            // Closed first: the root waits for it to end before it tries again.
+            drop(link);
+            resume(&h);
             return Outcome::Failed("the job's checkpoint was given up".into());
         }
     };
+    // In the image: a restart stops it again too.
+    RESTOP.store(restop, SeqCst);
     let mut device_time = Duration::ZERO;
     let (pipes, zombies, socks, files) = pipes;
     let part = Part { name: format!("p-{pid}"), others: &zombies, pipes: &pipes, socks: &socks, files: &files, pid };
@@ -1687,7 +1844,8 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
         }
         Err(e) => {
             let _ = link.send(&Msg::Failed(e.as_str().to_owned()));
-            resume_program(&h);
+            drop(link);
+            resume(&h);
             return Outcome::Failed(e.as_str().to_owned());
         }
     };
@@ -1721,13 +1879,21 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
                 let e = e.as_str().to_owned();
                 let _ = ctx.writer.remove_partial();
                 let _ = link.send(&Msg::Failed(e.clone()));
-                resume_program(&h);
+                drop(link);
+                resume(&h);
                 return Outcome::Failed(e);
             }
         }
     }
     let go = next == Some(Msg::GoResume);
-    resume_program(&h);
+    // A process that stops again does so once its part is written (its agent answers the
+    // root until then); its program runs only once it is continued.
+    let late = restop != 0 && go;
+    if !late {
+        // Children of its that stop again have done so first (`settle_restopped`).
+        settle_restopped(|_, k| k);
+        resume(&h);
+    }
     if let Some(p) = log_problem {
         eprintln!("crum: warning: {}", p.as_str());
     }
@@ -1735,6 +1901,26 @@ fn member_checkpoint(cfg: &Config, mut link: crate::job::Link, parent: &Path, st
     let path = ctx.writer.final_path().to_path_buf();
     if result.is_err() {
         let _ = ctx.writer.remove_partial();
+    }
+    if late {
+        match &result {
+            Ok(()) => {
+                crate::writes::commit();
+                let _ = link.send(&Msg::Written);
+            }
+            Err(e) => {
+                crate::writes::abort(&path);
+                let _ = link.send(&Msg::Failed(e.clone()));
+            }
+        }
+        settle_restopped(|_, k| k);
+        resume(&h);
+        drop(ctx);
+        crate::alloc::release();
+        return match result {
+            Ok(()) => Outcome::Written(path, Vec::new()),
+            Err(e) => Outcome::Failed(e),
+        };
     }
     drop(ctx);
     crate::alloc::release();
@@ -1800,13 +1986,27 @@ fn job_checkpoint(
     let mut held_socks: Vec<(i32, Vec<crate::job::SockEnd>)> = Vec::new(); // (program pid, its sockets)
     let mut held_shm: Vec<(i32, Vec<crate::job::ShmMap>)> = Vec::new(); // (program pid, its shared mappings)
     let mut held_files: Vec<crate::job::HeldFiles> = Vec::new();
+    // The job's processes' children stopped by a signal: (kernel pid, the stop signal their
+    // parent's `waitpid(WUNTRACED)` would report, or 0).
+    let mut reports: Vec<(i32, i32)> = Vec::new();
+    // Members stopped by a signal, continued for the cut: (kernel pid, program pid).
+    let mut restopped: Vec<(i32, i32)> = Vec::new();
     // A process that has exited by now is not in the job (its parent's part names it if
     // it is not reaped).
     let gone = |pid: i32| !crate::job::alive(pid);
     // Every member is asked at once, then each answer read: they stop side by side.
     let mut comms: Vec<String> = Vec::new();
+    // Members stopped by a signal (state T): continued, held, once every other is stopped.
+    let mut stopped_members: Vec<(i32, String)> = Vec::new();
     for (pid, _, comm) in members {
-        let stream = match crate::control::connect_member(*pid as u32, &tmp, strict) {
+        if crate::job::state_of(*pid) == 'T' {
+            if let Some(e) = crate::job::hold_refusal(*pid, *pid) {
+                return give_up(&mut links, format!("a restart could not restore this job exactly: {e}"));
+            }
+            stopped_members.push((*pid, comm.clone()));
+            continue;
+        }
+        let stream = match crate::control::connect_member(*pid as u32, &tmp, strict, Vec::new(), 0) {
             Ok(s) => s,
             Err(_) if gone(*pid) => continue,
             // Executing another program (its agent is starting): the cut is made again.
@@ -1827,7 +2027,8 @@ fn job_checkpoint(
     while i < links.len() {
         let (pid, comm) = (links[i].0, comms[i].clone());
         match links[i].1.recv(Some(STEP_TIMEOUT)) {
-            Some(Msg::Stopped { pid: p, pipes, socks, files }) => {
+            Some(Msg::Stopped { pid: p, pipes, socks, files, stopped }) => {
+                reports.extend(stopped);
                 held_files.push((pid, p, files));
                 known.push((pid, p));
                 held.push((p, pipes));
@@ -1852,12 +2053,62 @@ fn job_checkpoint(
         }
     }
     // (Made before the stop: what is allocated while the threads are stopped lives in the
-    // agent's arena, given back before the manifest is written.)
-    let kernel_pids: Vec<i32> = links.iter().map(|l| l.0).collect();
+    // agent's arena, given back before the manifest is written. The stopped members join
+    // `links` and `known`, read after that: room for them now.)
+    links.reserve(stopped_members.len());
+    known.reserve(stopped_members.len());
+    reserve_excluded(stopped_members.len());
+    let mut kernel_pids: Vec<i32> = Vec::with_capacity(links.len() + stopped_members.len());
+    kernel_pids.extend(links.iter().map(|l| l.0));
     let t0 = match stop_program(&h) {
         Ok(t) => t,
         Err(e) => return give_up(&mut links, e),
     };
+    let own_reports = crate::job::own_stopped_children();
+    reports.extend(own_reports.iter().copied());
+    // Members stopped by a signal, parents first (each one's report of its own stopped
+    // children is read before they are continued, which clears it): continued with their
+    // threads held in crum's handler, asked to stop as the others were, and told what
+    // signal to stop again with after the cut.
+    for (pid, comm) in &stopped_members {
+        let sig = reports.iter().find(|r| r.0 == *pid).map(|r| r.1).filter(|&s| s != 0).unwrap_or(libc::SIGSTOP);
+        let fail = |links: &mut Vec<(i32, Link)>, e: String| {
+            // SAFETY: the stop signal again, to a process of the job that we continued.
+            unsafe { libc::syscall(libc::SYS_kill, *pid, sig) };
+            resume_program(&h);
+            give_up(links, format!("process {pid} ({comm}) of the job, stopped by a signal: {e}"))
+        };
+        let stream = match crate::job::continue_held(*pid)
+            .and_then(|held| crate::control::connect_member(*pid as u32, &tmp, strict, held, sig).map_err(|e| e.to_string()))
+        {
+            Ok(s) => s,
+            Err(e) => return fail(&mut links, e),
+        };
+        let mut l = Link::new(crate::highfd::move_high(stream));
+        exclude_fd(l.fd());
+        match l.recv(Some(STEP_TIMEOUT)) {
+            Some(Msg::Stopped { pid: p, pipes, socks, files, stopped }) => {
+                reports.extend(stopped);
+                held_files.push((*pid, p, files));
+                known.push((*pid, p));
+                held.push((p, pipes));
+                held_socks.push((p, socks));
+                restopped.push((*pid, p));
+                kernel_pids.push(*pid);
+                links.push((*pid, l));
+                comms.push(comm.clone());
+            }
+            Some(Msg::Failed(e)) => {
+                links.push((*pid, l));
+                resume_program(&h);
+                return give_up(&mut links, format!("process {pid} ({comm}) of the job: {e}"));
+            }
+            _ => {
+                include_fd(l.fd());
+                return fail(&mut links, "did not stop".into());
+            }
+        }
+    }
     held.push((my_pid, crate::job::own_pipes()));
     held_socks.push((my_pid, crate::job::own_sockets()));
     let pipes = crate::job::job_pipes(&held);
@@ -1897,6 +2148,14 @@ fn job_checkpoint(
         // children made by a raw `clone`, which keep crum's library without an agent).
         // Freeing arena memory is nothing; system memory among it is left (a few lists).
         std::mem::forget((held, held_socks, pipes, socks, held_files, files, parents, zombies, groups, group_problems));
+        // Members continued for this cut are stopped again before it is made again.
+        for &(k, _) in &restopped {
+            let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+            while crate::job::alive(k) && crate::job::state_of(k) != 'T' && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        std::mem::forget((reports, restopped, own_reports));
         std::thread::sleep(Duration::from_millis(20 << attempt.min(4)));
         return job_checkpoint(cfg, dir, strict, exit_after, &job_members(), attempt + 1);
     }
@@ -1933,7 +2192,14 @@ fn job_checkpoint(
     // do, then each answer is read.
     let vpid_of = |pid: i32| known.iter().find(|k| k.0 == pid).map_or(pid, |k| k.1);
     for (pid, l) in links.iter_mut() {
-        if l.send(&Msg::GoCut { pipes: pipes.clone(), zombies: in_image.clone(), socks: socks.clone(), files: files.clone() }).is_err() {
+        let go = Msg::GoCut {
+            pipes: pipes.clone(),
+            zombies: in_image.clone(),
+            socks: socks.clone(),
+            files: files.clone(),
+            restopped: restopped.clone(),
+        };
+        if l.send(&go).is_err() {
             failed = Some(format!("process {} of the job went away", vpid_of(*pid)));
             break;
         }
@@ -1945,6 +2211,7 @@ fn job_checkpoint(
     let mut device_time = Duration::ZERO;
     let others: Vec<i32> = kernel_pids.iter().chain(zombie_pids.iter()).copied().collect();
     let part = Part { name: format!("p-{my_pid}"), others: &others, pipes: &pipes, socks: &socks, files: &files, pid: my_pid };
+    record_restopped(&restopped, &own_reports);
     let mut ctx = match prepare(cfg, &tmp, &h, &mut device_time, strict, Some(part), None) {
         Ok(mut c) => {
             c.lineage = lineage;
@@ -2036,7 +2303,12 @@ fn job_checkpoint(
             }
         }
     }
-    // 3. Everyone runs again; the parts are completed by their writers.
+    // 3. Everyone runs again; the parts are completed by their writers. (Told first: this
+    // process's children that stop again do so before its program runs.)
+    for (_, l) in links.iter_mut() {
+        let _ = l.send(&Msg::GoResume);
+    }
+    settle_restopped(|_, k| k);
     resume_program(&h);
     // Out of the arena (given back below) into ordinary memory.
     let part_path = PathBuf::from(ctx.writer.final_path().as_os_str().to_owned());
@@ -2047,9 +2319,6 @@ fn job_checkpoint(
     let writers: Vec<(i32, i32)> = writers.to_vec();
     let shared: Vec<crate::job::SharedSeg> = shared.to_vec();
     LAST_PAUSE_US.store(t0.elapsed().as_micros() as u64, Relaxed);
-    for (_, l) in links.iter_mut() {
-        let _ = l.send(&Msg::GoResume);
-    }
     if let Some(p) = log_problem {
         eprintln!("crum: warning: {}", p.as_str());
     }
@@ -3263,10 +3532,13 @@ fn after_restart(h: &Hooks) -> Outcome {
     };
     OWNER_PID.store(threads::real_pid(), SeqCst);
     set_pid_identity(first_pid);
+    // (program pid, kernel pid now) of every process of the job.
+    let mut pids_now: Vec<(i32, i32)> = Vec::new();
     if info.job_table_fd >= 0 {
         let fd = info.job_table_fd as i32;
         // Every process of the job restored (its slot filled) before any program runs.
         let table = crate::job::PidTable::wait_complete(fd, Duration::from_secs(600));
+        pids_now.extend(table.iter().copied());
         if let Some(&(v, _)) = table.iter().find(|&&(_, r)| r < 0) {
             eprintln!("crum: process {v} of the job could not be restarted (see above): process {first_pid} ends too");
             // SAFETY: ends the process before anything of the program runs again.
@@ -3345,6 +3617,10 @@ fn after_restart(h: &Hooks) -> Outcome {
         crate::alloc::discard(p, len);
     }
     crate::alloc::keep();
+    // Children that were stopped by a signal at the cut stop again before this program runs
+    // (and what that tells this process is taken); then this process, if it was one.
+    settle_restopped(|v, k| pids_now.iter().find(|p| p.0 == v).map_or(k, |p| p.1));
+    restop_self(true);
     threads::release_all();
     crate::alloc::leave();
     // A new lineage (its threads run again: normal allocation, no lock held by a stopped

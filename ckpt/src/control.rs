@@ -94,6 +94,14 @@ pub enum Request {
         parent: PathBuf,
         #[serde(default)]
         strict: bool,
+        /// The member was stopped by a signal and the root continued it with its threads
+        /// held in crum's handler ([`crate::job::continue_held`]): what each was blocked in
+        /// (tid, system call, pc).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        held: Vec<(i32, i64, u64)>,
+        /// The signal to stop again with once the cut is made (0: it was running).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        restop: i32,
     },
 }
 
@@ -567,13 +575,18 @@ fn connect(dir: &Path, pid: u32) -> Result<UnixStream, ControlError> {
     Ok(stream)
 }
 
-/// Connects to job member `pid` and asks it to take part in a job checkpoint (`crate::job`).
-pub fn connect_member(pid: u32, parent: &Path, strict: bool) -> Result<UnixStream, ControlError> {
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
+/// Connects to job member `pid` and asks it to take part in a job checkpoint (`crate::job`);
+/// `held` and `restop`: see [`Request::JobMember`].
+pub fn connect_member(pid: u32, parent: &Path, strict: bool, held: Vec<(i32, i64, u64)>, restop: i32) -> Result<UnixStream, ControlError> {
     let dir = socket_dir();
     let path = socket_path_in(&dir, pid);
     let mut s = connect(&dir, pid)?;
     check_can_answer(pid)?;
-    send_line(&mut s, &Request::JobMember { parent: parent.to_path_buf(), strict }).map_err(io_err(&path))?;
+    send_line(&mut s, &Request::JobMember { parent: parent.to_path_buf(), strict, held, restop }).map_err(io_err(&path))?;
     Ok(s)
 }
 

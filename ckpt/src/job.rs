@@ -816,6 +816,10 @@ pub enum Msg {
         /// Its descriptors of regular files: (fd, device, inode) ([`own_files`]).
         #[serde(default)]
         files: Vec<(i32, u64, u64)>,
+        /// Its children stopped by a signal: (kernel pid, the stop signal its
+        /// `waitpid(WUNTRACED)` would report, or 0: taken already) ([`own_stopped_children`]).
+        #[serde(default)]
+        stopped: Vec<(i32, i32)>,
     },
     /// Root → member: capture and fork the writer. `pipes`: the pipes between processes of
     /// the job, each with the pid of the process whose part carries its bytes; `zombies`:
@@ -832,6 +836,11 @@ pub enum Msg {
         /// job ([`job_files`]).
         #[serde(default)]
         files: Vec<(u64, i32, i32)>,
+        /// The members stopped by a signal that the cut continued and that stop again once
+        /// it is made: (kernel pid, program pid). Their parents take the reports and
+        /// `SIGCHLD` that makes before they run again.
+        #[serde(default)]
+        restopped: Vec<(i32, i32)>,
     },
     /// Member → root: the writer is forked; what a restart of its part cannot restore.
     Cut {
@@ -857,6 +866,148 @@ pub enum Msg {
     Abort,
     /// Member → root: this step failed.
     Failed(String),
+}
+
+/// The state letter of process `pid` (`/proc/<pid>/stat`; '?' when gone).
+pub fn state_of(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')').and_then(|b| stat[b + 1..].trim_start().chars().next()).unwrap_or('?')
+}
+
+/// The threads of process `pid` (kernel tids).
+fn tasks_of(pid: i32) -> Vec<i32> {
+    let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect())
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+/// A signal mask line (`SigCgt:`, `SigBlk:`…) of a /proc status text.
+fn mask_of(status: &str, key: &str) -> u64 {
+    status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0)
+}
+
+/// crum's own threads, by the names it gives them (they get no held signal: they block all
+/// but the stop signal, and never run the program's code).
+fn is_crum_task(pid: i32, tid: i32) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
+    matches!(comm.trim(), "crum-control" | "crum-agent" | "crum-signal")
+}
+
+/// Why a member of the job stopped by a signal (state `T`) cannot be continued for the cut
+/// without the program seeing it, if it cannot: its own `SIGCONT` handler would run (a
+/// restart would run it again, or the original would run it twice), or a thread of it
+/// blocks crum's stop signal (it would run the program's code before crum's).
+pub fn hold_refusal(pid: i32, vpid: i32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    if mask_of(&status, "SigCgt:") & bit(libc::SIGCONT) != 0 {
+        return Some(format!(
+            "process {vpid} is stopped and handles SIGCONT: continuing it for the checkpoint would run its handler; continue it (kill -CONT {pid}) and try again"
+        ));
+    }
+    let stop = crate::threads::stop_signal();
+    // Every signal that can be blocked (the C library's own two aside): the mask crum's
+    // threads start with, before they unblock the stop signal and take their names (a
+    // child stopped right after `fork`), and the mask of crum's handler, where a member that
+    // stopped again after a cut has its threads (they return from it, into a pending held
+    // signal, when it is continued).
+    let all = !(bit(libc::SIGKILL) | bit(libc::SIGSTOP));
+    let crums = |m: u64| (m | bit(32) | bit(33)) == all;
+    for tid in tasks_of(pid) {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
+        let blocked = mask_of(&st, "SigBlk:");
+        // A thread that stopped itself (`raise(SIGSTOP)`: the C library blocks every signal
+        // around its `tgkill`) unblocks them as it returns, and enters crum's handler then,
+        // having run nothing of the program's.
+        let sc = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
+        let nr = sc.split_whitespace().next().and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
+        let raised = [libc::SYS_tgkill, libc::SYS_tkill, libc::SYS_kill].contains(&nr);
+        if !is_crum_task(pid, tid) && blocked & bit(stop) != 0 && !crums(blocked) && !raised {
+            return Some(format!(
+                "process {vpid} is stopped and its thread {tid} blocks crum's stop signal ({}): it could not be held while continued for the checkpoint",
+                crate::threads::stop_signal_name()
+            ));
+        }
+    }
+    None
+}
+
+/// Continues member `pid`, stopped by a signal, so that its agent can take part in the cut,
+/// without any instruction of its program running: crum's stop signal is queued to each
+/// program thread first (`SI_QUEUE`, [`crate::threads::HOLD_MAGIC`]), so each thread enters
+/// crum's handler as it wakes and waits there for its agent ([`crate::threads`]'s `hold`).
+/// Returns what each thread was blocked in (tid, system call, pc), which its agent needs to
+/// make an interrupted call go on ([`crate::threads::set_held`]).
+pub fn continue_held(pid: i32) -> Result<Vec<(i32, i64, u64)>, String> {
+    let stop = crate::threads::stop_signal();
+    let mut held = Vec::new();
+    for tid in tasks_of(pid) {
+        if is_crum_task(pid, tid) {
+            continue;
+        }
+        let sc = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
+        let f: Vec<&str> = sc.split_whitespace().collect();
+        let nr = f.first().and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
+        let pc = if f.len() >= 9 { u64::from_str_radix(f[f.len() - 1].trim_start_matches("0x"), 16).unwrap_or(0) } else { 0 };
+        // SAFETY: a zeroed siginfo_t filled as rt_tgsigqueueinfo expects for SI_QUEUE (code,
+        // sender, value); the target is a thread of a process of our job.
+        let r = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let raw = &mut info as *mut libc::siginfo_t as *mut i32;
+            *raw = stop; // si_signo
+            *raw.add(2) = libc::SI_QUEUE; // si_code
+            *raw.add(4) = crate::threads::real_pid(); // si_pid
+            *raw.add(5) = libc::getuid() as i32; // si_uid
+            *(raw.add(6) as *mut u64) = crate::threads::HOLD_MAGIC; // si_value
+            libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, stop, &info as *const libc::siginfo_t)
+        };
+        if r != 0 {
+            return Err(format!("cannot hold thread {tid} of stopped process {pid}: {}", std::io::Error::last_os_error()));
+        }
+        held.push((tid, nr, pc));
+    }
+    // SAFETY: SIGCONT to a process of our job.
+    if unsafe { libc::kill(pid, libc::SIGCONT) } != 0 {
+        return Err(format!("cannot continue stopped process {pid}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(held)
+}
+
+/// This process's children stopped by a signal, and what `waitpid(WUNTRACED)` would tell
+/// of each now without taking it (kernel pid, the stop signal, or 0: no report waiting, the
+/// program took it). Asked while the program's threads are stopped.
+pub fn own_stopped_children() -> Vec<(i32, i32)> {
+    let me = crate::threads::real_pid();
+    let mut kids: Vec<i32> = Vec::new();
+    for t in tasks_of(me) {
+        let list = std::fs::read_to_string(format!("/proc/{me}/task/{t}/children")).unwrap_or_default();
+        kids.extend(list.split_whitespace().filter_map(|w| w.parse::<i32>().ok()));
+    }
+    kids.into_iter()
+        .filter(|&k| state_of(k) == 'T')
+        .map(|k| {
+            // SAFETY: waitid with WNOWAIT|WNOHANG into a live siginfo: takes nothing.
+            let sig = unsafe {
+                let mut si: libc::siginfo_t = std::mem::zeroed();
+                let r = libc::syscall(
+                    libc::SYS_waitid,
+                    libc::P_PID,
+                    k,
+                    &mut si as *mut libc::siginfo_t,
+                    libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT,
+                    0,
+                );
+                if r == 0 && si.si_pid() == k && si.si_code == libc::CLD_STOPPED {
+                    si.si_status()
+                } else {
+                    0
+                }
+            };
+            (k, sig)
+        })
+        .collect()
 }
 
 /// Whether process `pid` exists and has not exited (not a zombie).
@@ -1120,10 +1271,10 @@ mod tests {
     fn link_exchanges_steps() {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut a, mut b) = (Link::new(a), Link::new(b));
-        a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new(), files: vec![(1, 2, 3)] }).unwrap();
+        a.send(&Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new(), files: vec![(1, 2, 3)], stopped: Vec::new() }).unwrap();
         assert_eq!(
             b.recv(Some(Duration::from_secs(5))),
-            Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new(), files: vec![(1, 2, 3)] })
+            Some(Msg::Stopped { pid: 5, pipes: vec![(9, true)], socks: Vec::new(), files: vec![(1, 2, 3)], stopped: Vec::new() })
         );
         b.send(&Msg::Cut { problems: vec!["p".into()], shared: Vec::new(), writer: 7 }).unwrap();
         assert_eq!(a.recv(None), Some(Msg::Cut { problems: vec!["p".into()], shared: Vec::new(), writer: 7 }));

@@ -14,6 +14,7 @@ pub mod image;
 pub mod inotify;
 pub mod job;
 pub mod lineage;
+pub mod program_end;
 pub mod sockets;
 pub mod state;
 pub mod threads;

@@ -518,12 +518,78 @@ pub fn pending_signals() -> (Vec<(i32, Vec<u8>)>, usize) {
     (out, PENDING_LOST.load(Relaxed))
 }
 
-extern "C" fn stop_handler(_sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+/// The value a job's root queues crum's stop signal with (`SI_QUEUE`) to each thread of a
+/// stopped member before it continues it ([`hold`]).
+pub const HOLD_MAGIC: u64 = 0x6372_756d_686f_6c64; // "crumhold"
+/// How long a held thread waits for its agent to take it into a stop before it goes on.
+const HOLD_LIMIT: Duration = Duration::from_secs(30);
+/// Bumped (and woken) when a slot is signalled, so that held threads look again.
+static HOLD_WORD: AtomicU32 = AtomicU32::new(0);
+/// What held threads were blocked in before they were stopped by the kernel (tid, system
+/// call, pc: read by the job's root while the process was stopped), for [`stop_all`]: by
+/// the time the agent looks, they wait in their handler.
+static HELD: [[AtomicI64; 3]; MAX_THREADS] = [const { [AtomicI64::new(0), AtomicI64::new(0), AtomicI64::new(0)] }; MAX_THREADS];
+static NHELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Records what the held threads of this process were blocked in ([`HELD`]); used and
+/// forgotten by the next [`stop_all`].
+pub fn set_held(held: &[(i32, i64, u64)]) {
+    let n = held.len().min(MAX_THREADS);
+    for (i, &(tid, nr, pc)) in held.iter().take(n).enumerate() {
+        HELD[i][0].store(tid as i64, Relaxed);
+        HELD[i][1].store(nr, Relaxed);
+        HELD[i][2].store(pc as i64, Relaxed);
+    }
+    NHELD.store(n, Release);
+}
+
+fn held_syscall(tid: i32) -> Option<(i64, u64)> {
+    let n = NHELD.load(Acquire);
+    HELD.iter().take(n).find(|h| h[0].load(Relaxed) == tid as i64).map(|h| (h[1].load(Relaxed), h[2].load(Relaxed) as u64))
+}
+
+/// A thread of a stopped process that its job's root continues for a checkpoint enters
+/// crum's handler before any instruction of the program (the signal was queued before the
+/// `SIGCONT`) and waits here until its agent's [`stop_all`] takes it (its slot signalled),
+/// or [`HOLD_LIMIT`] has passed (the checkpoint was given up before the agent was asked).
+/// Returns the slot to stop in.
+fn hold(tid: i32) -> Option<usize> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime into a live local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let deadline = ts.tv_sec + HOLD_LIMIT.as_secs() as i64;
+    loop {
+        let seen = HOLD_WORD.load(Acquire);
+        if let Some(idx) = find_slot(tid) {
+            if SLOTS[idx].state.load(Acquire) == SIGNALLED {
+                return Some(idx);
+            }
+        }
+        // SAFETY: as above.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        if ts.tv_sec >= deadline {
+            return None;
+        }
+        futex_wait(&HOLD_WORD, seen, Some(Duration::from_millis(10)));
+    }
+}
+
+extern "C" fn stop_handler(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: __errno_location returns this thread's errno; restored before returning so the
     // interrupted code never sees our system calls' errors.
     let errno = unsafe { *libc::__errno_location() };
     let tid = gettid();
-    if let Some(idx) = find_slot(tid) {
+    // SAFETY: the kernel's siginfo for this delivery (SA_SIGINFO); si_value is meaningful for
+    // SI_QUEUE, the only code read.
+    let held = !info.is_null()
+        && unsafe { (*info).si_code == libc::SI_QUEUE && (*info).si_value().sival_ptr as u64 == HOLD_MAGIC }
+        && !crate::writes::is_crum_thread();
+    let idx = match find_slot(tid) {
+        Some(i) if SLOTS[i].state.load(Acquire) == SIGNALLED => Some(i),
+        _ if held => hold(tid),
+        _ => None,
+    };
+    if let Some(idx) = idx {
         let slot = &SLOTS[idx];
         if slot.state.load(Acquire) == SIGNALLED {
             // SAFETY: getpid cannot fail.
@@ -624,6 +690,12 @@ fn blocks_stop_signal(tid: i32) -> bool {
     mask_blocks(&s, stop_signal())
 }
 
+/// Whether thread `tid` of this process runs under `SECCOMP_MODE_STRICT` (`Seccomp: 1`).
+fn strict_seccomp(tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { return false };
+    s.lines().any(|l| l.strip_prefix("Seccomp:").is_some_and(|v| v.trim() == "1"))
+}
+
 /// Whether the `SigBlk:` line of a /proc status text has signal `sig` set.
 fn mask_blocks(status: &str, sig: i32) -> bool {
     let Some(line) = status.lines().find_map(|l| l.strip_prefix("SigBlk:")) else { return false };
@@ -676,9 +748,18 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
                 abandon();
                 return Err(format!("more than {MAX_THREADS} threads"));
             }
+            // A thread under SECCOMP_MODE_STRICT may make no system call but read, write and
+            // exit: the handler's would end it (SIGKILL), and the program with it.
+            if strict_seccomp(tid) {
+                let name = thread_name(tid);
+                abandon();
+                return Err(format!(
+                    "thread {tid} ({name}) runs under SECCOMP_MODE_STRICT, where crum's stop handler could make no system call: it cannot be checkpointed"
+                ));
+            }
             let slot = &SLOTS[n];
             save_task(slot, tid);
-            let (nr, pc) = read_syscall(tid);
+            let (nr, pc) = held_syscall(tid).unwrap_or_else(|| read_syscall(tid));
             slot.sys_nr.store(nr, Relaxed);
             slot.sys_pc.store(pc, Relaxed);
             slot.stop_gen.store(RELEASE_GEN.load(Acquire), Relaxed);
@@ -687,6 +768,9 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
             NSLOTS.store(n + 1, Release);
             // SAFETY: tgkill on a thread of our own process.
             let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, stop_signal()) };
+            // A thread held in its handler ([`hold`]) looks again.
+            HOLD_WORD.fetch_add(1, Release);
+            futex_wake(&HOLD_WORD);
             if r != 0 {
                 // It exited meanwhile: leave the slot marked so it is skipped.
                 slot.state.store(FREE, Relaxed);
@@ -736,6 +820,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
             break;
         }
     }
+    NHELD.store(0, Release);
     Ok(NSLOTS.load(Acquire))
 }
 
@@ -743,6 +828,7 @@ pub fn stop_all(timeout: Duration) -> Result<usize, String> {
 /// run whenever they unblock the signal or their `vfork` child lets them go) are let off, so
 /// that late handler returns at once, and the stopped ones continue.
 fn abandon() {
+    NHELD.store(0, Release);
     for slot in SLOTS.iter().take(NSLOTS.load(Acquire)) {
         let _ = slot.state.compare_exchange(SIGNALLED, FREE, AcqRel, Relaxed);
     }

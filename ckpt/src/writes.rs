@@ -53,6 +53,12 @@ pub fn mark_crum_thread() {
     CRUM_THREAD.with(|c| c.set(true));
 }
 
+/// Whether the calling thread is one of crum's (plain thread-local read: callable from a
+/// signal handler).
+pub fn is_crum_thread() -> bool {
+    CRUM_THREAD.try_with(|c| c.get()).unwrap_or(false)
+}
+
 /// While it lives, the calling thread's opens are crum's ([`crate::agent::checkpoint_now`]
 /// called from a program's thread).
 pub struct CrumScope(bool);

@@ -137,3 +137,21 @@ fn shared_memory_in_an_image_is_as_it_was_at_the_cut() {
     // the loaded machine was on its way ("process … is not running").
     scenario("shared_cut", &["250"]);
 }
+
+/// A program whose last thread ends with a raw `exit` system call (not `exit_group`), as
+/// CRIU's zdtm `seccomp_strict` does, ends under crum with the status it has without crum:
+/// crum's own threads do not keep the process alive (`raw_exit.c`: the main thread alone;
+/// the main thread first, then a second thread).
+#[test]
+fn a_program_whose_last_thread_exits_raw_ends_with_its_native_status() {
+    let sb = Sandbox::new();
+    let prog = build_c("raw_exit");
+    for (mode, code) in [("main", 5), ("threads", 7)] {
+        let native = std::process::Command::new(&prog).args([mode, "5"]).output().unwrap();
+        let want = code;
+        assert_eq!(native.status.code(), Some(want), "{mode}: natively");
+        // (`wait_exit` fails the test if the process has not ended within its limit.)
+        let mut p = run_under_crum(&sb, &prog, &[mode, "5"], &[], &format!("{mode}.out"));
+        assert_eq!(p.wait_exit(), want, "{mode}: under crum: {}", p.stderr());
+    }
+}

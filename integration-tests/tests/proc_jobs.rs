@@ -381,3 +381,12 @@ fn a_parent_waiting_for_its_child_at_the_cut_gets_its_status_after_a_restart() {
     // The root is blocked in waitpid (then waitid) for its worker at every checkpoint.
     scenario("job_wait", &["40", "100"]);
 }
+
+/// Members stopped by a signal (SIGSTOP) are checkpointed and come back stopped, their
+/// parent's view the same: the report it took stays taken, the one it left waits, no
+/// SIGCHLD of crum's making waits; continued after the restarts, each gives CLD_CONTINUED and
+/// WCONTINUED as without crum and goes on with its memory intact (`stopped_member.c`).
+#[test]
+fn stopped_members_come_back_stopped_and_their_parent_sees_what_it_saw() {
+    scenario("stopped_member", &["40", "40"]);
+}

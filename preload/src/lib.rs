@@ -530,6 +530,19 @@ naked_exec! {
     syscall => crum_syscall;
 }
 
+unsafe extern "C" {
+    fn crum_last_exit_value() -> c_int;
+}
+
+/// The code of the program's last `syscall(SYS_exit, code)`, `| 0x100` once there was one
+/// (`src/syscall.c`): libcrum.so's agent ends the process with it when no thread of the
+/// program is left (`ckpt::program_end`).
+#[no_mangle]
+pub extern "C" fn crum_last_exit_code() -> c_int {
+    // SAFETY: reads an int of src/syscall.c; no arguments.
+    unsafe { crum_last_exit_value() }
+}
+
 // --- the static CUDA runtime: `src/static_runtime.c` ----------------------------------
 
 unsafe extern "C" {

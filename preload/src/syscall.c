@@ -57,10 +57,23 @@ static int from_crum(uintptr_t ra) {
     return 0;
 }
 
+/* The code of the program's last `syscall(SYS_exit, code)` (a thread ending without the
+ * C library), | 0x100 once there was one: when the last thread of the program ends so,
+ * the kernel gives the process that code as its status, and crum's threads, which outlive
+ * it, end the process with the same (libcrum.so's agent, through src/lib.rs's
+ * `crum_last_exit_code`). */
+static int last_exit;
+
+HIDDEN int crum_last_exit_value(void) {
+    return __atomic_load_n(&last_exit, __ATOMIC_SEQ_CST);
+}
+
 HIDDEN long crum_syscall(long n, long a, long b, long c, long d, long e, long f) {
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (!real_syscall) real_syscall = (syscall_fn)dlsym(RTLD_NEXT, "syscall");
     int program = !from_crum(ra);
+    /* Memory only: a thread under SECCOMP_MODE_STRICT may make no other system call. */
+    if (program && n == SYS_exit) __atomic_store_n(&last_exit, (int)(a & 0xff) | 0x100, __ATOMIC_SEQ_CST);
     /* The process's own ids, asked again if a restart came between the call and its
      * translation (see pid.rs, `own_id`). */
     if (program && (n == SYS_getpid || n == SYS_gettid || n == SYS_getppid || n == SYS_getpgrp)) {
