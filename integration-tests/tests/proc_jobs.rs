@@ -388,5 +388,5 @@ fn a_parent_waiting_for_its_child_at_the_cut_gets_its_status_after_a_restart() {
 /// WCONTINUED as without crum and goes on with its memory intact (`stopped_member.c`).
 #[test]
 fn stopped_members_come_back_stopped_and_their_parent_sees_what_it_saw() {
-    scenario("stopped_member", &["40", "40"]);
+    scenario("stopped_member", &["40", "100"]);
 }
