@@ -6,6 +6,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", src.display());
     // Its ELF reading and patching, shared with preload/src/static_runtime.c.
     println!("cargo:rerun-if-changed={}", src.with_file_name("elf_patch.h").display());
+    println!("cargo:rerun-if-changed={}", src.with_file_name("fingerprint.h").display());
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR")).join("libcrum_audit.so");
     let compiler = cc::Build::new().get_compiler();
     let status = compiler

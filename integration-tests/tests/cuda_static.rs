@@ -222,6 +222,52 @@ fn a_stripped_static_program_whose_runtime_does_not_match_is_refused_naming_why(
     );
 }
 
+/// A stripped static program that `crum run` does not start itself — a shell script
+/// executes it, as batch scripts do (`exec`: a child process of the script would get no
+/// device, docs/checkpoint.md) — has its runtime found by fingerprint as it loads
+/// (`preload/src/static_runtime.c`, with the fingerprints `crum run` wrote) and prints what
+/// its unstripped build prints; one whose runtime matches no fingerprint ends at load, naming
+/// why, instead of failing at its first CUDA call.
+#[test]
+fn a_stripped_static_program_a_script_executes_is_found_at_load_or_refused_there() {
+    let exe = build_cuda_with("vector_add", STATIC).unwrap_or_else(|e| panic!("{e:#}"));
+    let stripped = stripped_copy(&exe).unwrap_or_else(|e| panic!("{e:#}"));
+    let run_by_script = |prog: &Path| {
+        let child = crum_run_command(Some("emu"), Path::new("/bin/sh"), &["-c", "exec \"$0\"", prog.to_str().unwrap()])
+            .env("CRUM_LOG", "info")
+            .spawn()
+            .expect("spawn crum run");
+        wait_with_timeout(child, Duration::from_secs(600)).expect("crum run")
+    };
+    let r = run_by_script(&stripped);
+    assert!(
+        r.code == Some(0) && r.stdout.lines().last() == Some("PASS"),
+        "code {:?}\nstdout:\n{}\nstderr:\n{}",
+        r.code,
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("static CUDA runtime (found by fingerprint at load): 457 entry points redirected to libcrum.so, 1 not"),
+        "no redirection at load logged:\n{}",
+        r.stderr
+    );
+    check_expected("vector_add", &r.stdout);
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = corrupted_stripped_copy(dir.path(), "all-changed", None);
+    let mut perms = std::fs::metadata(&bad).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&bad, perms).unwrap();
+    let r = run_by_script(&bad);
+    assert!(r.code != Some(0) && r.stdout.is_empty(), "a stripped unmatched program ran: {}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("no static CUDA runtime crum knows was found in it: not run") && r.stderr.contains("-cudart shared"),
+        "{}",
+        r.stderr
+    );
+}
+
 /// A driver-API program as it is built against NVIDIA's driver library (`-lcuda`: it NEEDs
 /// `libcuda.so.1`, linked here against a stand-in with that SONAME) gets crum's under `crum
 /// run` (the `libcuda.so.1` first on its library path is libcrum.so) and runs on the device.

@@ -17,7 +17,9 @@
  * A stripped executable (no symbol table) has its entry points found by `crum run`, which
  * matches fingerprints of the runtime's code (cli/src/fingerprint.rs) and passes their
  * addresses in `CRUM_STATIC_RUNTIME` (`redirect_by_table`); one whose runtime matches no
- * fingerprint is refused there, naming why.
+ * fingerprint is refused there, naming why. A stripped executable started by something else
+ * under `crum run` (a script, an exec of the program) is matched here, with the same
+ * fingerprints (`redirect_stripped_exe`), and refused here the same way.
  *
  * The survey's experiment made part of crum; the numbers are in docs/driver-api.md § 4.1. */
 #define _GNU_SOURCE
@@ -33,6 +35,7 @@ void crum_static_runtime_linked(void) {}
 #if defined(__x86_64__)
 
 #include "elf_patch.h"
+#include "fingerprint.h"
 
 static uintptr_t exe_bias, exe_lo, exe_hi;
 
@@ -129,11 +132,57 @@ static int redirect_by_table(const char *table) {
     return 1;
 }
 
+/* A stripped executable `crum run` did not start itself (a script's, or one the program
+ * executes): its runtime found here by the fingerprints `crum run` wrote
+ * (`CRUM_CUDART_FINGERPRINTS`, `fingerprint.h`). One whose runtime matches none is not run:
+ * NVIDIA's runtime would start and fail at its first call (it needs the driver's private
+ * tables, docs/driver-api.md), so the process ends here, naming why, as `crum run` refuses
+ * such a program it starts. */
+static void redirect_stripped_exe(void) {
+    struct elf exe;
+    if (!getenv("CRUM_CUDART_FINGERPRINTS") || elf_map(&exe, "/proc/self/exe") != 0) return;
+    /* No fingerprints to go by (the file gone): nothing is known, nothing refused. */
+    if (!elf_section(&exe, ".nv_fatbin") || elf_section(&exe, ".symtab") || !load_fingerprints()) {
+        elf_close(&exe);
+        return;
+    }
+    uint64_t found = 0;
+    const struct fp *fp = fp_find(&exe, &found);
+    if (!fp) {
+        char path[4096];
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        path[n > 0 ? n : 0] = 0;
+        fprintf(stderr,
+                "crum: %s carries kernels and is stripped, and no static CUDA runtime crum knows was found in it: "
+                "not run (run it unstripped, or rebuild it with the shared runtime: nvcc -cudart shared ...; "
+                "CRUM_CUDART_STATIC=/path/to/libcudart_static.a adds the runtime it was built with)\n",
+                path);
+        _exit(EXIT_FAILURE);
+    }
+    void *crum = crum_library();
+    if (crum) {
+        dl_iterate_phdr(find_exe, NULL);
+        struct tally t = {0};
+        struct slots slots = {.near = exe_hi};
+        for (size_t k = 0; k < fp->n; k++) {
+            char name[128];
+            fp_name(fp, k, name);
+            if (runtime_name(name)) redirect_one(crum, name, (uintptr_t)(found + fp->f[k].off), (size_t)fp->f[k].size, &slots, &t);
+        }
+        slots_seal(&slots);
+        report(&t, "found by fingerprint at load");
+    }
+    elf_close(&exe);
+}
+
 __attribute__((constructor)) static void crum_redirect_static_runtime(void) {
     const char *table = getenv("CRUM_STATIC_RUNTIME");
     if (table && redirect_by_table(table)) return;
     struct elf exe;
-    if (elf_open(&exe, "/proc/self/exe", ".symtab") != 0) return;
+    if (elf_open(&exe, "/proc/self/exe", ".symtab") != 0) {
+        redirect_stripped_exe();
+        return;
+    }
     if (!elf_has_static_runtime(&exe)) goto out;
     void *crum = crum_library();
     if (!crum) goto out;
