@@ -120,14 +120,21 @@ fn connect_fd(fd: i32, first: bool) -> CudaResult<Conn> {
     // used to copy, touching every page, during the pause).
     let (at, len) = ch.mapping();
     crum_ckpt::agent::scratch_region(at, len);
-    ch.wait_ready(Duration::from_secs(60))
-        .map_err(|_| cuda::ERROR_DEVICES_UNAVAILABLE)?;
+    ch.wait_ready(Duration::from_secs(60)).map_err(|e| {
+        init_logging();
+        tracing::error!("the crum device proxy did not get ready ({e}): no CUDA device");
+        cuda::ERROR_DEVICES_UNAVAILABLE
+    })?;
     // The proxy's death must be seen even while it is a zombie that its parent has not
     // reaped yet (`kill(pid, 0)` succeeds on a zombie): a pidfd, crum's own descriptor,
     // above the program's range.
     match ch.watch_proxy(crum_ckpt::highfd::move_high_raw) {
         Ok(w) => crum_ckpt::agent::exclude_fd(w),
-        Err(ChannelError::ProxyGone) => return Err(cuda::ERROR_DEVICES_UNAVAILABLE),
+        Err(ChannelError::ProxyGone) => {
+            init_logging();
+            tracing::error!("the crum device proxy ended as this process connected: no CUDA device");
+            return Err(cuda::ERROR_DEVICES_UNAVAILABLE);
+        }
         Err(e) => tracing::warn!("{e}; a dead proxy is noticed by its pid only"),
     }
     // One CUDA process per proxy: a second process that inherited the channel (a child the
@@ -307,11 +314,14 @@ fn chan_err(e: ChannelError) -> u32 {
             cuda::ERROR_DEVICES_UNAVAILABLE
         }
         ChannelError::TooLarge => cuda::ERROR_INVALID_VALUE,
+        ChannelError::RetiredUnsent => cuda::ERROR_DEVICES_UNAVAILABLE,
         _ => cuda::ERROR_UNKNOWN,
     }
 }
 
-fn with_lane<R>(f: &mut dyn FnMut(&mut ClientLane) -> R) -> CudaResult<R> {
+/// Runs `f` on this thread's lane (or the shared overflow lane) of the connection in use,
+/// and returns with its result the connection generation it used.
+fn with_lane<R>(f: &mut dyn FnMut(&mut ClientLane) -> R) -> CudaResult<(u64, R)> {
     // The connection and its generation, read as a pair: a thread a checkpoint stopped
     // between the two (a call counts as waiting for the proxy from `call_begin` on) read the
     // connection of before a restart and the generation of after it, claimed a lane of the
@@ -345,9 +355,21 @@ fn with_lane<R>(f: &mut dyn FnMut(&mut ClientLane) -> R) -> CudaResult<R> {
         b.as_mut().map(|(_, l)| f(l))
     });
     match tls {
-        Ok(Some(r)) => Ok(r),
-        _ => Ok(f(&mut c.overflow.lock().unwrap_or_else(|p| p.into_inner()))),
+        Ok(Some(r)) => Ok((gen, r)),
+        _ => Ok((gen, f(&mut c.overflow.lock().unwrap_or_else(|p| p.into_inner())))),
     }
+}
+
+/// A request found the lane's channel retired before it was written (a thread that waited
+/// for the shared overflow lane of the connection of before a restart): whether a newer
+/// connection exists to send it on. Never when the connection in use is the retired one.
+fn unsent_again(gen: u64) -> bool {
+    if GEN.load(Ordering::Acquire) != gen {
+        return true;
+    }
+    init_logging();
+    tracing::error!("a CUDA call found its channel retired by a restart, but no new device proxy took over");
+    false
 }
 
 /// Write device printf output where the application's own printf goes (C stdio, so the two
@@ -394,8 +416,12 @@ fn call_resumable(req: &Request) -> CudaResult<crum_wire::Reply> {
     let mut last_cut = None;
     loop {
         let cur = resume.as_ref().unwrap_or(req);
-        let (name, r) = with_lane(&mut |l| (l.next_call(), l.call(cur)))?;
+        let (gen, (name, r)) = with_lane(&mut |l| (l.next_call(), l.call(cur)))?;
         match r {
+            // Never written (the old proxy never saw it): the same request again, on the
+            // connection that replaced the retired one.
+            Err(ChannelError::RetiredUnsent) if unsent_again(gen) => {}
+            Err(ChannelError::RetiredUnsent) => return Err(cuda::ERROR_DEVICES_UNAVAILABLE),
             Ok(reply) if reply.body == Body::NotCarried && resume.is_some() => {
                 resume = stack.pop();
             }
@@ -437,7 +463,14 @@ pub fn send(req: &Request) -> CudaResult<()> {
     // they fail at once, as every call does on a corrupt context (the proxy refuses them too).
     crate::errors::sticky()?;
     crate::managed::before_request(req);
-    with_lane(&mut |l| l.send(req))?.map_err(chan_err)
+    loop {
+        match with_lane(&mut |l| l.send(req))? {
+            // As in `call_resumable`: a launch a thread held back by the cut (waiting for the
+            // shared overflow lane) is sent to the new proxy, not lost.
+            (gen, Err(ChannelError::RetiredUnsent)) if unsent_again(gen) => {}
+            (_, r) => return r.map_err(chan_err),
+        }
+    }
 }
 
 /// Reserve the device address window in this process.
@@ -543,7 +576,10 @@ pub fn start_callback_thread() -> CudaResult<()> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .ok_or(cuda::ERROR_DEVICES_UNAVAILABLE)?;
+            .ok_or_else(|| {
+                tracing::error!("no channel lane is left for host callbacks");
+                cuda::ERROR_DEVICES_UNAVAILABLE
+            })?;
         let mut gen = GEN.load(Ordering::Acquire);
         std::thread::Builder::new()
             .name("crum-callbacks".into())

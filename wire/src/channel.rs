@@ -161,6 +161,9 @@ pub struct Channel {
     /// or not `retire` ran in this process (a channel two restarts old was retired by the
     /// process of the first restart).
     seen_ready: std::sync::atomic::AtomicBool,
+    /// The channel's identity, read once: its shared copy reads 0 once a restart has retired
+    /// the memory, and calls are resumed by names made of it.
+    id: AtomicU64,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and the disciplined
@@ -201,7 +204,9 @@ impl Channel {
         let h = ch.header();
         h.magic.store(MAGIC, Relaxed);
         h.version.store(VERSION, Relaxed);
-        h.id.store(random_id(), Relaxed);
+        let id = random_id();
+        h.id.store(id, Relaxed);
+        ch.id.store(id, Relaxed);
         h.lanes.store(LANES as u32, Release);
         Ok(ch)
     }
@@ -235,6 +240,7 @@ impl Channel {
                 "channel header mismatch (different crum version?)".into(),
             ));
         }
+        ch.id.store(h.id.load(Relaxed), Relaxed);
         Ok(ch)
     }
 
@@ -254,7 +260,7 @@ impl Channel {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Channel { base: p.cast(), fd, watch: AtomicI32::new(-1), seen_ready: std::sync::atomic::AtomicBool::new(false) })
+        Ok(Channel { base: p.cast(), fd, watch: AtomicI32::new(-1), seen_ready: std::sync::atomic::AtomicBool::new(false), id: AtomicU64::new(0) })
     }
 
     /// In a restarted process, for the channel of a proxy that no longer exists (its memory
@@ -293,7 +299,7 @@ impl Channel {
 
     /// The channel's random identity.
     pub fn id(&self) -> u64 {
-        self.header().id.load(Relaxed)
+        self.id.load(Relaxed)
     }
 
     /// Where the channel is mapped in this process: (address, length).
@@ -615,7 +621,7 @@ impl ClientLane {
     fn push(&mut self, req: &Request, flags: u32) -> Result<(), ChannelError> {
         let c = self.ch.ctl(self.lane);
         if self.ch.retired() {
-            return Err(ChannelError::Retired);
+            return Err(ChannelError::RetiredUnsent);
         }
         if c.broken.load(Acquire) != 0 {
             return Err(ChannelError::Broken);
@@ -633,6 +639,10 @@ impl ClientLane {
         while head + need - c.tail.load(Acquire) > RING as u64 {
             if t0.elapsed() > SPIN {
                 if !self.ch.proxy_alive() {
+                    // Retired while it waited for space (a restart): not written either.
+                    if self.ch.retired() {
+                        return Err(ChannelError::RetiredUnsent);
+                    }
                     return Err(ChannelError::ProxyGone);
                 }
                 std::thread::sleep(Duration::from_micros(50));

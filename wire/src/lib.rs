@@ -51,6 +51,12 @@ pub enum ChannelError {
     /// checkpoint and is resumed on the new channel.
     #[error("the call was cut by a checkpoint (channel retired by the restart)")]
     Retired,
+    /// The channel was retired by a restart before the request was written: the old proxy
+    /// never saw it (nothing of it was carried across the checkpoint), and it is sent again,
+    /// as a new request, on the new channel. Never resumed by name: on the shared overflow
+    /// lane that name is the name of the call another thread had in flight at the cut.
+    #[error("the request was not sent: the channel was retired by a restart")]
+    RetiredUnsent,
     #[error("channel setup: {0}")]
     Setup(String),
 }

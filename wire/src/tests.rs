@@ -6,6 +6,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use crate::channel::{Channel, LANES};
+use crate::ChannelError;
 use crate::msg::*;
 
 fn arb_request() -> impl Strategy<Value = Request> {
@@ -286,4 +287,22 @@ fn a_retired_channel_has_no_lane_to_claim() {
     ch.retire();
     assert!(ch.claim_lane().is_none());
     std::mem::forget(held);
+}
+
+/// A request that finds its lane's channel retired was never written, so the old proxy
+/// cannot have carried it across the checkpoint: the lane says so (`RetiredUnsent`, sent
+/// again as a new request), unlike a call that was waiting for its reply (`Retired`, resumed
+/// by name). Both for calls and pipelined sends; the lane's next call name is unchanged, so
+/// the thread that did wait on it at the cut still owns that name.
+#[test]
+fn a_request_on_a_retired_channel_is_reported_unsent() {
+    let ch = Arc::new(Channel::create().unwrap());
+    ch.set_ready(std::process::id());
+    let mut lane = ch.claim_lane().unwrap();
+    let name = lane.next_call();
+    ch.retire();
+    assert!(matches!(lane.call(&Request::DeviceSync), Err(ChannelError::RetiredUnsent)));
+    assert!(matches!(lane.send(&Request::StreamSync { stream: 1 }), Err(ChannelError::RetiredUnsent)));
+    assert_eq!(lane.next_call(), name);
+    std::mem::forget(lane);
 }
