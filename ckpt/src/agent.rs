@@ -204,6 +204,46 @@ fn socket_refusals(fds: &[FdState]) -> Vec<String> {
         .collect()
 }
 
+/// The pidfds of other processes ([`FdKind::PidFdOf`], captured with the kernel's pid): kept,
+/// with the pid the program knows, when that process is in the image too (`in_job`: the
+/// kernel pids of the job's processes and of the exited children it holds), for the job's
+/// restart to open them on it again; otherwise a restart could open them on nothing, and the
+/// descriptor is named like any other it cannot restore.
+fn member_pidfds(fds: &mut [FdState], in_job: &[i32]) {
+    // A restart opens them last, after every epoll instance is filled: one an interest list
+    // watches is named.
+    let watched: Vec<i32> = fds
+        .iter()
+        .filter_map(|f| match &f.kind {
+            FdKind::Epoll { watches } => Some(watches.iter().map(|w| w.fd)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for f in fds.iter_mut() {
+        if let FdKind::PidFdOf { pid, thread } = f.kind {
+            f.kind = if watched.contains(&f.fd) {
+                FdKind::Unsupported { what: format!("anon_inode:[pidfd] of process {pid} in an epoll interest list") }
+            } else if in_job.contains(&pid) {
+                FdKind::PidFdOf { pid: program_pid_of(pid), thread }
+            } else {
+                FdKind::Unsupported { what: format!("anon_inode:[pidfd] of process {pid}, which is not in the image") }
+            };
+        }
+    }
+}
+
+/// The pid the program knows for the kernel's `pid` (`libcrum_libc.so`'s translation: other
+/// processes of a restarted job have new pids; the same before any restart).
+fn program_pid_of(pid: i32) -> i32 {
+    let f = PID_TO_PROGRAM.load(Relaxed);
+    if f == 0 {
+        return pid;
+    }
+    // SAFETY: `crum_pid_to_program` of `libcrum_libc.so` (looked up at start): atomics only.
+    unsafe { std::mem::transmute::<usize, extern "C" fn(i32) -> i32>(f)(pid) }
+}
+
 /// The descriptors of `fds` whose I/O signals go to this process (`F_SETOWN` of its own
 /// pid; `F_SETLEASE` sets it too), as [`crate::state::ProcessState::fd_owners`], and each
 /// one whose owner is another process, thread or group, named (a restart cannot aim it at
@@ -2485,6 +2525,7 @@ fn prepare(
     if let Some(p) = part.as_ref() {
         crate::job::mark_files(&mut fds, p.files, p.pid);
     }
+    member_pidfds(&mut fds, part.as_ref().map_or(&[][..], |p| p.others));
     let mut problems = classify_fds(&mut fds);
     problems.extend(pipe_problems);
     problems.extend(unsaved);
@@ -3481,6 +3522,9 @@ static SET_PID_IDENTITY: AtomicUsize = AtomicUsize::new(0);
 static SET_PID_TABLE: AtomicUsize = AtomicUsize::new(0);
 /// `libcrum_libc.so`'s `crum_set_thread_ids`.
 static SET_THREAD_IDS: AtomicUsize = AtomicUsize::new(0);
+/// `libcrum_libc.so`'s `crum_pid_to_program` (used while the program's threads are stopped,
+/// so looked up at start too).
+static PID_TO_PROGRAM: AtomicUsize = AtomicUsize::new(0);
 
 /// Tells `libcrum_libc.so` the restored threads' tids: `pairs` of (the kernel's tid when the
 /// image was cut, the kernel's tid now). Called by the restored main thread before any
@@ -3502,6 +3546,7 @@ fn resolve_restart_symbols() {
         SET_PID_IDENTITY.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_identity".as_ptr()) as usize, Relaxed);
         SET_PID_TABLE.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_pid_table".as_ptr()) as usize, Relaxed);
         SET_THREAD_IDS.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_set_thread_ids".as_ptr()) as usize, Relaxed);
+        PID_TO_PROGRAM.store(libc::dlsym(libc::RTLD_DEFAULT, c"crum_pid_to_program".as_ptr()) as usize, Relaxed);
         CURBRK.store(libc::dlsym(libc::RTLD_DEFAULT, c"__curbrk".as_ptr()) as usize, Relaxed);
     }
 }

@@ -1165,8 +1165,9 @@ fn fdinfo_fields(fd: i32) -> Vec<(String, String)> {
         .collect()
 }
 
-/// An eventfd, timerfd, signalfd, epoll or inotify instance, or a pidfd of the process
-/// itself, from its fdinfo; other anonymous inodes (pidfds of other processes, userfaultfd,
+/// An eventfd, timerfd, signalfd, epoll or inotify instance, or a pidfd (of the process
+/// itself, or of another process: [`FdKind::PidFdOf`] with the kernel's pid), from its
+/// fdinfo; other anonymous inodes (pidfds of exited processes and of threads, userfaultfd,
 /// io_uring…) are named as unsupported.
 fn anon_inode(fd: i32, link: &str) -> FdKind {
     let unsupported = || FdKind::Unsupported { what: link.to_string() };
@@ -1237,8 +1238,9 @@ fn anon_inode(fd: i32, link: &str) -> FdKind {
                 Some(p) if std::path::Path::new(&format!("/proc/self/task/{p}")).exists() => {
                     FdKind::Unsupported { what: format!("{link} of thread {p} of this process (its id changes at a restart)") }
                 }
-                Some(p) => FdKind::Unsupported { what: format!("{link} of process {p}, which is not in the image") },
-                None => unsupported(),
+                // Kept when `p` is a process of the job (`agent::member_pidfds`), named if not.
+                Some(p) if p > 0 => FdKind::PidFdOf { pid: p, thread },
+                _ => unsupported(),
             }
         }
         "anon_inode:[eventpoll]" => {

@@ -1125,15 +1125,18 @@ impl PidTable {
     }
 
     /// The kernel pid slot `index` is filled with (-1: that process could not be restarted),
-    /// or 0 when it is still empty after `limit`.
+    /// or 0 when it is still empty after `limit`. Reads no clock (a restorer waits here after
+    /// it moved the vDSO, where the C library's `clock_gettime` would jump into nothing): it
+    /// counts its sleeps of a millisecond, so it may wait longer than `limit`, never less.
     pub fn wait_slot(fd: i32, index: usize, limit: Duration) -> i32 {
-        let t0 = std::time::Instant::now();
+        let mut slept = Duration::ZERO;
         loop {
             let now = Self::read(fd).get(index).map_or(-1, |s| s.1);
-            if now != 0 || t0.elapsed() >= limit {
+            if now != 0 || slept >= limit {
                 return now;
             }
             std::thread::sleep(Duration::from_millis(1));
+            slept += Duration::from_millis(1);
         }
     }
 

@@ -18,9 +18,9 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`ProcessState::deleted_extents`], [`ProcessState::fd_owners`] and [`SocketRole::Queued`], version 16 [`ProcessState::mm_layout`] and [`ProcessState::auxv`]; older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`ProcessState::deleted_extents`], [`ProcessState::fd_owners`] and [`SocketRole::Queued`], version 16 [`ProcessState::mm_layout`] and [`ProcessState::auxv`], version 17 [`FdKind::PidFdOf`] (same layout); older versions are still read (with none of
 /// those).
-pub const PROCESS_STATE_VERSION: u32 = 16;
+pub const PROCESS_STATE_VERSION: u32 = 17;
 /// The oldest version a restorer still reads; it refuses any other.
 pub const PROCESS_STATE_OLDEST: u32 = 1;
 /// Most memory one decode may claim (a backstop: lengths are checked one by one first).
@@ -383,6 +383,11 @@ pub enum FdKind {
     /// A pidfd of the process itself (`thread`: of its main thread, `PIDFD_THREAD`): opened
     /// again on the restarted process (version 9).
     PidFd { thread: bool },
+    /// A pidfd of another process of the job (`pid`: as its program knows it; `thread`: of
+    /// its main thread, `PIDFD_THREAD`): opened again on that process once the job's restart
+    /// has made it (version 17). The capture holds the kernel's pid here until the job's
+    /// members are known (`agent::member_pidfds`).
+    PidFdOf { pid: i32, thread: bool },
     /// One end of a pipe between processes of a job (`crate::job`): made once by the job's
     /// restart, with its capacity `size`; `data` (the bytes buffered in it) is carried by
     /// one read end in the whole job (version 11).
@@ -720,7 +725,7 @@ mod tests {
 
     fn fd() -> impl Strategy<Value = FdState> {
         (0i32..1024, any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64), ".{0,20}").prop_map(|(fd, flags, data, path)| {
-            let kind = match fd % 14 {
+            let kind = match fd % 15 {
                 0 => FdKind::Pipe { id: flags as u64, read: true, data },
                 1 => FdKind::File { path, pos: 3, size: 9, mtime_ns: -5, dev: 1, ino: 2, dir: false },
                 2 => FdKind::Dup { of: fd / 2 },
@@ -761,6 +766,7 @@ mod tests {
                     lost: path,
                 },
                 12 => FdKind::PidFd { thread: fd % 2 == 0 },
+                13 => FdKind::PidFdOf { pid: flags as i32, thread: fd % 2 == 0 },
                 _ => FdKind::ControlListener,
             };
             FdState { fd, flags, kind }

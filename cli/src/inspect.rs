@@ -439,6 +439,9 @@ fn fd_text(f: &FdState) -> (&'static str, String, Option<String>) {
             ("socket", format!("{}{role}", s.describe()), f.kind.loss().map(str::to_string))
         }
         FdKind::PidFd { thread } => ("pidfd", if *thread { "of the main thread" } else { "of the process itself" }.into(), None),
+        FdKind::PidFdOf { pid, thread } => {
+            ("pidfd", if *thread { format!("of the main thread of process {pid} of the job") } else { format!("of process {pid} of the job") }, None)
+        }
         FdKind::Inotify { watches, .. } => (
             "inotify",
             match watches.len() {

@@ -262,7 +262,8 @@ fn python3_with_a_multiprocessing_pool_and_subprocess_restarts_as_a_job() {
     let script = script.to_string_lossy().into_owned();
     // When the restarted job has ended, none of its processes is left (a pool worker left
     // running meant python3 reaped another child under its pid: see vfork_loop).
-    scenario_prog(&python, "job_mp.py", &[&script, "60"], &[], |sb| {
+    // 0.1 s a step: at 0.03 s the job ended before the test's checkpoint under load.
+    scenario_prog(&python, "job_mp.py", &[&script, "60", "0.1"], &[], |sb| {
         let images = sb.path("images").to_string_lossy().into_owned();
         let left = || -> Vec<String> {
             std::fs::read_dir("/proc")
@@ -362,6 +363,14 @@ fn an_eventfd_shared_by_the_processes_of_a_job_is_one_again() {
 fn a_timerfd_shared_by_the_processes_of_a_job_is_one_again() {
     // The worker disarms the timer the root armed: the root finds it disarmed.
     scenario("job_timerfd", &["50", "100"]);
+}
+
+#[test]
+fn pidfds_of_a_child_and_a_grandchild_name_them_again_after_restarts() {
+    // Each step the root signals both through their pidfds and hears back from each; at the
+    // end it kills both through them and reaps the child by its pidfd (CRIU's pidfd_child,
+    // pidfd_kill).
+    scenario("job_pidfd", &["50", "100"]);
 }
 
 #[test]

@@ -300,6 +300,9 @@ pub struct Options {
     /// inherited, before it fills its own slot. (program pid, slot) each.
     pub job_group: Option<(i32, usize)>,
     pub job_session: Option<(i32, usize)>,
+    /// The pids the programs of the job know, in the order of the slots of its pid table
+    /// (members, then exited children): where a pidfd of one of them is opened again.
+    pub job_pids: Vec<i32>,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -451,6 +454,7 @@ pub fn restart_job(
         job_socks: triples(JOB_SOCKS_VAR),
         job_files: triples(JOB_FILES_VAR),
         job_slot: Some(index),
+        job_pids: manifest.table_pids(),
         job_group: (m.pgid != 0 && m.pgid != me).then(|| (m.pgid, manifest.index(m.pgid))).and_then(|(p, i)| Some((p, i?))),
         job_session: (m.sid != 0 && m.sid != me).then(|| (m.sid, manifest.index(m.sid))).and_then(|(p, i)| Some((p, i?))),
         ..opts.clone()
@@ -805,6 +809,8 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     if let (Some(fd), Some(slot)) = (table_fd, opts.job_slot) {
         crum_ckpt::job::PidTable::fill(fd, slot, std::process::id() as i32).map_err(RestartError::Invalid)?;
     }
+    // After the vDSO moved: nothing here reads a clock.
+    member_pidfds(&state, table_fd, &opts.job_pids)?;
     if !sys::set_brk(state.start_brk, state.brk) && state.brk > state.start_brk && state.start_brk != 0 {
         // Named, not silent: glibc is reconciled with the kernel's break (`agent::fix_curbrk`),
         // which is safe unless the image caught a thread between two of malloc's `brk` calls.
@@ -834,6 +840,29 @@ impl JobObjects<'_> {
     fn is_job(&self) -> bool {
         self.member
     }
+}
+
+/// The pidfds of other processes of the job ([`FdKind::PidFdOf`]), opened on them once they
+/// are restored: after this process's own slot in the job's pid table is filled, so that no
+/// two processes holding pidfds of each other wait for each other (a slot is filled without
+/// waiting for any pidfd). The stand-in at each descriptor is replaced, its flags kept.
+fn member_pidfds(st: &ProcessState, table_fd: Option<i32>, job_pids: &[i32]) -> Result<(), RestartError> {
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+    for f in &st.fds {
+        let FdKind::PidFdOf { pid, thread } = f.kind else { continue };
+        let (Some(table), Some(slot)) = (table_fd, job_pids.iter().position(|&p| p == pid)) else {
+            return Err(RestartError::Invalid(format!("fd {}: a pidfd of process {pid}, which this restart does not make", f.fd)));
+        };
+        let now = crum_ckpt::job::PidTable::wait_slot(table, slot, LIMIT);
+        if now <= 0 {
+            return Err(RestartError::Invalid(format!("fd {}: process {pid} of the job was not restarted", f.fd)));
+        }
+        let fd = sys::pidfd_of(now, thread)?;
+        sys::dup_to(fd, f.fd, f.flags & libc::O_CLOEXEC as u32 != 0)?;
+        sys::close(fd);
+        sys::set_status_flags(f.fd, (f.flags & libc::O_NONBLOCK as u32) as i32);
+    }
+    Ok(())
 }
 
 /// Puts the job's shared file description `id` ([`FdKind::JobFile`]) at `f`'s descriptor.
@@ -968,6 +997,8 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
             FdKind::TimerFd { .. } => sys::timerfd(&f.kind)?,
             FdKind::SignalFd { mask } => sys::signalfd(*mask)?,
             FdKind::PidFd { thread } => sys::pidfd(*thread)?,
+            // A stand-in until the process it names is restored (`member_pidfds`).
+            FdKind::PidFdOf { .. } => sys::open("/dev/null", libc::O_RDONLY)?,
             FdKind::Inotify { watches, .. } => {
                 inotifies.push((f.fd, watches));
                 sys::inotify()?
@@ -1096,6 +1127,13 @@ fn restore_fds(st: &ProcessState, keep: &[i32], job: &JobObjects, contents: &[(i
     }
     for (ep, watches) in epolls {
         for w in watches {
+            // It would watch the stand-in, not the process (`member_pidfds`).
+            if st.fds.iter().any(|f| f.fd == w.fd && matches!(f.kind, FdKind::PidFdOf { .. })) {
+                return Err(RestartError::Invalid(format!(
+                    "fd {ep}: an epoll instance watching fd {}, a pidfd of another process of the job, is not supported",
+                    w.fd
+                )));
+            }
             sys::epoll_add(ep, w)?;
         }
     }

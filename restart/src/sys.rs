@@ -376,6 +376,13 @@ pub fn pidfd(thread: bool) -> Result<i32, RestartError> {
     fd_or_err(fd, if thread { "opening a pidfd of the main thread" } else { "opening a pidfd of the process" })
 }
 
+/// A pidfd of process `pid` (the kernel's), or of its main thread (`thread`).
+pub fn pidfd_of(pid: i32, thread: bool) -> Result<i32, RestartError> {
+    // SAFETY: a raw system call with integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, if thread { libc::O_EXCL } else { 0 }) as i32 };
+    fd_or_err(fd, "opening a pidfd of another process of the job")
+}
+
 /// `_IOW('T', 0, u64)`: sets a timerfd's count of unread expirations.
 const TFD_IOC_SET_TICKS: u64 = (1 << 30) | (8 << 16) | ((b'T' as u64) << 8);
 
