@@ -204,6 +204,36 @@ fn socket_refusals(fds: &[FdState]) -> Vec<String> {
         .collect()
 }
 
+/// The System V shared memory segment attached at region `r` (`/SYSV<key>` in the map, whose
+/// inode is the segment's id), when it is attached whole from its start: what a restart needs
+/// to attach it again ([`crate::state::SysvShm`]); otherwise why not.
+fn sysv_attachment(r: &crate::state::Region, maps: &[capture::MapsEntry]) -> Result<crate::state::SysvShm, String> {
+    let m = maps.iter().find(|m| m.start == r.start && m.end == r.end).ok_or("it is mapped in several pieces")?;
+    if m.offset != 0 {
+        return Err("only part of it is attached".into());
+    }
+    let id = i32::try_from(m.inode).map_err(|_| "its id is out of range".to_string())?;
+    // SAFETY: shmid_ds is plain data; IPC_STAT writes one into the live local.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } != 0 {
+        return Err(format!("its segment {id} cannot be read: {}", std::io::Error::last_os_error()));
+    }
+    let size = ds.shm_segsz as u64;
+    if size.next_multiple_of(4096) != r.end - r.start {
+        return Err("only part of it is attached".into());
+    }
+    Ok(crate::state::SysvShm {
+        start: r.start,
+        id,
+        key: ds.shm_perm.__key,
+        size,
+        mode: u32::from(ds.shm_perm.mode) & 0o777,
+        // SHM_DEST
+        removed: u32::from(ds.shm_perm.mode) & 0o1000 != 0,
+    })
+}
+
 /// The pidfds of other processes ([`FdKind::PidFdOf`], captured with the kernel's pid): kept,
 /// with the pid the program knows, when that process is in the image too (`in_job`: the
 /// kernel pids of the job's processes and of the exited children it holds), for the job's
@@ -2662,6 +2692,7 @@ fn prepare(
         file_contents,
         mm_layout: capture::mm_layout().map(|f| f.to_vec()).unwrap_or_default(),
         auxv: capture::auxv(),
+        sysv_shm: Vec::new(),
     };
     // Read before the writer allocates its buffers, so that they (separate mappings when
     // large) are not saved. Memory freed between here and the fork (which the allocator
@@ -2683,10 +2714,21 @@ fn prepare(
     for r in regions.iter().filter(|r| matches!(r.kind, RegionKind::SharedAnon)) {
         let name = r.name.as_str();
         if name.starts_with("/SYSV") {
-            problems.push(format!(
-                "SysV shared memory {:#x}-{:#x} ({name}) comes back as unnamed shared memory: its id means nothing after a restart",
-                r.start, r.end
-            ));
+            match sysv_attachment(r, &maps) {
+                Ok(a) => {
+                    if a.removed {
+                        problems.push(format!(
+                            "SysV shared memory segment {} at {:#x}-{:#x} was removed (IPC_RMID) while attached: a restart attaches a new segment, whose id differs",
+                            a.id, r.start, r.end
+                        ));
+                    }
+                    state.sysv_shm.push(a);
+                }
+                Err(why) => problems.push(format!(
+                    "SysV shared memory {:#x}-{:#x} ({name}) comes back as unnamed shared memory ({why}): its id means nothing after a restart",
+                    r.start, r.end
+                )),
+            }
             continue;
         }
         let base = name.strip_suffix(" (deleted)").unwrap_or(name);
@@ -3339,6 +3381,15 @@ fn release_holds(ctx: &mut ForkCtx) {
 fn child_write(ctx: &mut ForkCtx) -> i32 {
     if !child_read_ranges(ctx) {
         return child_fail(ctx, b"reading the memory map", None);
+    }
+    // A forked writer holds the program's System V attachments too: the program's
+    // `shm_nattch` would count it. It writes their bytes from its copies (`snapshot_shared`),
+    // so it detaches them at once (after reading its map, where they are still listed).
+    if !ctx.sync {
+        for r in ctx.regions.iter().filter(|r| matches!(r.kind, RegionKind::SharedAnon) && r.name.starts_with("/SYSV")) {
+            // SAFETY: detaches this forked writer's own attachment (a raw system call).
+            unsafe { libc::syscall(libc::SYS_shmdt, r.start) };
+        }
     }
     if let Err(e) = ctx.writer.add_section(SECTION_PROCESS, true, &ctx.state_bytes) {
         return child_fail(ctx, b"writing the process section: ", Some(&e));

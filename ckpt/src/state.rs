@@ -18,7 +18,7 @@ pub const SECTION_PROCESS: &str = "process";
 /// [`FdKind::Socket`] descriptors (same layout: a crum that reads only up to 3 refuses such an
 /// image by its version instead of failing to decode it), version 5
 /// [`ProcessState::posix_timers`], version 6 [`ProcessState::advice`], version 7 the
-/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`ProcessState::deleted_extents`], [`ProcessState::fd_owners`] and [`SocketRole::Queued`], version 16 [`ProcessState::mm_layout`] and [`ProcessState::auxv`], version 17 [`FdKind::PidFdOf`] (same layout); older versions are still read (with none of
+/// [`FdKind::Inotify`] descriptors (same layout), version 8 [`ProcessState::guards`], version 9 the [`FdKind::PidFd`] descriptors (same layout), version 10 a socket's classic BPF filter among its options (`SO_ATTACH_FILTER`, same layout), version 11 [`FdKind::JobPipe`], version 12 the sockets of a job ([`SocketRole::JobPair`], [`SocketRole::JobShared`], same layout), version 13 [`FdKind::Fifo`], [`FdKind::JobFile`] and [`ProcessState::file_contents`], version 14 [`ProcessState::fd_attrs`], version 15 [`ProcessState::deleted_extents`], [`ProcessState::fd_owners`] and [`SocketRole::Queued`], version 16 [`ProcessState::mm_layout`] and [`ProcessState::auxv`], version 17 [`FdKind::PidFdOf`] and [`ProcessState::sysv_shm`]; older versions are still read (with none of
 /// those).
 pub const PROCESS_STATE_VERSION: u32 = 17;
 /// The oldest version a restorer still reads; it refuses any other.
@@ -109,6 +109,29 @@ pub struct ProcessState {
     /// The program's auxiliary vector (/proc/self/auxv, as words, up to its `AT_NULL`): given
     /// back with the layout (version 16; none before).
     pub auxv: Vec<u64>,
+    /// The program's System V shared memory attachments (`shmat`), attached again to the same
+    /// segment after a restart (version 17; none before: restored as plain shared memory).
+    pub sysv_shm: Vec<SysvShm>,
+}
+
+/// An attachment of a System V shared memory segment (`shmat`), whole, at `start` (the
+/// region there, with its protection, is in [`ProcessState::regions`]). Its bytes are in the
+/// image like any shared memory's; a restart attaches segment `id` again at
+/// `start` when it still exists with the same `key` and `size` (its bytes at the checkpoint
+/// written back into it), or, for a segment already removed (`IPC_RMID`: nobody can attach
+/// it again, it lives while attached), a new private segment removed at once; otherwise it
+/// fails, naming the segment.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SysvShm {
+    pub start: u64,
+    pub id: i32,
+    pub key: i32,
+    /// The segment's size (`shm_segsz`), which need not be a multiple of the page size.
+    pub size: u64,
+    /// The segment's permission bits (`shm_perm.mode & 0o777`).
+    pub mode: u32,
+    /// Removed (`IPC_RMID`) but still attached.
+    pub removed: bool,
 }
 
 /// The mode and times of a file a restart creates anew for descriptor `fd`
@@ -610,19 +633,20 @@ impl ProcessState {
         // `hook_sections`, version 2 `locks`, `pipe_sizes` and `pending_signals`, versions 3
         // and 4 `posix_timers`, version 5 `advice`, versions 6 and 7 `guards`, versions 9 to
         // 12 `file_contents`, versions 9 to 13 `fd_attrs`, versions 9 to 14
-        // `deleted_extents` and `fd_owners`, versions 1 to 15 `mm_layout` and `auxv`): an empty list
-        // is the single byte 0.
+        // `deleted_extents` and `fd_owners`, versions 1 to 15 `mm_layout` and `auxv`, versions 1
+        // to 16 `sysv_shm`): an empty list is the single byte 0.
         let owned;
         let missing = match version {
-            1 => 13,
-            2 => 12,
-            3 | 4 => 9,
-            5 => 8,
-            6..=8 => 7,
-            9..=12 => 6,
-            13 => 5,
-            14 => 4,
-            15 => 2,
+            1 => 14,
+            2 => 13,
+            3 | 4 => 10,
+            5 => 9,
+            6..=8 => 8,
+            9..=12 => 7,
+            13 => 6,
+            14 => 5,
+            15 => 3,
+            16 => 1,
             _ => 0,
         };
         let bytes = if missing > 0 {
@@ -708,6 +732,7 @@ mod tests {
             fd_owners: vec![(4, 1, 0)],
             mm_layout: vec![0x400000, 0x401000, 0x402000, 0x403000, 0x404000, 0x405000, 0x7ffd0000, 0x7ffd1000, 0x7ffd1010, 0x7ffd1010, 0x7ffd1100],
             auxv: vec![6, 4096, 0, 0],
+            sysv_shm: vec![SysvShm { start: 0x7f00_0000_0000, id: 5, key: 0x1234, size: 5000, mode: 0o600, removed: true }],
         }
     }
 
@@ -816,8 +841,9 @@ mod tests {
         s.fd_owners.clear();
         s.mm_layout.clear();
         s.auxv.clear();
+        s.sysv_shm.clear();
         let mut b = s.encode();
-        for _ in 0..13 {
+        for _ in 0..14 {
             assert_eq!(b.pop(), Some(0), "an empty list is one zero byte");
         }
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
@@ -843,8 +869,9 @@ mod tests {
         s.fd_owners.clear();
         s.mm_layout.clear();
         s.auxv.clear();
+        s.sysv_shm.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 12);
+        b.truncate(b.len() - 13);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -860,14 +887,15 @@ mod tests {
             s.fd_owners.clear();
             s.mm_layout.clear();
             s.auxv.clear();
-            let mut cut = 7;
+            s.sysv_shm.clear();
+            let mut cut = 8;
             if v < 6 {
                 s.advice.clear();
-                cut = 8;
+                cut = 9;
             }
             if v < 5 {
                 s.posix_timers.clear();
-                cut = 9;
+                cut = 10;
             }
             let mut b = s.encode();
             b.truncate(b.len() - cut);
@@ -891,8 +919,9 @@ mod tests {
             s.fd_owners.clear();
             s.mm_layout.clear();
             s.auxv.clear();
+            s.sysv_shm.clear();
             let mut b = s.encode();
-            b.truncate(b.len() - 6);
+            b.truncate(b.len() - 7);
             assert_eq!(ProcessState::decode(&b).unwrap(), s);
         }
     }
@@ -906,8 +935,9 @@ mod tests {
         s.fd_owners.clear();
         s.mm_layout.clear();
         s.auxv.clear();
+        s.sysv_shm.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 5);
+        b.truncate(b.len() - 6);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -919,8 +949,9 @@ mod tests {
         s.fd_owners.clear();
         s.mm_layout.clear();
         s.auxv.clear();
+        s.sysv_shm.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 4);
+        b.truncate(b.len() - 5);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 
@@ -930,8 +961,19 @@ mod tests {
         s.version = 15;
         s.mm_layout.clear();
         s.auxv.clear();
+        s.sysv_shm.clear();
         let mut b = s.encode();
-        b.truncate(b.len() - 2);
+        b.truncate(b.len() - 3);
+        assert_eq!(ProcessState::decode(&b).unwrap(), s);
+    }
+
+    #[test]
+    fn version_16_sections_still_decode_without_sysv_attachments() {
+        let mut s = sample(vec![], vec![]);
+        s.version = 16;
+        s.sysv_shm.clear();
+        let mut b = s.encode();
+        b.truncate(b.len() - 1);
         assert_eq!(ProcessState::decode(&b).unwrap(), s);
     }
 

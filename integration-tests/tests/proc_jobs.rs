@@ -373,6 +373,32 @@ fn pidfds_of_a_child_and_a_grandchild_name_them_again_after_restarts() {
     scenario("job_pidfd", &["50", "100"]);
 }
 
+/// Removes the System V segment of `key` when dropped (a test's own, left by its program for
+/// the next restart of the same image).
+struct SysvSegment(i32);
+
+impl Drop for SysvSegment {
+    fn drop(&mut self) {
+        // SAFETY: system calls with integer arguments on the test's own segment.
+        unsafe {
+            let id = libc::shmget(self.0, 0, 0);
+            if id >= 0 {
+                libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+#[test]
+fn system_v_shared_memory_is_attached_again_to_its_segment() {
+    // Parent and forked child talk through segment A (reattached by id: IPC_STAT through the
+    // id it got, two attachments); B, removed while attached, comes back as a new segment
+    // with its bytes; shmdt of both works at the end (CRIU's shm).
+    let key = 0x5e00_0000 | (std::process::id() as i32 & 0xff_ffff);
+    let _segment = SysvSegment(key);
+    scenario("sysv_shm", &["50", "100", &format!("{key:#x}")]);
+}
+
 #[test]
 fn a_bash_script_and_its_background_job_writing_one_file_keep_every_line() {
     // `exec 3> log`: one description (one offset) for the script and its background subshell;

@@ -733,6 +733,11 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     }
     let device = plan.has_device();
     let Plan { mut reader, state, dir } = plan;
+    // The System V segments it had attached, attached again over their restored bytes.
+    for a in &state.sysv_shm {
+        let prot = state.regions.iter().find(|r| r.start == a.start).map_or(libc::PROT_READ | libc::PROT_WRITE, |r| r.prot as i32);
+        sys::sysv_attach(a, prot)?;
+    }
     // The contents of the files it had open for writing in place (checked with the image).
     let mut contents: Vec<(i32, Vec<u8>)> = Vec::new();
     for c in &state.file_contents {
@@ -1329,6 +1334,7 @@ mod tests {
             fd_owners: vec![],
             mm_layout: vec![],
             auxv: vec![],
+            sysv_shm: vec![],
         }
     }
 

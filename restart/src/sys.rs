@@ -383,6 +383,57 @@ pub fn pidfd_of(pid: i32, thread: bool) -> Result<i32, RestartError> {
     fd_or_err(fd, "opening a pidfd of another process of the job")
 }
 
+/// Attaches System V shared memory segment `a.id` again at `a.start`, over the shared memory
+/// restored there with its bytes at the checkpoint, which are written into the segment first
+/// (its bytes now may be from after the checkpoint); the attachment gets protection `prot`.
+/// A segment removed before the checkpoint is a new private segment, removed again once
+/// attached. One that no longer exists as it was (key, size) fails the restart, named.
+pub fn sysv_attach(a: &crum_ckpt::state::SysvShm, prot: i32) -> Result<(), RestartError> {
+    let what = || format!("SysV shared memory segment {} (key {:#x}, {} bytes) at {:#x}", a.id, a.key, a.size, a.start);
+    let id = if a.removed {
+        // SAFETY: a system call with integer arguments.
+        let id = unsafe { libc::shmget(libc::IPC_PRIVATE, a.size as usize, libc::IPC_CREAT | a.mode as i32) };
+        if id < 0 {
+            return Err(sys_err(format!("making {} again", what())));
+        }
+        id
+    } else {
+        // SAFETY: shmid_ds is plain data; IPC_STAT writes one into the live local.
+        let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let r = unsafe { libc::shmctl(a.id, libc::IPC_STAT, &mut ds) };
+        if r != 0 || ds.shm_perm.__key != a.key || ds.shm_segsz as u64 != a.size {
+            return Err(RestartError::Invalid(format!(
+                "{} no longer exists as it was (removed, or the system restarted): it cannot be attached again, and the program holds its id",
+                what()
+            )));
+        }
+        a.id
+    };
+    let len = a.size.next_multiple_of(4096) as usize;
+    // SAFETY: attaches at an address the kernel picks; the bytes restored at `a.start` (made
+    // readable for the copy) are copied in; the temporary attachment is detached.
+    unsafe {
+        let tmp = libc::shmat(id, std::ptr::null(), 0);
+        if tmp as isize == -1 {
+            return Err(sys_err(format!("attaching {}", what())));
+        }
+        libc::mprotect(a.start as *mut libc::c_void, len, libc::PROT_READ);
+        std::ptr::copy_nonoverlapping(a.start as *const u8, tmp as *mut u8, a.size as usize);
+        libc::shmdt(tmp);
+        // SHM_REMAP replaces the restored copy at the program's address.
+        let at = libc::shmat(id, a.start as *const libc::c_void, libc::SHM_REMAP);
+        if at as u64 != a.start {
+            return Err(sys_err(format!("attaching {} at its address", what())));
+        }
+        libc::mprotect(a.start as *mut libc::c_void, len, prot);
+        if a.removed {
+            libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+        }
+    }
+    Ok(())
+}
+
 /// `_IOW('T', 0, u64)`: sets a timerfd's count of unread expirations.
 const TFD_IOC_SET_TICKS: u64 = (1 << 30) | (8 << 16) | ((b'T' as u64) << 8);
 

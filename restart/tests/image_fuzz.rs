@@ -195,6 +195,7 @@ fn build(spec: &Spec) -> Built {
         fd_owners: vec![],
         mm_layout: vec![],
         auxv: vec![],
+        sysv_shm: vec![],
     };
     Built { process: state.encode(), device, regions }
 }
@@ -688,8 +689,8 @@ fn version_1_images_still_validate() {
     b.process = st.encode();
     // Version 1 ends before `hook_sections`, `locks`, `pipe_sizes`, `pending_signals`,
     // `posix_timers`, `advice`, `guards`, `file_contents`, `fd_attrs`, `deleted_extents`,
-    // `fd_owners`, `mm_layout` and `auxv` (empty: one 0 each).
-    for _ in 0..13 {
+    // `fd_owners`, `mm_layout`, `auxv` and `sysv_shm` (empty: one 0 each).
+    for _ in 0..14 {
         assert_eq!(b.process.pop(), Some(0));
     }
     let img = write(tmp.path(), &b);
