@@ -59,7 +59,8 @@ for S in "${SIZES[@]}"; do
     fi
     rm -rf "$BENCH_DIR/imgs"
     out=$BENCH_DIR/run-$S.out
-    closed env CRUM_RUN=1 CRUM_CKPT_DIR="$BENCH_DIR/imgs" LD_PRELOAD="$LIBC_PRELOAD:$PRELOAD" "$PROG" "$S" random > "$out" 2>&1 &
+    # Its stdout a pipe, not a file: a restart would write to a regular file again.
+    closed env CRUM_RUN=1 CRUM_CKPT_DIR="$BENCH_DIR/imgs" LD_PRELOAD="$LIBC_PRELOAD:$PRELOAD" "$PROG" "$S" random > >(cat > "$out") 2>&1 &
     pid=$!
     wait_file_line "$out" ready
     img=$("$CRUM" checkpoint "$pid")
@@ -74,7 +75,7 @@ for S in "${SIZES[@]}"; do
             st=$BENCH_DIR/stats-$S
             rm -f "$rout" "$st"
             t0=$(now)
-            closed env CRUM_LAZY_STATS="$st" "$CRUM" restart "--$mode" "$img" > "$rout" 2>&1 &
+            closed env CRUM_LAZY_STATS="$st" "$CRUM" restart "--$mode" "$img" > >(cat > "$rout") 2>&1 &
             rpid=$!
             wait_file_line "$rout" "^hb"
             t1=$(now)
