@@ -622,7 +622,7 @@ pub fn move_fd_above(fd: i32, min: i32) -> Result<i32, RestartError> {
     // SAFETY: duplicates our own descriptor, then closes the old number.
     let n = unsafe { libc::fcntl(fd, libc::F_DUPFD, min) };
     if n < 0 {
-        return Err(sys_err("moving the job's pid table"));
+        return Err(sys_err("moving a descriptor of crum above the program's"));
     }
     close(fd);
     Ok(n)
