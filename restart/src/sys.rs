@@ -834,8 +834,12 @@ pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, fds: [i64; 2], la
         (*info).path_len = n as u64;
         (*info).channel_fd = channel_fd;
         (*info).job_table_fd = job_table_fd;
-        (*info).lazy_done_fd = lazy[0];
-        (*info).lazy_uffd = lazy[1];
+        // Only for a lazy restart: the fields are new, and an eager restart of an image
+        // whose agent predates them writes nothing past the block it knows.
+        if lazy[0] >= 0 {
+            (*info).lazy_done_fd = lazy[0];
+            (*info).lazy_uffd = lazy[1];
+        }
         std::ptr::copy_nonoverlapping(buf.as_ptr(), std::ptr::addr_of_mut!((*info).path) as *mut u8, buf.len());
         (*info).magic = RESTART_MAGIC;
     }
