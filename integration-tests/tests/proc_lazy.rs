@@ -205,3 +205,25 @@ fn eager_restart_of_a_large_image_starts_no_page_server() {
     let st = stats(&s);
     assert_eq!(st["status"], 0.0, "{st:?}");
 }
+
+/// Pages the program drops while they are still missing (`MADV_DONTNEED`: the server hears
+/// of it as a remove event) read as zeros afterwards, never as the image's bytes:
+/// `inc_memory.c` drops a 64 KiB piece each step and prints a checksum of all its memory.
+#[test]
+fn pages_dropped_while_lazy_read_as_zeros_not_the_images() {
+    let sb = Sandbox::new();
+    let prog = build_c("inc_memory");
+    let args = ["30", "100", "64"];
+    let mut p = run_under_crum(&sb, &prog, &args, &[], "run.out");
+    p.wait_lines(2);
+    let img = checkpoint(&sb, p.pid());
+    p.kill9();
+    let expected = expected_output(&sb, &prog, &args);
+    let s = sb.path("stats");
+    let mut r = restart_lazy(&sb, &img, "r.out", &s, HOLD);
+    assert_eq!(r.wait_exit(), 0, "{}", r.stderr());
+    assert_continues(&expected, 0, &p.output(), &r.output(), true, "lazy restart of a program dropping pages");
+    let st = stats(&s);
+    assert_eq!(st["status"], 0.0, "{st:?}");
+    assert!(st["faults"] > 0.0, "{st:?}");
+}
