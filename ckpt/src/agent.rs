@@ -532,6 +532,10 @@ pub struct RestartInfo {
     /// A job's pid table (`crate::job::PidTable`), filled by the restorers of its processes
     /// (-1: not a job).
     pub job_table_fd: i64,
+    /// A lazy restart (`crate::lazy`): the page server's done pipe and this process's copy
+    /// of the userfaultfd (-1: the restart was eager).
+    pub lazy_done_fd: i64,
+    pub lazy_uffd: i64,
 }
 
 /// The directory for new images named by `crum restart --dir` (None: the one `crum run`
@@ -546,7 +550,16 @@ pub const RESTART_MAGIC: u64 = 0x4352_554d_5253_5452;
 #[no_mangle]
 #[used]
 static mut RESTART_INFO: RestartInfo =
-    RestartInfo { magic: 0, old_pid: 0, path_len: 0, path: [0; 4096], channel_fd: -1, job_table_fd: -1 };
+    RestartInfo {
+    magic: 0,
+    old_pid: 0,
+    path_len: 0,
+    path: [0; 4096],
+    channel_fd: -1,
+    job_table_fd: -1,
+    lazy_done_fd: -1,
+    lazy_uffd: -1,
+};
 
 /// In a restarted process: the channel memfd of the proxy `crum restart` started for it.
 pub fn restart_channel_fd() -> Option<i32> {
@@ -1499,6 +1512,10 @@ fn fork_advice(ctx: &ForkCtx, lift: bool) {
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn checkpoint(cfg: &Config, dir: &Path, strict: bool, exit_after: bool) -> Outcome {
+    // A lazy restart's missing pages first: the forked writer would see them as zeros.
+    if let Err(e) = crate::lazy::complete() {
+        return Outcome::Failed(e);
+    }
     match checkpoint_inner(cfg, dir, strict || cfg.strict, exit_after) {
         // Copied after `alloc::leave`: the message may live in the agent's bump arena.
         Outcome::Failed(e) => Outcome::Failed(e.as_str().to_owned()),
@@ -3656,6 +3673,14 @@ fn after_restart(h: &Hooks) -> Outcome {
         }
         if table.iter().any(|&(_, r)| r == 0) {
             eprintln!("crum: warning: not every process of the job was restarted");
+        }
+    }
+    if info.lazy_done_fd >= 0 {
+        crate::lazy::adopt(info.lazy_done_fd as i32, info.lazy_uffd as i32);
+        // SAFETY: the program's threads are stopped; nothing else reads RESTART_INFO now.
+        unsafe {
+            (*std::ptr::addr_of_mut!(RESTART_INFO)).lazy_done_fd = -1;
+            (*std::ptr::addr_of_mut!(RESTART_INFO)).lazy_uffd = -1;
         }
     }
     if info.channel_fd >= 0 {

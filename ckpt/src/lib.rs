@@ -13,6 +13,7 @@ pub mod highmem;
 pub mod image;
 pub mod inotify;
 pub mod job;
+pub mod lazy;
 pub mod lineage;
 pub mod program_end;
 pub mod sockets;

@@ -33,6 +33,16 @@ pub struct Args {
     /// bytes they allocated (emulated device). Sets CRUM_STRICT_MEMORY=1 for the proxy.
     #[arg(long)]
     pub strict_memory: bool,
+    /// Run the program before its memory is read: large private regions are served from
+    /// the image on first touch by a page server process, which reads the rest in the
+    /// background (userfaultfd). Without it (and without --eager) a restart is lazy where
+    /// that is safe and at least 256 MiB would be served lazily. When it is not possible,
+    /// the restart is eager and says why.
+    #[arg(long, conflicts_with = "eager")]
+    pub lazy: bool,
+    /// Read every page of the image before the program runs.
+    #[arg(long)]
+    pub eager: bool,
     /// An image directory, or a directory of images: the newest image that verifies is
     /// used (newer ones that do not are skipped, saying why), and named on stderr.
     pub image: PathBuf,
@@ -141,7 +151,12 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
     let dir = choose_image(&args.image, args.trust)?;
     let exe = std::env::current_exe().context("locating the crum binary")?;
     let new_dir = args.dir.as_deref().map(new_images_dir).transpose()?;
-    let opts = crum_restart::Options { proxy: Some((exe.clone(), args.device.clone())), new_dir, ..Default::default() };
+    let lazy = match (args.lazy, args.eager) {
+        (true, _) => crum_restart::lazy::Mode::Lazy,
+        (_, true) => crum_restart::lazy::Mode::Eager,
+        _ => crum_restart::lazy::Mode::Auto,
+    };
+    let opts = crum_restart::Options { proxy: Some((exe.clone(), args.device.clone())), new_dir, lazy, ..Default::default() };
     if crum_ckpt::job::is_job_image(&dir) {
         // The restorers of the other processes get the same options.
         let mut pass = vec!["--device".to_string(), args.device.clone(), "--trust".to_string()];

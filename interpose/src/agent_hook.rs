@@ -111,6 +111,30 @@ pub extern "C" fn crum_threads_suspend() -> libc::c_int {
     std::panic::catch_unwind(crum_ckpt::agent::suspend_threads).unwrap_or(false) as libc::c_int
 }
 
+/// Called by `libcrum_libc.so`'s `fork` before the C library's: after a lazy restart,
+/// waits until every page of the image is in (`crum_ckpt::lazy::complete`), since the child
+/// would not inherit the userfaultfd's registrations. 0: go on; -1: the page server ended
+/// early (the fork fails with EAGAIN). Keeps `errno` otherwise.
+#[no_mangle]
+pub extern "C" fn crum_lazy_complete() -> libc::c_int {
+    if !crum_ckpt::lazy::pending() {
+        return 0;
+    }
+    // SAFETY: errno is thread-local.
+    let e = unsafe { *libc::__errno_location() };
+    let r = match std::panic::catch_unwind(crum_ckpt::lazy::complete) {
+        Ok(Ok(())) => 0,
+        Ok(Err(msg)) => {
+            tracing::error!("fork refused: {msg}");
+            -1
+        }
+        Err(_) => -1,
+    };
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+    r
+}
+
 /// Starts crum's threads again after [`crum_threads_suspend`].
 #[no_mangle]
 pub extern "C" fn crum_threads_resume() {

@@ -68,6 +68,7 @@ static CRUM_NOTE_CREATE: AtomicUsize = AtomicUsize::new(0);
 static CRUM_NOTE_WATCH: AtomicUsize = AtomicUsize::new(0);
 static INOTIFY_ADD_WATCH: AtomicUsize = AtomicUsize::new(0);
 static FORK: AtomicUsize = AtomicUsize::new(0);
+static CRUM_LAZY_COMPLETE: AtomicUsize = AtomicUsize::new(0);
 
 /// The program's `fork`: the C library's, made again after a restart when the child's pid
 /// is one the program knows as another process's (`pid::fork_with`).
@@ -78,6 +79,17 @@ pub extern "C" fn fork() -> libc::pid_t {
         // SAFETY: sets the calling thread's errno.
         unsafe { *libc::__errno_location() = libc::ENOSYS };
         return -1;
+    }
+    // After a lazy restart every page of the image is in before the child is made: it
+    // would not inherit the page server's registrations (`crum_ckpt::lazy`).
+    let lazy = CRUM_LAZY_COMPLETE.load(Relaxed);
+    if lazy != 0 {
+        // SAFETY: libcrum's `crum_lazy_complete`, looked up at load, with this signature.
+        if unsafe { std::mem::transmute::<usize, extern "C" fn() -> libc::c_int>(lazy)() } != 0 {
+            // SAFETY: sets the calling thread's errno.
+            unsafe { *libc::__errno_location() = libc::EAGAIN };
+            return -1;
+        }
     }
     // SAFETY: the C library's fork, which has this signature.
     let real_fork = unsafe { std::mem::transmute::<usize, extern "C" fn() -> libc::pid_t>(f) };
@@ -152,6 +164,7 @@ extern "C" fn init() {
     crum(c"crum_signal", &CRUM_SIGNAL);
     crum(c"crum_threads_suspend", &CRUM_SUSPEND);
     crum(c"crum_threads_resume", &CRUM_RESUME);
+    crum(c"crum_lazy_complete", &CRUM_LAZY_COMPLETE);
     crum(c"crum_exec_channel", &CRUM_EXEC_CHANNEL);
     crum(c"crum_note_open", &CRUM_NOTE_OPEN);
     crum(c"crum_note_create", &CRUM_NOTE_CREATE);

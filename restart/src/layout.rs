@@ -72,7 +72,17 @@ pub enum MapError {
 ///
 /// `job_shm`: this process's mappings of its job's shared memory, (start, end, memfd,
 /// offset): mapped from those objects (made and filled once by the job's restart).
-pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64), job_shm: &[(u64, u64, i32, u64)]) -> Result<(), MapError> {
+///
+/// `lazy`: the regions to serve lazily (`crate::lazy`): registered and handed to the page
+/// server, which is started here, once everything is mapped and before anything is filled
+/// (so its fork copies no memory); not filled here. Where that cannot be done they are
+/// filled like the others, saying why. Returns what the program keeps of a lazy restart.
+pub fn map_regions(
+    plan: &mut Plan,
+    progress: &dyn Fn(u64),
+    job_shm: &[(u64, u64, i32, u64)],
+    lazy: Option<crate::lazy::Lazy>,
+) -> Result<Option<crate::lazy::Handles>, MapError> {
     let regions = plan.reader.regions().to_vec();
     let of_job = |r: &crum_ckpt::image::RegionInfo| {
         job_shm.iter().find(|g| r.flags & REGION_SHARED_ANON != 0 && g.0 == r.start && g.1 == r.start + r.len)
@@ -140,13 +150,29 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64), job_shm: &[(u64, u64
             return Err(MapError::Other(RestartError::Sys { what: format!("mapping {:#x}+{:#x} {name}", r.start, r.len), source: err }));
         }
     }
+    let mut handles = None;
+    let mut lazy_regions: Vec<usize> = Vec::new();
+    if let Some(l) = lazy {
+        match l.register(&regions) {
+            Ok(()) => {
+                lazy_regions = l.regions.clone();
+                let bytes = l.bytes();
+                handles = Some(l.start(&mut plan.reader).map_err(MapError::Other)?);
+                tracing::info!(bytes, regions = lazy_regions.len(), "lazy restart: page server started");
+            }
+            Err(why) => {
+                eprintln!("crum: restarting eagerly, not lazily: {why}");
+                l.abandon();
+            }
+        }
+    }
     // Every region is mapped by now, so the reader's helper threads (large regions only) get
     // their stacks elsewhere; they are joined before each call returns.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let mut done = 0;
     for (i, r) in regions.iter().enumerate().filter(|(_, r)| is_process_memory(r.flags)) {
         // (The job's shared memory holds its bytes already.)
-        if r.has_data && r.flags & REGION_SHARED_FILE == 0 && of_job(r).is_none() {
+        if r.has_data && r.flags & REGION_SHARED_FILE == 0 && of_job(r).is_none() && !lazy_regions.contains(&i) {
             // SAFETY: the fresh, writable mapping created above covers exactly this range.
             let dst = unsafe { std::slice::from_raw_parts_mut(r.start as *mut u8, r.len as usize) };
             let res = if r.len >= PARALLEL_MIN {
@@ -165,7 +191,7 @@ pub fn map_regions(plan: &mut Plan, progress: &dyn Fn(u64), job_shm: &[(u64, u64
             }
         }
     }
-    Ok(())
+    Ok(handles)
 }
 
 /// Moves `[vvar]`, `[vvar_vclock]` and `[vdso]` to the program's addresses.

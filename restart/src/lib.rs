@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 pub mod check;
+pub mod lazy;
 mod layout;
 mod sys;
 
@@ -303,6 +304,8 @@ pub struct Options {
     /// The pids the programs of the job know, in the order of the slots of its pid table
     /// (members, then exited children): where a pidfd of one of them is opened again.
     pub job_pids: Vec<i32>,
+    /// Eager, lazy (`--lazy`) or lazy where it is safe and worth it (`crate::lazy`).
+    pub lazy: lazy::Mode,
 }
 
 /// Restarts the image in `dir`: on success this process becomes the program and the
@@ -712,11 +715,15 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let mapped = layout::map_regions(&mut plan, &|n| bar.set_position(n), &opts.job_shm);
+    let lazy = lazy::prepare(&plan, opts.lazy, opts.job_table_fd.is_some(), &opts.job_shm);
+    if let Some(l) = &lazy {
+        bar.set_length(total.saturating_sub(l.bytes()));
+    }
+    let mapped = layout::map_regions(&mut plan, &|n| bar.set_position(n), &opts.job_shm, lazy);
     bar.finish_and_clear();
     drop(bar);
-    match mapped {
-        Ok(()) => {}
+    let lazy = match mapped {
+        Ok(h) => h,
         Err(layout::MapError::Collision(detail)) => {
             if attempt + 1 >= MAX_ATTEMPTS {
                 return Err(RestartError::Layout { tries: attempt + 1, detail });
@@ -724,7 +731,7 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
             return Err(sys::reexec(attempt + 1));
         }
         Err(layout::MapError::Other(e)) => return Err(e),
-    }
+    };
     // The job's shared memory is mapped where this process had it.
     if let Ok(v) = std::env::var(JOB_SHM_VAR) {
         for fd in v.split(',').filter_map(|e| e.split_once(':')?.1.parse::<i32>().ok()) {
@@ -766,7 +773,16 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         }
         None => None,
     };
+    // The lazy restart's descriptors, above them too (the agent moves them into crum's range).
+    let lazy = match lazy {
+        Some(h) => {
+            let top = state.fds.iter().map(|f| f.fd).max().unwrap_or(2).max(2);
+            Some(lazy::Handles { done_fd: sys::move_fd_above(h.done_fd, top + 16)?, uffd: sys::move_fd_above(h.uffd, top + 16)? })
+        }
+        None => None,
+    };
     let mut keep: Vec<i32> = table_fd.into_iter().collect();
+    keep.extend(lazy.iter().flat_map(|h| [h.done_fd, h.uffd]));
     keep.extend(opts.job_pipes.iter().chain(&opts.job_socks).chain(&opts.job_files).flat_map(|p| [p.1, p.2]).filter(|&f| f >= 0));
     let job = JobObjects {
         pipes: &opts.job_pipes,
@@ -801,8 +817,8 @@ fn restore(mut plan: Plan, attempt: u32, opts: &Options) -> Result<std::convert:
         state.restart_info,
         state.pid,
         &dir,
-        channel_fd,
-        table_fd.map_or(-1, i64::from),
+        [channel_fd, table_fd.map_or(-1, i64::from)],
+        lazy.as_ref().map_or([-1, -1], |h| [i64::from(h.done_fd), i64::from(h.uffd)]),
         opts.new_dir.as_deref(),
     );
     sys::block_signals();

@@ -680,7 +680,7 @@ pub fn move_fd_above(fd: i32, min: i32) -> Result<i32, RestartError> {
     // SAFETY: duplicates our own descriptor, then closes the old number.
     let n = unsafe { libc::fcntl(fd, libc::F_DUPFD, min) };
     if n < 0 {
-        return Err(sys_err("moving the job's pid table"));
+        return Err(sys_err("moving a descriptor of crum above the program's"));
     }
     close(fd);
     Ok(n)
@@ -871,7 +871,9 @@ pub fn set_brk(start: u64, brk: u64) -> bool {
 /// Fills the agent's restart block: the image path, and after it (NUL-separated, within the
 /// same buffer: the block's layout stays that of every image) the directory for new images
 /// that `crum restart --dir` names.
-pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64, job_table_fd: i64, new_dir: Option<&Path>) {
+/// `lazy`: the lazy restart's done pipe and userfaultfd (`crate::lazy::Handles`), or -1s.
+pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, fds: [i64; 2], lazy: [i64; 2], new_dir: Option<&Path>) {
+    let [channel_fd, job_table_fd] = fds;
     let bytes = dir.as_os_str().as_encoded_bytes();
     let n = bytes.len().min(4096);
     let mut buf = [0u8; 4096];
@@ -890,6 +892,12 @@ pub fn write_restart_info(addr: u64, old_pid: i32, dir: &Path, channel_fd: i64, 
         (*info).path_len = n as u64;
         (*info).channel_fd = channel_fd;
         (*info).job_table_fd = job_table_fd;
+        // Only for a lazy restart: the fields are new, and an eager restart of an image
+        // whose agent predates them writes nothing past the block it knows.
+        if lazy[0] >= 0 {
+            (*info).lazy_done_fd = lazy[0];
+            (*info).lazy_uffd = lazy[1];
+        }
         std::ptr::copy_nonoverlapping(buf.as_ptr(), std::ptr::addr_of_mut!((*info).path) as *mut u8, buf.len());
         (*info).magic = RESTART_MAGIC;
     }

@@ -70,7 +70,8 @@ pub struct ChunkInfo {
 }
 
 impl ChunkInfo {
-    fn present(&self, page: usize) -> bool {
+    /// Whether page `page` of the chunk is stored (else it is zero).
+    pub fn present(&self, page: usize) -> bool {
         self.bitmap[page / 8] & (1 << (page % 8)) != 0
     }
 }
@@ -756,6 +757,12 @@ impl ImageReader {
         self.chunk_size
     }
 
+    /// The descriptors of the `pages` files this reader reads (its own, then its chain's):
+    /// a process forked to go on reading must keep them open.
+    pub fn page_fds(&self) -> Vec<i32> {
+        self.pages.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect()
+    }
+
     /// The `pages` file, for callers that map raw chunks instead of reading them.
     pub fn pages_file(&self) -> &File {
         &self.pages[0]
@@ -861,7 +868,8 @@ impl ImageReader {
         })
     }
 
-    fn chunk_len(&self, ri: usize, ci: usize) -> usize {
+    /// Bytes of memory chunk `ci` of region `ri` covers (the last one may be short).
+    pub fn chunk_len(&self, ri: usize, ci: usize) -> usize {
         let r = &self.regions[ri];
         let cs = u64::from(self.chunk_size);
         (r.len - ci as u64 * cs).min(cs) as usize
@@ -915,6 +923,19 @@ impl ImageReader {
             page_size: self.page_size,
         };
         ctx.read_chunk(&self.regions[ri], ri, ci, dst, zeroed, &mut self.work)
+    }
+
+    /// Fills `dst` (exactly the chunk's length, [`chunk_len`](Self::chunk_len)) with chunk
+    /// `ci` of region `ri`, zero pages included, checking it as a whole region read does.
+    /// Chunk by chunk is how a lazy restart's page server reads (`crum_restart::lazy`).
+    pub fn read_chunk_into(&mut self, ri: usize, ci: usize, dst: &mut [u8]) -> Result<(), ImageError> {
+        let r = self.region(ri)?;
+        if ci >= r.chunks.len() || dst.len() != self.chunk_len(ri, ci) {
+            return Err(ImageError::corrupt("regions", format!("chunk {ci} of region {ri} asked with {} bytes", dst.len())));
+        }
+        let ctx = ChunkCtx { pages: &self.pages, paths: &self.page_paths, chunk_size: self.chunk_size, page_size: self.page_size };
+        ctx.read_ahead(&self.regions[ri], ci + 1);
+        self.read_chunk(ri, ci, dst, false)
     }
 
     /// As [`read_region_into_zeroed`](Self::read_region_into_zeroed) with `threads` threads
