@@ -826,6 +826,135 @@ fn device_state_survives_save_and_restore(base: u64, make: fn(u64) -> Option<Box
     }
 }
 
+/// Issue 16, a checkpoint's cut: work enqueued while the queues are held does not start, the
+/// queries say not ready, `queued_work` lists it in submission order over the streams (the
+/// wait on the other stream by the job it waits for), and released, it runs in order, a host
+/// function included, with the right results.
+fn held_queues_keep_work_unstarted_and_list_it_in_order(b: &dyn Backend) {
+    if !b.capabilities().queue_cut {
+        eprintln!("skipped: the {} backend cannot hold its queues", b.name());
+        return;
+    }
+    let m = need!(b.load_module(FATBIN));
+    let incr = need!(b.function(m, "incr"));
+    let (s1, s2) = (need!(b.stream_create(0, 0)), need!(b.stream_create(1, 0)));
+    let n = 4096usize;
+    let d = need!(b.malloc((n * 4) as u64, AllocKind::Device)).addr;
+    need!(b.memset(s1, d, 0, 0, (n * 4) as u64, 1));
+    need!(b.stream_sync(s1));
+    let e = need!(b.event_create(0));
+    let args = pack(&incr, &[&d.to_le_bytes(), &(n as i32).to_le_bytes()]);
+    need!(b.hold_queues());
+    for _ in 0..5 {
+        need!(b.launch(s1, FuncId(incr.handle), dims((n / 256) as u32, 256, 0), args.clone()));
+    }
+    need!(b.event_record(e, s1));
+    need!(b.stream_wait_event(s2, e));
+    need!(b.launch(s2, FuncId(incr.handle), dims((n / 256) as u32, 256, 0), args.clone()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    need!(b.host_func(s2, Box::new(move || seen2.lock().unwrap().push("h"))));
+    assert!(!need!(b.stream_query(s1)) && !need!(b.stream_query(s2)), "a stream with held work is not idle");
+    assert!(!need!(b.event_query(e)), "an event whose record is held is not complete");
+    let q = need!(b.queued_work());
+    let names: Vec<(u64, &str)> = q.iter().map(|w| (w.stream, w.op.name())).collect();
+    let mut want = vec![(s1.0, "launch"); 5];
+    want.extend([(s1.0, "event record"), (s2.0, "wait"), (s2.0, "launch"), (s2.0, "host function")]);
+    assert_eq!(names, want);
+    assert_eq!(q[6].op, crum_wire::ckpt::QueuedOp::WaitFor { on_stream: s1.0, on_seq: q[5].seq });
+    assert!(q.windows(2).filter(|w| w[0].stream == w[1].stream).all(|w| w[1].seq == w[0].seq + 1), "{q:?}");
+    assert!(seen.lock().unwrap().is_empty(), "a held host function ran");
+    b.release_queues();
+    need!(b.stream_sync(s2));
+    assert_eq!(*seen.lock().unwrap(), vec!["h"]);
+    assert!(need!(b.event_query(e)) && need!(b.stream_query(s1)));
+    let got = read_back(b, d, n * 4);
+    assert!(got.chunks(4).all(|c| i32::from_le_bytes(c.try_into().unwrap()) == 6), "every launch ran once, the one on s2 after s1's five");
+}
+
+/// Many launches on the legacy stream and a blocking stream, alternating, with a stream
+/// synchronize and event queries in between: the legacy stream's implicit order and the
+/// results hold however much of the work the backend keeps back.
+fn long_queues_keep_the_legacy_stream_order(b: &dyn Backend) {
+    let m = need!(b.load_module(FATBIN));
+    let incr = need!(b.function(m, "incr"));
+    let s = need!(b.stream_create(0, 0));
+    let n = 256usize;
+    let d = need!(b.malloc((n * 4) as u64, AllocKind::Device)).addr;
+    need!(b.memset(LEGACY_STREAM, d, 0, 0, (n * 4) as u64, 1));
+    let args = pack(&incr, &[&d.to_le_bytes(), &(n as i32).to_le_bytes()]);
+    let e = need!(b.event_create(0));
+    for i in 0..200 {
+        // Both streams increment the same words: without the legacy stream's implicit
+        // order two launches could run at once (the emulated driver runs streams in parallel).
+        let on = if i % 2 == 0 { LEGACY_STREAM } else { s };
+        need!(b.launch(on, FuncId(incr.handle), dims(1, n as u32, 0), args.clone()));
+        if i == 100 {
+            need!(b.event_record(e, s));
+        }
+    }
+    need!(b.stream_sync(LEGACY_STREAM));
+    assert!(need!(b.event_query(e)));
+    let got = read_back(b, d, n * 4);
+    assert!(got.chunks(4).all(|c| i32::from_le_bytes(c.try_into().unwrap()) == 200), "{:?}", &got[..16]);
+}
+
+/// Work held at a cut and saved (`queued_work`) replays on a fresh backend restored from the
+/// same state (`replay_work`, as a restart does), in order, with the wait between streams
+/// renamed to the new sequence numbers.
+fn held_work_replays_on_a_fresh_backend(base: u64, make: fn(u64) -> Option<Box<dyn Backend>>) {
+    let Some(a) = make(base) else { return };
+    if !a.capabilities().queue_cut {
+        eprintln!("skipped: the {} backend cannot hold its queues", a.name());
+        return;
+    }
+    let m = need!(a.load_module(FATBIN));
+    let incr = need!(a.function(m, "incr"));
+    let (s1, s2) = (need!(a.stream_create(0, 0)), need!(a.stream_create(1, 0)));
+    let e = need!(a.event_create(0));
+    let n = 4096usize;
+    let d = need!(a.malloc((n * 4) as u64, AllocKind::Device)).addr;
+    need!(a.memset(s1, d, 0, 0, (n * 4) as u64, 1));
+    need!(a.device_sync());
+    let args = pack(&incr, &[&d.to_le_bytes(), &(n as i32).to_le_bytes()]);
+    need!(a.hold_queues());
+    for _ in 0..3 {
+        need!(a.launch(s1, FuncId(incr.handle), dims((n / 256) as u32, 256, 0), args.clone()));
+    }
+    need!(a.event_record(e, s1));
+    need!(a.stream_wait_event(s2, e));
+    need!(a.launch(s2, FuncId(incr.handle), dims((n / 256) as u32, 256, 0), args.clone()));
+    let queue = need!(a.queued_work());
+    let (mut regions, saved) = need!(save(&*a));
+    let next = a.next_handle();
+    // (What `a` held runs now, before it goes; its state was saved above.)
+    a.release_queues();
+    need!(a.device_sync());
+    drop(a);
+
+    let b = make(base).expect("the backend opened once already");
+    need!(b.set_next_handle(m.0));
+    let (m2, _) = need!(restore_all(&*b, &mut regions, &saved));
+    assert_eq!(m2, m);
+    need!(b.set_next_handle(incr.handle));
+    assert_eq!(need!(b.function(m2, "incr")).handle, incr.handle);
+    for (h, flags) in [(s1.0, 0), (s2.0, 1)] {
+        need!(b.set_next_handle(h));
+        assert_eq!(need!(b.stream_create(flags, 0)).0, h);
+    }
+    need!(b.set_next_handle(e.0));
+    assert_eq!(need!(b.event_create(0)), e);
+    need!(b.set_next_handle(next));
+    let mut seqs = std::collections::HashMap::new();
+    for w in &queue {
+        let new = need!(b.replay_work(w, &|s, q| seqs.get(&(s, q)).copied(), None));
+        seqs.insert((w.stream, w.seq), new);
+    }
+    need!(b.stream_sync(s2));
+    let got = read_back(&*b, d, n * 4);
+    assert!(got.chunks(4).all(|c| i32::from_le_bytes(c.try_into().unwrap()) == 4), "{:?}", &got[..16]);
+}
+
 macro_rules! conformance {
     ($backend:ident, $make:path, $sized:path; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -858,6 +987,10 @@ macro_rules! conformance {
             fn event_times_survive_save_and_restore() {
                 super::event_times_survive_save_and_restore(super::next_window(), $make);
             }
+            #[test]
+            fn held_work_replays_on_a_fresh_backend() {
+                super::held_work_replays_on_a_fresh_backend(super::next_window(), $make);
+            }
         }
     };
 }
@@ -880,6 +1013,8 @@ conformance!(emu, super::make_emu, super::make_emu_sized;
     errors_are_reported_as_the_runtime_does,
     stream_hints_are_taken_and_limits_reported,
     mipmap_textures_and_graph_conditions_follow_the_capabilities,
+    held_queues_keep_work_unstarted_and_list_it_in_order,
+    long_queues_keep_the_legacy_stream_order,
 );
 
 conformance!(gpu, super::make_cuda, super::make_cuda_sized;
@@ -900,6 +1035,8 @@ conformance!(gpu, super::make_cuda, super::make_cuda_sized;
     errors_are_reported_as_the_runtime_does,
     stream_hints_are_taken_and_limits_reported,
     mipmap_textures_and_graph_conditions_follow_the_capabilities,
+    held_queues_keep_work_unstarted_and_list_it_in_order,
+    long_queues_keep_the_legacy_stream_order,
 );
 
 /// The PTX fallback of the `cuda` backend (drivers without `cuFuncGetParamInfo`) reads the
