@@ -84,6 +84,14 @@ struct Item {
     work: Work,
 }
 
+/// An item taken from its queue to be fed.
+struct Taken {
+    item: Item,
+    /// Events to wait on first (`cuStreamWaitEvent`).
+    events: Vec<Arc<driver::Event>>,
+    drv: Arc<driver::Stream>,
+}
+
 struct StreamQ {
     drv: Arc<driver::Stream>,
     nonblocking: bool,
@@ -201,17 +209,22 @@ impl Core {
         let s = g.streams.get_mut(&id).expect("looked up above");
         s.submitted += 1;
         let seq = s.submitted;
+        let first = s.pending.is_empty();
         s.pending.push_back(Item { seq, order, after, work });
-        drop(g);
-        self.queues.cv.notify_all();
+        // Fed by this thread when it can be at once (taken under the same lock, so that the
+        // feeder cannot take it first): the driver's refusal is then this call's error.
         let mut mine = Ok(seq);
-        for (q, r) in self.pump(id, false) {
+        if first && self.queues.can_feed(&g, id, false) {
+            let taken = Self::take_head(g, id);
+            self.queues.cv.notify_all();
+            mine = self.feed_taken(id, taken).map(|_| seq);
+        } else {
+            drop(g);
+            self.queues.cv.notify_all();
+        }
+        for (_, r) in self.pump(id, false) {
             if let Err(e) = r {
-                if q == seq {
-                    mine = Err(e);
-                } else {
-                    self.shared.report(e.code());
-                }
+                self.shared.report(e.code());
             }
         }
         mine
@@ -219,55 +232,67 @@ impl Core {
 
     /// Feed stream `id` while its head can be fed; returns what each fed item gave.
     fn pump(&self, id: u64, by_feeder: bool) -> Vec<(u64, Result<()>)> {
-        let q = &self.queues;
         let mut out = Vec::new();
         loop {
-            let mut g = q.state.lock().unwrap();
-            if !q.can_feed(&g, id, by_feeder) {
+            let g = self.queues.state.lock().unwrap();
+            if !self.queues.can_feed(&g, id, by_feeder) {
                 return out;
             }
-            let head = g.streams[&id].pending.front().expect("can_feed saw it");
-            // Waits on items not complete yet: the events recorded after them.
-            let events: Vec<Arc<driver::Event>> = head
-                .work
-                .waits
-                .iter()
-                .filter_map(|&(t, n)| {
-                    let t = g.streams.get(&t)?;
-                    if t.completed >= n {
-                        return None;
-                    }
-                    t.in_flight.iter().find(|(q, _)| *q == n).and_then(|(_, e)| e.clone())
-                })
-                .collect();
-            let s = g.streams.get_mut(&id).expect("can_feed saw it");
-            let item = s.pending.pop_front().expect("can_feed saw it");
-            s.feeding = true;
-            let drv = s.drv.clone();
-            drop(g);
-            let mut r = Ok(());
-            for e in &events {
-                if let Err(c) = driver::stream_wait_event(&drv, e) {
-                    r = Err(self.err(Op::Other, c));
-                    break;
-                }
-            }
-            if r.is_ok() {
-                r = (item.work.feed)(self, &drv);
-            }
-            // Completion is told by an event after the item (none if the driver cannot make
-            // one: the item then counts as complete once those before it are).
-            let done = driver::event_create(3).and_then(|e| driver::event_record(&e, &drv).map(|_| Arc::new(e))).ok();
-            let mut g = q.state.lock().unwrap();
-            if let Some(s) = g.streams.get_mut(&id) {
-                s.fed = item.seq;
-                s.in_flight.push_back((item.seq, done));
-                s.feeding = false;
-            }
-            drop(g);
-            q.cv.notify_all();
-            out.push((item.seq, r));
+            let taken = Self::take_head(g, id);
+            let seq = taken.item.seq;
+            out.push((seq, self.feed_taken(id, taken)));
         }
+    }
+
+    /// Take the head of stream `id` to feed it (the caller checked `can_feed` under this
+    /// lock): no other thread feeds the stream until [`Core::feed_taken`] is done.
+    fn take_head(mut g: std::sync::MutexGuard<'_, State>, id: u64) -> Taken {
+        let head = g.streams[&id].pending.front().expect("can_feed saw it");
+        // Waits on items not complete yet: the events recorded after them.
+        let events: Vec<Arc<driver::Event>> = head
+            .work
+            .waits
+            .iter()
+            .filter_map(|&(t, n)| {
+                let t = g.streams.get(&t)?;
+                if t.completed >= n {
+                    return None;
+                }
+                t.in_flight.iter().find(|(q, _)| *q == n).and_then(|(_, e)| e.clone())
+            })
+            .collect();
+        let s = g.streams.get_mut(&id).expect("can_feed saw it");
+        let item = s.pending.pop_front().expect("can_feed saw it");
+        s.feeding = true;
+        Taken { item, events, drv: s.drv.clone() }
+    }
+
+    /// Give a taken item to the driver (outside the lock) and count it in flight.
+    fn feed_taken(&self, id: u64, t: Taken) -> Result<()> {
+        let q = &self.queues;
+        let Taken { item, events, drv } = t;
+        let mut r = Ok(());
+        for e in &events {
+            if let Err(c) = driver::stream_wait_event(&drv, e) {
+                r = Err(self.err(Op::Other, c));
+                break;
+            }
+        }
+        if r.is_ok() {
+            r = (item.work.feed)(self, &drv);
+        }
+        // Completion is told by an event after the item (none if the driver cannot make
+        // one: the item then counts as complete once those before it are).
+        let done = driver::event_create(3).and_then(|e| driver::event_record(&e, &drv).map(|_| Arc::new(e))).ok();
+        let mut g = q.state.lock().unwrap();
+        if let Some(s) = g.streams.get_mut(&id) {
+            s.fed = item.seq;
+            s.in_flight.push_back((item.seq, done));
+            s.feeding = false;
+        }
+        drop(g);
+        q.cv.notify_all();
+        r
     }
 
     /// A stream's feeder: feeds what the submitting threads could not, and tells completion.
@@ -288,7 +313,10 @@ impl Core {
                 if let Some((seq, ev)) = s.in_flight.front().cloned() {
                     drop(g);
                     if let Some(ev) = ev {
-                        if let Err(c) = driver::event_sync(&ev) {
+                        // A fault of the work before the event is sticky: every call after it
+                        // returns it, but a wait that began before the fault may not (the
+                        // emulated driver checks at entry), so ask once more after it.
+                        if let Err(c) = driver::event_sync(&ev).and_then(|_| driver::event_query(&ev).map(|_| ())) {
                             let rt = runtime_error(Op::Other, c);
                             self.shared.report(rt);
                         }
