@@ -158,8 +158,10 @@ fn image_taken_on_the_cuda_backend_restarts_on_the_emulated_device() {
 }
 
 /// From the first gate, and the restarted process's image (taken on cuda) again: the
-/// emulated device's images from gates 2 and 3 hold queued work, which the cuda backend does
-/// not replay yet (issue 16; the restart is refused naming it).
+/// emulated device's images from gates 2 and 3 hold its grid stopped at a block boundary
+/// (policy auto), which the cuda backend cannot run the rest of until kernels are loaded in
+/// their preemptible form (issue 16): the restart is refused naming the kernel and the block.
+/// Queued work alone replays on cuda (`queued_work_restarts_across_backends_both_ways`).
 #[test]
 fn image_taken_on_the_emulated_device_restarts_on_the_cuda_backend() {
     scenario("vector_add", "emu", "cuda", false);
