@@ -872,31 +872,40 @@ fn held_queues_keep_work_unstarted_and_list_it_in_order(b: &dyn Backend) {
     assert!(got.chunks(4).all(|c| i32::from_le_bytes(c.try_into().unwrap()) == 6), "every launch ran once, the one on s2 after s1's five");
 }
 
-/// Many launches on the legacy stream and a blocking stream, alternating, with a stream
-/// synchronize and event queries in between: the legacy stream's implicit order and the
-/// results hold however much of the work the backend keeps back.
+/// Launches on the legacy stream and memsets on a blocking stream, alternating, 201 in all:
+/// each must run after the one before it (the legacy stream's implicit order), however much
+/// of the work the backend keeps back (all of it, held, where it can hold its queues): the words end as the last memset's bytes plus the one
+/// launch after it. A launch let past a memset, or a memset past a launch, changes them.
 fn long_queues_keep_the_legacy_stream_order(b: &dyn Backend) {
     let m = need!(b.load_module(FATBIN));
     let incr = need!(b.function(m, "incr"));
     let s = need!(b.stream_create(0, 0));
     let n = 256usize;
     let d = need!(b.malloc((n * 4) as u64, AllocKind::Device)).addr;
-    need!(b.memset(LEGACY_STREAM, d, 0, 0, (n * 4) as u64, 1));
     let args = pack(&incr, &[&d.to_le_bytes(), &(n as i32).to_le_bytes()]);
     let e = need!(b.event_create(0));
-    for i in 0..200 {
-        // Both streams increment the same words: without the legacy stream's implicit
-        // order two launches could run at once (the emulated driver runs streams in parallel).
-        let on = if i % 2 == 0 { LEGACY_STREAM } else { s };
-        need!(b.launch(on, FuncId(incr.handle), dims(1, n as u32, 0), args.clone()));
-        if i == 100 {
+    // Held, everything queues, and at the release every stream's work is there to run at once.
+    let hold = b.capabilities().queue_cut;
+    if hold {
+        need!(b.hold_queues());
+    }
+    for i in 0..=200u32 {
+        if i % 2 == 0 {
+            need!(b.launch(LEGACY_STREAM, FuncId(incr.handle), dims(1, n as u32, 0), args.clone()));
+        } else {
+            need!(b.memset(s, d, 0, i as u8, (n * 4) as u64, 1));
+        }
+        if i == 101 {
             need!(b.event_record(e, s));
         }
     }
+    if hold {
+        b.release_queues();
+    }
     need!(b.stream_sync(LEGACY_STREAM));
-    assert!(need!(b.event_query(e)));
+    assert!(need!(b.event_query(e)) && need!(b.stream_query(s)));
     let got = read_back(b, d, n * 4);
-    assert!(got.chunks(4).all(|c| i32::from_le_bytes(c.try_into().unwrap()) == 200), "{:?}", &got[..16]);
+    assert!(got.chunks(4).all(|c| u32::from_le_bytes(c.try_into().unwrap()) == 0xc7c7_c7c8), "{:x?}", &got[..16]);
 }
 
 /// Work held at a cut and saved (`queued_work`) replays on a fresh backend restored from the
