@@ -157,14 +157,13 @@ fn image_taken_on_the_cuda_backend_restarts_on_the_emulated_device() {
     scenario("streams_pipeline", "cuda", "emu", true);
 }
 
-/// From the first gate, and the restarted process's image (taken on cuda) again: the
-/// emulated device's images from gates 2 and 3 hold its grid stopped at a block boundary
-/// (policy auto), which the cuda backend cannot run the rest of until kernels are loaded in
-/// their preemptible form (issue 16): the restart is refused naming the kernel and the block.
-/// Queued work alone replays on cuda (`queued_work_restarts_across_backends_both_ways`).
+/// From every gate, and the restarted process's image (taken on cuda) again: the emulated
+/// device's images from gates 2 and 3 hold its grid stopped at a block boundary (policy
+/// auto), whose rest the cuda backend runs in the kernel's preemptible form
+/// (`Cuda::launch_rest`, issue 16).
 #[test]
 fn image_taken_on_the_emulated_device_restarts_on_the_cuda_backend() {
-    scenario("vector_add", "emu", "cuda", false);
+    scenario("vector_add", "emu", "cuda", true);
 }
 
 /// `CRUM_LIBCUDA` naming something that is not a driver: `--device cuda` fails at once and

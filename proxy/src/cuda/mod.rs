@@ -204,6 +204,9 @@ struct ModuleRec {
     globals_known: bool,
     /// Which of its kernels can allocate on the device heap (found at the first lookup).
     heap: OnceLock<heap::HeapUse>,
+    /// Its PTX in the preemptible form (`crum_ptx::preempt`), loaded when a launch of one
+    /// of its kernels must run the rest of a grid stopped part-way ([`Cuda::launch_rest`]).
+    preempt: Option<(driver::Module, crum_ptx::preempt::PreemptibleModule)>,
 }
 
 /// A `__managed__` variable. The driver places it (in its own managed memory, which the
@@ -234,6 +237,7 @@ struct Mirror {
 struct FuncRec {
     f: driver::Function,
     module: u64,
+    name: String,
     layout: Vec<(u32, u32)>,
     param_bytes: u32,
     /// Its name, where it can allocate on the device heap (`heap::HeapUse`).
@@ -276,6 +280,9 @@ struct Tables {
     /// Kernels launched that can allocate on the driver's device heap, which a checkpoint of
     /// this backend does not save (named at the cut: [`Backend::unsaved_state`]).
     heap_launches: BTreeSet<String>,
+    /// Control blocks of preemptible launches ([`Cuda::launch_rest`]), kept until the backend
+    /// goes (a host function may not free driver memory).
+    control_blocks: Vec<HostBuf>,
 }
 
 /// Address planners of the two halves of the window, and of the VMM range.
@@ -1288,7 +1295,7 @@ impl Backend for Cuda {
         }
         let module = driver::module_load(image).map_err(|c| self.err(Op::ModuleLoad, c))?;
         let id = self.handle();
-        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new(), mirrors: Vec::new(), last_use: None, globals_known: false, heap: OnceLock::new() });
+        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new(), mirrors: Vec::new(), last_use: None, globals_known: false, heap: OnceLock::new(), preempt: None });
         Ok(ModuleId(id))
     }
 
@@ -1353,7 +1360,7 @@ impl Backend for Cuda {
                 .reaches(name)
         });
         let id = self.handle();
-        t.funcs.insert(id, FuncRec { f, module: module.0, layout, param_bytes, heap: heap.then(|| name.to_string()) });
+        t.funcs.insert(id, FuncRec { f, module: module.0, name: name.to_string(), layout, param_bytes, heap: heap.then(|| name.to_string()) });
         Ok(FuncInfo { handle: id, ..info })
     }
 
@@ -1798,14 +1805,18 @@ impl Backend for Cuda {
         let plain = |op: QueuedOp, waits: Vec<(u64, u64)>| queue::Work { op, staged: None, blocking: false, waits, feed: noop() };
         match &w.op {
             QueuedOp::Launch { func, grid, block, shared, cooperative, params, first_block, contexts } => {
-                if *first_block != 0 || !contexts.is_empty() {
+                if !contexts.is_empty() {
                     return Err(BackendError::Other(format!(
-                        "kernel {func:#x} was stopped part-way on the emulated device (from block {first_block}, {} blocks saved in the middle); the cuda backend cannot run the rest of a grid (restart on the emulated device)",
+                        "kernel {func:#x} was saved in the middle of {} blocks on the emulated device; the cuda backend cannot resume block contexts (restart on the emulated device)",
                         contexts.len()
                     )));
                 }
                 let dims = LaunchDims { grid: *grid, block: *block, shared: *shared, cooperative: *cooperative };
-                self.launch(stream, FuncId(*func), dims, params.clone())?;
+                if *first_block != 0 {
+                    self.launch_rest(stream, FuncId(*func), dims, params.clone(), *first_block)?;
+                } else {
+                    self.launch(stream, FuncId(*func), dims, params.clone())?;
+                }
             }
             QueuedOp::Copy { dst, dpitch, src, spitch, width, height, staged } => {
                 let src = match staged {
@@ -1974,6 +1985,91 @@ impl Backend for Cuda {
         }
         let stream = driver::stream_create(true, 0).map_err(|c| self.err(Op::Other, c))?;
         self.fill_in(&stream, regions, &targets, source).map(|_| out)
+    }
+}
+
+/// Whether a PTX module declares variables in global or constant memory at module scope
+/// (a second load of the module would have copies of its own).
+fn declares_variables(ptx: &str) -> bool {
+    ptx.lines().map(str::trim_start).any(|l| {
+        let l = l.strip_prefix(".visible ").or_else(|| l.strip_prefix(".extern ")).or_else(|| l.strip_prefix(".weak ")).unwrap_or(l);
+        l.starts_with(".global ") || l.starts_with(".const ")
+    })
+}
+
+impl Cuda {
+    /// Run the rest of a grid a checkpoint stopped part-way (blocks `first..` of `dims.grid`;
+    /// the blocks before it ran, their effects are in the restored memory): the kernel in its
+    /// preemptible form (`crum_ptx::preempt`: persistent blocks take logical block indices
+    /// from a control block, starting at `first`), loaded from the module's PTX on first
+    /// need. Refused, naming why, for a module with variables (a second load would not share
+    /// them), without PTX, or a kernel the transformation refuses.
+    fn launch_rest(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>, first: u64) -> Result<()> {
+        use crum_ptx::preempt::{params_with_ctl, physical_config, ControlBlock, CTL_BYTES};
+        self.bind()?;
+        let refuse = |name: &str, why: String| {
+            BackendError::Other(format!(
+                "kernel `{name}` was stopped part-way (from block {first}) and the cuda backend cannot run the rest of its grid: {why} (restart on the emulated device)"
+            ))
+        };
+        let (f, layout, param_bytes, name) = {
+            let mut t = self.tables.lock().unwrap();
+            let r = t.funcs.get(&func.0).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
+            let (module, name, mut layout, param_bytes) = (r.module, r.name.clone(), r.layout.clone(), r.param_bytes);
+            let m = t.modules.get_mut(&module).ok_or_else(handle_err)?;
+            if m.preempt.is_none() {
+                let ptx = m.ptx.get_or_init(|| ptx_text(m.module.image())).clone().ok_or_else(|| refuse(&name, "its module ships no PTX".into()))?;
+                if declares_variables(&ptx) {
+                    return Err(refuse(&name, "its module has variables, which a second load of the module would not share".into()));
+                }
+                let pm = crum_ptx::preempt::transform(&ptx).map_err(|e| refuse(&name, format!("its PTX cannot be read ({e})")))?;
+                let loaded = driver::module_load(pm.ptx.as_bytes())
+                    .map_err(|c| refuse(&name, format!("its preemptible form does not load ({})", driver::error_name(c))))?;
+                m.preempt = Some((loaded, pm));
+            }
+            let (loaded, pm) = m.preempt.as_ref().expect("set above");
+            match pm.outcome(&name).map(|o| &o.result) {
+                Some(Ok(k)) if k.fits(dims.block) => {}
+                Some(Ok(_)) => return Err(refuse(&name, format!("its preemptible form needs whole warps per row, and the block is {:?}", dims.block))),
+                Some(Err(e)) => return Err(refuse(&name, e.to_string())),
+                None => return Err(refuse(&name, "the preemptible module lacks it".into())),
+            }
+            let f = driver::module_function(loaded, &name).map_err(|c| self.err(Op::FunctionLookup, c))?;
+            layout.push((param_bytes.next_multiple_of(8), 8));
+            (f, layout, param_bytes, name)
+        };
+        let first32 = u32::try_from(first).map_err(|_| refuse(&name, "the block index exceeds 32 bits".into()))?;
+        if params.len() < param_bytes as usize {
+            return Err(bad());
+        }
+        // The control block and its flag word (never raised: this run goes to the end) in
+        // page-locked host memory, which the device reaches at the same address.
+        let mut ctl = HostBuf::new(CTL_BYTES + 8).map_err(|c| self.err(Op::Other, c))?;
+        let cb = ControlBlock::new(dims.grid, first32, ctl.addr() + CTL_BYTES as u64).map_err(|e| refuse(&name, e.to_string()))?;
+        let bytes = ctl.as_mut_slice();
+        bytes.fill(0);
+        bytes[..CTL_BYTES].copy_from_slice(&cb.encode());
+        let with_ctl = params_with_ctl(&params[..param_bytes as usize], ctl.addr());
+        let mut packed = params::pointers(&with_ctl, &layout).map_err(|_| bad())?;
+        self.tables.lock().unwrap().control_blocks.push(ctl);
+        let logical = crum_ptx::LaunchConfig { grid: dims.grid, block: dims.block, dynamic_shared_bytes: dims.shared, cooperative: false };
+        let threads = dims.block.iter().product::<u32>().max(1);
+        let per_sm = (self.props.max_threads_per_sm.max(1) as u32 / threads).clamp(1, self.props.max_blocks_per_sm.max(1) as u32);
+        let phys = physical_config(&logical, per_sm * self.props.multiprocessors.max(1) as u32);
+        let pdims = LaunchDims { grid: phys.grid, block: dims.block, shared: dims.shared, cooperative: false };
+        tracing::info!(kernel = %name, first, physical = phys.grid[0], "the rest of a grid stopped part-way runs in its preemptible form");
+        let op = crum_wire::ckpt::QueuedOp::Launch {
+            func: func.0,
+            grid: dims.grid,
+            block: dims.block,
+            shared: dims.shared,
+            cooperative: dims.cooperative,
+            params,
+            first_block: first,
+            contexts: Vec::new(),
+        };
+        let feed: queue::Feed = Box::new(move |c: &Core, s: &driver::Stream| c.launch_now(f, u64::MAX, &mut packed, false, pdims, s));
+        self.enqueue(stream.0, queue::Work { op, staged: None, blocking: false, waits: Vec::new(), feed }).map(|_| ())
     }
 }
 
