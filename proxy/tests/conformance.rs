@@ -964,6 +964,50 @@ fn held_work_replays_on_a_fresh_backend(base: u64, make: fn(u64) -> Option<Box<d
     assert!(got.chunks(4).all(|c| i32::from_le_bytes(c.try_into().unwrap()) == 4), "{:?}", &got[..16]);
 }
 
+/// A saved launch stopped at a block boundary (`first_block`, as the emulated device saves
+/// a grid it stopped at a cut) runs only the blocks from there on where the backend can run
+/// the rest of a grid; the cuda backend runs it in the kernel's preemptible form, which a
+/// module with variables (this one) cannot use: refused, naming why, nothing run.
+fn a_launch_saved_from_a_block_runs_only_the_rest(b: &dyn Backend) {
+    let m = need!(b.load_module(FATBIN));
+    let fill = need!(b.function(m, "fill"));
+    let (blocks, threads) = (16u32, 64u32);
+    let n = (blocks * threads) as usize;
+    let d = need!(b.malloc((n * 4) as u64, AllocKind::Device)).addr;
+    need!(b.memset(LEGACY_STREAM, d, 0, 0, (n * 4) as u64, 1));
+    let params = pack(&fill, &[&d.to_le_bytes(), &(n as i32).to_le_bytes(), &1.0f32.to_le_bytes()]);
+    let w = crum_wire::ckpt::QueuedWork {
+        stream: 0,
+        seq: 1,
+        op: crum_wire::ckpt::QueuedOp::Launch {
+            func: fill.handle,
+            grid: [blocks, 1, 1],
+            block: [threads, 1, 1],
+            shared: 0,
+            cooperative: false,
+            params,
+            first_block: 10,
+            contexts: Vec::new(),
+        },
+    };
+    match b.replay_work(&w, &|_, _| None, None) {
+        Ok(_) => {
+            need!(b.device_sync());
+            let got = read_back(b, d, n * 4);
+            let vals: Vec<f32> = got.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+            let from = 10 * threads as usize;
+            assert!(vals[..from].iter().all(|&v| v == 0.0), "blocks before the first ran");
+            assert!(vals[from..].iter().enumerate().all(|(k, &v)| v == 1.0 + (from + k) as f32), "the rest did not run right");
+        }
+        Err(BackendError::Other(why)) => {
+            assert!(b.name() == "cuda" && why.contains("`fill`") && why.contains("variables"), "{why}");
+            need!(b.device_sync());
+            assert!(read_back(b, d, n * 4).iter().all(|&x| x == 0), "a refused launch ran");
+        }
+        Err(e) => panic!("replaying a launch from block 10: {e}"),
+    }
+}
+
 macro_rules! conformance {
     ($backend:ident, $make:path, $sized:path; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -1024,6 +1068,7 @@ conformance!(emu, super::make_emu, super::make_emu_sized;
     mipmap_textures_and_graph_conditions_follow_the_capabilities,
     held_queues_keep_work_unstarted_and_list_it_in_order,
     long_queues_keep_the_legacy_stream_order,
+    a_launch_saved_from_a_block_runs_only_the_rest,
 );
 
 conformance!(gpu, super::make_cuda, super::make_cuda_sized;
@@ -1046,6 +1091,7 @@ conformance!(gpu, super::make_cuda, super::make_cuda_sized;
     mipmap_textures_and_graph_conditions_follow_the_capabilities,
     held_queues_keep_work_unstarted_and_list_it_in_order,
     long_queues_keep_the_legacy_stream_order,
+    a_launch_saved_from_a_block_runs_only_the_rest,
 );
 
 /// The PTX fallback of the `cuda` backend (drivers without `cuFuncGetParamInfo`) reads the
