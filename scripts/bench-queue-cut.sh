@@ -13,6 +13,13 @@
 # --json`), the image size; the program must still end with PASS. Last, drain's pause against
 # cut's (measured in the same run).
 #
+# The same two modes on the cuda backend (`crum run --device cuda`) over the emulated driver
+# (integration-tests/emu-libcuda, CRUM_LIBCUDA; built with the workspace), CUDA_SMALL launches
+# (default SMALL): before issue 16's cuda part the checkpoint waited for the driver's whole
+# queue (drain); now the proxy holds all but a window of a few operations per stream
+# (CRUM_CUDA_WINDOW) and saves the rest (cut). Printed the same way, then drain's pause
+# against cut's.
+#
 # Then integration-tests/cuda/ckpt_long_grid.cu (512 blocks, GRID_ITERS loop iterations per
 # thread, default 12000) is checkpointed while its grid runs, under each kernel policy
 # (CRUM_CKPT_KERNEL):
@@ -24,7 +31,8 @@
 # pause against drain's.
 #
 # Usage: scripts/bench-queue-cut.sh [SMALL]
-# Env: CRUM_BIN (default target/release/crum, built if missing), BENCH_DIR (default a
+# Env: BENCH_PARTS (default "emu cuda grid": which of the three parts run), CUDA_SMALL,
+#      CRUM_BIN (default target/release/crum, built if missing), BENCH_DIR (default a
 #      temporary directory under ./target, removed at the end unless set).
 set -euo pipefail
 
@@ -53,35 +61,50 @@ cleanup() {
 trap cleanup EXIT
 now() { date +%s.%N; }
 
-printf "%-6s %12s %12s %14s %10s %10s  %s\n" mode pause_ms drain_ms image_done_ms saved img_MiB result
-declare -A PAUSE
-for mode in cut drain; do
-    d=$BENCH_DIR/$mode
-    rm -rf "$d"; mkdir -p "$d/gate" "$d/images"
-    q=cut; [ "$mode" = drain ] && q=drain
-    CRUM_TEST_GATE=$d/gate CRUM_LOG=crum_ckpt=info CRUM_LOG_FILE=$d/log CRUM_CKPT_QUEUE=$q \
-        "$CRUM" run -- "$PROG" "$SMALL" 1 > "$d/out" 2> "$d/err" &
-    runpid=$!
-    until [ "$(cat "$d/gate/at" 2>/dev/null)" = 1 ]; do sleep 0.01; done
-    pid=$(pgrep -P "$runpid" -f "^$PROG" | head -1)
-    t0=$(now)
-    img=$("$CRUM" checkpoint --dir "$d/images" "$pid")
-    t1=$(now)
-    touch "$d/gate/go-all"
-    wait "$runpid" || true
-    runpid=""
-    line=$(grep "checkpoint pause" "$d/log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g')
-    field() { echo "$line" | grep -o "$1=[0-9]*" | cut -d= -f2; }
-    pause=$(( $(field pause_us) / 1000 )); drain=$(( $(field drain_us) / 1000 ))
-    saved=$("$CRUM" inspect --json "$img" | python3 -c 'import json,sys; d=json.load(sys.stdin)["device"]; print(sum(1 for w in d["queue"] if w["op"]=="launch"))')
-    size=$(du -sm "$img" | cut -f1)
-    done_ms=$(python3 -c "print(round(($t1-$t0)*1000))")
-    PAUSE[$mode]=$pause
-    printf "%-6s %12s %12s %14s %10s %10s  %s\n" "$mode" "$pause" "$drain" "$done_ms" "$saved" "$size" "$(tail -1 "$d/out")"
-done
-python3 -c "c=${PAUSE[cut]}; d=${PAUSE[drain]}; print(f'pause: drain {d} ms against cut {c} ms: {d/max(c,1):.1f}x longer with $SMALL launches queued')"
+PARTS=${BENCH_PARTS:-emu cuda grid}
+# queue_modes DEVICE COUNT: the cut and drain modes of ckpt_queue_cut on DEVICE.
+queue_modes() {
+    local device=$1 count=$2
+    echo "ckpt_queue_cut, $count launches queued, --device $device"
+    printf "%-6s %12s %12s %14s %10s %10s  %s\n" mode pause_ms drain_ms image_done_ms saved img_MiB result
+    declare -A PAUSE
+    for mode in cut drain; do
+        d=$BENCH_DIR/$device-$mode
+        rm -rf "$d"; mkdir -p "$d/gate" "$d/images"
+        q=cut; [ "$mode" = drain ] && q=drain
+        CRUM_TEST_GATE=$d/gate CRUM_LOG=crum_ckpt=info CRUM_LOG_FILE=$d/log CRUM_CKPT_QUEUE=$q \
+            "$CRUM" run --device "$device" -- "$PROG" "$count" 1 > "$d/out" 2> "$d/err" &
+        runpid=$!
+        until [ "$(cat "$d/gate/at" 2>/dev/null)" = 1 ]; do sleep 0.01; done
+        pid=$(pgrep -P "$runpid" -f "^$PROG" | head -1)
+        t0=$(now)
+        img=$("$CRUM" checkpoint --dir "$d/images" "$pid")
+        t1=$(now)
+        touch "$d/gate/go-all"
+        wait "$runpid" || true
+        runpid=""
+        line=$(grep "checkpoint pause" "$d/log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g')
+        field() { echo "$line" | grep -o "$1=[0-9]*" | cut -d= -f2; }
+        pause=$(( $(field pause_us) / 1000 )); drain=$(( $(field drain_us) / 1000 ))
+        saved=$("$CRUM" inspect --json "$img" | python3 -c 'import json,sys; d=json.load(sys.stdin)["device"]; print(sum(1 for w in d["queue"] if w["op"]=="launch"))')
+        size=$(du -sm "$img" | cut -f1)
+        done_ms=$(python3 -c "print(round(($t1-$t0)*1000))")
+        PAUSE[$mode]=$pause
+        printf "%-6s %12s %12s %14s %10s %10s  %s\n" "$mode" "$pause" "$drain" "$done_ms" "$saved" "$size" "$(tail -1 "$d/out")"
+    done
+    python3 -c "c=${PAUSE[cut]}; d=${PAUSE[drain]}; print(f'pause ($device): drain {d} ms against cut {c} ms: {d/max(c,1):.1f}x longer with $count launches queued')"
+    echo
+}
+case " $PARTS " in *" emu "*) queue_modes emu "$SMALL" ;; esac
+case " $PARTS " in
+    *" cuda "*)
+        LIB=${CARGO_TARGET_DIR:-$ROOT/target}/debug/libcrum_emu_libcuda.so
+        [ -f "$LIB" ] || (cd "$ROOT" && cargo build -q -p crum-emu-libcuda)
+        (export CRUM_LIBCUDA=$LIB; queue_modes cuda "${CUDA_SMALL:-$SMALL}")
+        ;;
+esac
+case " $PARTS " in *" grid "*) ;; *) exit 0 ;; esac
 
-echo
 printf "%-6s %12s %12s %10s  %s\n" policy pause_ms rest_from img_MiB result
 declare -A GP
 for policy in auto block flush drain; do

@@ -17,13 +17,15 @@
 //! - `cg_tiles`: passes (40 s by hand on two busy cores), left to the corpus, which runs it on
 //!   the emulated device.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crum_integration_tests::{
-    build_cuda_with, check_expected, crum_run_command, gated_scenario, wait_with_timeout, workspace,
-    ScenarioOpts,
+    build_cuda, build_cuda_with, check_expected, crum_bin, crum_run_command, cuda_dir, gated_scenario, wait_with_timeout,
+    workspace, Gate, Proc, ScenarioOpts,
 };
 
 /// The emulated driver (built with the workspace), named by `CRUM_LIBCUDA` for every proxy
@@ -155,12 +157,13 @@ fn image_taken_on_the_cuda_backend_restarts_on_the_emulated_device() {
     scenario("streams_pipeline", "cuda", "emu", true);
 }
 
-/// From the first gate, and the restarted process's image (taken on cuda) again: the
-/// emulated device's images from gates 2 and 3 hold queued work, which the cuda backend does
-/// not replay yet (issue 16; the restart is refused naming it).
+/// From every gate, and the restarted process's image (taken on cuda) again: the emulated
+/// device's images from gates 2 and 3 hold its grid stopped at a block boundary (policy
+/// auto), whose rest the cuda backend runs in the kernel's preemptible form
+/// (`Cuda::launch_rest`, issue 16).
 #[test]
 fn image_taken_on_the_emulated_device_restarts_on_the_cuda_backend() {
-    scenario("vector_add", "emu", "cuda", false);
+    scenario("vector_add", "emu", "cuda", true);
 }
 
 /// `CRUM_LIBCUDA` naming something that is not a driver: `--device cuda` fails at once and
@@ -176,4 +179,92 @@ fn a_bad_crum_libcuda_is_named_and_auto_falls_back_to_the_emulated_device() {
     let child = crum_run_command(Some("auto"), &exe, &[]).env("CRUM_LIBCUDA", bad).spawn().expect("spawn crum run");
     let r = wait_with_timeout(child, Duration::from_secs(120)).expect("crum run");
     assert!(r.code == Some(0) && r.stdout.ends_with("PASS\n"), "{}\n{}", r.stdout, r.stderr);
+}
+
+/// Issue 16 on the cuda backend: the proxy gives the driver a few operations per stream ahead
+/// and holds the rest, so a checkpoint waits only for those. `ckpt_queue_cut` (a long kernel,
+/// 1000 launches behind it on two streams with an event wait between them, a second thread
+/// inside `cudaDeviceSynchronize`) is checkpointed at its first gate: the image holds nearly
+/// all of the 1000 launches unstarted (`crum inspect` lists them) and the waiting call. Killed
+/// and restarted on the cuda backend, the program gets the uninterrupted run's results; the
+/// restarted process checkpointed at once (its queue replayed, most of it held again) and
+/// restarted gives them too (restart of a restart). Returns the first image.
+fn queue_cut_on(run_device: &str, restart_device: &str, env: &[(&str, &OsStr)]) -> (tempfile::TempDir, PathBuf) {
+    emulated_driver();
+    let exe = build_cuda("ckpt_queue_cut").unwrap();
+    let want = std::fs::read_to_string(cuda_dir().join("expected/ckpt_queue_cut.out")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    let gate = Gate::new(&tmp.path().join("gate")).unwrap();
+    let mut envs = vec![gate.env(), ("CRUM_LOG", OsStr::new("crum_proxy::parked=debug"))];
+    envs.extend_from_slice(env);
+    // A shorter long kernel than the corpus's: the emulated driver runs it on the interpreter.
+    let args = ["1000", "2000000"];
+    let mut p = Proc::run(&exe, &args, &["--device", run_device], &envs, &tmp.path().join("out")).unwrap();
+    gate.wait_at(1, &mut p).unwrap();
+    let start = Instant::now();
+    while !p.stderr().contains("a call waits on the device") {
+        assert!(start.elapsed() < Duration::from_secs(300), "no call waits: {}", p.report());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let img = p.checkpoint(&images).unwrap();
+    p.kill9().unwrap();
+    let dev = device_json(&img);
+    assert_eq!(dev["backend"], run_device, "{dev}");
+    let launches = dev["queue"].as_array().unwrap().iter().filter(|w| w["op"] == "launch").count();
+    assert!(launches >= 900, "only {launches} launches saved unstarted: {dev}");
+    let calls = dev["carried_calls"].as_array().unwrap();
+    assert!(calls.iter().any(|c| c["what"].as_str().unwrap().starts_with("waiting")), "no waiting call saved: {calls:?}");
+    let text = Command::new(crum_bin()).arg("inspect").arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("queued device work") && text.contains("calls cut by the checkpoint"), "{text}");
+
+    gate.reset(i64::MAX).unwrap();
+    let mut r = Proc::restart(&img, Some(restart_device), &tmp.path().join("r1.out")).unwrap();
+    assert_eq!(r.success(Duration::from_secs(600)).unwrap(), want, "restart on {restart_device}");
+
+    // Restart of a restart: the restarted process checkpointed at once, at gate 1 again.
+    gate.reset(0).unwrap();
+    let mut r = Proc::restart(&img, Some(restart_device), &tmp.path().join("r2.out")).unwrap();
+    wait_agent(&mut r);
+    let img2 = r.checkpoint(&images).unwrap();
+    r.kill9().unwrap();
+    assert_eq!(device_json(&img2)["backend"], restart_device);
+    gate.reset(i64::MAX).unwrap();
+    let mut r = Proc::restart(&img2, Some(restart_device), &tmp.path().join("r3.out")).unwrap();
+    assert_eq!(r.success(Duration::from_secs(600)).unwrap(), want, "restart of a restart on {restart_device}");
+    (tmp, img)
+}
+
+#[test]
+fn queued_launches_and_a_thread_in_device_synchronize_are_saved_on_the_cuda_backend() {
+    queue_cut_on("cuda", "cuda", &[]);
+}
+
+/// The cuda backend's saved queue and waiting call restart on the emulated device, and the
+/// emulated device's (its long kernel drained: the cuda backend cannot run the rest of a
+/// grid stopped part-way) on the cuda backend.
+#[test]
+fn queued_work_restarts_across_backends_both_ways() {
+    queue_cut_on("cuda", "emu", &[]);
+    queue_cut_on("emu", "cuda", &[("CRUM_CKPT_KERNEL", OsStr::new("drain"))]);
+}
+
+/// The image's device part as `crum inspect --json` gives it.
+fn device_json(img: &Path) -> serde_json::Value {
+    let o = Command::new(crum_bin()).args(["inspect", "--json"]).arg(img).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["device"].clone()
+}
+
+/// Wait until a restarted process's agent answers.
+fn wait_agent(p: &mut Proc) {
+    let pid = p.child.id();
+    let t0 = Instant::now();
+    while !crum_ckpt::control::agent_running(&crum_ckpt::control::socket_dir(), pid) {
+        assert!(!p.exited(), "{}", p.report());
+        assert!(t0.elapsed() < Duration::from_secs(120), "the program's agent never answered: {}", p.report());
+        std::thread::sleep(Duration::from_millis(3));
+    }
 }

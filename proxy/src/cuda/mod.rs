@@ -37,6 +37,7 @@ pub mod params;
 pub mod pieces;
 pub mod planner;
 pub mod printf;
+mod queue;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -203,6 +204,9 @@ struct ModuleRec {
     globals_known: bool,
     /// Which of its kernels can allocate on the device heap (found at the first lookup).
     heap: OnceLock<heap::HeapUse>,
+    /// Its PTX in the preemptible form (`crum_ptx::preempt`), loaded when a launch of one
+    /// of its kernels must run the rest of a grid stopped part-way ([`Cuda::launch_rest`]).
+    preempt: Option<(driver::Module, crum_ptx::preempt::PreemptibleModule)>,
 }
 
 /// A `__managed__` variable. The driver places it (in its own managed memory, which the
@@ -233,6 +237,7 @@ struct Mirror {
 struct FuncRec {
     f: driver::Function,
     module: u64,
+    name: String,
     layout: Vec<(u32, u32)>,
     param_bytes: u32,
     /// Its name, where it can allocate on the device heap (`heap::HeapUse`).
@@ -240,7 +245,11 @@ struct FuncRec {
 }
 
 struct EventRec {
+    /// The driver event of its latest record (a new one per record, `Backend::event_record`).
     ev: Arc<driver::Event>,
+    flags: u32,
+    /// Its latest record as a point of the proxy's queues (stream, seq).
+    rec: Option<(u64, u64)>,
     recorded: bool,
     timing: bool,
     /// Milliseconds this event completed before its device record: an event restored at a
@@ -271,6 +280,9 @@ struct Tables {
     /// Kernels launched that can allocate on the driver's device heap, which a checkpoint of
     /// this backend does not save (named at the cut: [`Backend::unsaved_state`]).
     heap_launches: BTreeSet<String>,
+    /// Control blocks of preemptible launches ([`Cuda::launch_rest`]), kept until the backend
+    /// goes (a host function may not free driver memory).
+    control_blocks: Vec<HostBuf>,
 }
 
 /// Address planners of the two halves of the window, and of the VMM range.
@@ -286,7 +298,7 @@ struct Planners {
 /// The `cuda` backend.
 pub struct Cuda {
     dev: Device,
-    ctx: driver::Context,
+    core: Arc<Core>,
     planner: Mutex<Planners>,
     /// The whole window `[base, base+size)`: device memory in the lower half (reserved from
     /// the driver in one piece), pinned host memory in the upper half.
@@ -297,13 +309,20 @@ pub struct Cuda {
     vmm_reserved: Option<(u64, u64)>,
     /// The pinned half, reserved PROT_NONE in this process (released on drop).
     host_reserved: (u64, u64),
-    tables: Mutex<Tables>,
-    shared: Arc<Shared>,
     next_handle: AtomicU64,
     props: DeviceProps,
     legacy: Arc<driver::Stream>,
     /// The read-only zeros at the start of the window (unmapped on drop).
     guard: Mutex<Option<driver::Mapping>>,
+}
+
+/// The backend reaches its core's tables, shared state and copy routines as its own (the
+/// core is what feeder threads share).
+impl std::ops::Deref for Cuda {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
 }
 
 fn bad() -> BackendError {
@@ -426,49 +445,43 @@ impl Cuda {
             recommended,
             "cuda backend ready"
         );
-        Ok(Cuda {
+        let window = queue::window_from_env();
+        let c = Cuda {
             dev,
-            ctx,
             planner: Mutex::new(Planners { device: Planner::new(base + guard_len, dev_plan_end - guard_len, granule), pinned, vmm }),
             guard: Mutex::new(Some(guard)),
             window: (base, size),
             reserved: (base, dev_size),
             vmm_reserved,
             host_reserved: (base + half, size - half),
-            tables: Mutex::default(),
-            shared: Arc::new(Shared {
+            core: Arc::new(Core {
+                ctx,
+                tables: Mutex::default(),
+                queues: queue::Queues::new(window),
+                shared: Arc::new(Shared {
                 app: OnceLock::new(),
                 async_err: AtomicU32::new(0),
                 sticky: AtomicU32::new(0),
                 staging: Staging { free: Mutex::new((Vec::new(), 0)), cv: Condvar::new() },
                 printf: OnceLock::new(),
             }),
+            }),
             next_handle: AtomicU64::new(0x100),
             props,
             legacy: Arc::new(driver::Stream::LEGACY),
-        })
+        };
+        // The legacy stream's queue (dropping `c` on failure gives the window back).
+        c.core.add_stream(0, c.legacy.clone(), false).map_err(|e| ProbeError::Driver { call: "the legacy stream's feeder", code: 999, name: e.to_string() })?;
+        Ok(c)
     }
 
     /// Make the primary context current on the calling thread (lane threads are many).
     fn bind(&self) -> Result<()> {
-        let raw = self.ctx.raw();
-        if CURRENT.with(|c| c.get()) != raw {
-            driver::ctx_set_current(&self.ctx).map_err(|c| self.err(Op::Other, c))?;
-            CURRENT.with(|c| c.set(raw));
-        }
+        self.bind_ctx().map_err(|c| self.err(Op::Other, c))?;
         if let Some(s) = self.sticky_error() {
             return Err(BackendError::Cuda(s));
         }
         Ok(())
-    }
-
-    /// Translate a driver error, remembering sticky ones.
-    fn err(&self, op: Op, code: u32) -> BackendError {
-        let rt = runtime_error(op, code);
-        if cuda::is_sticky(rt) {
-            self.shared.report(rt);
-        }
-        BackendError::Cuda(rt)
     }
 
     fn handle(&self) -> u64 {
@@ -592,6 +605,81 @@ impl Cuda {
         }
         t.allocs.insert(placed.addr, Alloc { len, region: Region::Device });
         Ok(Allocation { addr: placed.addr, memfd: None })
+    }
+
+}
+
+/// What the backend's feeder threads (`queue`) share with it: the context, the object tables,
+/// the state host functions reach, and the per-stream queues. Work fed to the driver runs
+/// against this, never against [`Cuda`] itself (which the server owns and may drop).
+pub struct Core {
+    ctx: driver::Context,
+    tables: Mutex<Tables>,
+    shared: Arc<Shared>,
+    queues: queue::Queues,
+}
+
+impl Core {
+    /// Make the primary context current on the calling thread.
+    fn bind_ctx(&self) -> DResult<()> {
+        let raw = self.ctx.raw();
+        if CURRENT.with(|c| c.get()) != raw {
+            driver::ctx_set_current(&self.ctx)?;
+            CURRENT.with(|c| c.set(raw));
+        }
+        Ok(())
+    }
+
+    /// Translate a driver error, remembering sticky ones.
+    fn err(&self, op: Op, code: u32) -> BackendError {
+        let rt = runtime_error(op, code);
+        if cuda::is_sticky(rt) {
+            self.shared.report(rt);
+        }
+        BackendError::Cuda(rt)
+    }
+
+    /// Give a launch to the driver on `s` (fed from the stream's queue). A kernel of a module
+    /// with `__managed__` variables runs after the previous one of its module, between the
+    /// copies of its variables in and out ([`Mirror`]).
+    fn launch_now(&self, f: driver::Function, module: u64, packed: &mut params::Packed, mirrored: bool, dims: LaunchDims, s: &driver::Stream) -> Result<()> {
+        let launch = |packed: &mut params::Packed| {
+            driver::launch(f, dims.grid, dims.block, dims.shared, s, packed, dims.cooperative).map_err(|c| self.err(Op::Launch, c))
+        };
+        if !mirrored {
+            return launch(packed);
+        }
+        // One launch of a module with `__managed__` variables at a time: copies in, kernel,
+        // copies out, after the previous one's (`Mirror`).
+        let mut t = self.tables.lock().unwrap();
+        let m = t.modules.get_mut(&module).ok_or_else(handle_err)?;
+        let d = |c| self.err(Op::Other, c);
+        if let Some(e) = &m.last_use {
+            driver::stream_wait_event(s, e).map_err(d)?;
+        }
+        for x in &m.mirrors {
+            driver::copy_2d(x.dev, x.len, x.host, x.len, x.len, 1, s).map_err(d)?;
+            driver::copy_2d(x.before_addr, x.len, x.dev, x.len, x.len, 1, s).map_err(d)?;
+        }
+        launch(packed)?;
+        for x in &m.mirrors {
+            driver::copy_2d(x.after_addr, x.len, x.dev, x.len, x.len, 1, s).map_err(d)?;
+            let (host, len, before, after) = (x.host, x.len, x.before.clone(), x.after.clone());
+            driver::launch_host_func(
+                s,
+                Box::new(move || {
+                    // SAFETY: `host` is this backend's managed allocation of `len` bytes, mapped
+                    // here while the module lives (its unload synchronizes the device first).
+                    let dst = unsafe { stage_slice(host, len) };
+                    merge_changed(dst, before.lock().unwrap().as_slice(), after.lock().unwrap().as_slice());
+                }),
+            )
+            .map_err(d)?;
+        }
+        let e = driver::event_create(2).map_err(d)?;
+        driver::event_record(&e, s).map_err(d)?;
+        m.last_use = Some(Arc::new(e));
+        Ok(())
     }
 
     /// Queue a copy between two addresses the driver can reach.
@@ -870,6 +958,24 @@ impl Cuda {
         copied.and(released).map_err(|c| self.err(Op::Other, c))
     }
 
+    /// After a snapshot or restore: on failure, let copies still moving into or out of the
+    /// queued buffers finish before the buffers go back to the pool.
+    fn settle(&self, s: &driver::Stream, failed: bool, queue: VecDeque<InFlight>) {
+        if failed {
+            let _ = driver::stream_sync(s);
+        }
+        for f in queue {
+            self.shared.staging.give(f.buf);
+        }
+    }
+
+    /// Take a staging buffer and an event for one piece (both or neither).
+    fn piece_slot(&self) -> Result<(HostBuf, driver::Event)> {
+        let done = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
+        let buf = self.shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
+        Ok((buf, done))
+    }
+
     fn sync_result(&self, r: DResult<()>) -> Result<()> {
         r.map_err(|c| self.err(Op::Other, c))?;
         match self.shared.async_err.swap(0, Ordering::SeqCst) {
@@ -1082,7 +1188,7 @@ impl Backend for Cuda {
     fn capabilities(&self) -> Capabilities {
         // Pinned and managed memory are memfds the application maps (managed: behind its
         // shadow pages), but device memory is not: no shared host mappings in general.
-        Capabilities { name: "cuda", shared_host_mappings: false, cooperative_launch: self.props.cooperative_launch, textures: false, fixed_addresses: true, fork_snapshot: false, queue_cut: false }
+        Capabilities { name: "cuda", shared_host_mappings: false, cooperative_launch: self.props.cooperative_launch, textures: false, fixed_addresses: true, fork_snapshot: false, queue_cut: true }
     }
 
     fn device_props(&self) -> DeviceProps {
@@ -1119,6 +1225,12 @@ impl Backend for Cuda {
     fn free(&self, addr: u64) -> Result<()> {
         self.bind()?;
         // cudaFree synchronizes the device: nothing may still use the memory.
+        self.drain_all();
+        self.free_synced(addr)
+    }
+
+    fn free_synced(&self, addr: u64) -> Result<()> {
+        self.bind()?;
         self.sync_result(driver::ctx_synchronize())?;
         // Lock order: planner, then tables (as `place` takes them).
         let mut planners = self.planner.lock().unwrap();
@@ -1183,11 +1295,17 @@ impl Backend for Cuda {
         }
         let module = driver::module_load(image).map_err(|c| self.err(Op::ModuleLoad, c))?;
         let id = self.handle();
-        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new(), mirrors: Vec::new(), last_use: None, globals_known: false, heap: OnceLock::new() });
+        self.tables.lock().unwrap().modules.insert(id, ModuleRec { module, ptx: OnceLock::new(), mirrors: Vec::new(), last_use: None, globals_known: false, heap: OnceLock::new(), preempt: None });
         Ok(ModuleId(id))
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<()> {
+        self.bind()?;
+        self.drain_all();
+        self.unload_module_synced(module)
+    }
+
+    fn unload_module_synced(&self, module: ModuleId) -> Result<()> {
         self.bind()?;
         self.sync_result(driver::ctx_synchronize())?;
         let mut t = self.tables.lock().unwrap();
@@ -1198,7 +1316,7 @@ impl Backend for Cuda {
         }
         drop(t);
         for x in &m.mirrors {
-            self.free(x.host)?;
+            self.free_synced(x.host)?;
         }
         driver::module_unload(m.module).map_err(|c| self.err(Op::Other, c))
     }
@@ -1242,7 +1360,7 @@ impl Backend for Cuda {
                 .reaches(name)
         });
         let id = self.handle();
-        t.funcs.insert(id, FuncRec { f, module: module.0, layout, param_bytes, heap: heap.then(|| name.to_string()) });
+        t.funcs.insert(id, FuncRec { f, module: module.0, name: name.to_string(), layout, param_bytes, heap: heap.then(|| name.to_string()) });
         Ok(FuncInfo { handle: id, ..info })
     }
 
@@ -1326,44 +1444,18 @@ impl Backend for Cuda {
             }
             out
         };
-        let s = self.stream(stream)?;
-        let launch = |packed: &mut params::Packed| {
-            driver::launch(f, dims.grid, dims.block, dims.shared, &s, packed, dims.cooperative).map_err(|c| self.err(Op::Launch, c))
+        let op = crum_wire::ckpt::QueuedOp::Launch {
+            func: func.0,
+            grid: dims.grid,
+            block: dims.block,
+            shared: dims.shared,
+            cooperative: dims.cooperative,
+            params,
+            first_block: 0,
+            contexts: Vec::new(),
         };
-        if !mirrored {
-            return launch(&mut packed);
-        }
-        // One launch of a module with `__managed__` variables at a time: copies in, kernel,
-        // copies out, after the previous one's (`Mirror`).
-        let mut t = self.tables.lock().unwrap();
-        let m = t.modules.get_mut(&module).ok_or_else(handle_err)?;
-        let d = |c| self.err(Op::Other, c);
-        if let Some(e) = &m.last_use {
-            driver::stream_wait_event(&s, e).map_err(d)?;
-        }
-        for x in &m.mirrors {
-            driver::copy_2d(x.dev, x.len, x.host, x.len, x.len, 1, &s).map_err(d)?;
-            driver::copy_2d(x.before_addr, x.len, x.dev, x.len, x.len, 1, &s).map_err(d)?;
-        }
-        launch(&mut packed)?;
-        for x in &m.mirrors {
-            driver::copy_2d(x.after_addr, x.len, x.dev, x.len, x.len, 1, &s).map_err(d)?;
-            let (host, len, before, after) = (x.host, x.len, x.before.clone(), x.after.clone());
-            driver::launch_host_func(
-                &s,
-                Box::new(move || {
-                    // SAFETY: `host` is this backend's managed allocation of `len` bytes, mapped
-                    // here while the module lives (its unload synchronizes the device first).
-                    let dst = unsafe { stage_slice(host, len) };
-                    merge_changed(dst, before.lock().unwrap().as_slice(), after.lock().unwrap().as_slice());
-                }),
-            )
-            .map_err(d)?;
-        }
-        let e = driver::event_create(2).map_err(d)?;
-        driver::event_record(&e, &s).map_err(d)?;
-        m.last_use = Some(Arc::new(e));
-        Ok(())
+        let feed: queue::Feed = Box::new(move |core: &Core, s: &driver::Stream| core.launch_now(f, module, &mut packed, mirrored, dims, s));
+        self.enqueue(stream.0, queue::Work { op, staged: None, blocking: false, waits: Vec::new(), feed }).map(|_| ())
     }
 
     fn memcpy(&self, stream: StreamId, op: CopyOp) -> Result<()> {
@@ -1379,8 +1471,13 @@ impl Backend for Cuda {
         if !dst_dev && self.in_window(op.dst) {
             return Err(bad());
         }
-        let s = self.stream(stream)?;
-        match op.src {
+        let (src, staged) = match &op.src {
+            Endpoint::Addr(a) => (*a, None),
+            Endpoint::Staged(b) => (0, Some(b.clone())),
+        };
+        let desc = crum_wire::ckpt::QueuedOp::Copy { dst: op.dst, dpitch: op.dpitch, src, spitch: op.spitch, width: op.width, height: op.height, staged: None };
+        let work = |blocking: bool, feed: queue::Feed| queue::Work { op: desc, staged, blocking, waits: Vec::new(), feed };
+        let w = match op.src {
             Endpoint::Addr(src) => {
                 let src_dev = self.locate(src, sspan).is_some();
                 if !src_dev && self.in_window(src) {
@@ -1390,23 +1487,25 @@ impl Backend for Cuda {
                 // The application side of a copy with one end in backend memory.
                 let app_side = if src_dev { (op.dst, dspan) } else { (src, sspan) };
                 if src_dev && dst_dev {
-                    self.copy_direct(&s, &op, src)
+                    work(false, Box::new(move |c: &Core, s: &driver::Stream| c.copy_direct(s, &op, src)))
                 } else if src_dev != dst_dev && !self.is_registered(app_side.0, app_side.1) {
-                    // Pageable memory: the server sends these only for synchronous copies.
-                    self.copy_sync(&s, op, src_dev)
+                    // Pageable memory: the server sends these only for synchronous copies
+                    // (it then waits for the stream): done by the feeder, piece by piece.
+                    work(true, Box::new(move |c: &Core, s: &driver::Stream| c.copy_sync(s, op, src_dev)))
                 } else if multi && src_dev != dst_dev {
-                    self.copy_pipelined(stream, &s, op, src_dev)
+                    work(false, Box::new(move |c: &Core, s: &driver::Stream| c.copy_pipelined(stream, s, op, src_dev)))
                 } else {
-                    self.copy_staged(&s, op, dst_dev, src_dev)
+                    work(false, Box::new(move |c: &Core, s: &driver::Stream| c.copy_staged(s, op, dst_dev, src_dev)))
                 }
             }
             Endpoint::Staged(ref data) => {
                 if !dst_dev || (data.len() as u64) < op.width * op.height {
                     return Err(bad());
                 }
-                self.copy_staged(&s, op, true, false)
+                work(false, Box::new(move |c: &Core, s: &driver::Stream| c.copy_staged(s, op, true, false)))
             }
-        }
+        };
+        self.enqueue(stream.0, w).map(|_| ())
     }
 
     fn memset(&self, stream: StreamId, dst: u64, pitch: u64, value: u8, width: u64, height: u64) -> Result<()> {
@@ -1416,27 +1515,32 @@ impl Backend for Cuda {
         }
         let span = pitch.checked_mul(height - 1).and_then(|x| x.checked_add(width)).ok_or_else(bad)?;
         let kind = self.locate(dst, span).ok_or_else(bad)?;
-        let s = self.stream(stream)?;
-        if host_backed(kind) {
+        let feed: queue::Feed = if host_backed(kind) {
             // Host memory mapped here: set it when the stream gets here (the driver's memset
             // entry points take device memory).
-            return driver::launch_host_func(&s, Box::new(move || {
-                for row in 0..height {
-                    // SAFETY: the rows lie in a live pinned allocation (checked above); it is
-                    // freed only after a device drain, which waits for this host function.
-                    unsafe { stage_slice(dst + row * pitch, width) }.fill(value);
-                }
-            }))
-            .map_err(|c| self.err(Op::Other, c));
-        }
-        driver::memset(dst, pitch, value, width, height, &s).map_err(|c| self.err(Op::Other, c))
+            Box::new(move |c: &Core, s: &driver::Stream| {
+                driver::launch_host_func(s, Box::new(move || {
+                    for row in 0..height {
+                        // SAFETY: the rows lie in a live pinned allocation (checked above); it is
+                        // freed only after a device drain, which waits for this host function.
+                        unsafe { stage_slice(dst + row * pitch, width) }.fill(value);
+                    }
+                }))
+                .map_err(|code| c.err(Op::Other, code))
+            })
+        } else {
+            Box::new(move |c: &Core, s: &driver::Stream| driver::memset(dst, pitch, value, width, height, s).map_err(|code| c.err(Op::Other, code)))
+        };
+        let op = crum_wire::ckpt::QueuedOp::Memset { dst, pitch, value, width, height };
+        self.enqueue(stream.0, queue::Work { op, staged: None, blocking: false, waits: Vec::new(), feed }).map(|_| ())
     }
 
     fn stream_create(&self, flags: u32, priority: i32) -> Result<StreamId> {
         self.bind()?;
-        let s = driver::stream_create(flags & 1 != 0, priority).map_err(|c| self.err(Op::Other, c))?;
+        let s = Arc::new(driver::stream_create(flags & 1 != 0, priority).map_err(|c| self.err(Op::Other, c))?);
         let id = self.handle();
-        self.tables.lock().unwrap().streams.insert(id, Arc::new(s));
+        self.core.add_stream(id, s.clone(), flags & 1 != 0)?;
+        self.tables.lock().unwrap().streams.insert(id, s);
         Ok(StreamId(id))
     }
 
@@ -1446,26 +1550,40 @@ impl Backend for Cuda {
         // still completes (cuStreamDestroy semantics).
         let mut t = self.tables.lock().unwrap();
         t.io.remove(&stream.0);
-        t.streams.remove(&stream.0).map(|_| ()).ok_or_else(handle_err)
+        t.streams.remove(&stream.0).ok_or_else(handle_err)?;
+        // What the proxy still holds for it is fed and completes too.
+        self.retire_stream(stream.0);
+        Ok(())
     }
 
     fn stream_query(&self, stream: StreamId) -> Result<bool> {
         self.bind()?;
         let s = self.stream(stream)?;
+        // Not ready while the proxy holds work of it the driver has not got.
+        if !self.all_fed(stream.0).ok_or_else(handle_err)? {
+            return Ok(false);
+        }
         driver::stream_query(&s).map_err(|c| self.err(Op::Other, c))
     }
 
     fn stream_sync(&self, stream: StreamId) -> Result<()> {
         self.bind()?;
         let s = self.stream(stream)?;
+        let points = self.sync_points(SyncOn::Stream(stream))?;
+        self.core.wait_points(&points);
         self.sync_result(driver::stream_sync(&s))
     }
 
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
         self.bind()?;
-        let s = self.stream(stream)?;
-        let e = self.tables.lock().unwrap().events.get(&event.0).map(|e| e.ev.clone()).ok_or_else(handle_err)?;
-        driver::stream_wait_event(&s, &e).map_err(|c| self.err(Op::Other, c))
+        self.stream(stream)?;
+        // The event's latest record, as a point of its stream: the wait is for that item,
+        // whatever records come later.
+        let rec = self.tables.lock().unwrap().events.get(&event.0).map(|e| e.rec).ok_or_else(handle_err)?;
+        let Some((on_stream, on_seq)) = rec else { return Ok(()) };
+        let op = crum_wire::ckpt::QueuedOp::WaitFor { on_stream, on_seq };
+        let feed: queue::Feed = Box::new(|_: &Core, _: &driver::Stream| Ok(()));
+        self.enqueue(stream.0, queue::Work { op, staged: None, blocking: false, waits: vec![(on_stream, on_seq)], feed }).map(|_| ())
     }
 
     fn stream_set_attr(&self, stream: StreamId, attr: crum_wire::StreamAttr) -> Result<()> {
@@ -1490,9 +1608,14 @@ impl Backend for Cuda {
     }
 
     fn host_func(&self, stream: StreamId, call: HostCall) -> Result<()> {
+        self.host_func_named(stream, call, 0, 0)
+    }
+
+    fn host_func_named(&self, stream: StreamId, call: HostCall, func: u64, data: u64) -> Result<()> {
         self.bind()?;
-        let s = self.stream(stream)?;
-        driver::launch_host_func(&s, call).map_err(|c| self.err(Op::Other, c))
+        let op = crum_wire::ckpt::QueuedOp::HostFunc { func, data };
+        let feed: queue::Feed = Box::new(move |c: &Core, s: &driver::Stream| driver::launch_host_func(s, call).map_err(|code| c.err(Op::Other, code)));
+        self.enqueue(stream.0, queue::Work { op, staged: None, blocking: false, waits: Vec::new(), feed }).map(|_| ())
     }
 
     fn event_create(&self, flags: u32) -> Result<EventId> {
@@ -1502,7 +1625,7 @@ impl Backend for Cuda {
         }
         let ev = driver::event_create(flags).map_err(|c| self.err(Op::Other, c))?;
         let id = self.handle();
-        self.tables.lock().unwrap().events.insert(id, EventRec { ev: Arc::new(ev), recorded: false, timing: flags & 2 == 0, shift: 0.0 });
+        self.tables.lock().unwrap().events.insert(id, EventRec { ev: Arc::new(ev), flags, rec: None, recorded: false, timing: flags & 2 == 0, shift: 0.0 });
         Ok(EventId(id))
     }
 
@@ -1514,10 +1637,19 @@ impl Backend for Cuda {
 
     fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
         self.bind()?;
-        let s = self.stream(stream)?;
+        self.stream(stream)?;
+        let flags = self.tables.lock().unwrap().events.get(&event.0).map(|e| e.flags).ok_or_else(handle_err)?;
+        // A driver event of its own per record: a record fed later (it waited in the queue)
+        // must not overwrite a newer one fed earlier on another stream.
+        let ev = Arc::new(driver::event_create(flags).map_err(|c| self.err(Op::Other, c))?);
+        let fed = ev.clone();
+        let op = crum_wire::ckpt::QueuedOp::EventRecord { event: event.0 };
+        let feed: queue::Feed = Box::new(move |c: &Core, s: &driver::Stream| driver::event_record(&fed, s).map_err(|code| c.err(Op::Other, code)));
+        let seq = self.enqueue(stream.0, queue::Work { op, staged: None, blocking: false, waits: Vec::new(), feed })?;
         let mut t = self.tables.lock().unwrap();
         let e = t.events.get_mut(&event.0).ok_or_else(handle_err)?;
-        driver::event_record(&e.ev, &s).map_err(|c| self.err(Op::Other, c))?;
+        e.ev = ev;
+        e.rec = Some((stream.0, seq));
         e.recorded = true;
         e.shift = 0.0;
         Ok(())
@@ -1525,14 +1657,18 @@ impl Backend for Cuda {
 
     fn event_completed_ago(&self, event: EventId) -> Result<Option<u64>> {
         self.bind()?;
-        let (ev, timing, shift) = {
+        let (ev, timing, shift, rec) = {
             let t = self.tables.lock().unwrap();
             let e = t.events.get(&event.0).ok_or_else(handle_err)?;
             if !e.recorded {
                 return Ok(None);
             }
-            (e.ev.clone(), e.timing, e.shift)
+            (e.ev.clone(), e.timing, e.shift, e.rec)
         };
+        // A record still in the proxy's queue is not complete (a checkpoint saves it queued).
+        if rec.is_some_and(|(s, q)| !self.is_fed(s, q)) {
+            return Err(BackendError::Cuda(cuda::ERROR_NOT_READY));
+        }
         // The device is idle at a checkpoint: the event is complete.
         if !driver::event_query(&ev).map_err(|c| self.err(Op::Other, c))? {
             return Err(BackendError::Cuda(cuda::ERROR_NOT_READY));
@@ -1556,6 +1692,7 @@ impl Backend for Cuda {
         let e = t.events.get_mut(&event.0).ok_or_else(handle_err)?;
         driver::event_record(&e.ev, &s).map_err(|c| self.err(Op::Other, c))?;
         driver::event_sync(&e.ev).map_err(|c| self.err(Op::Other, c))?;
+        e.rec = None;
         e.recorded = true;
         e.shift = ago_ns as f64 / 1e6;
         Ok(())
@@ -1563,22 +1700,32 @@ impl Backend for Cuda {
 
     fn event_query(&self, event: EventId) -> Result<bool> {
         self.bind()?;
-        let t = self.tables.lock().unwrap();
-        let e = t.events.get(&event.0).ok_or_else(handle_err)?;
-        driver::event_query(&e.ev).map_err(|c| self.err(Op::Other, c))
+        let (ev, rec) = {
+            let t = self.tables.lock().unwrap();
+            let e = t.events.get(&event.0).ok_or_else(handle_err)?;
+            (e.ev.clone(), e.rec)
+        };
+        // Not ready while its record waits in the proxy's queue.
+        if rec.is_some_and(|(s, q)| !self.is_fed(s, q)) {
+            return Ok(false);
+        }
+        driver::event_query(&ev).map_err(|c| self.err(Op::Other, c))
     }
 
     fn event_sync(&self, event: EventId) -> Result<()> {
         self.bind()?;
         // Wait without holding the table lock: other lanes keep working meanwhile.
-        let ev = {
+        let (ev, rec) = {
             let t = self.tables.lock().unwrap();
             let e = t.events.get(&event.0).ok_or_else(handle_err)?;
             if !e.recorded {
                 return Ok(());
             }
-            e.ev.clone()
+            (e.ev.clone(), e.rec)
         };
+        if let Some(point) = rec {
+            self.core.wait_points(&[point]);
+        }
         self.sync_result(driver::event_sync(&ev))
     }
 
@@ -1589,23 +1736,137 @@ impl Backend for Cuda {
         if !a.timing || !b.timing || !a.recorded || !b.recorded {
             return Err(handle_err());
         }
+        if [a.rec, b.rec].iter().flatten().any(|&(s, q)| !self.is_fed(s, q)) {
+            return Err(BackendError::Cuda(cuda::ERROR_NOT_READY));
+        }
         let ms = driver::event_elapsed(&a.ev, &b.ev).map_err(|c| self.err(Op::Other, c))?;
         Ok((ms as f64 + a.shift - b.shift) as f32)
     }
 
     fn device_sync(&self) -> Result<()> {
         self.bind()?;
+        self.drain_all();
         self.sync_result(driver::ctx_synchronize())
+    }
+
+    fn sync_points(&self, on: SyncOn) -> Result<Vec<(u64, u64)>> {
+        self.bind()?;
+        Ok(match on {
+            SyncOn::Device => self.points_all(),
+            SyncOn::Stream(id) if id == LEGACY_STREAM => {
+                // Work on the legacy stream follows the blocking streams': a point there
+                // follows everything it must.
+                let op = crum_wire::ckpt::QueuedOp::Marker;
+                let feed: queue::Feed = Box::new(|_: &Core, _: &driver::Stream| Ok(()));
+                vec![(0, self.enqueue(0, queue::Work { op, staged: None, blocking: false, waits: Vec::new(), feed })?)]
+            }
+            SyncOn::Stream(id) => vec![(id.0, self.submitted(id.0).ok_or_else(handle_err)?)],
+            SyncOn::Event(e) => {
+                let t = self.tables.lock().unwrap();
+                t.events.get(&e.0).ok_or_else(handle_err)?.rec.map(|p| vec![p]).unwrap_or_default()
+            }
+        })
+    }
+
+    fn wait_points(&self, points: &[(u64, u64)]) -> Result<()> {
+        self.core.wait_points(points);
+        Ok(())
+    }
+
+    fn hold_queues(&self) -> Result<Vec<String>> {
+        let t0 = std::time::Instant::now();
+        let waited = self.hold();
+        if waited == 0 {
+            return Ok(Vec::new());
+        }
+        let ms = t0.elapsed().as_millis();
+        let note = format!(
+            "{waited} operations already given to the driver ran to their end ({ms} ms; the cuda backend feeds at most {} per stream ahead)",
+            self.queues.window()
+        );
+        tracing::info!("checkpoint cut: {note}");
+        Ok(vec![note])
+    }
+
+    fn queued_work(&self) -> Result<Vec<crum_wire::ckpt::QueuedWork>> {
+        self.queued().map_err(BackendError::Other)
+    }
+
+    fn release_queues(&self) {
+        self.release();
+    }
+
+    fn replay_work(&self, w: &crum_wire::ckpt::QueuedWork, map: &dyn Fn(u64, u64) -> Option<u64>, host: Option<HostCall>) -> Result<u64> {
+        use crum_wire::ckpt::QueuedOp;
+        self.bind()?;
+        let stream = StreamId(w.stream);
+        self.stream(stream)?;
+        let noop = || -> queue::Feed { Box::new(|_: &Core, _: &driver::Stream| Ok(())) };
+        let plain = |op: QueuedOp, waits: Vec<(u64, u64)>| queue::Work { op, staged: None, blocking: false, waits, feed: noop() };
+        match &w.op {
+            QueuedOp::Launch { func, grid, block, shared, cooperative, params, first_block, contexts } => {
+                if !contexts.is_empty() {
+                    return Err(BackendError::Other(format!(
+                        "kernel {func:#x} was saved in the middle of {} blocks on the emulated device; the cuda backend cannot resume block contexts (restart on the emulated device)",
+                        contexts.len()
+                    )));
+                }
+                let dims = LaunchDims { grid: *grid, block: *block, shared: *shared, cooperative: *cooperative };
+                if *first_block != 0 {
+                    self.launch_rest(stream, FuncId(*func), dims, params.clone(), *first_block)?;
+                } else {
+                    self.launch(stream, FuncId(*func), dims, params.clone())?;
+                }
+            }
+            QueuedOp::Copy { dst, dpitch, src, spitch, width, height, staged } => {
+                let src = match staged {
+                    Some(b) => Endpoint::Staged(Arc::new(b.clone())),
+                    None => Endpoint::Addr(*src),
+                };
+                self.memcpy(stream, CopyOp { dst: *dst, dpitch: *dpitch, src, spitch: *spitch, width: *width, height: *height })?;
+            }
+            QueuedOp::Memset { dst, pitch, value, width, height } => self.memset(stream, *dst, *pitch, *value, *width, *height)?,
+            // An event destroyed after the recording was queued: nobody can observe it.
+            QueuedOp::EventRecord { event } if self.tables.lock().unwrap().events.contains_key(event) => {
+                self.event_record(EventId(*event), stream)?;
+            }
+            QueuedOp::WaitFor { on_stream, on_seq } => {
+                // Named by this proxy's sequence numbers from now on; not in the map:
+                // complete before the cut.
+                let w = match map(*on_stream, *on_seq) {
+                    Some(n) => plain(QueuedOp::WaitFor { on_stream: *on_stream, on_seq: n }, vec![(*on_stream, n)]),
+                    None => plain(QueuedOp::WaitFor { on_stream: *on_stream, on_seq: 0 }, Vec::new()),
+                };
+                self.enqueue(stream.0, w)?;
+            }
+            QueuedOp::HostFunc { func, data } => {
+                let call = host.ok_or_else(|| BackendError::Other("a host function to replay has no caller".into()))?;
+                self.host_func_named(stream, call, *func, *data)?;
+            }
+            QueuedOp::EventRecord { .. } | QueuedOp::Marker => {
+                self.enqueue(stream.0, plain(QueuedOp::Marker, Vec::new()))?;
+            }
+        }
+        self.submitted(stream.0).ok_or_else(handle_err)
     }
 
     fn device_reset(&self) -> Result<()> {
         self.bind()?;
+        self.drain_all();
+        self.device_reset_synced()
+    }
+
+    fn device_reset_synced(&self) -> Result<()> {
+        self.bind()?;
         self.sync_result(driver::ctx_synchronize())?;
         let addrs: Vec<u64> = self.tables.lock().unwrap().allocs.keys().copied().collect();
         for a in addrs {
-            self.free(a)?;
+            self.free_synced(a)?;
         }
         let mut t = self.tables.lock().unwrap();
+        for &id in t.streams.keys() {
+            self.retire_stream(id);
+        }
         t.streams.clear();
         t.io.clear();
         t.events.clear();
@@ -1727,6 +1988,91 @@ impl Backend for Cuda {
     }
 }
 
+/// Whether a PTX module declares variables in global or constant memory at module scope
+/// (a second load of the module would have copies of its own).
+fn declares_variables(ptx: &str) -> bool {
+    ptx.lines().map(str::trim_start).any(|l| {
+        let l = l.strip_prefix(".visible ").or_else(|| l.strip_prefix(".extern ")).or_else(|| l.strip_prefix(".weak ")).unwrap_or(l);
+        l.starts_with(".global ") || l.starts_with(".const ")
+    })
+}
+
+impl Cuda {
+    /// Run the rest of a grid a checkpoint stopped part-way (blocks `first..` of `dims.grid`;
+    /// the blocks before it ran, their effects are in the restored memory): the kernel in its
+    /// preemptible form (`crum_ptx::preempt`: persistent blocks take logical block indices
+    /// from a control block, starting at `first`), loaded from the module's PTX on first
+    /// need. Refused, naming why, for a module with variables (a second load would not share
+    /// them), without PTX, or a kernel the transformation refuses.
+    fn launch_rest(&self, stream: StreamId, func: FuncId, dims: LaunchDims, params: Vec<u8>, first: u64) -> Result<()> {
+        use crum_ptx::preempt::{params_with_ctl, physical_config, ControlBlock, CTL_BYTES};
+        self.bind()?;
+        let refuse = |name: &str, why: String| {
+            BackendError::Other(format!(
+                "kernel `{name}` was stopped part-way (from block {first}) and the cuda backend cannot run the rest of its grid: {why} (restart on the emulated device)"
+            ))
+        };
+        let (f, layout, param_bytes, name) = {
+            let mut t = self.tables.lock().unwrap();
+            let r = t.funcs.get(&func.0).ok_or(BackendError::Cuda(cuda::ERROR_INVALID_DEVICE_FUNCTION))?;
+            let (module, name, mut layout, param_bytes) = (r.module, r.name.clone(), r.layout.clone(), r.param_bytes);
+            let m = t.modules.get_mut(&module).ok_or_else(handle_err)?;
+            if m.preempt.is_none() {
+                let ptx = m.ptx.get_or_init(|| ptx_text(m.module.image())).clone().ok_or_else(|| refuse(&name, "its module ships no PTX".into()))?;
+                if declares_variables(&ptx) {
+                    return Err(refuse(&name, "its module has variables, which a second load of the module would not share".into()));
+                }
+                let pm = crum_ptx::preempt::transform(&ptx).map_err(|e| refuse(&name, format!("its PTX cannot be read ({e})")))?;
+                let loaded = driver::module_load(pm.ptx.as_bytes())
+                    .map_err(|c| refuse(&name, format!("its preemptible form does not load ({})", driver::error_name(c))))?;
+                m.preempt = Some((loaded, pm));
+            }
+            let (loaded, pm) = m.preempt.as_ref().expect("set above");
+            match pm.outcome(&name).map(|o| &o.result) {
+                Some(Ok(k)) if k.fits(dims.block) => {}
+                Some(Ok(_)) => return Err(refuse(&name, format!("its preemptible form needs whole warps per row, and the block is {:?}", dims.block))),
+                Some(Err(e)) => return Err(refuse(&name, e.to_string())),
+                None => return Err(refuse(&name, "the preemptible module lacks it".into())),
+            }
+            let f = driver::module_function(loaded, &name).map_err(|c| self.err(Op::FunctionLookup, c))?;
+            layout.push((param_bytes.next_multiple_of(8), 8));
+            (f, layout, param_bytes, name)
+        };
+        let first32 = u32::try_from(first).map_err(|_| refuse(&name, "the block index exceeds 32 bits".into()))?;
+        if params.len() < param_bytes as usize {
+            return Err(bad());
+        }
+        // The control block and its flag word (never raised: this run goes to the end) in
+        // page-locked host memory, which the device reaches at the same address.
+        let mut ctl = HostBuf::new(CTL_BYTES + 8).map_err(|c| self.err(Op::Other, c))?;
+        let cb = ControlBlock::new(dims.grid, first32, ctl.addr() + CTL_BYTES as u64).map_err(|e| refuse(&name, e.to_string()))?;
+        let bytes = ctl.as_mut_slice();
+        bytes.fill(0);
+        bytes[..CTL_BYTES].copy_from_slice(&cb.encode());
+        let with_ctl = params_with_ctl(&params[..param_bytes as usize], ctl.addr());
+        let mut packed = params::pointers(&with_ctl, &layout).map_err(|_| bad())?;
+        self.tables.lock().unwrap().control_blocks.push(ctl);
+        let logical = crum_ptx::LaunchConfig { grid: dims.grid, block: dims.block, dynamic_shared_bytes: dims.shared, cooperative: false };
+        let threads = dims.block.iter().product::<u32>().max(1);
+        let per_sm = (self.props.max_threads_per_sm.max(1) as u32 / threads).clamp(1, self.props.max_blocks_per_sm.max(1) as u32);
+        let phys = physical_config(&logical, per_sm * self.props.multiprocessors.max(1) as u32);
+        let pdims = LaunchDims { grid: phys.grid, block: dims.block, shared: dims.shared, cooperative: false };
+        tracing::info!(kernel = %name, first, physical = phys.grid[0], "the rest of a grid stopped part-way runs in its preemptible form");
+        let op = crum_wire::ckpt::QueuedOp::Launch {
+            func: func.0,
+            grid: dims.grid,
+            block: dims.block,
+            shared: dims.shared,
+            cooperative: dims.cooperative,
+            params,
+            first_block: first,
+            contexts: Vec::new(),
+        };
+        let feed: queue::Feed = Box::new(move |c: &Core, s: &driver::Stream| c.launch_now(f, u64::MAX, &mut packed, false, pdims, s));
+        self.enqueue(stream.0, queue::Work { op, staged: None, blocking: false, waits: Vec::new(), feed }).map(|_| ())
+    }
+}
+
 impl Drop for Cuda {
     /// Give everything back to the driver, so that another instance (a restart in the same
     /// process, as in the tests) can map the same addresses.
@@ -1735,6 +2081,10 @@ impl Drop for Cuda {
             return;
         }
         CURRENT.with(|c| c.set(self.ctx.raw()));
+        // The work the proxy still holds reaches the device first, then the feeders end.
+        self.release();
+        self.drain_all();
+        self.shutdown();
         let _ = driver::ctx_synchronize();
         let mut t = self.tables.lock().unwrap();
         t.streams.clear();
@@ -1855,24 +2205,6 @@ impl Cuda {
         let r = self.drain_out_pieces(s, regions, sink, &mut queue);
         self.settle(s, r.is_err(), queue);
         r
-    }
-
-    /// After a snapshot or restore: on failure, let copies still moving into or out of the
-    /// queued buffers finish before the buffers go back to the pool.
-    fn settle(&self, s: &driver::Stream, failed: bool, queue: VecDeque<InFlight>) {
-        if failed {
-            let _ = driver::stream_sync(s);
-        }
-        for f in queue {
-            self.shared.staging.give(f.buf);
-        }
-    }
-
-    /// Take a staging buffer and an event for one piece (both or neither).
-    fn piece_slot(&self) -> Result<(HostBuf, driver::Event)> {
-        let done = driver::event_create(2).map_err(|c| self.err(Op::Other, c))?;
-        let buf = self.shared.staging.take().map_err(|c| self.err(Op::Other, c))?;
-        Ok((buf, done))
     }
 
     fn drain_out_pieces(&self, s: &driver::Stream, regions: &[SavedRegion], sink: SaveSink<'_>, queue: &mut VecDeque<InFlight>) -> Result<()> {
