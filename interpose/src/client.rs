@@ -95,14 +95,15 @@ pub fn init_logging() {
 fn connect() -> CudaResult<Conn> {
     init_logging();
     // Taken over from `CRUM_CHANNEL` by the library's constructor (`agent_hook`).
+    // Without one (a program a script or launcher of the job started as a child): a proxy
+    // of its own (`own_proxy`), whose channel is crum's like `crum run`'s.
     let fd: i32 = match crate::agent_hook::channel_fd() {
         Some(fd) => fd,
         None => {
-            tracing::error!(
-                "not running under `crum run` (no {}): no CUDA device",
-                crum_wire::ENV_CHANNEL
-            );
-            return Err(cuda::ERROR_NO_DEVICE);
+            let fd = crate::own_proxy::start()?;
+            crate::agent_hook::set_channel_fd(fd);
+            crum_ckpt::agent::exclude_fd(fd);
+            fd
         }
     };
     connect_fd(fd, true)
