@@ -1,7 +1,7 @@
 // A CUDA program meant to be started by a script, a launcher or python's subprocess under
 // `crum run` (issue 17): device state that lives across steps, checked against the CPU.
 //
-// usage: job_device NAME STEPS PACE_MS [fork]
+// usage: job_device NAME STEPS PACE_MS [fork|threads]
 //
 // Keeps an array of integers on the device; each step runs a kernel that updates every
 // element (a different update per step), synchronizes, and prints `NAME step S` after
@@ -14,6 +14,9 @@
 // fork); the parent prints `NAME fork child: cudaErrorInitializationError`.
 #include "common.h"
 #include <cstring>
+#include <dirent.h>
+#include <pthread.h>
+#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -29,6 +32,46 @@ static unsigned seed_of(const char *name) {
     return h;
 }
 
+static pthread_barrier_t barrier;
+
+static void *first_call(void *arg) {
+    pthread_barrier_wait(&barrier);
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, 64);
+    if (e == cudaSuccess) e = cudaFree(p);
+    *(cudaError_t *)arg = e;
+    return nullptr;
+}
+
+// Processes whose command line is `crum proxy … --watch-pid <pid>`.
+static int proxies_of(int pid) {
+    int n = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return -1;
+    std::string want = std::to_string(pid);
+    while (struct dirent *e = readdir(d)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        char buf[4096];
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        bool proxy = false, watch = false, prev_watch = false;
+        for (size_t at = 0; at < len; at += strlen(buf + at) + 1) {
+            const char *a = buf + at;
+            if (!strcmp(a, "proxy")) proxy = true;
+            if (prev_watch && want == a) watch = true;
+            prev_watch = !strcmp(a, "--watch-pid");
+        }
+        if (proxy && watch) n++;
+    }
+    closedir(d);
+    return n;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         printf("usage: job_device NAME STEPS PACE_MS [fork]\n");
@@ -38,6 +81,26 @@ int main(int argc, char **argv) {
     int steps = atoi(argv[2]);
     int pace = atoi(argv[3]);
     bool fork_child = argc > 4 && strcmp(argv[4], "fork") == 0;
+    if (argc > 4 && strcmp(argv[4], "threads") == 0) {
+        const int k = 8;
+        pthread_t t[k];
+        cudaError_t err[k];
+        pthread_barrier_init(&barrier, nullptr, k);
+        for (int i = 0; i < k; i++) EXPECT(pthread_create(&t[i], nullptr, first_call, &err[i]) == 0);
+        for (int i = 0; i < k; i++) {
+            pthread_join(t[i], nullptr);
+            if (err[i] != cudaSuccess) {
+                printf("%s FAIL thread %d: %s\n", name, i, cudaGetErrorName(err[i]));
+                return 1;
+            }
+        }
+        int proxies = proxies_of(getpid());
+        if (proxies != 1) {
+            printf("%s FAIL %d device proxies watch this process (want 1)\n", name, proxies);
+            return 1;
+        }
+        printf("%s threads: %d first calls, one device\n", name, k);
+    }
     const int n = 4096;
     std::vector<unsigned> h(n), ref(n);
     unsigned seed = seed_of(name);

@@ -98,7 +98,7 @@ fn is_driver_dir(dir: &std::path::Path) -> bool {
 /// its driver directory on the library path, and the variables that tell a process it runs
 /// under `crum run` (the proxy must not run crum's agent, nor load crum's `libcuda.so.1`).
 fn proxy_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<CString> {
-    const DROP: [&str; 9] = [
+    const DROP: [&str; 8] = [
         "CRUM_RUN",
         crum_wire::ENV_CHANNEL,
         "CRUM_STATIC_RUNTIME",
@@ -107,7 +107,6 @@ fn proxy_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<CString> {
         "CRUM_STRICT",
         ENV_EXE,
         ENV_DEVICE,
-        "CRUM_TEST_GATE",
     ];
     let mut out = Vec::new();
     for (k, v) in vars {
