@@ -35,7 +35,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -55,11 +55,17 @@ struct Plan {
 }
 
 static PLAN: OnceLock<Plan> = OnceLock::new();
-/// Set in a child forked (without exec) from the process [`capture`] ran in.
-static FORK_CHILD: AtomicBool = AtomicBool::new(false);
+/// The process [`capture`] ran in (its kernel pid; a restart's new pid once restored): a
+/// child forked without exec has another.
+static OWNER: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn forked() {
-    FORK_CHILD.store(true, SeqCst);
+/// From the restore hook of a restarted process: it is the process [`capture`] ran in, under
+/// a new pid. (A restarted child forked without exec has no device hooks, so no restore
+/// hook: it stays a forked child.)
+pub fn restarted() {
+    if OWNER.load(SeqCst) != 0 {
+        OWNER.store(crum_ckpt::threads::real_pid(), SeqCst);
+    }
 }
 
 /// From the library's constructor, under `crum run` (`CRUM_RUN=1`): remembers how to start a
@@ -68,8 +74,7 @@ pub fn capture() {
     if std::env::var_os("CRUM_RUN").is_none_or(|v| v != "1") {
         return;
     }
-    // SAFETY: registers a handler that only stores to an atomic (async-signal-safe).
-    unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    OWNER.store(crum_ckpt::threads::real_pid(), SeqCst);
     let (Some(exe), Some(device)) = (std::env::var_os(ENV_EXE), std::env::var(ENV_DEVICE).ok()) else {
         return;
     };
@@ -138,7 +143,7 @@ fn proxy_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<CString> {
 /// process may not have one (not under `crum run`, or a child forked without exec), with the
 /// reason in the log.
 pub fn start() -> CudaResult<i32> {
-    if FORK_CHILD.load(SeqCst) {
+    if OWNER.load(SeqCst) != crum_ckpt::threads::real_pid() {
         tracing::error!(
             "a child forked without exec gets no CUDA device of its own under crum (execute the CUDA program instead)"
         );
