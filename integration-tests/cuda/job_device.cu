@@ -1,7 +1,7 @@
 // A CUDA program meant to be started by a script, a launcher or python's subprocess under
 // `crum run` (issue 17): device state that lives across steps, checked against the CPU.
 //
-// usage: job_device NAME STEPS PACE_MS [fork|threads]
+// usage: job_device NAME STEPS PACE_MS [fork|forkfirst|threads]
 //
 // Keeps an array of integers on the device; each step runs a kernel that updates every
 // element (a different update per step), synchronizes, and prints `NAME step S` after
@@ -81,6 +81,22 @@ int main(int argc, char **argv) {
     int steps = atoi(argv[2]);
     int pace = atoi(argv[3]);
     bool fork_child = argc > 4 && strcmp(argv[4], "fork") == 0;
+    if (argc > 4 && strcmp(argv[4], "forkfirst") == 0) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            void *p = nullptr;
+            cudaError_t e = cudaMalloc(&p, 16);
+            _exit(e == cudaErrorNoDevice ? 0 : 10 + (int)(e % 100));
+        }
+        int st = 0;
+        EXPECT(pid > 0 && waitpid(pid, &st, 0) == pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("%s FAIL forkfirst child: status %d (want cudaErrorNoDevice)\n", name, st);
+            return 1;
+        }
+        printf("%s forkfirst child: cudaErrorNoDevice\n", name);
+    }
     if (argc > 4 && strcmp(argv[4], "threads") == 0) {
         const int k = 8;
         pthread_t t[k];

@@ -164,6 +164,26 @@ fn a_child_forked_without_exec_of_a_cuda_program_gets_an_initialization_error() 
     assert!(out.contains("kid fork child: cudaErrorInitializationError") && out.contains("kid PASS"), "{out}");
 }
 
+/// A child forked (without exec) before its parent used CUDA — a shell's CUDA child, or the
+/// program `crum run` starts — executed nothing: it gets no device (`cudaErrorNoDevice`),
+/// neither a proxy of its own nor its parent's, and the parent goes on with its own.
+#[test]
+fn a_child_forked_before_any_cuda_call_gets_no_device_of_its_own() {
+    let sb = Sandbox::new();
+    let prog = program();
+    let script = format!("{} early 2 0 forkfirst; true", prog.display());
+    let mut p = run_on(&sb, "emu", &[], Path::new("/bin/sh"), &["-c", &script], "run.out");
+    assert_eq!(finish(&mut p, &sb), 0, "{}{}", p.output(), p.stderr());
+    let out = p.output();
+    assert!(out.contains("early forkfirst child: cudaErrorNoDevice") && out.contains("early PASS"), "{out}");
+    // The program `crum run` starts (it holds crum run's channel): its forked child does not
+    // take the device from it.
+    let mut p = run_on(&sb, "emu", &[], &prog, &["rootearly", "2", "0", "forkfirst"], "root.out");
+    assert_eq!(finish(&mut p, &sb), 0, "{}{}", p.output(), p.stderr());
+    let out = p.output();
+    assert!(out.contains("rootearly forkfirst child: cudaErrorNoDevice") && out.contains("rootearly PASS"), "{out}");
+}
+
 #[test]
 fn python3_subprocess_launching_a_cuda_program_gives_it_a_device() {
     if Command::new("python3").arg("--version").output().map(|o| !o.status.success()).unwrap_or(true) {

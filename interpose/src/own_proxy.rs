@@ -143,12 +143,6 @@ fn proxy_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<CString> {
 /// process may not have one (not under `crum run`, or a child forked without exec), with the
 /// reason in the log.
 pub fn start() -> CudaResult<i32> {
-    if OWNER.load(SeqCst) != crum_ckpt::threads::real_pid() {
-        tracing::error!(
-            "a child forked without exec gets no CUDA device of its own under crum (execute the CUDA program instead)"
-        );
-        return Err(cuda::ERROR_NO_DEVICE);
-    }
     let Some(plan) = PLAN.get() else {
         tracing::error!(
             "not running under `crum run` (no {} nor {ENV_EXE}): no CUDA device",
@@ -156,6 +150,12 @@ pub fn start() -> CudaResult<i32> {
         );
         return Err(cuda::ERROR_NO_DEVICE);
     };
+    if OWNER.load(SeqCst) != crum_ckpt::threads::real_pid() {
+        tracing::error!(
+            "a child forked without exec gets no CUDA device of its own under crum (execute the CUDA program instead)"
+        );
+        return Err(cuda::ERROR_NO_DEVICE);
+    }
     let exe = std::path::Path::new(OsStr::from_bytes(plan.exe.as_bytes())).to_path_buf();
     let ch = Channel::create().map_err(|e| {
         tracing::error!("cannot create a channel for a device proxy: {e}");
