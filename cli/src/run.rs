@@ -452,6 +452,11 @@ pub fn main(args: Args) -> anyhow::Result<i32> {
         .env("LD_PRELOAD", preload)
         .env(crum_wire::ENV_CHANNEL, fd.to_string())
         .env("CRUM_RUN", "1")
+        // For the CUDA programs the program starts as children: their own proxies, on the
+        // same device with the same options (`interpose::own_proxy`).
+        .env(crum_wire::ENV_EXE, &exe)
+        .env(crum_wire::ENV_DEVICE, &args.device)
+        .envs(args.strict_memory.then_some(("CRUM_STRICT_MEMORY", "1")))
         .env(
             "CRUM_CKPT_DIR",
             args.dir

@@ -93,6 +93,7 @@ extern "C" fn crum_agent_ctor() {
     // A panic must not unwind into the dynamic loader.
     let _ = std::panic::catch_unwind(|| {
         adopt_channel();
+        crate::own_proxy::capture();
         crate::ckpt::install();
         crum_ckpt::agent::start_from_env();
     });

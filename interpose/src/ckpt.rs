@@ -288,6 +288,8 @@ fn resume() {
 fn restore(read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {
     // The cut belonged to the proxy of before the restart.
     CUT.store(false, Ordering::SeqCst);
+    // This process (not a forked child) may still start a proxy of its own later.
+    crate::own_proxy::restarted();
     let Some(state) = read(SECTION_DEVICE) else {
         // Not a CUDA program when it was saved.
         open_gate();

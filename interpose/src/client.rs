@@ -95,14 +95,23 @@ pub fn init_logging() {
 fn connect() -> CudaResult<Conn> {
     init_logging();
     // Taken over from `CRUM_CHANNEL` by the library's constructor (`agent_hook`).
+    // Without one (a program a script or launcher of the job started as a child): a proxy
+    // of its own (`own_proxy`), whose channel is crum's like `crum run`'s.
     let fd: i32 = match crate::agent_hook::channel_fd() {
-        Some(fd) => fd,
-        None => {
-            tracing::error!(
-                "not running under `crum run` (no {}): no CUDA device",
-                crum_wire::ENV_CHANNEL
-            );
+        Some(fd) if crate::agent_hook::crum_exec_channel() == fd => fd,
+        Some(_) => {
+            // A child forked (without exec) from the process that holds the channel, before
+            // that process used CUDA: the device is its parent's, whose checkpoints save it,
+            // and a child connecting would take it from the parent. It executed nothing, so
+            // it gets no proxy of its own either (`own_proxy`).
+            tracing::error!("a child forked without exec gets no CUDA device under crum (execute the CUDA program instead)");
             return Err(cuda::ERROR_NO_DEVICE);
+        }
+        None => {
+            let fd = crate::own_proxy::start()?;
+            crate::agent_hook::set_channel_fd(fd);
+            crum_ckpt::agent::exclude_fd(fd);
+            fd
         }
     };
     connect_fd(fd, true)

@@ -8,6 +8,8 @@
 //! - [`graph`], [`capture`]: CUDA graphs (recorded DAGs launched as ordinary requests) and
 //!   stream capture; [`pool`]: memory pools and the stream-ordered allocator.
 //! - [`user_object`]: reference-counted user objects held by the program and by graphs.
+//! - [`own_proxy`]: the device proxy a job's process that executed a CUDA program without
+//!   `crum run`'s channel starts for itself on its first CUDA call.
 //! - [`ckpt`]: the checkpoint gate and hooks (device state in images, restart on a new proxy).
 //! - [`errors`]: `cudaError_t` handling (last error, sticky errors, the panic guard).
 //! - [`ffi`]: raw argument decoding.
@@ -23,6 +25,7 @@ pub mod errors;
 pub mod ffi;
 pub mod graph;
 pub mod managed;
+pub mod own_proxy;
 pub mod pool;
 pub mod state;
 pub mod user_object;

@@ -17,6 +17,12 @@ pub use msg::{
 
 /// Environment variable holding the channel memfd number (set by `crum run`).
 pub const ENV_CHANNEL: &str = "CRUM_CHANNEL";
+/// Environment variable naming the `crum` binary, set by `crum run` for the program: a
+/// process of the job without a channel (a CUDA program a script started) runs
+/// `crum proxy` from it for itself (`interpose::own_proxy`).
+pub const ENV_EXE: &str = "CRUM_EXE";
+/// Environment variable holding `crum run --device`, for the same proxies.
+pub const ENV_DEVICE: &str = "CRUM_DEVICE";
 /// Base of the device virtual-address window, reserved PROT_NONE in both processes.
 pub const DEVICE_VA_BASE: u64 = 0x2000_0000_0000;
 /// Size of the device virtual-address window (address space only; nothing is committed).
