@@ -453,10 +453,15 @@ pub extern "C" fn prlimit64(pid: libc::pid_t, resource: c_int, new: *const libc:
 
 /// Whether a new process with kernel pid `real` would be mistaken for another: after a
 /// restart, the kernel may give a new child a pid that the program knows as one of the job's
-/// processes (their pids before the restart), or as its own.
+/// processes (their pids before the restart), as its own, or as one of its threads.
 fn taken(real: c_int) -> bool {
     let v = VIRT.load(Relaxed);
-    (v != 0 && real == v) || member_by_virt(real).is_some_and(|r| r != real)
+    (v != 0 && real == v)
+        || member_by_virt(real).is_some_and(|r| r != real)
+        // A thread's tid of before the restart (crum's threads' too): `waitpid` of the child
+        // would be translated to that thread (seen as a child reaped with status 0 under
+        // load, when pids wrap: `vfork_loop`, restart of a restart).
+        || thread_by_virt(real).is_some_and(|r| r != real)
 }
 
 /// The program's `fork` (the C library's, through `real_fork`): after a restart, a child
